@@ -1,0 +1,318 @@
+/*
+ * seqfuse.h - the whole public API of seqfuse, and its documentation.
+ *
+ * seqfuse is a library of IO-aware fused kernels for sequence models:
+ * the Mamba-2 chunked scan (SSD), its one-token decode step, and
+ * FlashAttention-style softmax attention.  Every op has three backends:
+ *
+ *   SF_BACKEND_REF   plain loops in double precision, the test oracle;
+ *   SF_BACKEND_CPU   tiled, fused and threaded (OpenMP) CPU code;
+ *   SF_BACKEND_CUDA  CUDA kernels (present when the library was built with
+ *                    CUDA; an op without a CUDA kernel says so).
+ *
+ * Conventions
+ *  - Every entry point returns an sf_status.  On failure the context keeps
+ *    a sentence describing what was wrong (sf_ctx_last_error); the library
+ *    never exits, aborts or prints on user input.
+ *  - Tensors are described by sf_tensor: data pointer, dtype, device, rank,
+ *    shape and strides, both counted in elements (not bytes).  Offsets are
+ *    computed in 64 bits; every single dimension must fit in int32
+ *    (SF_ERR_TOO_LARGE otherwise).
+ *  - An optional tensor is absent when its data pointer is NULL (a
+ *    zero-initialised sf_tensor is absent).
+ *  - Ops run on the context's device.  CPU ops return when the result is
+ *    ready.  CUDA ops are asynchronous on the context's stream, like any
+ *    CUDA library call; they never synchronise the device.
+ *  - Workspace comes from the context's arena.  It grows on the first call
+ *    that needs more (an allocation); sf_ctx_reserve_workspace sizes it
+ *    ahead so later calls allocate nothing.
+ *  - Outputs must not alias inputs unless a function says otherwise.
+ *
+ * Thread safety: a context is used by one thread at a time; distinct
+ * contexts are independent.
+ */
+#ifndef SEQFUSE_H
+#define SEQFUSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SF_VERSION_MAJOR 0
+#define SF_VERSION_MINOR 1
+#define SF_VERSION_PATCH 0
+
+#if defined(_WIN32) && defined(SF_BUILDING_DLL)
+#define SF_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define SF_API __attribute__((visibility("default")))
+#else
+#define SF_API
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Status codes                                                        */
+/* ------------------------------------------------------------------ */
+
+typedef enum sf_status {
+    SF_OK = 0,
+    SF_ERR_INVALID_ARG = 1,   /* a scalar argument out of range, bad flag  */
+    SF_ERR_NULL_POINTER = 2,  /* a required pointer or tensor is NULL      */
+    SF_ERR_SHAPE = 3,         /* rank or extents do not match the contract */
+    SF_ERR_DTYPE = 4,         /* dtype not accepted, or dtypes disagree    */
+    SF_ERR_DEVICE = 5,        /* tensor on another device than the context */
+    SF_ERR_STRIDE = 6,        /* a kernel needs a unit innermost stride    */
+    SF_ERR_ALIGNMENT = 7,     /* a pointer not aligned to its element size */
+    SF_ERR_TOO_LARGE = 8,     /* a dimension past int32, or bytes past int64 */
+    SF_ERR_UNSUPPORTED = 9,   /* valid input the chosen backend cannot serve */
+    SF_ERR_OUT_OF_MEMORY = 10,/* host or device allocation failed          */
+    SF_ERR_CUDA = 11,         /* a CUDA runtime error (detail has file:line) */
+    SF_ERR_NO_DEVICE = 12,    /* no CUDA device, or a build without CUDA    */
+    SF_ERR_INDEX = 13,        /* an index tensor entry out of range         */
+    SF_ERR_INTERNAL = 14      /* a bug in seqfuse; please report it         */
+} sf_status;
+
+/* A static English name for a status ("SF_ERR_SHAPE: shape mismatch"). */
+SF_API const char *sf_status_string(sf_status s);
+
+/* ------------------------------------------------------------------ */
+/* Tensors                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum sf_dtype {
+    SF_F32 = 0,
+    SF_F16 = 1,
+    SF_BF16 = 2,
+    SF_I32 = 3,
+    SF_I64 = 4
+} sf_dtype;
+
+/* Size in bytes of one element; 0 for an unknown dtype. */
+SF_API size_t sf_dtype_size(sf_dtype dt);
+/* "f32", "f16", "bf16", "i32", "i64"; "?" for an unknown dtype. */
+SF_API const char *sf_dtype_name(sf_dtype dt);
+
+/* Device ids: SF_DEVICE_CPU, or N >= 0 for CUDA device N. */
+#define SF_DEVICE_CPU (-1)
+
+#define SF_MAX_RANK 6
+
+typedef struct sf_tensor {
+    void *data;                     /* NULL: the tensor is absent        */
+    sf_dtype dtype;
+    int device;                     /* SF_DEVICE_CPU or a CUDA ordinal   */
+    int rank;                       /* 0 .. SF_MAX_RANK                  */
+    int64_t shape[SF_MAX_RANK];
+    int64_t stride[SF_MAX_RANK];    /* in elements; may be any value >= 0 */
+} sf_tensor;
+
+/* A contiguous (row-major) descriptor of `rank` dims over `data`. */
+SF_API sf_tensor sf_tensor_contiguous(void *data, sf_dtype dtype, int device,
+                                      int rank, const int64_t *shape);
+/* Number of elements (product of the shape); 0 for an absent tensor. */
+SF_API int64_t sf_tensor_numel(const sf_tensor *t);
+
+/* ------------------------------------------------------------------ */
+/* Backends and context                                                */
+/* ------------------------------------------------------------------ */
+
+typedef enum sf_backend {
+    SF_BACKEND_AUTO = 0,   /* the best backend that supports the inputs   */
+    SF_BACKEND_REF = 1,
+    SF_BACKEND_CPU = 2,
+    SF_BACKEND_CUDA = 3
+} sf_backend;
+
+SF_API const char *sf_backend_name(sf_backend b);
+
+typedef struct sf_ctx sf_ctx;
+
+/* Creates a context for `device` (SF_DEVICE_CPU or a CUDA ordinal).
+ * A CUDA ordinal on a machine without that device, or in a build without
+ * CUDA, gives SF_ERR_NO_DEVICE (and *out stays NULL).  The CPU thread count
+ * starts at the OpenMP default; the backend at SF_BACKEND_AUTO; the CUDA
+ * stream at the legacy default stream (NULL). */
+SF_API sf_status sf_ctx_create(sf_ctx **out, int device);
+/* Frees the context and its workspace.  NULL is a no-op. */
+SF_API void sf_ctx_destroy(sf_ctx *ctx);
+
+SF_API int sf_ctx_device(const sf_ctx *ctx);
+/* Threads used by the CPU backend (>= 1). */
+SF_API sf_status sf_ctx_set_threads(sf_ctx *ctx, int nthreads);
+SF_API int sf_ctx_threads(const sf_ctx *ctx);
+/* The backend used when a call's params say SF_BACKEND_AUTO. */
+SF_API sf_status sf_ctx_set_backend(sf_ctx *ctx, sf_backend backend);
+/* The cudaStream_t the CUDA backend launches on (NULL = default stream).
+ * SF_ERR_DEVICE on a CPU context. */
+SF_API sf_status sf_ctx_set_stream(sf_ctx *ctx, void *cuda_stream);
+SF_API void *sf_ctx_stream(const sf_ctx *ctx);
+/* Grows the workspace arena to at least `bytes` now, so that later calls
+ * needing no more than that allocate nothing. */
+SF_API sf_status sf_ctx_reserve_workspace(sf_ctx *ctx, size_t bytes);
+/* Current arena size, and the most workspace any call has used so far. */
+SF_API size_t sf_ctx_workspace_size(const sf_ctx *ctx);
+SF_API size_t sf_ctx_workspace_peak(const sf_ctx *ctx);
+SF_API void sf_ctx_reset_workspace_peak(sf_ctx *ctx);
+/* The detail text of the last failure on this context ("" if none).  The
+ * pointer stays valid until the next call on the context. */
+SF_API const char *sf_ctx_last_error(const sf_ctx *ctx);
+/* The backend that served the last successful op call. */
+SF_API sf_backend sf_ctx_last_backend(const sf_ctx *ctx);
+
+/* Memory on the context's device (host memory for a CPU context): for
+ * tools and tests that hold no CUDA code of their own.  sf_malloc'd memory
+ * is 256-byte aligned; sf_free(NULL) is a no-op.  sf_memcpy copies `bytes`
+ * between any two of host memory and the context's device memory (the
+ * direction is inferred), synchronously.  sf_ctx_synchronize waits for
+ * the context's stream. */
+SF_API sf_status sf_malloc(sf_ctx *ctx, void **p, size_t bytes);
+SF_API sf_status sf_free(sf_ctx *ctx, void *p);
+SF_API sf_status sf_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes);
+SF_API sf_status sf_ctx_synchronize(sf_ctx *ctx);
+
+/* Build features and devices. */
+SF_API int sf_has_cuda_build(void);         /* 1 if compiled with CUDA    */
+SF_API int sf_has_openmp(void);              /* 1 if compiled with OpenMP  */
+SF_API int sf_cuda_device_count(void);       /* 0 without CUDA or devices  */
+/* Writes the CUDA device's name (and "sm_XY") into buf; SF_ERR_NO_DEVICE
+ * if there is no such device. */
+SF_API sf_status sf_cuda_device_name(int device, char *buf, size_t len);
+SF_API const char *sf_version_string(void);
+
+/* ------------------------------------------------------------------ */
+/* Mamba-2 SSD forward (chunked scan), mamba_chunk_scan_combined       */
+/* ------------------------------------------------------------------ */
+/*
+ * Per batch b, head h (H heads of P channels, N state size, G groups, head
+ * h reading group h / (H/G)), with dt processed as
+ *     dt = dt_softplus ? softplus(dt + dt_bias) : dt + dt_bias
+ *     dt = min(max(dt, dt_min), dt_max)
+ * the recurrence is
+ *     h_t = exp(dt_t A_h) h_{t-1} + dt_t x_t B_t^T       (P x N, f32)
+ *     y_t = h_t C_t + D_h x_t,  then y_t *= silu(z_t) when z is given.
+ *
+ * Tensors (b = batch, L = seqlen):
+ *   x      (b, L, H, P)   f32/f16/bf16            required, unit inner stride
+ *   dt     (b, L, H)      same dtype as x          required
+ *   A      (H)            f32                      required (A < 0 expected)
+ *   B, C   (b, L, G, N)   same dtype as x          required, unit inner stride
+ *   D      (H) or (H, P)  f32                      optional
+ *   z      (b, L, H, P)   same dtype as x          optional, unit inner stride
+ *   dt_bias (H)           f32                      optional
+ *   initial_states (b, H, P, N), or (nseq, H, P, N) with cu_seqlens;   f32,
+ *                                                  optional (zeros if absent)
+ *   seq_idx (b, L)        i32; the state is reset to zero wherever it
+ *                         changes along L (a new sequence).   optional
+ *   cu_seqlens (nseq+1)   i32 or i64, cu[0] = 0, non-decreasing,
+ *                         cu[nseq] = L; needs b == 1.  optional.  Each
+ *                         sequence starts from its own initial state (or
+ *                         zero) and ends in its own final state.
+ *   out    (b, L, H, P)   same dtype as x          required, unit inner stride
+ *   final_states (b, H, P, N) or (nseq, H, P, N)   f32, optional output.
+ *                         With seq_idx it holds the state after each row's
+ *                         last token (of the last sequence in the row).
+ * seq_idx and cu_seqlens are exclusive.  chunk_size is 64, 128 or 256 (the
+ * result does not depend on it beyond rounding; the GPU kernels tile by it).
+ * Arithmetic is f32 (f64 for the reference); matrix products of f16/bf16
+ * inputs take those inputs with f32 accumulation.  Exponents are clamped
+ * to <= 0 (the decay exp(dt A) never exceeds 1).
+ */
+typedef struct sf_ssd_fwd_params {
+    sf_tensor x, dt, A, B, C;
+    sf_tensor D, z, dt_bias;
+    sf_tensor initial_states;
+    sf_tensor seq_idx;
+    sf_tensor cu_seqlens;
+    sf_tensor out;
+    sf_tensor final_states;
+    int chunk_size;
+    int dt_softplus;
+    float dt_min;        /* lower clamp of processed dt (0 = none)       */
+    float dt_max;        /* upper clamp; INFINITY = none                  */
+    sf_backend backend;  /* SF_BACKEND_AUTO defers to the context         */
+} sf_ssd_fwd_params;
+
+/* Fills defaults: every tensor absent, chunk_size 256, dt_min 0,
+ * dt_max INFINITY, backend AUTO. */
+SF_API void sf_ssd_fwd_params_init(sf_ssd_fwd_params *p);
+SF_API sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p);
+
+/* ------------------------------------------------------------------ */
+/* Mamba-2 decode step, selective_state_update                         */
+/* ------------------------------------------------------------------ */
+/*
+ * One token per sequence, batch of b sequences:
+ *     dt = processed as above; dA = exp(min(dt A_h, 0))
+ *     state[s, h] = dA state[s, h] + dt x[i, h] B[i, g]^T     (in place)
+ *     out[i, h]   = state[s, h] C[i, g] + D_h x[i, h], times silu(z) if z
+ * where s = state_idx[i] when given, else s = i.
+ *   state      (nslots, H, P, N)  f32, read and written in place
+ *   x          (b, H, P)    f32/f16/bf16, unit inner stride
+ *   dt         (b, H)       same dtype as x
+ *   A          (H)          f32
+ *   B, C       (b, G, N)    same dtype as x, unit inner stride
+ *   D (H) or (H, P) f32, z (b, H, P), dt_bias (H) f32: optional
+ *   state_idx  (b) i32 optional: each in [0, nslots) (SF_ERR_INDEX
+ *              otherwise on the CPU backends; the CUDA kernel skips an
+ *              entry out of range and writes zeros to its output), and no
+ *              two equal.  A negative entry means "padding": the sequence
+ *              is skipped and its output set to zero.
+ *   out        (b, H, P)    same dtype as x
+ */
+typedef struct sf_ssd_step_params {
+    sf_tensor state;
+    sf_tensor x, dt, A, B, C;
+    sf_tensor D, z, dt_bias;
+    sf_tensor state_idx;
+    sf_tensor out;
+    int dt_softplus;
+    float dt_min, dt_max;
+    sf_backend backend;
+} sf_ssd_step_params;
+
+SF_API void sf_ssd_step_params_init(sf_ssd_step_params *p);
+SF_API sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p);
+
+/* ------------------------------------------------------------------ */
+/* Attention forward, flash_attn_func / flash_attn_varlen_func         */
+/* ------------------------------------------------------------------ */
+/*
+ * out = softmax(q k^T * scale + mask) v per head; kv head of query head h is
+ * h / (H / Hkv).  Masks, for query row i of a sequence with Lq queries and
+ * Lk keys (bottom-right aligned: row i sits at key position i + Lk - Lq):
+ *   causal:          key j visible iff j <= i + Lk - Lq
+ *   window (wl, wr): key j visible iff i + Lk - Lq - wl <= j <= i + Lk - Lq + wr
+ *                    (a negative wl or wr means unbounded on that side;
+ *                    causal sets wr = 0)
+ * A row that sees no key gets out = 0 and lse = -INFINITY.
+ *
+ * Dense layout:   q (b, Lq, H, d), k and v (b, Lk, Hkv, d), out like q,
+ *                 lse (b, H, Lq) f32 optional.
+ * Varlen layout:  cu_seqlens_q and cu_seqlens_k (b+1) i32, both given;
+ *                 q (total_q, H, d), k/v (total_k, Hkv, d), out like q,
+ *                 lse (H, total_q) f32 optional.  Sequences may be empty.
+ * q, k, v, out: one dtype among f32/f16/bf16, unit inner stride; any other
+ * strides.  d <= 256 (the CUDA backend: a multiple of 8).
+ * softmax_scale 0 means 1/sqrt(d).
+ */
+typedef struct sf_attn_fwd_params {
+    sf_tensor q, k, v;
+    sf_tensor out;
+    sf_tensor lse;
+    sf_tensor cu_seqlens_q, cu_seqlens_k;
+    float softmax_scale;
+    int causal;
+    int window_left, window_right;   /* -1: unbounded */
+    sf_backend backend;
+} sf_attn_fwd_params;
+
+SF_API void sf_attn_fwd_params_init(sf_attn_fwd_params *p);
+SF_API sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEQFUSE_H */

@@ -1,0 +1,138 @@
+/* check.c - descriptor validation: every distinct fault gets its own status
+ * and a sentence naming the op, the tensor and the offending value. */
+#include "check.h"
+
+#include <stdio.h>
+
+static void shape_str(char *buf, size_t len, int rank, const int64_t *shape) {
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, len - n, "(");
+    for (int i = 0; i < rank && n < len; i++) {
+        if (shape[i] == SF_ANY)
+            n += (size_t)snprintf(buf + n, len - n, "%s*", i ? ", " : "");
+        else
+            n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    }
+    if (n < len) snprintf(buf + n, len - n, ")");
+}
+
+sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const sf_tensor *t,
+                          int required, int rank, const int64_t *shape, int dtype,
+                          int unit_inner) {
+    if (!t->data) {
+        if (!required) return SF_OK;
+        return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: %s is required but its data pointer is NULL",
+                       op, name);
+    }
+    if (t->rank != rank) {
+        char want[128];
+        shape_str(want, sizeof want, rank, shape);
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: %s has rank %d, expected rank %d %s", op, name,
+                       t->rank, rank, want);
+    }
+    for (int i = 0; i < rank; i++) {
+        if (t->shape[i] < 0)
+            return sf_fail(ctx, SF_ERR_SHAPE, "%s: %s has negative extent %lld in dim %d", op,
+                           name, (long long)t->shape[i], i);
+        if (t->shape[i] > INT32_MAX)
+            return sf_fail(ctx, SF_ERR_TOO_LARGE,
+                           "%s: %s dim %d is %lld, past the int32 limit of one dimension", op,
+                           name, i, (long long)t->shape[i]);
+        if (shape && shape[i] != SF_ANY && t->shape[i] != shape[i]) {
+            char want[128], got[128];
+            shape_str(want, sizeof want, rank, shape);
+            shape_str(got, sizeof got, rank, t->shape);
+            return sf_fail(ctx, SF_ERR_SHAPE, "%s: %s has shape %s, expected %s", op, name, got,
+                           want);
+        }
+    }
+    int dt = (int)t->dtype;
+    if (dt < SF_F32 || dt > SF_I64)
+        return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has unknown dtype %d", op, name, dt);
+    if (dtype == SF_DT_FLOAT ? !(dt == SF_F32 || dt == SF_F16 || dt == SF_BF16)
+        : dtype == SF_DT_INDEX ? !(dt == SF_I32 || dt == SF_I64)
+                               : dt != dtype)
+        return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has dtype %s, expected %s", op, name,
+                       sf_dtype_name(t->dtype),
+                       dtype == SF_DT_FLOAT   ? "f32, f16 or bf16"
+                       : dtype == SF_DT_INDEX ? "i32 or i64"
+                                              : sf_dtype_name((sf_dtype)dtype));
+    if (t->device != ctx->device) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, t->device < 0 ? "the CPU" : "CUDA device %d", t->device);
+        snprintf(b, sizeof b, ctx->device < 0 ? "the CPU" : "CUDA device %d", ctx->device);
+        return sf_fail(ctx, SF_ERR_DEVICE, "%s: %s is on %s but the context is on %s", op, name,
+                       a, b);
+    }
+    size_t es = sf_dtype_size(t->dtype);
+    int64_t numel = 1;
+    double extent = 1.0; /* in elements, checked in floating point to avoid overflow */
+    for (int i = 0; i < rank; i++) {
+        if (t->stride[i] < 0)
+            return sf_fail(ctx, SF_ERR_STRIDE, "%s: %s has negative stride %lld in dim %d", op,
+                           name, (long long)t->stride[i], i);
+        numel *= t->shape[i];
+        if (t->shape[i] > 0) extent += (double)(t->shape[i] - 1) * (double)t->stride[i];
+    }
+    if (extent * (double)es > 9.0e18)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: %s spans %.3g bytes, past the int64 range", op,
+                       name, extent * (double)es);
+    if (unit_inner && rank > 0 && t->shape[rank - 1] > 1 && t->stride[rank - 1] != 1 && numel > 0)
+        return sf_fail(ctx, SF_ERR_STRIDE,
+                       "%s: %s needs a unit innermost stride (contiguous last dim), got %lld", op,
+                       name, (long long)t->stride[rank - 1]);
+    if (((uintptr_t)t->data) % es != 0)
+        return sf_fail(ctx, SF_ERR_ALIGNMENT, "%s: %s data %p is not aligned to its %zu-byte elements",
+                       op, name, t->data, es);
+    return SF_OK;
+}
+
+sf_status sf_resolve_backend(sf_ctx *ctx, const char *op, sf_backend req, sf_backend *out) {
+    if (req < SF_BACKEND_AUTO || req > SF_BACKEND_CUDA)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: unknown backend %d", op, (int)req);
+    if (req == SF_BACKEND_AUTO) req = ctx->backend;
+    if (req == SF_BACKEND_AUTO) req = ctx->device >= 0 ? SF_BACKEND_CUDA : SF_BACKEND_CPU;
+    if ((req == SF_BACKEND_REF || req == SF_BACKEND_CPU) && ctx->device >= 0)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "%s: the %s backend works on host memory, but this context is on CUDA "
+                       "device %d (use a CPU context with host tensors)",
+                       op, sf_backend_name(req), ctx->device);
+    if (req == SF_BACKEND_CUDA && ctx->device < 0)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "%s: the cuda backend needs a CUDA context (sf_ctx_create with a device "
+                       "ordinal) and device tensors; this context is on the CPU",
+                       op);
+    *out = req;
+    return SF_OK;
+}
+
+sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
+                            const sf_tensor *out, const char *in_name, const sf_tensor *in) {
+    if (out->data && in->data && out->data == in->data)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: output %s aliases input %s (same data pointer)",
+                       op, out_name, in_name);
+    return SF_OK;
+}
+
+sf_status sf_check_cu_seqlens(sf_ctx *ctx, const char *op, const char *name,
+                              const sf_tensor *cu, int64_t total, int64_t *max_len) {
+    int64_t n = cu->shape[0] - 1;
+    int64_t prev = sf_ldi(cu->data, cu->dtype, 0);
+    if (prev != 0)
+        return sf_fail(ctx, SF_ERR_INDEX, "%s: %s[0] is %lld, must be 0", op, name, (long long)prev);
+    int64_t mx = 0;
+    for (int64_t i = 1; i <= n; i++) {
+        int64_t v = sf_ldi(cu->data, cu->dtype, i * cu->stride[0]);
+        if (v < prev)
+            return sf_fail(ctx, SF_ERR_INDEX, "%s: %s[%lld] = %lld is less than %s[%lld] = %lld", op,
+                           name, (long long)i, (long long)v, name, (long long)(i - 1),
+                           (long long)prev);
+        if (v - prev > mx) mx = v - prev;
+        prev = v;
+    }
+    if (prev != total)
+        return sf_fail(ctx, SF_ERR_INDEX, "%s: %s[%lld] = %lld but the packed length is %lld", op,
+                       name, (long long)n, (long long)prev, (long long)total);
+    if (max_len) *max_len = mx;
+    return SF_OK;
+}

@@ -1,0 +1,39 @@
+/* check.h - descriptor validation shared by the op front ends in src/core. */
+#ifndef SF_CHECK_H
+#define SF_CHECK_H
+
+#include "internal.h"
+
+/* Dtype sets accepted by a check. */
+#define SF_DT_FLOAT (-1) /* f32, f16 or bf16 */
+#define SF_DT_INDEX (-2) /* i32 or i64 */
+
+#define SF_ANY (-1) /* wildcard extent */
+
+/* Validates a tensor named `name` of op `op`:
+ *   required: absent -> SF_ERR_NULL_POINTER (an absent optional tensor passes);
+ *   rank and each extent of `shape` (SF_ANY matches anything) -> SF_ERR_SHAPE;
+ *   dtype (a dtype, SF_DT_FLOAT or SF_DT_INDEX) -> SF_ERR_DTYPE;
+ *   device equal to the context's -> SF_ERR_DEVICE;
+ *   strides >= 0, unit innermost stride when unit_inner -> SF_ERR_STRIDE;
+ *   data aligned to the element size -> SF_ERR_ALIGNMENT;
+ *   extents < 2^31 and byte extent within int64 -> SF_ERR_TOO_LARGE. */
+sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const sf_tensor *t,
+                          int required, int rank, const int64_t *shape, int dtype,
+                          int unit_inner);
+
+/* The backend a call runs on: the call's choice, else the context's, else
+ * the best for the context's device; SF_ERR_UNSUPPORTED when the choice
+ * cannot reach the context's memory. */
+sf_status sf_resolve_backend(sf_ctx *ctx, const char *op, sf_backend req, sf_backend *out);
+
+/* Two tensors share their first byte: an output aliasing an input. */
+sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
+                            const sf_tensor *out, const char *in_name, const sf_tensor *in);
+
+/* Reads a host cu_seqlens array of n+1 entries and checks cu[0] = 0,
+ * non-decreasing, cu[n] = total; stores the largest length in *max_len. */
+sf_status sf_check_cu_seqlens(sf_ctx *ctx, const char *op, const char *name,
+                              const sf_tensor *cu, int64_t total, int64_t *max_len);
+
+#endif

@@ -1,0 +1,266 @@
+/* internal.h - what the backends share: the context, error recording,
+ * workspace, element access and the validated problem of each op.
+ * Not installed; include only from src/. */
+#ifndef SF_INTERNAL_H
+#define SF_INTERNAL_H
+
+#include "seqfuse.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SF_ERRMSG_LEN 512
+
+/* A growable block of memory on the context's device (host memory for a
+ * CPU context, device memory for a CUDA one). */
+typedef struct sf_arena {
+    void *base;
+    size_t size;
+    size_t peak;
+} sf_arena;
+
+struct sf_ctx {
+    int device;
+    int nthreads;
+    sf_backend backend;
+    sf_backend last_backend;
+    void *stream;        /* cudaStream_t */
+    sf_arena ws;         /* device-side workspace (host for CPU contexts)   */
+    sf_arena host;       /* host scratch (segment lists, staging)           */
+    void *cuda_state;    /* owned by src/cuda (autotune cache, handles)     */
+    char err[SF_ERRMSG_LEN];
+};
+
+/* Records a printf-style detail on the context and returns `s`. */
+sf_status sf_fail(sf_ctx *ctx, sf_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* The context's workspace, grown to at least `bytes` (0 is fine: returns
+ * the current base or NULL).  Records the peak.  NULL with an error set on
+ * the context when the allocation fails. */
+void *sf_ws_get(sf_ctx *ctx, size_t bytes);
+/* Host scratch, same contract; always host memory. */
+void *sf_host_scratch(sf_ctx *ctx, size_t bytes);
+
+/* ------------------------------------------------------------------ */
+/* f16 / bf16 conversion (round to nearest even), element access        */
+/* ------------------------------------------------------------------ */
+
+static inline float sf_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400u));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t sf_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
+    if (absx >= 0x477ff000u) /* rounds past the largest half */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x38800000u) { /* subnormal half or zero */
+        if (absx < 0x33000000u) return (uint16_t)sign;
+        uint32_t e = absx >> 23;
+        uint32_t man = (absx & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14 .. 24 */
+        uint32_t half = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t r = absx + 0xfffu + ((absx >> 13) & 1u); /* round to nearest even */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+static inline float sf_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t sf_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* Element `off` (in elements) of a float tensor's data, as float. */
+static inline float sf_ldf(const void *data, sf_dtype dt, int64_t off) {
+    switch (dt) {
+    case SF_F32: return ((const float *)data)[off];
+    case SF_F16: return sf_f16_to_f32(((const uint16_t *)data)[off]);
+    case SF_BF16: return sf_bf16_to_f32(((const uint16_t *)data)[off]);
+    case SF_I32: return (float)((const int32_t *)data)[off];
+    case SF_I64: return (float)((const int64_t *)data)[off];
+    }
+    return NAN;
+}
+
+static inline void sf_stf(void *data, sf_dtype dt, int64_t off, float v) {
+    switch (dt) {
+    case SF_F32: ((float *)data)[off] = v; break;
+    case SF_F16: ((uint16_t *)data)[off] = sf_f32_to_f16(v); break;
+    case SF_BF16: ((uint16_t *)data)[off] = sf_f32_to_bf16(v); break;
+    default: break;
+    }
+}
+
+/* Integer element of an i32 or i64 tensor. */
+static inline int64_t sf_ldi(const void *data, sf_dtype dt, int64_t off) {
+    return dt == SF_I64 ? ((const int64_t *)data)[off] : ((const int32_t *)data)[off];
+}
+
+/* Offset of an index tuple (up to 4 dims used here). */
+static inline int64_t sf_off2(const sf_tensor *t, int64_t i0, int64_t i1) {
+    return i0 * t->stride[0] + i1 * t->stride[1];
+}
+static inline int64_t sf_off3(const sf_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
+    return i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2];
+}
+static inline int64_t sf_off4(const sf_tensor *t, int64_t i0, int64_t i1, int64_t i2,
+                              int64_t i3) {
+    return i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3];
+}
+
+static inline float sf_softplus(float x) {
+    /* the threshold of torch.nn.functional.softplus (beta 1, threshold 20) */
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+static inline float sf_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ------------------------------------------------------------------ */
+/* Validated problems: built by src/core, read by every backend         */
+/* ------------------------------------------------------------------ */
+
+/* A run of tokens of one batch row through which the SSD state flows. */
+typedef struct sf_ssd_segment {
+    int64_t b;          /* batch row                                    */
+    int64_t start, end; /* token range [start, end) within the row      */
+    int64_t init;       /* row of initial_states to start from, -1: zero */
+    int64_t final;      /* row of final_states to write, -1: none       */
+} sf_ssd_segment;
+
+typedef struct sf_ssd_problem {
+    const sf_ssd_fwd_params *p;
+    int64_t batch, seqlen, nheads, headdim, ngroups, dstate;
+    int64_t heads_per_group;       /* H / G                           */
+    int has_D, D_per_channel;      /* D given; D shaped (H, P)         */
+    int has_z, has_dt_bias, has_init, has_final;
+    int varlen;                    /* 0 none, 1 seq_idx, 2 cu_seqlens  */
+    int64_t nseq;                  /* sequences (cu_seqlens) or batch   */
+    int chunk;
+    /* Host-side segment list; filled only for host (CPU) tensors. */
+    const sf_ssd_segment *seg;
+    int64_t nseg;
+} sf_ssd_problem;
+
+typedef struct sf_ssd_step_problem {
+    const sf_ssd_step_params *p;
+    int64_t batch, nheads, headdim, ngroups, dstate, nslots;
+    int64_t heads_per_group;
+    int has_D, D_per_channel, has_z, has_dt_bias, has_idx;
+} sf_ssd_step_problem;
+
+typedef struct sf_attn_problem {
+    const sf_attn_fwd_params *p;
+    int64_t batch, nheads, nheads_kv, headdim;
+    int64_t max_lq, max_lk;        /* dense: Lq, Lk; varlen: maxima (host) */
+    int varlen;
+    int has_lse;
+    float scale;
+    int64_t wl, wr;                /* -1 unbounded; causal folded into wr = 0 */
+} sf_attn_problem;
+
+/* Query/key ranges of batch entry b: rows [*q0, *q0 + *lq) of q (varlen)
+ * or of q[b] (dense, then *q0 = 0).  Host tensors only. */
+static inline void sf_attn_seq(const sf_attn_problem *pr, int64_t b, int64_t *q0,
+                               int64_t *lq, int64_t *k0, int64_t *lk) {
+    if (pr->varlen) {
+        const sf_tensor *cq = &pr->p->cu_seqlens_q, *ck = &pr->p->cu_seqlens_k;
+        *q0 = sf_ldi(cq->data, cq->dtype, b * cq->stride[0]);
+        *lq = sf_ldi(cq->data, cq->dtype, (b + 1) * cq->stride[0]) - *q0;
+        *k0 = sf_ldi(ck->data, ck->dtype, b * ck->stride[0]);
+        *lk = sf_ldi(ck->data, ck->dtype, (b + 1) * ck->stride[0]) - *k0;
+    } else {
+        *q0 = 0;
+        *lq = pr->max_lq;
+        *k0 = 0;
+        *lk = pr->max_lk;
+    }
+}
+
+/* Visible key range [*lo, *hi) of query row i (0-based) for a sequence of
+ * lq queries and lk keys; empty when *lo >= *hi. */
+static inline void sf_attn_key_range(const sf_attn_problem *pr, int64_t i, int64_t lq,
+                                     int64_t lk, int64_t *lo, int64_t *hi) {
+    int64_t pos = i + lk - lq;
+    int64_t a = pr->wl < 0 ? 0 : pos - pr->wl;
+    int64_t b = pr->wr < 0 ? lk : pos + pr->wr + 1;
+    if (a < 0) a = 0;
+    if (b > lk) b = lk;
+    *lo = a;
+    *hi = b;
+}
+
+/* Backend entry points.  Each receives a validated problem. */
+sf_status sf_ref_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
+sf_status sf_ref_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
+sf_status sf_ref_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
+
+sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
+sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
+sf_status sf_cpu_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
+
+/* CUDA backend (src/cuda); in a build without CUDA these come from
+ * src/core/nocuda.c and answer SF_ERR_UNSUPPORTED. */
+sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
+sf_status sf_cuda_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
+sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
+/* Device plumbing used by src/core/ctx.c. */
+int sf_cuda_count(void);
+sf_status sf_cuda_ctx_init(sf_ctx *ctx);
+void sf_cuda_ctx_free(sf_ctx *ctx);
+sf_status sf_cuda_alloc(sf_ctx *ctx, void **p, size_t bytes);
+void sf_cuda_free(sf_ctx *ctx, void *p);
+sf_status sf_cuda_name(int device, char *buf, size_t len);
+sf_status sf_cuda_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes);
+sf_status sf_cuda_sync(sf_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,281 @@
+/* ssd.c - front end of sf_ssd_fwd and sf_ssd_step: validate every
+ * descriptor, derive the problem (and, for host tensors, the list of
+ * segments through which the state flows), dispatch to a backend. */
+#include "check.h"
+
+#include <stdio.h>
+
+#define CHK(expr)                      \
+    do {                               \
+        sf_status s_ = (expr);         \
+        if (s_ != SF_OK) return s_;    \
+    } while (0)
+
+void sf_ssd_fwd_params_init(sf_ssd_fwd_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->chunk_size = 256;
+    p->dt_min = 0.0f;
+    p->dt_max = INFINITY;
+    p->backend = SF_BACKEND_AUTO;
+}
+
+void sf_ssd_step_params_init(sf_ssd_step_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->dt_min = 0.0f;
+    p->dt_max = INFINITY;
+    p->backend = SF_BACKEND_AUTO;
+}
+
+static sf_status check_dt_limits(sf_ctx *ctx, const char *op, float lo, float hi) {
+    if (isnan(lo) || isnan(hi) || lo > hi)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: dt limits [%g, %g] are not an interval", op,
+                       (double)lo, (double)hi);
+    return SF_OK;
+}
+
+/* Cuts the host problem into segments: rows, cu_seqlens sequences, or
+ * runs of equal seq_idx. */
+static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
+    const sf_ssd_fwd_params *p = pr->p;
+    int64_t cap = pr->varlen == 2 ? pr->nseq : pr->batch;
+    if (pr->varlen == 1) { /* count the runs first */
+        cap = 0;
+        const sf_tensor *si = &p->seq_idx;
+        for (int64_t b = 0; b < pr->batch; b++) {
+            cap++;
+            for (int64_t t = 1; t < pr->seqlen; t++)
+                if (sf_ldi(si->data, si->dtype, sf_off2(si, b, t)) !=
+                    sf_ldi(si->data, si->dtype, sf_off2(si, b, t - 1)))
+                    cap++;
+        }
+    }
+    sf_ssd_segment *seg = (sf_ssd_segment *)sf_host_scratch(ctx, (size_t)cap * sizeof *seg);
+    if (!seg) return SF_ERR_OUT_OF_MEMORY;
+    int64_t n = 0;
+    if (pr->varlen == 0) {
+        for (int64_t b = 0; b < pr->batch; b++)
+            seg[n++] = (sf_ssd_segment){b, 0, pr->seqlen, pr->has_init ? b : -1,
+                                        pr->has_final ? b : -1};
+    } else if (pr->varlen == 2) {
+        const sf_tensor *cu = &p->cu_seqlens;
+        for (int64_t i = 0; i < pr->nseq; i++) {
+            int64_t s = sf_ldi(cu->data, cu->dtype, i * cu->stride[0]);
+            int64_t e = sf_ldi(cu->data, cu->dtype, (i + 1) * cu->stride[0]);
+            seg[n++] = (sf_ssd_segment){0, s, e, pr->has_init ? i : -1, pr->has_final ? i : -1};
+        }
+    } else {
+        const sf_tensor *si = &p->seq_idx;
+        for (int64_t b = 0; b < pr->batch; b++) {
+            int64_t start = 0;
+            for (int64_t t = 1; t <= pr->seqlen; t++) {
+                if (t < pr->seqlen && sf_ldi(si->data, si->dtype, sf_off2(si, b, t)) ==
+                                          sf_ldi(si->data, si->dtype, sf_off2(si, b, t - 1)))
+                    continue;
+                seg[n++] = (sf_ssd_segment){b, start, t, (start == 0 && pr->has_init) ? b : -1,
+                                            (t == pr->seqlen && pr->has_final) ? b : -1};
+                start = t;
+            }
+        }
+    }
+    pr->seg = seg;
+    pr->nseg = n;
+    return SF_OK;
+}
+
+sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
+    static const char *op = "sf_ssd_fwd";
+    if (!ctx) return SF_ERR_NULL_POINTER;
+    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
+    ctx->err[0] = 0;
+    sf_backend be;
+    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+
+    CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 4, NULL, SF_DT_FLOAT, 1));
+    sf_ssd_problem pr;
+    memset(&pr, 0, sizeof pr);
+    pr.p = p;
+    pr.batch = p->x.shape[0];
+    pr.seqlen = p->x.shape[1];
+    pr.nheads = p->x.shape[2];
+    pr.headdim = p->x.shape[3];
+    int dt = (int)p->x.dtype;
+    int64_t b = pr.batch, L = pr.seqlen, H = pr.nheads, P = pr.headdim;
+    if (b == 0 || L == 0 || H == 0 || P == 0)
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: x has an empty dimension (%lld, %lld, %lld, %lld)",
+                       op, (long long)b, (long long)L, (long long)H, (long long)P);
+
+    CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 4, (int64_t[]){b, L, SF_ANY, SF_ANY}, dt, 1));
+    pr.ngroups = p->B.shape[2];
+    pr.dstate = p->B.shape[3];
+    int64_t G = pr.ngroups, N = pr.dstate;
+    if (G == 0 || N == 0)
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: B has an empty group or state dimension", op);
+    if (H % G != 0)
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: ngroups %lld (B dim 2) does not divide nheads %lld",
+                       op, (long long)G, (long long)H);
+    pr.heads_per_group = H / G;
+    CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 4, (int64_t[]){b, L, G, N}, dt, 1));
+    CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 3, (int64_t[]){b, L, H}, dt, 0));
+    CHK(sf_check_tensor(ctx, op, "A", &p->A, 1, 1, (int64_t[]){H}, SF_F32, 0));
+    CHK(sf_check_tensor(ctx, op, "out", &p->out, 1, 4, (int64_t[]){b, L, H, P}, dt, 1));
+    if (p->D.data) {
+        if (p->D.rank == 1)
+            CHK(sf_check_tensor(ctx, op, "D", &p->D, 1, 1, (int64_t[]){H}, SF_F32, 0));
+        else
+            CHK(sf_check_tensor(ctx, op, "D", &p->D, 1, 2, (int64_t[]){H, P}, SF_F32, 0));
+        pr.has_D = 1;
+        pr.D_per_channel = p->D.rank == 2;
+    }
+    CHK(sf_check_tensor(ctx, op, "z", &p->z, 0, 4, (int64_t[]){b, L, H, P}, dt, 1));
+    pr.has_z = p->z.data != NULL;
+    CHK(sf_check_tensor(ctx, op, "dt_bias", &p->dt_bias, 0, 1, (int64_t[]){H}, SF_F32, 0));
+    pr.has_dt_bias = p->dt_bias.data != NULL;
+
+    if (p->seq_idx.data && p->cu_seqlens.data)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: give seq_idx or cu_seqlens, not both", op);
+    pr.nseq = b;
+    if (p->seq_idx.data) {
+        CHK(sf_check_tensor(ctx, op, "seq_idx", &p->seq_idx, 1, 2, (int64_t[]){b, L}, SF_I32, 0));
+        pr.varlen = 1;
+    } else if (p->cu_seqlens.data) {
+        CHK(sf_check_tensor(ctx, op, "cu_seqlens", &p->cu_seqlens, 1, 1, (int64_t[]){SF_ANY},
+                            SF_DT_INDEX, 0));
+        if (p->cu_seqlens.shape[0] < 2)
+            return sf_fail(ctx, SF_ERR_SHAPE, "%s: cu_seqlens needs at least 2 entries, got %lld",
+                           op, (long long)p->cu_seqlens.shape[0]);
+        if (b != 1)
+            return sf_fail(ctx, SF_ERR_SHAPE,
+                           "%s: with cu_seqlens the batch must be 1 (sequences packed along L), "
+                           "got batch %lld",
+                           op, (long long)b);
+        pr.varlen = 2;
+        pr.nseq = p->cu_seqlens.shape[0] - 1;
+        if (ctx->device < 0) CHK(sf_check_cu_seqlens(ctx, op, "cu_seqlens", &p->cu_seqlens, L, NULL));
+    }
+    int64_t ns = pr.varlen == 2 ? pr.nseq : b;
+    CHK(sf_check_tensor(ctx, op, "initial_states", &p->initial_states, 0, 4,
+                        (int64_t[]){ns, H, P, N}, SF_F32, 0));
+    CHK(sf_check_tensor(ctx, op, "final_states", &p->final_states, 0, 4,
+                        (int64_t[]){ns, H, P, N}, SF_F32, 0));
+    pr.has_init = p->initial_states.data != NULL;
+    pr.has_final = p->final_states.data != NULL;
+
+    const sf_tensor *ins[] = {&p->x, &p->dt, &p->B, &p->C, &p->z};
+    const char *in_names[] = {"x", "dt", "B", "C", "z"};
+    for (int i = 0; i < 5; i++) {
+        CHK(sf_check_no_alias(ctx, op, "out", &p->out, in_names[i], ins[i]));
+        CHK(sf_check_no_alias(ctx, op, "final_states", &p->final_states, in_names[i], ins[i]));
+    }
+    if (p->chunk_size != 64 && p->chunk_size != 128 && p->chunk_size != 256)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: chunk_size %d; supported: 64, 128, 256", op,
+                       p->chunk_size);
+    pr.chunk = p->chunk_size;
+    CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
+
+    sf_status s;
+    switch (be) {
+    case SF_BACKEND_REF:
+        CHK(build_segments(ctx, &pr));
+        s = sf_ref_ssd_fwd(ctx, &pr);
+        break;
+    case SF_BACKEND_CPU:
+        CHK(build_segments(ctx, &pr));
+        s = sf_cpu_ssd_fwd(ctx, &pr);
+        break;
+    default:
+        s = sf_cuda_ssd_fwd(ctx, &pr);
+        break;
+    }
+    if (s == SF_OK) ctx->last_backend = be;
+    return s;
+}
+
+sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
+    static const char *op = "sf_ssd_step";
+    if (!ctx) return SF_ERR_NULL_POINTER;
+    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
+    ctx->err[0] = 0;
+    sf_backend be;
+    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+
+    CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 3, NULL, SF_DT_FLOAT, 1));
+    sf_ssd_step_problem pr;
+    memset(&pr, 0, sizeof pr);
+    pr.p = p;
+    pr.batch = p->x.shape[0];
+    pr.nheads = p->x.shape[1];
+    pr.headdim = p->x.shape[2];
+    int dt = (int)p->x.dtype;
+    int64_t b = pr.batch, H = pr.nheads, P = pr.headdim;
+    if (H == 0 || P == 0)
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: x has an empty head dimension", op);
+    CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 3, (int64_t[]){b, SF_ANY, SF_ANY}, dt, 1));
+    pr.ngroups = p->B.shape[1];
+    pr.dstate = p->B.shape[2];
+    int64_t G = pr.ngroups, N = pr.dstate;
+    if (G == 0 || N == 0)
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: B has an empty group or state dimension", op);
+    if (H % G != 0)
+        return sf_fail(ctx, SF_ERR_SHAPE, "%s: ngroups %lld (B dim 1) does not divide nheads %lld",
+                       op, (long long)G, (long long)H);
+    pr.heads_per_group = H / G;
+    CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 3, (int64_t[]){b, G, N}, dt, 1));
+    CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 2, (int64_t[]){b, H}, dt, 0));
+    CHK(sf_check_tensor(ctx, op, "A", &p->A, 1, 1, (int64_t[]){H}, SF_F32, 0));
+    CHK(sf_check_tensor(ctx, op, "out", &p->out, 1, 3, (int64_t[]){b, H, P}, dt, 1));
+    CHK(sf_check_tensor(ctx, op, "state", &p->state, 1, 4, (int64_t[]){SF_ANY, H, P, N}, SF_F32, 1));
+    pr.nslots = p->state.shape[0];
+    if (p->D.data) {
+        if (p->D.rank == 1)
+            CHK(sf_check_tensor(ctx, op, "D", &p->D, 1, 1, (int64_t[]){H}, SF_F32, 0));
+        else
+            CHK(sf_check_tensor(ctx, op, "D", &p->D, 1, 2, (int64_t[]){H, P}, SF_F32, 0));
+        pr.has_D = 1;
+        pr.D_per_channel = p->D.rank == 2;
+    }
+    CHK(sf_check_tensor(ctx, op, "z", &p->z, 0, 3, (int64_t[]){b, H, P}, dt, 1));
+    pr.has_z = p->z.data != NULL;
+    CHK(sf_check_tensor(ctx, op, "dt_bias", &p->dt_bias, 0, 1, (int64_t[]){H}, SF_F32, 0));
+    pr.has_dt_bias = p->dt_bias.data != NULL;
+    CHK(sf_check_tensor(ctx, op, "state_idx", &p->state_idx, 0, 1, (int64_t[]){b}, SF_I32, 0));
+    pr.has_idx = p->state_idx.data != NULL;
+    if (!pr.has_idx && pr.nslots != b)
+        return sf_fail(ctx, SF_ERR_SHAPE,
+                       "%s: state has %lld slots but the batch is %lld; give state_idx to map "
+                       "sequences to slots",
+                       op, (long long)pr.nslots, (long long)b);
+    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
+    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "state", &p->state));
+    CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
+
+    if (pr.has_idx && ctx->device < 0) {
+        /* Host indices: each in range, no slot updated twice (a race on
+         * the GPU, an order dependence anywhere). */
+        unsigned char *seen = (unsigned char *)sf_host_scratch(ctx, (size_t)pr.nslots + 1);
+        if (!seen) return SF_ERR_OUT_OF_MEMORY;
+        memset(seen, 0, (size_t)pr.nslots + 1);
+        const sf_tensor *si = &p->state_idx;
+        for (int64_t i = 0; i < b; i++) {
+            int64_t s = sf_ldi(si->data, si->dtype, i * si->stride[0]);
+            if (s < 0) continue;
+            if (s >= pr.nslots)
+                return sf_fail(ctx, SF_ERR_INDEX, "%s: state_idx[%lld] = %lld is outside the %lld state slots",
+                               op, (long long)i, (long long)s, (long long)pr.nslots);
+            if (seen[s])
+                return sf_fail(ctx, SF_ERR_INDEX, "%s: state slot %lld is used twice in state_idx", op,
+                               (long long)s);
+            seen[s] = 1;
+        }
+    }
+
+    sf_status s;
+    switch (be) {
+    case SF_BACKEND_REF: s = sf_ref_ssd_step(ctx, &pr); break;
+    case SF_BACKEND_CPU: s = sf_cpu_ssd_step(ctx, &pr); break;
+    default: s = sf_cuda_ssd_step(ctx, &pr); break;
+    }
+    if (s == SF_OK) ctx->last_backend = be;
+    return s;
+}

@@ -1,0 +1,30 @@
+/* tensor.c - tensor descriptors. */
+#include "internal.h"
+
+sf_tensor sf_tensor_contiguous(void *data, sf_dtype dtype, int device, int rank,
+                               const int64_t *shape) {
+    sf_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dtype;
+    t.device = device;
+    if (rank < 0 || rank > SF_MAX_RANK || (rank > 0 && !shape)) {
+        t.rank = -1; /* rejected by every op as a shape error */
+        return t;
+    }
+    t.rank = rank;
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t.shape[i] = shape[i];
+        t.stride[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return t;
+}
+
+int64_t sf_tensor_numel(const sf_tensor *t) {
+    if (!t || !t->data || t->rank < 0) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+    return n;
+}

@@ -1,0 +1,484 @@
+/* attn_fwd_mma.cuh - FlashAttention-2 style forward kernel (mma.sync, sm_80+).
+ *
+ * Grid: x = (batch entry, Q tile) (dense) or a tile slot resolved through
+ * cu_seqlens (varlen), y = query head.  One CTA owns BM query rows of one
+ * head; BM/16 warps each own 16 rows.  The Q tile stays in shared memory
+ * (and in registers for D <= 128); K and V tiles of BN keys stream through a
+ * 2-stage cp.async double buffer.  S = Q K^T and O += P V run on
+ * mma.sync.m16n8k16 (f16/bf16 in, f32 accumulate) fed by ldmatrix.
+ *
+ * Numerics: logits are scaled by scale*log2(e) once, so every exponential is
+ * one ex2.approx; the online softmax keeps the running max m and per-thread
+ * partial sums l in registers (reduced across the quad once, at the end).  A
+ * row that has seen no visible key keeps m = -inf; its exponent base is
+ * forced to 0 so no (-inf) - (-inf) = NaN is ever formed, and it ends with
+ * out = 0, lse = -inf.
+ *
+ * Shared memory rows are padded by 16 bytes (row stride D+8 elements): the
+ * 8 row addresses of one ldmatrix phase then fall in 8 distinct 4-bank
+ * groups for every D that is a multiple of 8, so no swizzle is needed and
+ * any head dim maps onto the padded buckets 64/96/128/192/256.  Columns
+ * d..D and rows past a sequence's end are zero-filled by cp.async
+ * (src-size 0): V rows must be finite because P = 0 there and 0*NaN = NaN.
+ */
+#ifndef SF_ATTN_FWD_MMA_CUH
+#define SF_ATTN_FWD_MMA_CUH
+
+#include "cuda_common.h"
+
+#include <stdint.h>
+
+namespace sf_attn {
+
+/* Everything the kernel needs, passed by value.  Strides in elements. */
+struct FwdParams {
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+    int64_t q_sb, q_sr, q_sh;   /* batch (0 for varlen), row, head strides */
+    int64_t k_sb, k_sr, k_sh;
+    int64_t v_sb, v_sr, v_sh;
+    int64_t o_sb, o_sr, o_sh;
+    int64_t l_sb, l_sh, l_sr;
+    const void *cu_q, *cu_k;    /* device arrays (varlen)                  */
+    int64_t cu_q_s, cu_k_s;     /* their element strides                   */
+    int cu_i64;                 /* 1: cu_seqlens are int64                 */
+    int varlen;
+    int batch, nheads, heads_per_kv, d;
+    int lq, lk;                 /* dense lengths                           */
+    int n_mtiles;               /* dense: Q tiles per sequence             */
+    int wl, wr;                 /* -1: unbounded                           */
+    float scale_log2;           /* softmax scale * log2(e)                 */
+    int aligned;                /* every row start 16-byte aligned         */
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                        const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                          const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+
+template <typename T> struct MmaOp;
+template <> struct MmaOp<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+template <> struct MmaOp<__half> {
+    static __device__ __forceinline__ void run(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ int64_t ld_cu(const void *p, int64_t i, int is64) {
+    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+/* Visible key range [lo, hi) of query row i (sequence-relative), clamped to
+ * [0, lk]; empty when lo >= hi.  Bottom-right aligned, as sf_attn_key_range. */
+__device__ __forceinline__ void key_range(int i, int lq, int lk, int wl, int wr, int &lo,
+                                          int &hi) {
+    int64_t pos = (int64_t)i + lk - lq;
+    int64_t a = wl < 0 ? 0 : pos - wl;
+    int64_t b = wr < 0 ? (int64_t)lk : pos + wr + 1;
+    a = a < 0 ? 0 : (a > lk ? lk : a);
+    b = b < 0 ? 0 : (b > lk ? lk : b);
+    lo = (int)a;
+    hi = (int)b;
+}
+
+template <int D> struct Smem {
+    static constexpr int LDS = D + 8; /* padded row stride, elements */
+};
+
+/* Copies rows [0, rows) x chunks [0, d8) of a tile into shared memory
+ * (16-byte chunks) and zero-fills the rest of the ROWS x D/8 chunk grid.
+ * aligned: cp.async; otherwise synchronous 2-byte loads (strides or base
+ * not 16-byte aligned: slow but correct). */
+template <typename T, int ROWS, int D, int NT>
+__device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, int rows, int d8,
+                                          int aligned, int tid) {
+    constexpr int CH = D / 8;
+    constexpr int LDS = Smem<D>::LDS;
+    constexpr int TOTAL = ROWS * CH;
+    constexpr int ITERS = (TOTAL + NT - 1) / NT;
+    if (aligned) {
+#pragma unroll
+        for (int it = 0; it < ITERS; it++) {
+            const int i = tid + it * NT;
+            if (TOTAL % NT == 0 || i < TOTAL) {
+                const int r = i / CH, c = i % CH;
+                const bool ok = r < rows && c < d8;
+                const T *src = ok ? g + (int64_t)r * row_stride + c * 8 : g;
+                cp_async16(s + r * LDS + c * 8, src, ok ? 16 : 0);
+            }
+        }
+    } else {
+        for (int i = tid; i < TOTAL; i += NT) {
+            const int r = i / CH, c = i % CH;
+            const bool ok = r < rows && c < d8;
+            const uint16_t *src = reinterpret_cast<const uint16_t *>(g) + (int64_t)r * row_stride + c * 8;
+            uint32_t w[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                w[j] = ok ? (uint32_t)src[2 * j] | ((uint32_t)src[2 * j + 1] << 16) : 0u;
+            *reinterpret_cast<uint4 *>(s + r * LDS + c * 8) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    }
+}
+
+template <int D, int BM, int BN> struct FwdTraits {
+    static constexpr int NW = BM / 16;
+    static constexpr int NT = NW * 32;
+    static constexpr int LDS = Smem<D>::LDS;
+    static constexpr bool Q_IN_REGS = D <= 128;
+    static constexpr size_t SMEM = (size_t)(BM + 4 * BN) * LDS * 2;
+    static_assert(D % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
+};
+
+/* attn_fwd_mma: one CTA per (Q tile of BM rows, head); see file comment. */
+template <typename T, int D, int BM, int BN, int MINB>
+__global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) {
+    typedef FwdTraits<D, BM, BN> Tr;
+    constexpr int NT = Tr::NT, LDS = Tr::LDS;
+    constexpr int KD = D / 16;   /* k-steps of Q K^T                */
+    constexpr int NS = BN / 8;   /* n-blocks of S                   */
+    constexpr int NO = D / 8;    /* n-blocks of O                   */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sK = sQ + BM * LDS;
+    T *sV = sK + 2 * BN * LDS;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.y;
+
+    /* Which sequence and Q tile. */
+    int b, mt;
+    int64_t q0 = 0, k0 = 0;
+    int lq, lk;
+    if (!p.varlen) {
+        b = blockIdx.x / p.n_mtiles;
+        /* heavy (late, causal) tiles first: they start earliest */
+        mt = p.n_mtiles - 1 - (int)(blockIdx.x - (unsigned)b * p.n_mtiles);
+        lq = p.lq;
+        lk = p.lk;
+    } else {
+        /* Tile slot -> (sequence, tile): every warp scans the per-sequence
+         * tile counts ceil(lq/BM) 32 at a time (same answer in each warp, so
+         * no shared memory or barrier is needed before an early exit). */
+        const int x = blockIdx.x;
+        int base = 0;
+        b = -1;
+        mt = 0;
+        for (int s0 = 0; s0 < p.batch; s0 += 32) {
+            const int s = s0 + lane;
+            int c = 0;
+            if (s < p.batch) {
+                int64_t a = ld_cu(p.cu_q, s * p.cu_q_s, p.cu_i64);
+                int64_t e = ld_cu(p.cu_q, (int64_t)(s + 1) * p.cu_q_s, p.cu_i64);
+                c = e > a ? (int)((e - a + BM - 1) / BM) : 0;
+            }
+            int inc = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            const int tot = __shfl_sync(0xffffffffu, inc, 31);
+            if (x < base + tot) {
+                unsigned m = __ballot_sync(0xffffffffu, x < base + inc);
+                int L = __ffs(m) - 1;
+                int excl = __shfl_sync(0xffffffffu, inc - c, L);
+                b = s0 + L;
+                mt = x - base - excl;
+                break;
+            }
+            base += tot;
+        }
+        if (b < 0) return;
+        /* p.lq / p.lk hold the total token counts here: offsets are clamped
+         * to them so inconsistent cu_seqlens never read or write outside. */
+        int64_t qa = ld_cu(p.cu_q, (int64_t)b * p.cu_q_s, p.cu_i64);
+        int64_t qe = ld_cu(p.cu_q, (int64_t)(b + 1) * p.cu_q_s, p.cu_i64);
+        int64_t ka = ld_cu(p.cu_k, (int64_t)b * p.cu_k_s, p.cu_i64);
+        int64_t ke = ld_cu(p.cu_k, (int64_t)(b + 1) * p.cu_k_s, p.cu_i64);
+        qa = qa < 0 ? 0 : (qa > p.lq ? p.lq : qa);
+        qe = qe < qa ? qa : (qe > p.lq ? p.lq : qe);
+        ka = ka < 0 ? 0 : (ka > p.lk ? p.lk : ka);
+        ke = ke < ka ? ka : (ke > p.lk ? p.lk : ke);
+        q0 = qa;
+        k0 = ka;
+        lq = (int)(qe - qa);
+        lk = (int)(ke - ka);
+    }
+    const int m0 = mt * BM;
+    if (m0 >= lq) return;
+    const int mrows = min(BM, lq - m0);
+    const int hk = h / p.heads_per_kv;
+    const int d8 = p.d >> 3;
+
+    const T *qg = reinterpret_cast<const T *>(p.q) + (int64_t)b * p.q_sb + (q0 + m0) * p.q_sr +
+                  (int64_t)h * p.q_sh;
+    const T *kg = reinterpret_cast<const T *>(p.k) + (int64_t)b * p.k_sb + k0 * p.k_sr +
+                  (int64_t)hk * p.k_sh;
+    const T *vg = reinterpret_cast<const T *>(p.v) + (int64_t)b * p.v_sb + k0 * p.v_sr +
+                  (int64_t)hk * p.v_sh;
+
+    /* Key tiles this Q tile touches, and the ones that need no mask. */
+    int lo_first, hi_first, lo_last, hi_last;
+    key_range(m0, lq, lk, p.wl, p.wr, lo_first, hi_first);
+    key_range(m0 + mrows - 1, lq, lk, p.wl, p.wr, lo_last, hi_last);
+    const int n_lo = lo_first, n_hi = hi_last;           /* union of the rows' ranges */
+    const int t_begin = n_lo / BN;
+    const int t_end = n_hi > n_lo ? (n_hi + BN - 1) / BN : t_begin;
+    const int full_lo = lo_last, full_hi = hi_first;     /* intersection */
+
+    /* Per-thread rows (fragment rows g and g + 8 of this warp's 16). */
+    const int g = lane >> 2, tq = lane & 3;
+    const int r0 = m0 + warp * 16 + g; /* sequence-relative row */
+    int rlo[2], rhi[2];
+    key_range(r0, lq, lk, p.wl, p.wr, rlo[0], rhi[0]);
+    key_range(r0 + 8, lq, lk, p.wl, p.wr, rlo[1], rhi[1]);
+
+    float o[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY};
+    float lrow[2] = {0.f, 0.f};
+
+    if (t_end > t_begin) {
+        /* Prologue: Q and the first K tile in one group. */
+        load_tile<T, BM, D, NT>(sQ, qg, p.q_sr, mrows, d8, p.aligned, tid);
+        {
+            const int n0 = (t_end - 1) * BN;
+            load_tile<T, BN, D, NT>(sK, kg + (int64_t)n0 * p.k_sr, p.k_sr, lk - n0, d8, p.aligned,
+                                    tid);
+        }
+        cp_async_commit();
+
+        uint32_t qf[Tr::Q_IN_REGS ? KD : 1][4];
+        const T *sQw = sQ + (warp * 16) * LDS;
+
+        /* Key tiles from last to first: the masked diagonal tiles of a causal
+         * problem come first, while the pipeline fills. */
+        int it = 0;
+        for (int t = t_end - 1; t >= t_begin; t--, it++) {
+            const int st = it & 1;
+            const int n0 = t * BN;
+            T *sKs = sK + st * BN * LDS;
+            T *sVs = sV + st * BN * LDS;
+            load_tile<T, BN, D, NT>(sVs, vg + (int64_t)n0 * p.v_sr, p.v_sr, lk - n0, d8, p.aligned,
+                                    tid);
+            cp_async_commit();
+            cp_async_wait<1>(); /* Q and K[t] have landed */
+            __syncthreads();
+
+            if (Tr::Q_IN_REGS && it == 0) {
+#pragma unroll
+                for (int kk = 0; kk < (Tr::Q_IN_REGS ? KD : 1); kk++)
+                    ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+                            sQw + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+            }
+
+            /* S = Q K^T for this warp's 16 rows x BN keys. */
+            float s[NS][4];
+#pragma unroll
+            for (int i = 0; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t a[4];
+                if (Tr::Q_IN_REGS) {
+                    a[0] = qf[Tr::Q_IN_REGS ? kk : 0][0];
+                    a[1] = qf[Tr::Q_IN_REGS ? kk : 0][1];
+                    a[2] = qf[Tr::Q_IN_REGS ? kk : 0][2];
+                    a[3] = qf[Tr::Q_IN_REGS ? kk : 0][3];
+                } else {
+                    ldsm_x4(a[0], a[1], a[2], a[3],
+                            sQw + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+                }
+#pragma unroll
+                for (int j = 0; j < NS / 2; j++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4(b0, b1, b2, b3,
+                            sKs + (j * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 +
+                                ((lane >> 3) & 1) * 8);
+                    MmaOp<T>::run(s[2 * j], a, b0, b1);
+                    MmaOp<T>::run(s[2 * j + 1], a, b2, b3);
+                }
+            }
+
+            /* Prefetch the next K tile into the other stage: its last readers
+             * (iteration it-1) all passed the barrier above. */
+            if (t - 1 >= t_begin) {
+                const int n1 = (t - 1) * BN;
+                load_tile<T, BN, D, NT>(sK + (st ^ 1) * BN * LDS, kg + (int64_t)n1 * p.k_sr, p.k_sr,
+                                        lk - n1, d8, p.aligned, tid);
+            }
+            cp_async_commit(); /* possibly empty: keeps the group count uniform */
+
+            /* Scale to log2 units, mask boundary tiles, online softmax. */
+            const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
+#pragma unroll
+            for (int i = 0; i < NS; i++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[i][e] *= p.scale_log2;
+            }
+            if (need_mask) {
+#pragma unroll
+                for (int i = 0; i < NS; i++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int j = n0 + i * 8 + 2 * tq + (e & 1);
+                        const int rr = e >> 1;
+                        if (j < rlo[rr] || j >= rhi[rr]) s[i][e] = -INFINITY;
+                    }
+                }
+            }
+            float alpha[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                float mx = mrow[rr];
+#pragma unroll
+                for (int i = 0; i < NS; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                /* base 0 while the row has seen nothing: exps stay 0, no NaN */
+                const float base = mx == -INFINITY ? 0.f : mx;
+                alpha[rr] = ex2(mrow[rr] - base);
+                mrow[rr] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int i = 0; i < NS; i++) {
+                    s[i][2 * rr] = ex2(s[i][2 * rr] - base);
+                    s[i][2 * rr + 1] = ex2(s[i][2 * rr + 1] - base);
+                    sum += s[i][2 * rr] + s[i][2 * rr + 1];
+                }
+                lrow[rr] = lrow[rr] * alpha[rr] + sum;
+            }
+#pragma unroll
+            for (int i = 0; i < NO; i++) {
+                o[i][0] *= alpha[0];
+                o[i][1] *= alpha[0];
+                o[i][2] *= alpha[1];
+                o[i][3] *= alpha[1];
+            }
+
+            /* P as the A operand of P V (accumulator layout = A layout). */
+            uint32_t pa[BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                pa[kk][0] = MmaOp<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = MmaOp<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = MmaOp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            }
+
+            cp_async_wait<1>(); /* V[t] has landed (K[t-1] may still fly) */
+            __syncthreads();
+
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+                for (int j = 0; j < NO / 2; j++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4_t(b0, b1, b2, b3,
+                              sVs + (kk * 16 + (lane & 15)) * LDS + j * 16 + (lane >> 4) * 8);
+                    MmaOp<T>::run(o[2 * j], pa[kk], b0, b1);
+                    MmaOp<T>::run(o[2 * j + 1], pa[kk], b2, b3);
+                }
+            }
+        }
+        cp_async_wait<0>();
+    }
+
+    /* Epilogue: normalise, write lse, stage O through this warp's own rows of
+     * sQ (only this warp ever read them) for 16-byte coalesced stores. */
+    float inv[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        float l = lrow[rr];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[rr] = l > 0.f ? 1.f / l : 0.f;
+        if (p.lse && tq == 0) {
+            const int r = r0 + rr * 8;
+            if (r < lq) {
+                /* lse in natural log: m (log2 units) * ln2 + log(l) */
+                const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
+                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + r) * p.l_sr] = v;
+            }
+        }
+    }
+    __syncwarp();
+    T *sO = sQ + (warp * 16) * LDS;
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        const int c = i * 8 + 2 * tq;
+        *reinterpret_cast<uint32_t *>(sO + g * LDS + c) = MmaOp<T>::pack(o[i][0] * inv[0], o[i][1] * inv[0]);
+        *reinterpret_cast<uint32_t *>(sO + (g + 8) * LDS + c) =
+            MmaOp<T>::pack(o[i][2] * inv[1], o[i][3] * inv[1]);
+    }
+    __syncwarp();
+    T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (q0 + m0 + warp * 16) * p.o_sr +
+            (int64_t)h * p.o_sh;
+    const int wrows = min(16, mrows - warp * 16);
+    if (p.aligned) {
+        for (int i = lane; i < 16 * d8; i += 32) {
+            const int r = i / d8, c = i - (i / d8) * d8;
+            if (r < wrows)
+                *reinterpret_cast<uint4 *>(og + (int64_t)r * p.o_sr + c * 8) =
+                    *reinterpret_cast<const uint4 *>(sO + r * LDS + c * 8);
+        }
+    } else {
+        for (int i = lane; i < 16 * p.d; i += 32) {
+            const int r = i / p.d, c = i - (i / p.d) * p.d;
+            if (r < wrows) og[(int64_t)r * p.o_sr + c] = sO[r * LDS + c];
+        }
+    }
+}
+
+} /* namespace sf_attn */
+
+#endif

@@ -1,0 +1,80 @@
+/* device.cu - CUDA device plumbing for the context: device count, names,
+ * allocation, per-context properties. */
+#include "cuda_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" int sf_cuda_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
+    sf_cuda_state *st = (sf_cuda_state *)calloc(1, sizeof *st);
+    if (!st) return SF_ERR_OUT_OF_MEMORY;
+    ctx->cuda_state = st;
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, ctx->device);
+    if (e != cudaSuccess) {
+        free(st);
+        ctx->cuda_state = NULL;
+        return SF_ERR_NO_DEVICE;
+    }
+    st->sm_count = prop.multiProcessorCount;
+    st->sm_major = prop.major;
+    st->sm_minor = prop.minor;
+    st->smem_optin = prop.sharedMemPerBlockOptin;
+    st->l2_bytes = (size_t)prop.l2CacheSize;
+    snprintf(st->name, sizeof st->name, "%s", prop.name);
+    return SF_OK;
+}
+
+extern "C" void sf_cuda_ctx_free(sf_ctx *ctx) {
+    free(ctx->cuda_state);
+    ctx->cuda_state = NULL;
+}
+
+extern "C" sf_status sf_cuda_alloc(sf_ctx *ctx, void **p, size_t bytes) {
+    SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        cudaGetLastError();
+        return sf_fail(ctx, e == cudaErrorMemoryAllocation ? SF_ERR_OUT_OF_MEMORY : SF_ERR_CUDA,
+                       "cudaMalloc(%zu bytes) on device %d: %s", bytes, ctx->device,
+                       cudaGetErrorString(e));
+    }
+    return SF_OK;
+}
+
+extern "C" void sf_cuda_free(sf_ctx *ctx, void *p) {
+    if (!p) return;
+    cudaSetDevice(ctx->device);
+    cudaFree(p);
+}
+
+extern "C" sf_status sf_cuda_name(int device, char *buf, size_t len) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return SF_ERR_NO_DEVICE;
+    snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major, prop.minor,
+             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024));
+    return SF_OK;
+}
+
+extern "C" sf_status sf_cuda_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
+    /* Unified addressing tells host from device pointers. */
+    SF_CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, sf_cuda_stream(ctx)));
+    SF_CUDA_CHECK(ctx, cudaStreamSynchronize(sf_cuda_stream(ctx)));
+    return SF_OK;
+}
+
+extern "C" sf_status sf_cuda_sync(sf_ctx *ctx) {
+    SF_CUDA_CHECK(ctx, cudaStreamSynchronize(sf_cuda_stream(ctx)));
+    return SF_OK;
+}

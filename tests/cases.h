@@ -1,0 +1,68 @@
+/* cases.h - the one table of cases that drives the tests (tests/test_ops.c),
+ * `seqfuse check` and `seqfuse bench`, and the machinery that runs a case:
+ * seeded random inputs, poisoned outputs with guard bytes, the reference
+ * computed from f32 copies of the inputs, relative Frobenius errors.
+ * Public API only. */
+#ifndef SF_CASES_H
+#define SF_CASES_H
+
+#include <stdint.h>
+
+#include "seqfuse.h"
+
+typedef enum sfc_op { SFC_SSD_FWD = 0, SFC_SSD_STEP = 1, SFC_ATTN_FWD = 2 } sfc_op;
+
+typedef struct sfc_case {
+    const char *name;
+    sfc_op op;
+    /* Mamba-2 (fwd and step): batch, seqlen, heads, headdim, groups, state */
+    int b, L, H, P, G, N, chunk;
+    int D;           /* 0 none, 1 shaped (H), 2 shaped (H, P)                */
+    int z, dt_bias, softplus;
+    float dt_min, dt_max; /* dt_max 0 means unbounded                       */
+    int init, final;
+    int varlen;      /* 0 none, 1 seq_idx, 2 cu_seqlens                      */
+    int seqlens[8];  /* varlen: lengths (sum L for cu_seqlens; a row's split for seq_idx) */
+    int nseq;
+    int nslots;      /* ssd_step: state slots; > b uses a shuffled state_idx with one pad */
+    /* attention: b, H above; */
+    int Lq, Lk, Hkv, d, causal, wl, wr;
+    int attn_varlen; /* cu_seqlens: per-sequence (Lq, Lk) from qlens/klens  */
+    int qlens[8], klens[8];
+    int strided;     /* inputs and outputs are views with padded strides      */
+    int big;         /* 1: benchmark-sized, left out of the quick test set    */
+} sfc_case;
+
+extern const sfc_case sfc_cases[];
+extern const int sfc_ncases;
+
+const char *sfc_op_name(sfc_op op);
+int sfc_op_from_name(const char *s); /* -1 if unknown */
+
+typedef struct sfc_result {
+    double err;        /* relative Frobenius error of the main output       */
+    double err2;       /* of the second output (final states / lse / state) */
+    long long unwritten;  /* output elements left NaN (poison)            */
+    long long nonfinite;  /* ... NaN produced where the reference is finite */
+    int guard_ok;      /* guard bytes and stride gaps intact                */
+    double ms;         /* median time per call when timed (reps > 0)        */
+    double flops, bytes;  /* work of one call, for rates                    */
+    size_t ws_peak;    /* workspace peak of the timed backend (bytes)       */
+} sfc_result;
+
+/* Error bound of a backend on a dtype (DESIGN.md section 5). */
+double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be);
+
+/* Runs case `c` in dtype `dt` on backend `be` of context `ctx` (CPU or
+ * CUDA), with inputs drawn from `seed`; the reference runs on `ref_ctx` (a
+ * CPU context) unless `skip_ref`.  reps > 0 also times `reps` calls after a
+ * warm-up.  The status of the backend call is returned (SF_ERR_UNSUPPORTED
+ * when it cannot serve the case); *msg gets the context's detail text. */
+sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf_ctx *ref_ctx,
+                  uint64_t seed, int reps, int skip_ref, sfc_result *res, char *msg,
+                  size_t msglen);
+
+/* Monotonic seconds. */
+double sfc_now(void);
+
+#endif
