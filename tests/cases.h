@@ -31,6 +31,7 @@ typedef struct sfc_case {
     int qlens[8], klens[8];
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
+    int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */
 } sfc_case;
 
 extern const sfc_case sfc_cases[];
@@ -48,6 +49,8 @@ typedef struct sfc_result {
     double ms;         /* median time per call when timed (reps > 0)        */
     double flops, bytes;  /* work of one call, for rates                    */
     size_t ws_peak;    /* workspace peak of the timed backend (bytes)       */
+    double ref_ms;     /* one call of the reference (when it ran)           */
+    size_t ref_ws_peak;/* the reference's workspace peak (bytes)            */
 } sfc_result;
 
 /* Error bound of a backend on a dtype (DESIGN.md section 5). */
@@ -61,6 +64,13 @@ double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be);
 sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf_ctx *ref_ctx,
                   uint64_t seed, int reps, int skip_ref, sfc_result *res, char *msg,
                   size_t msglen);
+
+/* Runs every case of `op` (-1: all ops) in f32, f16 and bf16 on backend
+ * `be` against the reference, printing one line per run to stdout; big
+ * cases only with `all`.  Returns the number of failures; *skipped counts
+ * what the backend documents it does not serve. */
+int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int *passed,
+                  int *skipped);
 
 /* Monotonic seconds. */
 double sfc_now(void);

@@ -12,11 +12,6 @@
 
 #include "cases.h"
 
-/* What a backend documents it does not serve (seqfuse.h). */
-static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
-    return be == SF_BACKEND_CUDA && op == SFC_ATTN_FWD && dt == SF_F32;
-}
-
 int main(int argc, char **argv) {
     int op = -1, all = 0;
     sf_backend be = SF_BACKEND_CPU;
@@ -50,44 +45,8 @@ int main(int argc, char **argv) {
         device = 0;
     }
     printf("seed %llu (replay with --seed %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
-    sf_ctx *ctx = NULL, *ref = NULL;
-    if (sf_ctx_create(&ctx, device) != SF_OK || sf_ctx_create(&ref, SF_DEVICE_CPU) != SF_OK) {
-        fprintf(stderr, "cannot create contexts\n");
-        return 1;
-    }
-    const sf_dtype dts[] = {SF_F32, SF_F16, SF_BF16};
-    int failed = 0, passed = 0, skipped = 0;
-    for (int ci = 0; ci < sfc_ncases; ci++) {
-        const sfc_case *c = &sfc_cases[ci];
-        if (op >= 0 && (int)c->op != op) continue;
-        if (c->big && !all) continue;
-        for (int di = 0; di < 3; di++) {
-            sfc_result r;
-            char msg[512];
-            sf_status st = sfc_run(c, dts[di], be, ctx, ref, seed, 0, 0, &r, msg, sizeof msg);
-            double tol = sfc_tolerance(c->op, dts[di], be);
-            const char *dn = sf_dtype_name(dts[di]);
-            if (st == SF_ERR_UNSUPPORTED && documented_unsupported(c->op, dts[di], be)) {
-                printf("  skip %-22s %-4s documented unsupported: %s\n", c->name, dn, msg);
-                skipped++;
-                continue;
-            }
-            int ok = st == SF_OK && r.err <= tol && r.err2 <= tol && r.unwritten == 0 &&
-                     r.nonfinite == 0 && r.guard_ok;
-            if (st != SF_OK)
-                printf("  FAIL %-22s %-4s %s: %s\n", c->name, dn, sf_status_string(st), msg);
-            else
-                printf("  %s %-22s %-4s err %.2e  err2 %.2e  (tol %.0e)%s%s%s\n", ok ? "ok  " : "FAIL",
-                       c->name, dn, r.err, r.err2, tol, r.unwritten ? "  UNWRITTEN outputs" : "",
-                       r.nonfinite ? "  NON-FINITE outputs" : "", r.guard_ok ? "" : "  GUARD/PADDING overwritten");
-            if (ok)
-                passed++;
-            else
-                failed++;
-        }
-    }
-    sf_ctx_destroy(ctx);
-    sf_ctx_destroy(ref);
+    int passed, skipped;
+    int failed = sfc_check_all(op, be, device, seed, all, &passed, &skipped);
     printf("%d passed, %d failed, %d skipped (seed %llu)\n", passed, failed, skipped,
            (unsigned long long)seed);
     return failed ? 1 : 0;

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test command: builds seqfuse twice and runs every test.
+#  1. the release build (with the CUDA backend when nvcc is present), warnings
+#     as errors, all CTest tests (CUDA tests skip, visibly, without a GPU);
+#  2. a CPU-only build under AddressSanitizer + UBSan (no leaks, no invalid
+#     access), running the C tests again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+python3 -c "import numpy, pytest" 2>/dev/null || python3 -m pip install -q numpy pytest \
+  || python3 -m pip install -q --break-system-packages numpy pytest
+
+echo "== build (release, -Werror) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSF_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+echo "== tests =="
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== build (CPU only, ASan + UBSan) =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSF_CUDA=OFF -DSF_SANITIZE=ON -DSF_WERROR=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+echo "== tests under ASan + UBSan =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -E python_binding
+echo "all tests passed"
