@@ -8,7 +8,7 @@ static void shape_str(char *buf, size_t len, int rank, const int64_t *shape) {
     size_t n = 0;
     n += (size_t)snprintf(buf + n, len - n, "(");
     for (int i = 0; i < rank && n < len; i++) {
-        if (shape[i] == SF_ANY)
+        if (!shape || shape[i] == SF_ANY)
             n += (size_t)snprintf(buf + n, len - n, "%s*", i ? ", " : "");
         else
             n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
