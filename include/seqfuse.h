@@ -277,6 +277,83 @@ SF_API void sf_ssd_step_params_init(sf_ssd_step_params *p);
 SF_API sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p);
 
 /* ------------------------------------------------------------------ */
+/* Causal depthwise conv1d (the convolution before SSD in a Mamba layer) */
+/* ------------------------------------------------------------------ */
+/*
+ * Channels-last, per channel c of `dim`, kernel width W in 2..4:
+ *   out[b, t, c] = act(bias[c] + sum_{k<W} weight[c, k] * x[b, t - (W-1) + k, c])
+ * where x before a sequence's first token is taken from initial_state
+ * (the W-1 previous inputs, oldest first) or is zero; act = SiLU when silu.
+ *   x       (b, L, dim)   f32/f16/bf16, unit inner stride
+ *   weight  (dim, W)      f32
+ *   bias    (dim)         f32, optional
+ *   initial_state (b, dim, W-1) or (nseq, dim, W-1) with cu_seqlens; f32, optional
+ *   final_state   same shape, f32, optional output: the last W-1 inputs of
+ *                 each sequence (with initial_state / zeros in front when
+ *                 the sequence is shorter than W-1)
+ *   cu_seqlens (nseq+1) i32/i64 optional, needs b == 1: no window crosses
+ *                 a sequence boundary
+ *   out     (b, L, dim)   same dtype as x
+ */
+typedef struct sf_conv1d_params {
+    sf_tensor x, weight, bias;
+    sf_tensor initial_state, final_state;
+    sf_tensor cu_seqlens;
+    sf_tensor out;
+    int silu;
+    sf_backend backend;
+} sf_conv1d_params;
+
+SF_API void sf_conv1d_params_init(sf_conv1d_params *p);
+SF_API sf_status sf_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_params *p);
+
+/*
+ * Decode update of a rolling conv state, one token per sequence:
+ *   window = [conv_state[s] (W-1 values, oldest first), x[i]]
+ *   out[i, c] = act(bias[c] + sum_k weight[c, k] window[k]);  conv_state[s]
+ *   shifts left by one and takes x[i] (in place).
+ *   conv_state (nslots, dim, W-1) f32, read and written in place
+ *   x (b, dim) f32/f16/bf16; weight (dim, W) f32; bias (dim) f32 optional
+ *   state_idx (b) i32 optional (as in sf_ssd_step: negative = padding)
+ *   out (b, dim) same dtype as x
+ */
+typedef struct sf_conv1d_update_params {
+    sf_tensor conv_state;
+    sf_tensor x, weight, bias;
+    sf_tensor state_idx;
+    sf_tensor out;
+    int silu;
+    sf_backend backend;
+} sf_conv1d_update_params;
+
+SF_API void sf_conv1d_update_params_init(sf_conv1d_update_params *p);
+SF_API sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p);
+
+/* ------------------------------------------------------------------ */
+/* Gated RMSNorm (Mamba-2's output norm)                                */
+/* ------------------------------------------------------------------ */
+/*
+ * Rows of x (rows, D), normalised per group of group_size channels
+ * (group_size divides D; 0 means D):
+ *   norm_before_gate = 0:  h = x * silu(z);  out = h * rsqrt(mean_g(h^2) + eps) * weight
+ *   norm_before_gate = 1:  out = x * rsqrt(mean_g(x^2) + eps) * weight * silu(z)
+ * Without z it is a plain (grouped) RMSNorm.
+ *   x (rows, D) f32/f16/bf16, unit inner stride; z like x, optional;
+ *   weight (D) f32; out like x.  eps > 0 (1e-5 typical).
+ */
+typedef struct sf_rmsnorm_gated_params {
+    sf_tensor x, z, weight;
+    sf_tensor out;
+    int group_size;
+    int norm_before_gate;
+    float eps;
+    sf_backend backend;
+} sf_rmsnorm_gated_params;
+
+SF_API void sf_rmsnorm_gated_params_init(sf_rmsnorm_gated_params *p);
+SF_API sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p);
+
+/* ------------------------------------------------------------------ */
 /* Attention forward, flash_attn_func / flash_attn_varlen_func         */
 /* ------------------------------------------------------------------ */
 /*
