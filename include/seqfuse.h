@@ -205,7 +205,8 @@ SF_API const char *sf_version_string(void);
  *   initial_states (b, H, P, N), or (nseq, H, P, N) with cu_seqlens;   f32,
  *                                                  optional (zeros if absent)
  *   seq_idx (b, L)        i32; the state is reset to zero wherever it
- *                         changes along L (a new sequence).   optional
+ *                         changes along L (a new sequence; a value that
+ *                         comes back later starts afresh too).  optional
  *   cu_seqlens (nseq+1)   i32 or i64, cu[0] = 0, non-decreasing,
  *                         cu[nseq] = L; needs b == 1.  optional.  Each
  *                         sequence starts from its own initial state (or
@@ -230,7 +231,9 @@ typedef struct sf_ssd_fwd_params {
     sf_tensor final_states;
     int chunk_size;
     int dt_softplus;
-    float dt_min;        /* lower clamp of processed dt (0 = none)       */
+    float dt_min;        /* lower clamp of processed dt, always applied
+                            (the default 0 turns a negative dt into 0, as
+                            mamba_ssm's dt_limit=(0, inf) does)           */
     float dt_max;        /* upper clamp; INFINITY = none                  */
     sf_backend backend;  /* SF_BACKEND_AUTO defers to the context         */
 } sf_ssd_fwd_params;
@@ -245,11 +248,13 @@ SF_API sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p);
 /* ------------------------------------------------------------------ */
 /*
  * One token per sequence, batch of b sequences:
- *     dt = processed as above; dA = exp(min(dt A_h, 0))
+ *     dt = processed as above (bias, softplus, clamp to [dt_min, dt_max]);
+ *     dA = exp(min(dt A_h, 0))
  *     state[s, h] = dA state[s, h] + dt x[i, h] B[i, g]^T     (in place)
  *     out[i, h]   = state[s, h] C[i, g] + D_h x[i, h], times silu(z) if z
  * where s = state_idx[i] when given, else s = i.
- *   state      (nslots, H, P, N)  f32, read and written in place
+ *   state      (nslots, H, P, N)  f32, read and written in place, unit
+ *              inner stride
  *   x          (b, H, P)    f32/f16/bf16, unit inner stride
  *   dt         (b, H)       same dtype as x
  *   A          (H)          f32

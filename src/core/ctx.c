@@ -1,5 +1,5 @@
 /* ctx.c - the context: device, stream, threads, workspace arenas, errors. */
-#include "internal.h"
+#include "autotune.h"
 
 #include <stdlib.h>
 
@@ -43,6 +43,8 @@ void sf_ctx_destroy(sf_ctx *ctx) {
             free(ctx->ws.base);
     }
     free(ctx->host.base);
+    sf_tune_table_free(ctx->tune);
+    free(ctx->tune);
     if (ctx->device >= 0) sf_cuda_ctx_free(ctx);
     free(ctx);
 }

@@ -33,7 +33,8 @@ struct sf_ctx {
     void *stream;        /* cudaStream_t */
     sf_arena ws;         /* device-side workspace (host for CPU contexts)   */
     sf_arena host;       /* host scratch (segment lists, staging)           */
-    void *cuda_state;    /* owned by src/cuda (autotune cache, handles)     */
+    void *cuda_state;    /* owned by src/cuda (device properties, handles)  */
+    struct sf_tune_table *tune; /* autotuner choices (src/core/autotune.c) */
     char err[SF_ERRMSG_LEN];
 };
 
@@ -48,7 +49,9 @@ sf_status sf_fail(sf_ctx *ctx, sf_status s, const char *fmt, ...)
  * the current base or NULL).  Records the peak.  NULL with an error set on
  * the context when the allocation fails. */
 void *sf_ws_get(sf_ctx *ctx, size_t bytes);
-/* Host scratch, same contract; always host memory. */
+/* Host scratch, same contract; always host memory.  The op front ends keep
+ * the problem's host tables (the SSD segment list) here: backends must not
+ * call it. */
 void *sf_host_scratch(sf_ctx *ctx, size_t bytes);
 
 /* ------------------------------------------------------------------ */

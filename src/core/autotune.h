@@ -1,0 +1,67 @@
+/* autotune.h - choose a kernel configuration per shape bucket by timing the
+ * candidates once, keep the fastest, persist the choice.
+ *
+ * Key: (device model, op, dtype, bucket).  The bucket is a short string the
+ * op builds from the shape features that change the best configuration
+ * (e.g. "d128_L4096_causal"): shapes in one bucket share a choice.
+ *
+ * Environment:
+ *   SF_AUTOTUNE=0                 no timing: candidate 0 (the op's heuristic)
+ *   SF_AUTOTUNE_FORCE=op:name     use configuration `name` for `op`; if it
+ *                                 cannot serve the shape: SF_ERR_UNSUPPORTED
+ *   SF_AUTOTUNE_CACHE=path        the cache file (default
+ *                                 $XDG_CACHE_HOME/seqfuse/autotune.tsv, else
+ *                                 ~/.cache/seqfuse/autotune.tsv); "" = memory only
+ */
+#ifndef SF_AUTOTUNE_H
+#define SF_AUTOTUNE_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs candidate `cand` once and returns its time in ms, or a negative
+ * number when it cannot serve the problem.  Called several times per
+ * candidate while tuning; the last call made is always with the chosen
+ * candidate (so its outputs are the op's result). */
+typedef double (*sf_tune_run_fn)(sf_ctx *ctx, int cand, void *arg);
+
+typedef struct sf_tune_request {
+    const char *device;      /* model name, e.g. "NVIDIA H200"            */
+    const char *op;          /* e.g. "ssd_fwd"                            */
+    sf_dtype dtype;
+    const char *bucket;
+    int ncand;
+    const char *const *names; /* ncand configuration names (no tabs)      */
+    sf_tune_run_fn run;
+    void *arg;
+    int reps;                /* timed runs per candidate (median); >= 1   */
+} sf_tune_request;
+
+/* Picks the configuration for the request and leaves the op's outputs
+ * computed by it.  *choice gets the candidate index; *ran is set when the
+ * chosen candidate has already been run on these inputs (the caller then
+ * must not run it again). */
+sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *ran);
+
+/* The per-context table (ctx->tune); freed with the context. */
+typedef struct sf_tune_entry {
+    char key[160];
+    char name[48];
+    double ms;
+} sf_tune_entry;
+
+typedef struct sf_tune_table {
+    sf_tune_entry *e;
+    int n, cap;
+    int loaded;
+} sf_tune_table;
+
+void sf_tune_table_free(sf_tune_table *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
