@@ -631,6 +631,58 @@ def test_tensor_struct_layout():
     assert _lib.sf_tensor_numel(ctypes.byref(t)) == 30
 
 
+class _FakeCudaArray:
+    """Stands in for a cupy/numba device array: only the interface."""
+
+    def __init__(self, shape, typestr, strides, ptr):
+        self.__cuda_array_interface__ = dict(shape=shape, typestr=typestr, strides=strides,
+                                             data=(ptr, False), version=3)
+
+
+def test_cuda_array_interface_descriptor():
+    """Objects with __cuda_array_interface__ become sf_tensor with element
+    strides (C-contiguous when the interface gives none)."""
+    from seqfuse import _core
+    c = _core.Call("t", np.zeros(1, np.float32), "x")
+    t = c.tensor(_FakeCudaArray((2, 3, 4), "<f2", None, 4096), "a")
+    assert (t.data, t.dtype, t.rank) == (4096, _lib.SF_F16, 3)
+    assert list(t.shape[:3]) == [2, 3, 4] and list(t.stride[:3]) == [12, 4, 1]
+    t = c.tensor(_FakeCudaArray((2, 3), "<f4", (40, 4), 8192), "a")
+    assert list(t.stride[:2]) == [10, 1]
+    with pytest.raises(SeqfuseError) as e:
+        c.tensor(_FakeCudaArray((2, 3), "<f8", None, 4096), "a")
+    assert e.value.status == seqfuse.SF_ERR_DTYPE
+    with pytest.raises(SeqfuseError) as e:
+        c.tensor(_FakeCudaArray((2, 3), "<f4", (40, 6), 4096), "a")
+    assert e.value.status == seqfuse.SF_ERR_STRIDE
+
+
+def test_threads_use_their_own_contexts():
+    """ctypes drops the GIL during the call; each thread has its own context."""
+    import threading
+    rng = np.random.default_rng(22)
+    qs = [rnd(rng, (1, 48, 4, 32)) for _ in range(4)]
+    want = [seqfuse.flash_attn_func(q, q, q, causal=True) for q in qs]
+    got = [None] * 4
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                got[i] = seqfuse.flash_attn_func(qs[i], qs[i], qs[i], causal=True)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
 def test_missing_library_message():
     env = dict(os.environ, SEQFUSE_LIB="/nonexistent/libseqfuse.so",
                PYTHONPATH=os.path.join(_REPO, "python"))
@@ -655,6 +707,37 @@ def test_torch_cpu_tensors():
     o = seqfuse.flash_attn_func(q, q, q, causal=True)
     want, _ = ref_attn(q.float().numpy(), q.float().numpy(), q.float().numpy(), None, True)
     assert o.dtype == torch.bfloat16 and rel_err(o.float().numpy(), want) < TOL["bfloat16"]
+    # varlen with int64 cu_seqlens tensors, GQA, lse
+    qv, kv = torch.randn(30, 4, 16), torch.randn(25, 2, 16)
+    cq, ck = torch.tensor([0, 10, 30]), torch.tensor([0, 5, 25])
+    ov, lv = seqfuse.flash_attn_varlen_func(qv, kv, kv, cq, ck, causal=True, return_lse=True)
+    assert isinstance(lv, torch.Tensor) and lv.shape == (4, 30)
+    w0, _ = ref_attn_one(qv[:10].numpy(), kv[:5].numpy(), kv[:5].numpy(), None, True, (-1, -1))
+    assert rel_err(ov[:10].numpy(), w0) < TOL["float32"]
+    # step with mamba_ssm's expand()ed forms and bf16 side tensors (cast to f32)
+    H, P, N = 4, 8, 16
+    state = torch.randn(3, H, P, N)
+    s2 = state.clone()
+    x, dt = torch.randn(2, H, P), torch.rand(2, H) * 0.2
+    A = -torch.rand(H) - 0.5
+    B = torch.randn(2, 1, N)
+    D = torch.randn(H).to(torch.bfloat16)
+    idx = torch.tensor([2, 0])
+    o1 = seqfuse.selective_state_update(state, x, dt, A, B, B, D=D, state_batch_indices=idx)
+    o2 = seqfuse.selective_state_update(s2, x, dt[:, :, None].expand(2, H, P),
+                                        A[:, None, None].expand(H, P, N), B, B,
+                                        D=D.float()[:, None].expand(H, P),
+                                        state_batch_indices=idx.to(torch.int32))
+    torch.testing.assert_close(o1, o2)
+    torch.testing.assert_close(state, s2)
+    # SSD with cu_seqlens and return_varlen_states (.clone() of the last state)
+    a1 = {k: torch.from_numpy(v[:1] if k != "A" else v) for k, v in a.items()}
+    out, fin, vs = seqfuse.mamba_chunk_scan_combined(
+        chunk_size=64, cu_seqlens=torch.tensor([0, 30, 70]), return_final_states=True,
+        return_varlen_states=True, **a1)
+    want, wfin = ref_ssd(**{k: v.numpy() for k, v in a1.items()}, cu=[0, 30, 70])
+    assert rel_err(out.numpy(), want) < TOL["float32"] and rel_err(vs.numpy(), wfin) < 1e-4
+    assert fin.shape == (1,) + tuple(vs.shape[1:]) and torch.equal(fin[0], vs[1])
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")

@@ -1,0 +1,228 @@
+"""ctypes declarations of include/seqfuse.h, and the search for libseqfuse.
+
+Everything here mirrors the C header field by field; when the header
+changes, this file changes with it (tests/python/test_binding.py checks the
+struct sizes and the offsets of the last fields through the *_params_init
+functions).
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+
+# ------------------------------------------------------------------ enums
+SF_OK = 0
+SF_ERR_INVALID_ARG = 1
+SF_ERR_NULL_POINTER = 2
+SF_ERR_SHAPE = 3
+SF_ERR_DTYPE = 4
+SF_ERR_DEVICE = 5
+SF_ERR_STRIDE = 6
+SF_ERR_ALIGNMENT = 7
+SF_ERR_TOO_LARGE = 8
+SF_ERR_UNSUPPORTED = 9
+SF_ERR_OUT_OF_MEMORY = 10
+SF_ERR_CUDA = 11
+SF_ERR_NO_DEVICE = 12
+SF_ERR_INDEX = 13
+SF_ERR_INTERNAL = 14
+
+STATUS_NAMES = {
+    0: "SF_OK", 1: "SF_ERR_INVALID_ARG", 2: "SF_ERR_NULL_POINTER", 3: "SF_ERR_SHAPE",
+    4: "SF_ERR_DTYPE", 5: "SF_ERR_DEVICE", 6: "SF_ERR_STRIDE", 7: "SF_ERR_ALIGNMENT",
+    8: "SF_ERR_TOO_LARGE", 9: "SF_ERR_UNSUPPORTED", 10: "SF_ERR_OUT_OF_MEMORY",
+    11: "SF_ERR_CUDA", 12: "SF_ERR_NO_DEVICE", 13: "SF_ERR_INDEX", 14: "SF_ERR_INTERNAL",
+}
+
+SF_F32 = 0
+SF_F16 = 1
+SF_BF16 = 2
+SF_I32 = 3
+SF_I64 = 4
+
+SF_DEVICE_CPU = -1
+SF_MAX_RANK = 6
+
+SF_BACKEND_AUTO = 0
+SF_BACKEND_REF = 1
+SF_BACKEND_CPU = 2
+SF_BACKEND_CUDA = 3
+
+BACKENDS = {"auto": SF_BACKEND_AUTO, "ref": SF_BACKEND_REF, "cpu": SF_BACKEND_CPU,
+            "cuda": SF_BACKEND_CUDA}
+
+# ------------------------------------------------------------------ structs
+# C enums are ints on every ABI we target, so they are c_int here.
+
+
+class sf_tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("rank", ctypes.c_int),
+        ("shape", ctypes.c_int64 * SF_MAX_RANK),
+        ("stride", ctypes.c_int64 * SF_MAX_RANK),
+    ]
+
+
+class sf_ssd_fwd_params(ctypes.Structure):
+    _fields_ = [
+        ("x", sf_tensor), ("dt", sf_tensor), ("A", sf_tensor), ("B", sf_tensor),
+        ("C", sf_tensor),
+        ("D", sf_tensor), ("z", sf_tensor), ("dt_bias", sf_tensor),
+        ("initial_states", sf_tensor),
+        ("seq_idx", sf_tensor),
+        ("cu_seqlens", sf_tensor),
+        ("out", sf_tensor),
+        ("final_states", sf_tensor),
+        ("chunk_size", ctypes.c_int),
+        ("dt_softplus", ctypes.c_int),
+        ("dt_min", ctypes.c_float),
+        ("dt_max", ctypes.c_float),
+        ("backend", ctypes.c_int),
+    ]
+
+
+class sf_ssd_step_params(ctypes.Structure):
+    _fields_ = [
+        ("state", sf_tensor),
+        ("x", sf_tensor), ("dt", sf_tensor), ("A", sf_tensor), ("B", sf_tensor),
+        ("C", sf_tensor),
+        ("D", sf_tensor), ("z", sf_tensor), ("dt_bias", sf_tensor),
+        ("state_idx", sf_tensor),
+        ("out", sf_tensor),
+        ("dt_softplus", ctypes.c_int),
+        ("dt_min", ctypes.c_float),
+        ("dt_max", ctypes.c_float),
+        ("backend", ctypes.c_int),
+    ]
+
+
+class sf_attn_fwd_params(ctypes.Structure):
+    _fields_ = [
+        ("q", sf_tensor), ("k", sf_tensor), ("v", sf_tensor),
+        ("out", sf_tensor),
+        ("lse", sf_tensor),
+        ("cu_seqlens_q", sf_tensor), ("cu_seqlens_k", sf_tensor),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
+# ------------------------------------------------------------------ loading
+
+def _lib_names():
+    if sys.platform == "darwin":
+        return ["libseqfuse.dylib"]
+    if sys.platform == "win32":
+        return ["seqfuse.dll", "libseqfuse.dll"]
+    return ["libseqfuse.so"]
+
+
+def _candidates():
+    """(where, path) pairs in search order, after SEQFUSE_LIB."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for n in _lib_names():
+        out.append(("package folder", os.path.join(here, n)))
+    # Build folders beside python/: ../build*/libseqfuse.so.  The most
+    # recently built one first, so a rebuild in any folder is picked up.
+    repo = os.path.dirname(os.path.dirname(here))
+    found = []
+    for n in _lib_names():
+        found += glob.glob(os.path.join(repo, "build*", n))
+    found.sort(key=lambda p: os.path.getmtime(p), reverse=True)
+    out += [("build folder", p) for p in found]
+    return out
+
+
+def _load():
+    tried = []
+    env = os.environ.get("SEQFUSE_LIB")
+    if env:
+        # An explicit path is a request: failing to load it is an error,
+        # not a reason to pick some other copy silently.
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError(
+                "seqfuse: SEQFUSE_LIB=%r could not be loaded: %s" % (env, e)) from None
+    for where, path in _candidates():
+        if os.path.exists(path):
+            try:
+                return ctypes.CDLL(path), path
+            except OSError as e:
+                tried.append("%s %s (%s)" % (where, path, e))
+        else:
+            tried.append("%s %s (absent)" % (where, path))
+    name = ctypes.util.find_library("seqfuse")
+    if name:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            tried.append("system library %s (%s)" % (name, e))
+    else:
+        tried.append('ctypes.util.find_library("seqfuse") (nothing found)')
+    raise ImportError(
+        "seqfuse: cannot find the libseqfuse shared library. Build it "
+        "(cmake -S . -B build && cmake --build build --target seqfuse) and/or set "
+        "SEQFUSE_LIB=/path/to/libseqfuse.so. Looked at:\n  " + "\n  ".join(tried))
+
+
+lib, lib_path = _load()
+
+_P = ctypes.POINTER
+_c = ctypes
+
+
+def _decl(name, restype, *argtypes):
+    try:
+        f = getattr(lib, name)
+    except AttributeError:
+        raise ImportError("seqfuse: %s lacks the symbol %s; the library and the binding "
+                          "are from different versions" % (lib_path, name)) from None
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+sf_status_string = _decl("sf_status_string", _c.c_char_p, _c.c_int)
+sf_dtype_size = _decl("sf_dtype_size", _c.c_size_t, _c.c_int)
+sf_dtype_name = _decl("sf_dtype_name", _c.c_char_p, _c.c_int)
+sf_tensor_contiguous = _decl("sf_tensor_contiguous", sf_tensor, _c.c_void_p, _c.c_int, _c.c_int,
+                             _c.c_int, _P(_c.c_int64))
+sf_tensor_numel = _decl("sf_tensor_numel", _c.c_int64, _P(sf_tensor))
+sf_backend_name = _decl("sf_backend_name", _c.c_char_p, _c.c_int)
+
+sf_ctx_create = _decl("sf_ctx_create", _c.c_int, _P(_c.c_void_p), _c.c_int)
+sf_ctx_destroy = _decl("sf_ctx_destroy", None, _c.c_void_p)
+sf_ctx_device = _decl("sf_ctx_device", _c.c_int, _c.c_void_p)
+sf_ctx_set_threads = _decl("sf_ctx_set_threads", _c.c_int, _c.c_void_p, _c.c_int)
+sf_ctx_threads = _decl("sf_ctx_threads", _c.c_int, _c.c_void_p)
+sf_ctx_set_backend = _decl("sf_ctx_set_backend", _c.c_int, _c.c_void_p, _c.c_int)
+sf_ctx_set_stream = _decl("sf_ctx_set_stream", _c.c_int, _c.c_void_p, _c.c_void_p)
+sf_ctx_stream = _decl("sf_ctx_stream", _c.c_void_p, _c.c_void_p)
+sf_ctx_reserve_workspace = _decl("sf_ctx_reserve_workspace", _c.c_int, _c.c_void_p, _c.c_size_t)
+sf_ctx_workspace_size = _decl("sf_ctx_workspace_size", _c.c_size_t, _c.c_void_p)
+sf_ctx_workspace_peak = _decl("sf_ctx_workspace_peak", _c.c_size_t, _c.c_void_p)
+sf_ctx_reset_workspace_peak = _decl("sf_ctx_reset_workspace_peak", None, _c.c_void_p)
+sf_ctx_last_error = _decl("sf_ctx_last_error", _c.c_char_p, _c.c_void_p)
+sf_ctx_last_backend = _decl("sf_ctx_last_backend", _c.c_int, _c.c_void_p)
+
+sf_has_cuda_build = _decl("sf_has_cuda_build", _c.c_int)
+sf_has_openmp = _decl("sf_has_openmp", _c.c_int)
+sf_cuda_device_count = _decl("sf_cuda_device_count", _c.c_int)
+sf_cuda_device_name = _decl("sf_cuda_device_name", _c.c_int, _c.c_int, _c.c_char_p, _c.c_size_t)
+sf_version_string = _decl("sf_version_string", _c.c_char_p)
+
+sf_ssd_fwd_params_init = _decl("sf_ssd_fwd_params_init", None, _P(sf_ssd_fwd_params))
+sf_ssd_fwd = _decl("sf_ssd_fwd", _c.c_int, _c.c_void_p, _P(sf_ssd_fwd_params))
+sf_ssd_step_params_init = _decl("sf_ssd_step_params_init", None, _P(sf_ssd_step_params))
+sf_ssd_step = _decl("sf_ssd_step", _c.c_int, _c.c_void_p, _P(sf_ssd_step_params))
+sf_attn_fwd_params_init = _decl("sf_attn_fwd_params_init", None, _P(sf_attn_fwd_params))
+sf_attn_fwd = _decl("sf_attn_fwd", _c.c_int, _c.c_void_p, _P(sf_attn_fwd_params))
