@@ -373,7 +373,7 @@ SF_API sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p)
  *
  * Dense layout:   q (b, Lq, H, d), k and v (b, Lk, Hkv, d), out like q,
  *                 lse (b, H, Lq) f32 optional.
- * Varlen layout:  cu_seqlens_q and cu_seqlens_k (b+1) i32, both given;
+ * Varlen layout:  cu_seqlens_q and cu_seqlens_k (b+1) i32 or i64, both given;
  *                 q (total_q, H, d), k/v (total_k, Hkv, d), out like q,
  *                 lse (H, total_q) f32 optional.  Sequences may be empty.
  * q, k, v, out: one dtype among f32/f16/bf16, unit inner stride; any other

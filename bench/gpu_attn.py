@@ -1,0 +1,122 @@
+"""Attention forward on the GPU: seqfuse vs torch SDPA (cuDNN and flash backends),
+side by side in one run on the same inputs.
+
+The FlashAttention benchmark convention: hidden 2048 (H = 2048 / d), batch * L = 16384,
+L from 512 to 16384, d in {64, 128, 256}, causal and not; FLOPs = 4 B H L^2 d, halved
+when causal.  Plus the ViT-B/16 shape (b 256, N 196, 12 heads of 64).
+
+    PYTHONPATH=python SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_attn.py \
+        [--quick] [--csv out.csv] [--plot out.png]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import seqfuse
+
+
+def commit():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
+                                       stderr=subprocess.DEVNULL).decode().strip()
+    except Exception:
+        return os.environ.get("SF_COMMIT", "unknown")
+
+
+def bench(fn):
+    # median of event-timed runs (triton's do_bench: warm-up and repeat in ms)
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def rel_err(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def run_point(B, L, H, d, causal, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(B * 131 + L + d)
+    q = torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g)
+    # peers take (B, H, L, d) contiguous: their preferred layout, same values
+    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    flops = 4.0 * B * H * L * L * d / (2 if causal else 1)
+    res = {}
+    out = seqfuse.flash_attn_func(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    res["ours"] = bench(lambda: seqfuse.flash_attn_func(q, k, v, causal=causal))
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                res[name] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(
+                    qt, kt, vt, is_causal=causal))
+            if name == "cudnn":
+                res["err_vs_cudnn"] = rel_err(out, ref.transpose(1, 2))
+        except Exception as e:  # a backend that does not serve the shape
+            res[name] = float("nan")
+            print(f"  {name} unavailable at B{B} L{L} d{d}: {str(e)[:80]}", file=sys.stderr)
+    return flops, res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="d 128 and 64, L 512/4096/16384 only")
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--plot", default=None)
+    a = ap.parse_args()
+    gpu = torch.cuda.get_device_name()
+    date = time.strftime("%Y-%m-%d")
+    Ls = [512, 4096, 16384] if a.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    ds = [64, 128] if a.quick else [64, 128, 256]
+    rows = []
+    print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}")
+    print(f"{'shape':34s} {'ours':>8s} {'cudnn':>8s} {'fa2':>8s}  TFLOP/s   ours/cudnn  err")
+    points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in (False, True) for L in Ls]
+    points.append((256, 196, 12, 64, False))  # ViT-B/16
+    for B, L, H, d, causal in points:
+        flops, r = run_point(B, L, H, d, causal)
+        tf = {k: flops / (r[k] * 1e-3) / 1e12 for k in ("ours", "cudnn", "fa2")}
+        shape = f"B{B} L{L} H{H} d{d} {'causal' if causal else 'full'}"
+        ratio = r["cudnn"] / r["ours"]
+        print(f"{shape:34s} {tf['ours']:8.1f} {tf['cudnn']:8.1f} {tf['fa2']:8.1f}"
+              f"            {ratio:5.2f}x  {r.get('err_vs_cudnn', float('nan')):.1e}", flush=True)
+        rows.append(dict(date=date, gpu=gpu, B=B, L=L, H=H, d=d, causal=int(causal),
+                         ours_ms=r["ours"], cudnn_ms=r["cudnn"], fa2_ms=r["fa2"],
+                         ours_tflops=tf["ours"], cudnn_tflops=tf["cudnn"], fa2_tflops=tf["fa2"],
+                         ratio_vs_cudnn=ratio, err=r.get("err_vs_cudnn", float("nan")),
+                         commit=commit()))
+    if a.csv:
+        with open(a.csv, "w") as f:
+            keys = list(rows[0].keys())
+            f.write(",".join(keys) + "\n")
+            for r in rows:
+                f.write(",".join(str(r[k]) for k in keys) + "\n")
+    if a.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        combos = [(d, c) for d in ds for c in (0, 1)]
+        fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.6), sharey=True)
+        for ax, (d, c) in zip(axes, combos):
+            sel = [r for r in rows if r["d"] == d and r["causal"] == c and r["L"] != 196]
+            for key, lab in (("ours_tflops", "seqfuse"), ("cudnn_tflops", "cuDNN"), ("fa2_tflops", "FA2")):
+                ax.plot([r["L"] for r in sel], [r[key] for r in sel], marker="o", label=lab)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"d {d}, {'causal' if c else 'non-causal'}")
+            ax.set_xlabel("sequence length")
+        axes[0].set_ylabel("TFLOP/s (bf16)")
+        axes[0].legend()
+        fig.suptitle(f"attention forward, {gpu}, {date}")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Mamba-2 SSD on the GPU: seqfuse vs mamba_ssm's Triton kernels, side by side in one
+run on the same inputs.
+
+Peer: mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined (forward only) and
+mamba_ssm.ops.triton.selective_state_update, imported from PYTHONPATH (the benchmark
+does not ship them: put a checkout of state-spaces/mamba's python package there).
+Shapes: Mamba-2 2.7B layer, H 80, P 64, N 128, G 1, chunk 256, with D and z, dt_bias and
+softplus; (b 8, L 4096) and (b 1, L 16384); bf16 and f32.  Decode: batch 1..256.
+
+    PYTHONPATH=python:.peer SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_ssd.py
+"""
+import argparse
+import os
+import subprocess
+import time
+
+import torch
+import triton.testing
+
+import seqfuse
+
+try:
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as peer_scan
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update as peer_step
+except Exception as e:  # noqa: BLE001 - report and run ours alone
+    print(f"mamba_ssm peer not importable ({e}); timing seqfuse alone")
+    peer_scan = peer_step = None
+
+COPY_TBS = 4.2  # measured device-to-device copy bandwidth of the H200, TB/s
+
+
+def commit():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
+                                       stderr=subprocess.DEVNULL).decode().strip()
+    except Exception:
+        return os.environ.get("SF_COMMIT", "unknown")
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def rel_err(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def inputs(b, L, H, P, G, N, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=g)  # noqa: E731
+    x = r(b, L, H, P).to(dtype)
+    dt = (torch.rand(b, L, H, device="cuda", generator=g) * 3 - 4).to(dtype)
+    A = -(0.5 + 7.5 * torch.rand(H, device="cuda", generator=g))
+    B = (0.5 * r(b, L, G, N)).to(dtype)
+    C = (0.5 * r(b, L, G, N)).to(dtype)
+    D = r(H)
+    z = r(b, L, H, P).to(dtype)
+    dt_bias = -1 + 1.5 * torch.rand(H, device="cuda", generator=g)
+    return x, dt, A, B, C, D, z, dt_bias
+
+
+def scan_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256):
+    x, dt, A, B, C, D, z, dtb = inputs(b, L, H, P, G, N, dtype)
+    kw = dict(D=D, z=z, dt_bias=dtb, dt_softplus=True)
+    ours = lambda: seqfuse.mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw)  # noqa: E731
+    out = ours()
+    torch.cuda.synchronize()
+    t_ours = bench(ours)
+    t_peer, err = float("nan"), float("nan")
+    if peer_scan is not None:
+        peer = lambda: peer_scan(x, dt, A, B, C, chunk, **kw)  # noqa: E731
+        ref = peer()
+        t_peer = bench(peer)
+        err = rel_err(out, ref)
+    es = x.element_size()
+    # fewest bytes: x, z, out (b L H P), dt (b L H), B, C (b L G N)
+    nbytes = es * (3 * b * L * H * P + b * L * H + 2 * b * L * G * N)
+    flops = b * L * H * (4.0 * P * N + chunk * N + chunk * P)
+    return t_ours, t_peer, err, flops, nbytes
+
+
+def step_point(batch, dtype, H=80, P=64, G=1, N=128):
+    g = torch.Generator(device="cuda").manual_seed(batch)
+    state = torch.randn(batch, H, P, N, device="cuda", generator=g)
+    x = torch.randn(batch, H, P, device="cuda", generator=g).to(dtype)
+    dt = torch.rand(batch, H, device="cuda", generator=g).to(dtype) * 0.1
+    A = -torch.rand(H, device="cuda", generator=g) - 0.5
+    B = torch.randn(batch, G, N, device="cuda", generator=g).to(dtype)
+    C = torch.randn(batch, G, N, device="cuda", generator=g).to(dtype)
+    D = torch.randn(H, device="cuda", generator=g)
+    s1 = state.clone()
+    t_ours = bench(lambda: seqfuse.selective_state_update(s1, x, dt, A, B, C, D=D))
+    t_peer = float("nan")
+    if peer_step is not None:
+        s2 = state.clone()
+        # the peer takes A (H, P, N), dt (b, H, P), D (H, P): broadcast views of the same values
+        A3 = A[:, None, None].expand(H, P, N)
+        dt3 = dt[:, :, None].expand(batch, H, P)
+        D2 = D[:, None].expand(H, P)
+        t_peer = bench(lambda: peer_step(s2, x, dt3, A3, B, C, D=D2))
+    nbytes = 2 * state.numel() * 4  # the state read and written: the rest is tiny
+    return t_ours, t_peer, nbytes
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--csv", default=None)
+    a = ap.parse_args()
+    gpu = torch.cuda.get_device_name()
+    date = time.strftime("%Y-%m-%d")
+    rows = []
+    print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}")
+    print(f"{'SSD forward (H80 P64 N128 G1 chunk256, D, z)':48s} {'ours ms':>8s} {'peer ms':>8s}"
+          f" {'speed-up':>8s} {'TFLOP/s':>8s} {'TB/s':>6s}  err")
+    for dtype in (torch.bfloat16, torch.float32):
+        for b, L in ((8, 4096), (1, 16384)):
+            t, tp, err, flops, nbytes = scan_point(b, L, dtype)
+            name = f"b{b} L{L} {str(dtype).split('.')[-1]}"
+            print(f"{name:48s} {t:8.3f} {tp:8.3f} {tp / t:7.2f}x {flops / t / 1e9:8.1f}"
+                  f" {nbytes / t / 1e9:6.2f}  {err:.1e}", flush=True)
+            rows.append(dict(date=date, gpu=gpu, op="ssd_fwd", shape=name, ours_ms=t, peer_ms=tp,
+                             ratio=tp / t, tflops=flops / t / 1e9, tbs=nbytes / t / 1e9, err=err,
+                             commit=commit()))
+    print(f"{'decode step (H80 P64 N128, f32 state, bf16 x)':48s} {'ours ms':>8s} {'peer ms':>8s}"
+          f" {'speed-up':>8s} {'TB/s':>8s} {'% copy':>6s}")
+    for batch in (1, 16, 64, 128, 256):
+        t, tp, nbytes = step_point(batch, torch.bfloat16)
+        tbs = nbytes / t / 1e9
+        print(f"{'batch ' + str(batch):48s} {t:8.4f} {tp:8.4f} {tp / t:7.2f}x {tbs:8.2f}"
+              f" {100 * tbs / COPY_TBS:5.0f}%", flush=True)
+        rows.append(dict(date=date, gpu=gpu, op="ssd_step", shape=f"batch {batch}", ours_ms=t,
+                         peer_ms=tp, ratio=tp / t, tflops=0.0, tbs=tbs, err=float("nan"),
+                         commit=commit()))
+    if a.csv:
+        with open(a.csv, "w") as f:
+            keys = list(rows[0].keys())
+            f.write(",".join(keys) + "\n")
+            for r in rows:
+                f.write(",".join(str(r[k]) for k in keys) + "\n")
+
+
+if __name__ == "__main__":
+    main()
