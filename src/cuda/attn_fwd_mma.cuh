@@ -169,32 +169,18 @@ __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, 
     }
 }
 
-template <int D, int BM, int BN> struct FwdTraits {
-    static constexpr int NW = BM / 16;
-    static constexpr int NT = NW * 32;
-    static constexpr int LDS = Smem<D>::LDS;
-    static constexpr bool Q_IN_REGS = D <= 128;
-    static constexpr size_t SMEM = (size_t)(BM + 4 * BN) * LDS * 2;
-    static_assert(D % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
+/* Where a CTA works: batch entry / sequence b, Q tile mt, the sequence's
+ * row offsets and lengths. */
+struct TileInfo {
+    int b, mt;
+    int64_t q0, k0;
+    int lq, lk;
 };
 
-/* attn_fwd_mma: one CTA per (Q tile of BM rows, head); see file comment. */
-template <typename T, int D, int BM, int BN, int MINB>
-__global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) {
-    typedef FwdTraits<D, BM, BN> Tr;
-    constexpr int NT = Tr::NT, LDS = Tr::LDS;
-    constexpr int KD = D / 16;   /* k-steps of Q K^T                */
-    constexpr int NS = BN / 8;   /* n-blocks of S                   */
-    constexpr int NO = D / 8;    /* n-blocks of O                   */
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *sQ = reinterpret_cast<T *>(smem_raw);
-    T *sK = sQ + BM * LDS;
-    T *sV = sK + 2 * BN * LDS;
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.y;
-
-    /* Which sequence and Q tile. */
+/* Resolves blockIdx.x to a tile; false when the CTA has nothing to do (a
+ * varlen slot past the last tile).  Uniform across the CTA. */
+template <int BM>
+__device__ __forceinline__ bool resolve_tile(const FwdParams &p, int lane, TileInfo &ti) {
     int b, mt;
     int64_t q0 = 0, k0 = 0;
     int lq, lk;
@@ -237,7 +223,7 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
             }
             base += tot;
         }
-        if (b < 0) return;
+        if (b < 0) return false;
         /* p.lq / p.lk hold the total token counts here: offsets are clamped
          * to them so inconsistent cu_seqlens never read or write outside. */
         int64_t qa = ld_cu(p.cu_q, (int64_t)b * p.cu_q_s, p.cu_i64);
@@ -253,6 +239,148 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
         lq = (int)(qe - qa);
         lk = (int)(ke - ka);
     }
+    ti.b = b;
+    ti.mt = mt;
+    ti.q0 = q0;
+    ti.k0 = k0;
+    ti.lq = lq;
+    ti.lk = lk;
+    return true;
+}
+
+/* One online-softmax step on a 16 x (8*NS) score fragment (m16n8 layout,
+ * rows g and g+8): scale to log2 units, mask (boundary tiles only), update
+ * the running max / sum, turn s into P and rescale the O accumulator. */
+template <int NS, int NO>
+__device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float *mrow,
+                                             float *lrow, int n0, bool need_mask, const int *rlo,
+                                             const int *rhi, int tq, float scale_log2) {
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[i][e] *= scale_log2;
+    }
+    if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = n0 + i * 8 + 2 * tq + (e & 1);
+                const int rr = e >> 1;
+                if (j < rlo[rr] || j >= rhi[rr]) s[i][e] = -INFINITY;
+            }
+        }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        float mx = mrow[rr];
+#pragma unroll
+        for (int i = 0; i < NS; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        /* base 0 while the row has seen nothing: exps stay 0, no NaN */
+        const float base = mx == -INFINITY ? 0.f : mx;
+        alpha[rr] = ex2(mrow[rr] - base);
+        mrow[rr] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            s[i][2 * rr] = ex2(s[i][2 * rr] - base);
+            s[i][2 * rr + 1] = ex2(s[i][2 * rr + 1] - base);
+            sum += s[i][2 * rr] + s[i][2 * rr + 1];
+        }
+        lrow[rr] = lrow[rr] * alpha[rr] + sum;
+    }
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+    }
+}
+
+/* Epilogue shared by the kernels: normalise this warp's 16 rows, write lse,
+ * stage O through sO (16 rows x D+8, this warp's alone) for 16-byte
+ * coalesced stores.  o holds the m16n8 accumulator layout: rows g, g+8. */
+template <typename T, int D>
+__device__ __forceinline__ void write_out(const FwdParams &p, float (&o)[D / 8][4], const float *mrow,
+                                          const float *lrow, T *sO, int b, int h, int64_t q0, int r0,
+                                          int lq, int wrows, int lane) {
+    constexpr int NO = D / 8, LDS = Smem<D>::LDS;
+    const int g = lane >> 2, tq = lane & 3, d8 = p.d >> 3;
+    float inv[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        float l = lrow[rr];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[rr] = l > 0.f ? 1.f / l : 0.f;
+        if (p.lse && tq == 0) {
+            const int r = r0 + rr * 8;
+            if (r < lq) {
+                /* lse in natural log: m (log2 units) * ln2 + log(l) */
+                const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
+                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + r) * p.l_sr] = v;
+            }
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        const int c = i * 8 + 2 * tq;
+        *reinterpret_cast<uint32_t *>(sO + g * LDS + c) = MmaOp<T>::pack(o[i][0] * inv[0], o[i][1] * inv[0]);
+        *reinterpret_cast<uint32_t *>(sO + (g + 8) * LDS + c) =
+            MmaOp<T>::pack(o[i][2] * inv[1], o[i][3] * inv[1]);
+    }
+    __syncwarp();
+    T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (q0 + r0 - g) * p.o_sr +
+            (int64_t)h * p.o_sh;
+    if (p.aligned) {
+        for (int i = lane; i < 16 * d8; i += 32) {
+            const int r = i / d8, c = i - (i / d8) * d8;
+            if (r < wrows)
+                *reinterpret_cast<uint4 *>(og + (int64_t)r * p.o_sr + c * 8) =
+                    *reinterpret_cast<const uint4 *>(sO + r * LDS + c * 8);
+        }
+    } else {
+        for (int i = lane; i < 16 * p.d; i += 32) {
+            const int r = i / p.d, c = i - (i / p.d) * p.d;
+            if (r < wrows) og[(int64_t)r * p.o_sr + c] = sO[r * LDS + c];
+        }
+    }
+}
+
+template <int D, int BM, int BN> struct FwdTraits {
+    static constexpr int NW = BM / 16;
+    static constexpr int NT = NW * 32;
+    static constexpr int LDS = Smem<D>::LDS;
+    static constexpr bool Q_IN_REGS = D <= 128;
+    static constexpr size_t SMEM = (size_t)(BM + 4 * BN) * LDS * 2;
+    static_assert(D % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
+};
+
+/* attn_fwd_mma: one CTA per (Q tile of BM rows, head); see file comment. */
+template <typename T, int D, int BM, int BN, int MINB>
+__global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) {
+    typedef FwdTraits<D, BM, BN> Tr;
+    constexpr int NT = Tr::NT, LDS = Tr::LDS;
+    constexpr int KD = D / 16;   /* k-steps of Q K^T                */
+    constexpr int NS = BN / 8;   /* n-blocks of S                   */
+    constexpr int NO = D / 8;    /* n-blocks of O                   */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sK = sQ + BM * LDS;
+    T *sV = sK + 2 * BN * LDS;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.y;
+
+    TileInfo ti;
+    if (!resolve_tile<BM>(p, lane, ti)) return;
+    const int b = ti.b, mt = ti.mt, lq = ti.lq, lk = ti.lk;
+    const int64_t q0 = ti.q0, k0 = ti.k0;
     const int m0 = mt * BM;
     if (m0 >= lq) return;
     const int mrows = min(BM, lq - m0);
@@ -360,50 +488,7 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
 
             /* Scale to log2 units, mask boundary tiles, online softmax. */
             const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
-#pragma unroll
-            for (int i = 0; i < NS; i++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[i][e] *= p.scale_log2;
-            }
-            if (need_mask) {
-#pragma unroll
-                for (int i = 0; i < NS; i++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int j = n0 + i * 8 + 2 * tq + (e & 1);
-                        const int rr = e >> 1;
-                        if (j < rlo[rr] || j >= rhi[rr]) s[i][e] = -INFINITY;
-                    }
-                }
-            }
-            float alpha[2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                float mx = mrow[rr];
-#pragma unroll
-                for (int i = 0; i < NS; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                /* base 0 while the row has seen nothing: exps stay 0, no NaN */
-                const float base = mx == -INFINITY ? 0.f : mx;
-                alpha[rr] = ex2(mrow[rr] - base);
-                mrow[rr] = mx;
-                float sum = 0.f;
-#pragma unroll
-                for (int i = 0; i < NS; i++) {
-                    s[i][2 * rr] = ex2(s[i][2 * rr] - base);
-                    s[i][2 * rr + 1] = ex2(s[i][2 * rr + 1] - base);
-                    sum += s[i][2 * rr] + s[i][2 * rr + 1];
-                }
-                lrow[rr] = lrow[rr] * alpha[rr] + sum;
-            }
-#pragma unroll
-            for (int i = 0; i < NO; i++) {
-                o[i][0] *= alpha[0];
-                o[i][1] *= alpha[0];
-                o[i][2] *= alpha[1];
-                o[i][3] *= alpha[1];
-            }
+            softmax_step<NS, NO>(s, o, mrow, lrow, n0, need_mask, rlo, rhi, tq, p.scale_log2);
 
             /* P as the A operand of P V (accumulator layout = A layout). */
             uint32_t pa[BN / 16][4];
@@ -433,50 +518,8 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
         cp_async_wait<0>();
     }
 
-    /* Epilogue: normalise, write lse, stage O through this warp's own rows of
-     * sQ (only this warp ever read them) for 16-byte coalesced stores. */
-    float inv[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        float l = lrow[rr];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[rr] = l > 0.f ? 1.f / l : 0.f;
-        if (p.lse && tq == 0) {
-            const int r = r0 + rr * 8;
-            if (r < lq) {
-                /* lse in natural log: m (log2 units) * ln2 + log(l) */
-                const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
-                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + r) * p.l_sr] = v;
-            }
-        }
-    }
-    __syncwarp();
-    T *sO = sQ + (warp * 16) * LDS;
-#pragma unroll
-    for (int i = 0; i < NO; i++) {
-        const int c = i * 8 + 2 * tq;
-        *reinterpret_cast<uint32_t *>(sO + g * LDS + c) = MmaOp<T>::pack(o[i][0] * inv[0], o[i][1] * inv[0]);
-        *reinterpret_cast<uint32_t *>(sO + (g + 8) * LDS + c) =
-            MmaOp<T>::pack(o[i][2] * inv[1], o[i][3] * inv[1]);
-    }
-    __syncwarp();
-    T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (q0 + m0 + warp * 16) * p.o_sr +
-            (int64_t)h * p.o_sh;
-    const int wrows = min(16, mrows - warp * 16);
-    if (p.aligned) {
-        for (int i = lane; i < 16 * d8; i += 32) {
-            const int r = i / d8, c = i - (i / d8) * d8;
-            if (r < wrows)
-                *reinterpret_cast<uint4 *>(og + (int64_t)r * p.o_sr + c * 8) =
-                    *reinterpret_cast<const uint4 *>(sO + r * LDS + c * 8);
-        }
-    } else {
-        for (int i = lane; i < 16 * p.d; i += 32) {
-            const int r = i / p.d, c = i - (i / p.d) * p.d;
-            if (r < wrows) og[(int64_t)r * p.o_sr + c] = sO[r * LDS + c];
-        }
-    }
+    write_out<T, D>(p, o, mrow, lrow, sQ + (warp * 16) * LDS, b, h, q0, r0, lq,
+                    min(16, mrows - warp * 16), lane);
 }
 
 } /* namespace sf_attn */

@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+# Usage: python3 tools/gen_wgmma_ops.py > src/cuda/attn_fwd_wgmma_ops.cuh
+# Writes the wgmma inline-asm wrappers of src/cuda/attn_fwd_wgmma_ops.cuh
+# (one asm statement per shape needs every accumulator as an operand).
+out = []
+out.append("/* attn_fwd_wgmma_ops.cuh - wgmma wrappers for attn_fwd_wgmma: one asm\n"
+           " * statement per shape lists every f32 accumulator as an operand (written\n"
+           " * out by a small script).  ss: A and B from shared memory, B K-major;\n"
+           " * rs: A from registers, B MN-major (transposed).  Only the sm_90a pass\n"
+           " * compiles them. */\n#ifndef SF_ATTN_FWD_WGMMA_OPS_CUH\n#define SF_ATTN_FWD_WGMMA_OPS_CUH\n\n"
+           "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_attn {\n")
+for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
+    for n in (64, 128):
+        nreg = n // 2
+        dl = ",".join("%%%d" % i for i in range(nreg))
+        cons = ", ".join('"+f"(d[%d])' % i for i in range(nreg))
+        # smem x smem, B K-major (trans-b 0); scale_d predicate
+        out.append("/* D(64 x %d) (+)= A(desc, K-major) * B(desc, K-major), %s */\n" % (n, ty))
+        out.append("__device__ __forceinline__ void wgmma_ss_%s_n%d(float *d, uint64_t da, uint64_t db, int scale_d) {\n" % (ty, n))
+        out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 2))
+        out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1))
+        out.append('                 : %s\n' % cons)
+        out.append('                 : "l"(da), "l"(db), "r"(scale_d));\n}\n')
+        # regs x smem, B MN-major (trans-b 1), accumulate
+        out.append("/* D(64 x %d) += A(registers) * B(desc, MN-major), %s */\n" % (n, ty))
+        out.append("__device__ __forceinline__ void wgmma_rs_%s_n%d(float *d, const uint32_t *a, uint64_t db, int scale_d) {\n" % (ty, n))
+        out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 5))
+        out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
+        out.append('                 : %s\n' % cons)
+        out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
+out.append("} /* namespace sf_attn */\n#endif\n#endif\n")
+open("../src/cuda/attn_fwd_wgmma_ops.cuh", "w").write("".join(out))
