@@ -29,4 +29,5 @@ for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
         out.append('                 : %s\n' % cons)
         out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
 out.append("} /* namespace sf_attn */\n#endif\n#endif\n")
-open("../src/cuda/attn_fwd_wgmma_ops.cuh", "w").write("".join(out))
+import sys
+sys.stdout.write("".join(out))
