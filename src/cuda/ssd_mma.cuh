@@ -4,8 +4,9 @@
  * 16-bit inputs (f16, bf16): mma.sync m16n8k16, f32 accumulation, fragments
  * loaded with ldmatrix (.trans where the tile is stored k-major).
  * f32 inputs: mma.sync m16n8k8 TF32.  ldmatrix moves 16-bit elements only, so
- * fragments come from scalar shared loads; shared tiles already hold values
- * rounded to TF32 (cvt.rna) so a fragment load needs no conversion.
+ * fragments come from scalar shared loads, each rounded to TF32 (cvt.rna:
+ * the tensor core would otherwise truncate, doubling the error); tiles are
+ * raw f32 copies made with cp.async.
  *
  * Shared layouts (ld = leading dimension in elements; pads chosen so that
  * fragment loads of one warp hit 32 distinct banks):
@@ -89,7 +90,31 @@ static __device__ __forceinline__ uint32_t ssd_pack(__half, float lo, float hi) 
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+
+/* a (2 x 16-bit) times (w.x, w.y), rounded back to 16 bits */
+static __device__ __forceinline__ uint32_t ssd_mul2(__nv_bfloat16, uint32_t a, float2 w) {
+    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162 *>(&a);
+    float2 f = __bfloat1622float2(v);
+    return ssd_pack(__nv_bfloat16{}, f.x * w.x, f.y * w.y);
+}
+static __device__ __forceinline__ uint32_t ssd_mul2(__half, uint32_t a, float2 w) {
+    __half2 v = *reinterpret_cast<__half2 *>(&a);
+    float2 f = __half22float2(v);
+    return ssd_pack(__half{}, f.x * w.x, f.y * w.y);
+}
+
 template <> struct ssd_mma<__nv_bfloat16> : ssd_mma16<__nv_bfloat16> {
+    /* A fragment from load_a_t: multiply k column j by w[j] (w 8-byte aligned) */
+    static __device__ __forceinline__ void scale_a(uint32_t a[4], const float *w) {
+        const int t = threadIdx.x & 3;
+        const float2 w0 = *reinterpret_cast<const float2 *>(w + 2 * t);
+        const float2 w8 = *reinterpret_cast<const float2 *>(w + 8 + 2 * t);
+        __nv_bfloat16 tag{};
+        a[0] = ssd_mul2(tag, a[0], w0);
+        a[1] = ssd_mul2(tag, a[1], w0);
+        a[2] = ssd_mul2(tag, a[2], w8);
+        a[3] = ssd_mul2(tag, a[3], w8);
+    }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4],
                                                const uint32_t *b) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -108,6 +133,17 @@ template <> struct ssd_mma<__nv_bfloat16> : ssd_mma16<__nv_bfloat16> {
 };
 
 template <> struct ssd_mma<__half> : ssd_mma16<__half> {
+    /* A fragment from load_a_t: multiply k column j by w[j] (w 8-byte aligned) */
+    static __device__ __forceinline__ void scale_a(uint32_t a[4], const float *w) {
+        const int t = threadIdx.x & 3;
+        const float2 w0 = *reinterpret_cast<const float2 *>(w + 2 * t);
+        const float2 w8 = *reinterpret_cast<const float2 *>(w + 8 + 2 * t);
+        __half tag{};
+        a[0] = ssd_mul2(tag, a[0], w0);
+        a[1] = ssd_mul2(tag, a[1], w0);
+        a[2] = ssd_mul2(tag, a[2], w8);
+        a[3] = ssd_mul2(tag, a[3], w8);
+    }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4],
                                                const uint32_t *b) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
@@ -130,10 +166,10 @@ template <> struct ssd_mma<float> {
                                                   int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (m0 + g) * ld + k0 + t;
-        a[0] = __float_as_uint(p[0]);
-        a[1] = __float_as_uint(p[8 * ld]);
-        a[2] = __float_as_uint(p[4]);
-        a[3] = __float_as_uint(p[8 * ld + 4]);
+        a[0] = __float_as_uint(ssd_tf32(p[0]));
+        a[1] = __float_as_uint(ssd_tf32(p[8 * ld]));
+        a[2] = __float_as_uint(ssd_tf32(p[4]));
+        a[3] = __float_as_uint(ssd_tf32(p[8 * ld + 4]));
     }
     static __device__ __forceinline__ void load_a_t(uint32_t a[4], const float *s, int ld, int m0,
                                                     int k0) {
@@ -148,19 +184,19 @@ template <> struct ssd_mma<float> {
                                                    int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (n0 + g) * ld + k0 + t;
-        b[0] = __float_as_uint(p[0]);
-        b[1] = __float_as_uint(p[4]);
-        b[2] = __float_as_uint(p[8 * ld]);
-        b[3] = __float_as_uint(p[8 * ld + 4]);
+        b[0] = __float_as_uint(ssd_tf32(p[0]));
+        b[1] = __float_as_uint(ssd_tf32(p[4]));
+        b[2] = __float_as_uint(ssd_tf32(p[8 * ld]));
+        b[3] = __float_as_uint(ssd_tf32(p[8 * ld + 4]));
     }
     static __device__ __forceinline__ void load_b2_t(uint32_t b[4], const float *s, int ld, int n0,
                                                      int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (k0 + t) * ld + n0 + g;
-        b[0] = __float_as_uint(p[0]);
-        b[1] = __float_as_uint(p[4 * ld]);
-        b[2] = __float_as_uint(p[8]);
-        b[3] = __float_as_uint(p[4 * ld + 8]);
+        b[0] = __float_as_uint(ssd_tf32(p[0]));
+        b[1] = __float_as_uint(ssd_tf32(p[4 * ld]));
+        b[2] = __float_as_uint(ssd_tf32(p[8]));
+        b[3] = __float_as_uint(ssd_tf32(p[4 * ld + 8]));
     }
     /* The accumulator holds keys 2t, 2t+1 in lane t; the k8 A fragment wants
      * k slots t and t+4.  The sum over k does not care about order, so k slot
@@ -169,10 +205,19 @@ template <> struct ssd_mma<float> {
                                                     int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (k0 + 2 * t) * ld + n0 + g;
-        b[0] = __float_as_uint(p[0]);
-        b[1] = __float_as_uint(p[ld]);
-        b[2] = __float_as_uint(p[8]);
-        b[3] = __float_as_uint(p[ld + 8]);
+        b[0] = __float_as_uint(ssd_tf32(p[0]));
+        b[1] = __float_as_uint(ssd_tf32(p[ld]));
+        b[2] = __float_as_uint(ssd_tf32(p[8]));
+        b[3] = __float_as_uint(ssd_tf32(p[ld + 8]));
+    }
+    /* load_a_t returns raw f32; scale_a multiplies k column j by w[j] and rounds */
+    static __device__ __forceinline__ void scale_a(uint32_t a[4], const float *w) {
+        const int t = threadIdx.x & 3;
+        const float w0 = w[t], w4 = w[t + 4];
+        a[0] = __float_as_uint(ssd_tf32(__uint_as_float(a[0]) * w0));
+        a[1] = __float_as_uint(ssd_tf32(__uint_as_float(a[1]) * w0));
+        a[2] = __float_as_uint(ssd_tf32(__uint_as_float(a[2]) * w4));
+        a[3] = __float_as_uint(ssd_tf32(__uint_as_float(a[3]) * w4));
     }
     static __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float (*c)[4]) {
         a[0] = __float_as_uint(ssd_tf32(c[0][0]));
@@ -204,15 +249,6 @@ template <> struct ssd_pad<float> {
 /* ------------------------------------------------------------------ */
 /* Element conversion for staging                                       */
 /* ------------------------------------------------------------------ */
-
-template <typename T> static __device__ __forceinline__ T ssd_to_op(float v);
-template <> __device__ __forceinline__ float ssd_to_op<float>(float v) { return ssd_tf32(v); }
-template <> __device__ __forceinline__ __half ssd_to_op<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 ssd_to_op<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
 
 /* 16 bytes of T from global (aligned) as floats. */
 template <typename T> struct ssd_vec;
@@ -267,30 +303,87 @@ static __device__ __forceinline__ void ssd_st_smem(T *d, const float *f, float s
 
 /* Stages a rows x cols tile (row r at g + r * gstride, unit column stride)
  * into shared s[r * ld + col] in operand format (TF32-rounded for f32),
- * each row scaled by rowscale[r] when given.  Rows >= rows_valid and
- * columns >= cols_valid become 0 (selected, never multiplied, so garbage
- * cannot turn into NaN).  cols is a multiple of the 16-byte vector width;
- * vec says the global rows are 16-byte aligned. */
+ * synchronously through registers: each thread first issues up to 8
+ * independent 16-byte loads, then converts and stores them (one load
+ * latency per 8 vectors, not per vector).  Rows >= rows_valid and columns
+ * >= cols_valid become 0.  cols is a multiple of the 16-byte vector width
+ * of S; vec says the global rows are 16-byte aligned. */
 template <typename T, int NT, typename S>
 static __device__ __forceinline__ void ssd_stage(T *s, int ld, const S *g, int64_t gstride,
                                                  int rows, int cols, int rows_valid,
-                                                 int cols_valid, bool vec,
-                                                 const float *rowscale) {
-    constexpr int V = ssd_vec<S>::V;
+                                                 int cols_valid, bool vec) {
+    constexpr int V = ssd_vec<S>::V, U = 8;
+    const int vpr = cols / V, total = rows * vpr;
+    for (int base = threadIdx.x; base < total; base += NT * U) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int idx = base + u * NT;
+            raw[u] = make_uint4(0u, 0u, 0u, 0u);
+            if (idx < total) {
+                const int r = idx / vpr, cv = (idx - r * vpr) * V;
+                const S *src = g + (int64_t)r * gstride + cv;
+                if (r < rows_valid && vec && cv + V <= cols_valid) {
+                    raw[u] = __ldg(reinterpret_cast<const uint4 *>(src));
+                } else if (r < rows_valid) {
+                    S *e = reinterpret_cast<S *>(&raw[u]);
+                    for (int k = 0; k < V; k++)
+                        if (cv + k < cols_valid) e[k] = src[k];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int idx = base + u * NT;
+            if (idx < total) {
+                const int r = idx / vpr, cv = (idx - r * vpr) * V;
+                const S *e = reinterpret_cast<const S *>(&raw[u]);
+                float f[V];
+#pragma unroll
+                for (int k = 0; k < V; k++) f[k] = sf_elem<S>::to_f(e[k]);
+                ssd_st_smem<T, V>(s + r * ld + cv, f, 1.0f);
+            }
+        }
+    }
+}
+
+/* cp.async (sm_80+): 16-byte global -> shared copies that complete
+ * asynchronously; a group is waited for with ssd_cp_wait<n> (at most n
+ * younger groups still in flight). */
+static __device__ __forceinline__ void ssd_cp16(void *s, const void *g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ssd_smem_addr(s)), "l"(g));
+}
+static __device__ __forceinline__ void ssd_cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> static __device__ __forceinline__ void ssd_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+/* Raw copy of a rows x cols tile of T into shared memory with cp.async;
+ * rows/columns past the valid ones are zero-filled with plain stores, and a
+ * vector that is unaligned or straddles cols_valid is copied element-wise
+ * (plain loads: only odd layouts take that path).  f32 tiles stay raw here:
+ * the f32 fragment loads round to TF32. */
+template <typename T, int NT>
+static __device__ __forceinline__ void ssd_stage_async(T *s, int ld, const T *g, int64_t gstride,
+                                                       int rows, int cols, int rows_valid,
+                                                       int cols_valid, bool vec) {
+    constexpr int V = 16 / sizeof(T);
     const int vpr = cols / V;
     for (int idx = threadIdx.x; idx < rows * vpr; idx += NT) {
         const int r = idx / vpr, cv = (idx - r * vpr) * V;
-        float f[V];
-        const S *src = g + (int64_t)r * gstride + cv;
+        T *d = s + r * ld + cv;
+        const T *src = g + (int64_t)r * gstride + cv;
         if (r < rows_valid && vec && cv + V <= cols_valid) {
-            ssd_vec<S>::load(f, src);
+            ssd_cp16(d, src);
         } else {
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                f[e] = (r < rows_valid && cv + e < cols_valid) ? sf_elem<S>::to_f(src[e]) : 0.0f;
+            uint4 u = make_uint4(0u, 0u, 0u, 0u);
+            if (r < rows_valid) {
+                T *e = reinterpret_cast<T *>(&u);
+                for (int k = 0; k < V; k++)
+                    if (cv + k < cols_valid) e[k] = src[k];
+            }
+            *reinterpret_cast<uint4 *>(d) = u;
         }
-        const float sc = rowscale ? (r < rows_valid ? rowscale[r] : 0.0f) : 1.0f;
-        ssd_st_smem<T, V>(s + r * ld + cv, f, sc);
     }
 }
 
