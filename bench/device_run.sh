@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One batched run on a GPU machine: the CUDA tests of every op, the default
+# workload, the Python binding's GPU tests, compute-sanitizer on the CUDA op
+# tests, and the side-by-side benchmarks against the peers.  Logs go to $OUT
+# (or ./out).
+#   bench/device_run.sh BUILD_DIR        (a CUDA build made by CMake)
+# The peer for the SSD benchmark (mamba_ssm's Triton kernels) is looked up on
+# PYTHONPATH; put a checkout's python package in .peer/ to include it.
+set -uo pipefail
+B=${1:-build-gpu}
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=python:.peer${PYTHONPATH:+:$PYTHONPATH}
+export SEQFUSE_LIB=$PWD/$B/libseqfuse.so
+export PYTHONUNBUFFERED=1
+export SF_AUTOTUNE_CACHE=$OUT/autotune.tsv
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+rc=0
+echo "== CUDA op tests =="
+for op in ssd_fwd ssd_step attn_fwd conv1d_fwd conv1d_update rmsnorm_gated; do
+  "$B/tests/test_ops" --op "$op" --backend cuda > "$OUT/test_$op.log" 2>&1
+  r=$?
+  tail -1 "$OUT/test_$op.log"
+  grep -E "FAIL" "$OUT/test_$op.log" | head -5
+  [ $r -eq 0 ] || rc=1
+done
+echo "== compute-sanitizer memcheck on the CUDA op tests =="
+for op in ssd_fwd ssd_step attn_fwd conv1d_fwd; do
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops" --op "$op" --backend cuda \
+    > "$OUT/memcheck_$op.log" 2>&1
+  echo "memcheck $op: exit $? ($(grep -c 'ERROR SUMMARY: 0' "$OUT/memcheck_$op.log") clean summaries)"
+done
+echo "== Python binding on the GPU =="
+python3 -m pytest -q tests/python -k "cuda or torch" 2>&1 | tail -3
+echo "== seqfuse default workload =="
+"$B/seqfuse" 2>/dev/null | tee "$OUT/seqfuse_default.txt"
+echo "== SSD vs mamba_ssm =="
+python3 bench/gpu_ssd.py --csv "$OUT/ssd.csv" 2>&1 | tee "$OUT/ssd.txt"
+echo "== attention vs SDPA (cuDNN, FA2) =="
+python3 bench/gpu_attn.py --csv "$OUT/attn.csv" --plot "$OUT/attn_sweep.png" 2>&1 | tee "$OUT/attn.txt"
+exit $rc
