@@ -306,8 +306,9 @@ template <typename T> static inline size_t ssd_out_smem(int npad, int Q) {
  * Measured (H200, b8 L4096 H80 P64 N128 Q256, ncu): bf16 2.91 ms, f32 6.88 ms:
  * far from the tensor-core bound (~0.3 ms); the warp tile 16 x 64 reloads
  * C fragments and B tiles per warp (shared-memory bound) and 4-warp blocks
- * hide little latency.  Next: 8 warps / 128 rows per block, C fragments in
- * registers, wgmma on sm_90a. */
+ * hide little latency.  16-bit inputs with N <= 128 now take ssd_chunk_out16
+ * (ssd_out16.cuh: C fragments in registers, paired row tiles), measured
+ * 2.86 ms: see there for why that did not help and what comes next. */
 template <typename T>
 __global__ void __launch_bounds__(128) ssd_chunk_out(const ssd_fwd_args a) {
     using M = ssd_mma<T>;

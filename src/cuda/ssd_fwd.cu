@@ -5,7 +5,10 @@
  *   ssd_seqid        (varlen only) per-token sequence id from seq_idx / cu_seqlens
  *   ssd_chunk_cumsum processed dt and g' * log2(e) per chunk     (ssd_chunk.cuh header)
  *   ssd_state_pass   chunk states on tensor cores + the pass over chunks
- *   ssd_chunk_out    fused output per (chunk, head, P tile, 64-row tile)
+ *   ssd_chunk_out16  fused output, 16-bit inputs with N <= 128 (ssd_out16.cuh):
+ *                    per (chunk, head, P tile, half of the row-tile pairs)
+ *   ssd_chunk_out    fused output otherwise (f32, N > 128): per (chunk, head,
+ *                    P tile, 64-row tile)
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
@@ -15,9 +18,23 @@
  *   b8 L4096 bf16 3.75 ms (57 TFLOP/s), f32 8.47 ms; b1 L16384 bf16 1.97 ms,
  *   f32 4.40 ms.  Split (ncu, b8 bf16): cumsum 82 us, state pass 745 us,
  *   output 2.91 ms.  Decode step (b64..256): 3.4-3.7 TB/s of state traffic.
+ *
+ * Output-kernel variants tried (H200, b8 L4096 bf16, output kernel alone, ncu):
+ *   ssd_chunk_out, 4 warps x 16-row tiles, C / B fragments reloaded per warp:
+ *     2.91 ms (f32 6.88 ms; still the f32 and N > 128 path).
+ *   ssd_chunk_out16, C fragments in registers, each warp two row tiles (k,
+ *     Q/16-1-k) sharing every B / X fragment, 2 x 106 KB blocks per SM:
+ *     2.86 ms - no gain.  ncu: 231 registers, 12.5% occupancy (2 warps per
+ *     scheduler), issue slots 31% busy, 6.45 cycles between a warp's issues,
+ *     tensor pipe 13% active, 837 M warp instructions (~10 K per warp, of
+ *     which under 1 K are HMMA / LDSM): latency- and instruction-bound, not
+ *     shared-memory bound.  Whole forward 3.70 ms (peer 1.69 ms); b1 L16384
+ *     1.96 ms (peer 0.81 ms).  Kept: correct, and the base for the next steps
+ *     listed in ssd_out16.cuh.
  */
 #include "cuda_common.h"
 #include "ssd_chunk.cuh"
+#include "ssd_out16.cuh"
 #include "ssd_step.cuh"
 
 /* ------------------------------------------------------------------ */
@@ -217,7 +234,24 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state
         ssd_state_pass<T><<<(unsigned)grid_state, 128, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (grid_out > 0) {
+    bool done = false;
+    if constexpr (sizeof(T) == 2) {
+        if (grid_out > 0 && a.Npad <= SSD_O16_NK * 16) {
+            /* 16-bit, N <= 128: two blocks per (chunk, head, P tile), Q / 2 threads */
+            const int64_t g16 = grid_out / (a.Q / 64) * 2;
+            const size_t smem = ssd_out16_smem(a.Q);
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_out16<T>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)smem));
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_out16<T>,
+                                                    cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                    100));
+            ssd_chunk_out16<T><<<(unsigned)g16, a.Q / 2, smem, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+            done = true;
+        }
+    }
+    if (grid_out > 0 && !done) {
         const size_t smem = ssd_out_smem<T>(a.Npad, a.Q);
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_out<T>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
