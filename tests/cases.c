@@ -18,6 +18,12 @@
     .name = nm, .op = SFC_SSD_FWD, .b = b_, .L = L_, .H = H_, .P = P_, .G = G_, .N = N_, .chunk = ch
 #define STEP(nm, b_, H_, P_, G_, N_, slots) \
     .name = nm, .op = SFC_SSD_STEP, .b = b_, .L = 1, .H = H_, .P = P_, .G = G_, .N = N_, .nslots = slots
+#define CONV(nm, b_, L_, dim_, w_) \
+    .name = nm, .op = SFC_CONV1D_FWD, .b = b_, .L = L_, .dim = dim_, .width = w_
+#define CONVU(nm, b_, dim_, w_, slots) \
+    .name = nm, .op = SFC_CONV1D_UPDATE, .b = b_, .L = 1, .dim = dim_, .width = w_, .nslots = slots
+#define RMSN(nm, rows, D_, grp) \
+    .name = nm, .op = SFC_RMSNORM_GATED, .b = rows, .L = 1, .dim = D_, .group = grp
 #define ALL_OPTS .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1
 const sfc_case sfc_cases[] = {
     {SSD("ssd_basic", 2, 200, 4, 16, 1, 16, 64), .D = 1},
@@ -58,6 +64,47 @@ const sfc_case sfc_cases[] = {
     {"attn_llm", SFC_ATTN_FWD, 1, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128, .causal = 1, .big = 1},
     {"attn_vit", SFC_ATTN_FWD, 16, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1},
 
+    /* conv1d prefill: widths 2-4, L = 1 and L < W-1 with an initial state,
+     * channels not a multiple of the vector width, cu_seqlens with length-1
+     * and empty sequences, strided views, the Mamba-2 2.7B conv (dim
+     * 5376 = 2 * 2560 + 2 * 128) */
+    {CONV("conv_basic", 2, 100, 64, 4), .bias = 1, .silu = 1},
+    {CONV("conv_L1_init", 3, 1, 40, 4), .init = 1, .final = 1, .silu = 1},
+    {CONV("conv_L2_w4_init", 2, 2, 24, 4), .bias = 1, .init = 1, .final = 1},
+    {CONV("conv_L1_noinit", 2, 1, 16, 3), .final = 1},
+    {CONV("conv_w2", 2, 77, 96, 2), .bias = 1, .silu = 1, .init = 1, .final = 1},
+    {CONV("conv_w3_dim100", 1, 130, 100, 3), .init = 1, .final = 1},
+    {CONV("conv_cu_seqlens", 1, 290, 72, 4), .bias = 1, .silu = 1, .init = 1, .final = 1,
+     .varlen = 2, .seqlens = {50, 1, 0, 2, 200, 37}, .nseq = 6},
+    {CONV("conv_cu_noinit_w3", 1, 103, 36, 3), .silu = 1, .final = 1, .varlen = 2,
+     .seqlens = {1, 99, 3}, .nseq = 3},
+    {CONV("conv_strided", 2, 65, 128, 4), .bias = 1, .silu = 1, .init = 1, .final = 1, .strided = 1},
+    {CONV("conv_2p7b_small", 1, 256, 5376, 4), .bias = 1, .silu = 1, .final = 1},
+    {CONV("conv_2p7b", 8, 4096, 5376, 4), .bias = 1, .silu = 1, .big = 1},
+
+    /* conv1d decode update: in-place state, shuffled slots with a pad */
+    {CONVU("convupd_basic", 4, 64, 4, 4), .bias = 1, .silu = 1},
+    {CONVU("convupd_idx_w3", 5, 100, 3, 9), .bias = 1, .silu = 1},
+    {CONVU("convupd_w2", 3, 48, 2, 3)},
+    {CONVU("convupd_strided", 4, 64, 4, 6), .bias = 1, .silu = 1, .strided = 1},
+    {CONVU("convupd_2p7b", 64, 5376, 4, 80), .bias = 1, .silu = 1},
+
+    /* gated RMSNorm: both gate orders, no gate, groups smaller than D
+     * (warp slices, odd sizes on the scalar path), long rows that stream,
+     * strided views, the Mamba-2 2.7B norm (D 5120, one group) */
+    {RMSN("rms_gate_first", 37, 256, 0), .z = 1},
+    {RMSN("rms_norm_first", 37, 256, 0), .z = 1, .norm_before_gate = 1},
+    {RMSN("rms_noz", 20, 200, 0)},
+    {RMSN("rms_group64", 9, 512, 64), .z = 1},
+    {RMSN("rms_group8_nbg", 7, 96, 8), .z = 1, .norm_before_gate = 1},
+    {RMSN("rms_group12_odd", 5, 96, 12), .z = 1},
+    {RMSN("rms_dim100", 3, 100, 0), .z = 1, .norm_before_gate = 1},
+    {RMSN("rms_long_rows", 4, 20480, 0), .z = 1},
+    {RMSN("rms_strided", 6, 256, 128), .z = 1, .strided = 1},
+    {RMSN("rms_2p7b", 64, 5120, 5120), .z = 1},
+    {RMSN("rms_2p7b_g8", 16, 5120, 640), .z = 1, .norm_before_gate = 1},
+    {RMSN("rms_2p7b_big", 32768, 5120, 5120), .z = 1, .big = 1},
+
     /* the default workload of `seqfuse`: sized so the naive reference takes
      * seconds on a small CPU (1), and at the real shapes on a GPU (2) */
     {SSD("mamba2_2.7b_layer", 1, 1024, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1,
@@ -66,11 +113,12 @@ const sfc_case sfc_cases[] = {
      .causal = 1, .big = 1, .workload = 1},
     {"vit_b16", SFC_ATTN_FWD, 8, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1,
      .workload = 1},
-    {SSD("mamba2_2.7b_layer", 2, 4096, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1,
+    /* on a GPU the naive reference still runs on the CPU: shapes that keep it to seconds */
+    {SSD("mamba2_2.7b_layer", 1, 2048, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1,
      .softplus = 1, .big = 1, .workload = 2},
-    {"llm_gqa_causal", SFC_ATTN_FWD, 2, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128,
+    {"llm_gqa_causal", SFC_ATTN_FWD, 1, .H = 32, .Lq = 1024, .Lk = 1024, .Hkv = 8, .d = 128,
      .causal = 1, .big = 1, .workload = 2},
-    {"vit_b16", SFC_ATTN_FWD, 64, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1,
+    {"vit_b16", SFC_ATTN_FWD, 32, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1,
      .workload = 2},
 };
 const int sfc_ncases = (int)(sizeof sfc_cases / sizeof sfc_cases[0]);
@@ -80,12 +128,15 @@ const char *sfc_op_name(sfc_op op) {
     case SFC_SSD_FWD: return "ssd_fwd";
     case SFC_SSD_STEP: return "ssd_step";
     case SFC_ATTN_FWD: return "attn_fwd";
+    case SFC_CONV1D_FWD: return "conv1d_fwd";
+    case SFC_CONV1D_UPDATE: return "conv1d_update";
+    case SFC_RMSNORM_GATED: return "rmsnorm_gated";
     }
     return "?";
 }
 
 int sfc_op_from_name(const char *s) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i <= (int)SFC_RMSNORM_GATED; i++)
         if (strcmp(s, sfc_op_name((sfc_op)i)) == 0) return i;
     return -1;
 }
@@ -285,6 +336,12 @@ static sf_tensor view(const tspec *t, void *data, int ref, int device) {
 enum { X, DT, A, B, C, D, Z, DTB, INIT, SEQ, CU, OUT, FIN }; /* ssd_fwd */
 enum { S_STATE, S_X, S_DT, S_A, S_B, S_C, S_D, S_Z, S_DTB, S_IDX, S_OUT };
 enum { Q, K, V, AO, LSE, CUQ, CUK };
+enum { CV_X, CV_W, CV_BIAS, CV_INIT, CV_CU, CV_OUT, CV_FIN };      /* conv1d_fwd    */
+enum { UP_STATE, UP_X, UP_W, UP_BIAS, UP_IDX, UP_OUT };           /* conv1d_update */
+enum { RN_X, RN_Z, RN_W, RN_OUT, RN_NONE };                       /* rmsnorm_gated */
+
+/* conv1d_update: state slots (0 in a hand-made case means one per sequence) */
+static int conv_slots(const sfc_case *c) { return c->nslots > 0 ? c->nslots : c->b; }
 
 static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
     memset(t, 0, sizeof(tspec) * MAXT);
@@ -319,6 +376,30 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
         if (c->dt_bias) spec(&t[S_DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
         if (c->nslots != c->b) spec(&t[S_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
         spec(&t[S_OUT], 3, (int64_t[]){b, H, P}, dt, GEN_OUT);
+    } else if (c->op == SFC_CONV1D_FWD) {
+        int64_t ns = c->varlen == 2 ? c->nseq : b, dim = c->dim, W = c->width;
+        spec(&t[CV_X], 3, (int64_t[]){b, L, dim}, dt, GEN_NORMAL);
+        spec(&t[CV_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
+        if (c->bias) spec(&t[CV_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        if (c->init) spec(&t[CV_INIT], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_NORMAL);
+        if (c->varlen == 2) spec(&t[CV_CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
+        spec(&t[CV_OUT], 3, (int64_t[]){b, L, dim}, dt, GEN_OUT);
+        if (c->final) spec(&t[CV_FIN], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_OUT);
+    } else if (c->op == SFC_CONV1D_UPDATE) {
+        int64_t dim = c->dim, W = c->width;
+        spec(&t[UP_STATE], 3, (int64_t[]){conv_slots(c), dim, W - 1}, SF_F32, GEN_NORMAL);
+        t[UP_STATE].is_inout = 1;
+        spec(&t[UP_X], 2, (int64_t[]){b, dim}, dt, GEN_NORMAL);
+        spec(&t[UP_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
+        if (c->bias) spec(&t[UP_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        if (conv_slots(c) != c->b) spec(&t[UP_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        spec(&t[UP_OUT], 2, (int64_t[]){b, dim}, dt, GEN_OUT);
+    } else if (c->op == SFC_RMSNORM_GATED) {
+        int64_t rows = b * L, dim = c->dim;
+        spec(&t[RN_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        if (c->z) spec(&t[RN_Z], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        spec(&t[RN_W], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
     } else {
         int64_t d = c->d, Hkv = c->Hkv;
         if (c->attn_varlen) {
@@ -371,6 +452,25 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
         if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
         free(perm);
     }
+    if (c->op == SFC_CONV1D_FWD && t[CV_CU].present) {
+        int32_t *cu = (int32_t *)t[CV_CU].h;
+        cu[0] = 0;
+        for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->seqlens[i];
+    }
+    if (c->op == SFC_CONV1D_UPDATE && t[UP_IDX].present) {
+        int32_t *idx = (int32_t *)t[UP_IDX].h;
+        int n = conv_slots(c) > c->b ? conv_slots(c) : c->b;
+        int *perm = (int *)malloc(sizeof(int) * (size_t)n);
+        for (int i = 0; i < n; i++) perm[i] = i;
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        for (int i = 0; i < c->b; i++) idx[i] = perm[i] < conv_slots(c) ? perm[i] : -1;
+        if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
+        free(perm);
+    }
     if (c->op == SFC_ATTN_FWD && t[CUQ].present) {
         int32_t *cq = (int32_t *)t[CUQ].h, *ck = (int32_t *)t[CUK].h;
         cq[0] = ck[0] = 0;
@@ -402,6 +502,29 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->dt_min = c->dt_min;
         p->dt_max = c->dt_max > 0 ? c->dt_max : INFINITY;
         p->backend = be;
+    } else if (c->op == SFC_CONV1D_FWD) {
+        sf_conv1d_params *p = (sf_conv1d_params *)params;
+        sf_conv1d_params_init(p);
+        p->x = VW(CV_X), p->weight = VW(CV_W), p->bias = VW(CV_BIAS);
+        p->initial_state = VW(CV_INIT), p->final_state = VW(CV_FIN);
+        p->cu_seqlens = VW(CV_CU), p->out = VW(CV_OUT);
+        p->silu = c->silu;
+        p->backend = be;
+    } else if (c->op == SFC_CONV1D_UPDATE) {
+        sf_conv1d_update_params *p = (sf_conv1d_update_params *)params;
+        sf_conv1d_update_params_init(p);
+        p->conv_state = VW(UP_STATE), p->x = VW(UP_X), p->weight = VW(UP_W);
+        p->bias = VW(UP_BIAS), p->state_idx = VW(UP_IDX), p->out = VW(UP_OUT);
+        p->silu = c->silu;
+        p->backend = be;
+    } else if (c->op == SFC_RMSNORM_GATED) {
+        sf_rmsnorm_gated_params *p = (sf_rmsnorm_gated_params *)params;
+        sf_rmsnorm_gated_params_init(p);
+        p->x = VW(RN_X), p->z = VW(RN_Z), p->weight = VW(RN_W), p->out = VW(RN_OUT);
+        p->group_size = c->group;
+        p->norm_before_gate = c->norm_before_gate;
+        p->eps = 1e-5f;
+        p->backend = be;
     } else {
         sf_attn_fwd_params *p = (sf_attn_fwd_params *)params;
         sf_attn_fwd_params_init(p);
@@ -419,6 +542,9 @@ static sf_status call_op(const sfc_case *c, sf_ctx *ctx, const void *params) {
     switch (c->op) {
     case SFC_SSD_FWD: return sf_ssd_fwd(ctx, (const sf_ssd_fwd_params *)params);
     case SFC_SSD_STEP: return sf_ssd_step(ctx, (const sf_ssd_step_params *)params);
+    case SFC_CONV1D_FWD: return sf_conv1d_fwd(ctx, (const sf_conv1d_params *)params);
+    case SFC_CONV1D_UPDATE: return sf_conv1d_update(ctx, (const sf_conv1d_update_params *)params);
+    case SFC_RMSNORM_GATED: return sf_rmsnorm_gated(ctx, (const sf_rmsnorm_gated_params *)params);
     default: return sf_attn_fwd(ctx, (const sf_attn_fwd_params *)params);
     }
 }
@@ -434,6 +560,10 @@ static void work(const sfc_case *c, const tspec *t, sfc_result *r) {
         r->flops = tok * (4.0 * c->P * c->N + Qc * c->N + Qc * c->P);
     } else if (c->op == SFC_SSD_STEP) {
         r->flops = (double)c->b * c->H * c->P * c->N * 5.0;
+    } else if (c->op == SFC_CONV1D_FWD || c->op == SFC_CONV1D_UPDATE) {
+        r->flops = 2.0 * c->width * (double)c->b * c->L * c->dim;
+    } else if (c->op == SFC_RMSNORM_GATED) {
+        r->flops = (double)c->b * c->L * c->dim * (c->z ? 6.0 : 4.0);
     } else {
         double pairs = 0;
         int nb = c->b;
@@ -508,7 +638,14 @@ sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf
     if (msg && msglen) msg[0] = 0;
     uint64_t rng = seed * 0x2545f4914f6cdd1dull + (uint64_t)(c - sfc_cases) + 1;
     sf_status st = SF_OK;
-    union { sf_ssd_fwd_params a; sf_ssd_step_params b; sf_attn_fwd_params c; } prm, prm_ref;
+    union {
+        sf_ssd_fwd_params a;
+        sf_ssd_step_params b;
+        sf_attn_fwd_params c;
+        sf_conv1d_params d;
+        sf_conv1d_update_params e;
+        sf_rmsnorm_gated_params f;
+    } prm, prm_ref;
 
     for (int i = 0; i < MAXT; i++) {
         if (!t[i].present) continue;
@@ -580,6 +717,9 @@ sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf
         }
         int first = c->op == SFC_SSD_FWD ? OUT : c->op == SFC_SSD_STEP ? S_OUT : AO;
         int second = c->op == SFC_SSD_FWD ? FIN : c->op == SFC_SSD_STEP ? S_STATE : LSE;
+        if (c->op == SFC_CONV1D_FWD) first = CV_OUT, second = CV_FIN;
+        if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
+        if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
         res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
         if (t[second].present)
             res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
@@ -630,7 +770,7 @@ int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int
             if (st != SF_OK)
                 printf("  FAIL %-22s %-4s %s: %s\n", c->name, dn, sf_status_string(st), msg);
             else
-                printf("  %s %-22s %-4s %-4s err %.2e  err2 %.2e  (tol %.0e)%s%s%s\n",
+                printf("  %s %-22s %-4s %-4s err %.2e  err2 %.2e  (tol %.1e)%s%s%s\n",
                        ok ? "ok  " : "FAIL", c->name, dn, sf_backend_name(be), r.err, r.err2, tol,
                        r.unwritten ? "  UNWRITTEN outputs" : "",
                        r.nonfinite ? "  NON-FINITE outputs" : "",

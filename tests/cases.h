@@ -10,7 +10,14 @@
 
 #include "seqfuse.h"
 
-typedef enum sfc_op { SFC_SSD_FWD = 0, SFC_SSD_STEP = 1, SFC_ATTN_FWD = 2 } sfc_op;
+typedef enum sfc_op {
+    SFC_SSD_FWD = 0,
+    SFC_SSD_STEP = 1,
+    SFC_ATTN_FWD = 2,
+    SFC_CONV1D_FWD = 3,
+    SFC_CONV1D_UPDATE = 4,
+    SFC_RMSNORM_GATED = 5
+} sfc_op;
 
 typedef struct sfc_case {
     const char *name;
@@ -29,6 +36,11 @@ typedef struct sfc_case {
     int Lq, Lk, Hkv, d, causal, wl, wr;
     int attn_varlen; /* cu_seqlens: per-sequence (Lq, Lk) from qlens/klens  */
     int qlens[8], klens[8];
+    /* conv1d (fwd, update): b, L, init, final, varlen 2 + seqlens/nseq,
+     * nslots above; channels, kernel width, SiLU, bias */
+    int dim, width, silu, bias;
+    /* gated RMSNorm: rows b * L, D = dim, z above; group 0 means D */
+    int group, norm_before_gate;
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */

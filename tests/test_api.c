@@ -72,6 +72,43 @@ static void step_valid(sf_ssd_step_params *p) {
     p->state_idx = sf_tensor_contiguous(ibuf[0], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){2});
 }
 
+/* A valid conv1d prefill: b 1, L 8, dim 4, W 4. */
+static void conv_valid(sf_conv1d_params *p) {
+    sf_conv1d_params_init(p);
+    for (int s = 0; s < 8; s++)
+        for (int i = 0; i < 4096; i++) fbuf[s][i] = 0.05f * (float)((i * 3 + s) % 9) - 0.2f;
+    p->x = T(0, 3, (int64_t[]){1, 8, 4});
+    p->weight = T(1, 2, (int64_t[]){4, 4});
+    p->out = T(2, 3, (int64_t[]){1, 8, 4});
+    p->bias = T(3, 1, (int64_t[]){4});
+    p->silu = 1;
+}
+
+/* A valid conv1d update: 2 sequences into 3 slots, dim 4, W 4. */
+static void convupd_valid(sf_conv1d_update_params *p) {
+    sf_conv1d_update_params_init(p);
+    for (int s = 0; s < 8; s++)
+        for (int i = 0; i < 4096; i++) fbuf[s][i] = 0.1f * (float)((i + s) % 5);
+    p->conv_state = T(0, 3, (int64_t[]){3, 4, 3});
+    p->x = T(1, 2, (int64_t[]){2, 4});
+    p->weight = T(2, 2, (int64_t[]){4, 4});
+    p->out = T(3, 2, (int64_t[]){2, 4});
+    ibuf[0][0] = 2;
+    ibuf[0][1] = 0;
+    p->state_idx = sf_tensor_contiguous(ibuf[0], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){2});
+}
+
+/* A valid gated RMSNorm: 4 rows of 8. */
+static void rms_valid(sf_rmsnorm_gated_params *p) {
+    sf_rmsnorm_gated_params_init(p);
+    for (int s = 0; s < 8; s++)
+        for (int i = 0; i < 4096; i++) fbuf[s][i] = 0.1f * (float)((i * 5 + s) % 7) - 0.3f;
+    p->x = T(0, 2, (int64_t[]){4, 8});
+    p->z = T(1, 2, (int64_t[]){4, 8});
+    p->weight = T(2, 1, (int64_t[]){8});
+    p->out = T(3, 2, (int64_t[]){4, 8});
+}
+
 int main(void) {
     sf_ctx *ctx = NULL;
     /* context */
@@ -237,6 +274,172 @@ int main(void) {
         for (int i = 16; i < 32; i++) ok &= isfinite(fbuf[3][i]);
         checks++;
         if (!ok) printf("FAIL fully masked row on backend %s: out[0] %g lse %g\n", sf_backend_name((sf_backend)be), (double)fbuf[3][0], (double)fbuf[4][0]), failures++;
+    }
+
+    /* ---- sf_conv1d_fwd ---- */
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, NULL), SF_ERR_NULL_POINTER, "params");
+    sf_conv1d_params cp;
+    conv_valid(&cp);
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_OK, NULL);
+    cp.backend = SF_BACKEND_REF;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_OK, NULL);
+    conv_valid(&cp), cp.weight = T(1, 2, (int64_t[]){4, 5});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_UNSUPPORTED, "kernel width 5");
+    conv_valid(&cp), cp.weight = T(1, 2, (int64_t[]){4, 1});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_UNSUPPORTED, "kernel width 1");
+    conv_valid(&cp), cp.weight = T(1, 2, (int64_t[]){5, 4});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "weight has shape");
+    conv_valid(&cp), cp.weight.dtype = SF_BF16;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_DTYPE, "weight has dtype bf16");
+    conv_valid(&cp), cp.weight.data = NULL;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_NULL_POINTER, "weight is required");
+    conv_valid(&cp), cp.x.rank = 2;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "x has rank 2");
+    conv_valid(&cp), cp.out.dtype = SF_F16;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_DTYPE, "out has dtype f16");
+    conv_valid(&cp), cp.x.stride[2] = 2;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_STRIDE, "unit innermost stride");
+    conv_valid(&cp), cp.bias = T(3, 1, (int64_t[]){5});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "bias has shape");
+    conv_valid(&cp), cp.initial_state = T(4, 3, (int64_t[]){1, 4, 2});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "initial_state has shape");
+    conv_valid(&cp), cp.initial_state = T(4, 3, (int64_t[]){1, 4, 3});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_OK, NULL);
+    cp.final_state = cp.initial_state;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "aliases");
+    conv_valid(&cp), cp.out.data = cp.x.data;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "aliases");
+    conv_valid(&cp), cp.silu = 2;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "silu");
+    conv_valid(&cp), cp.backend = SF_BACKEND_CUDA;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_UNSUPPORTED, "cuda backend");
+    /* varlen: two sequences, one state row each */
+    conv_valid(&cp);
+    ibuf[0][0] = 0, ibuf[0][1] = 1, ibuf[0][2] = 8;
+    cp.cu_seqlens = sf_tensor_contiguous(ibuf[0], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){3});
+    cp.initial_state = T(4, 3, (int64_t[]){2, 4, 3});
+    cp.final_state = T(5, 3, (int64_t[]){2, 4, 3});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_OK, NULL);
+    cp.final_state = T(5, 3, (int64_t[]){1, 4, 3});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "final_state has shape");
+    cp.final_state.data = NULL, ibuf[0][2] = 7;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INDEX, "packed length");
+    ibuf[0][1] = 9, ibuf[0][2] = 8;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INDEX, "less than");
+    ibuf[0][1] = 1;
+    cp.cu_seqlens.shape[0] = 1;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "at least 2");
+    conv_valid(&cp);
+    cp.x = T(0, 3, (int64_t[]){2, 4, 4}), cp.out = T(2, 3, (int64_t[]){2, 4, 4});
+    cp.cu_seqlens = sf_tensor_contiguous(ibuf[0], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){3});
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_SHAPE, "batch must be 1");
+    /* a sequence shorter than W-1: the final state keeps the initial state's tail */
+    conv_valid(&cp);
+    cp.x = T(0, 3, (int64_t[]){1, 1, 4}), cp.out = T(2, 3, (int64_t[]){1, 1, 4});
+    cp.initial_state = T(4, 3, (int64_t[]){1, 4, 3}), cp.final_state = T(5, 3, (int64_t[]){1, 4, 3});
+    for (int be = SF_BACKEND_REF; be <= SF_BACKEND_CPU; be++) {
+        cp.backend = (sf_backend)be;
+        for (int i = 0; i < 12; i++) fbuf[4][i] = (float)i, fbuf[5][i] = NAN;
+        EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_OK, NULL);
+        int ok = 1;
+        for (int c = 0; c < 4; c++)
+            ok &= fbuf[5][c * 3] == fbuf[4][c * 3 + 1] && fbuf[5][c * 3 + 1] == fbuf[4][c * 3 + 2] &&
+                  fbuf[5][c * 3 + 2] == fbuf[0][c];
+        checks++;
+        if (!ok) printf("FAIL conv1d final state of a 1-token sequence on %s\n", sf_backend_name((sf_backend)be)), failures++;
+    }
+
+    /* ---- sf_conv1d_update ---- */
+    EXPECT_STATUS(sf_conv1d_update(ctx, NULL), SF_ERR_NULL_POINTER, "params");
+    sf_conv1d_update_params up;
+    convupd_valid(&up);
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_OK, NULL);
+    ibuf[0][1] = 3;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INDEX, "outside");
+    ibuf[0][1] = 2;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INDEX, "used twice");
+    convupd_valid(&up), up.state_idx.data = NULL;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_SHAPE, "state_idx");
+    convupd_valid(&up), up.state_idx.dtype = SF_I64;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_DTYPE, "state_idx");
+    convupd_valid(&up), up.conv_state = T(0, 3, (int64_t[]){3, 4, 2});
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_SHAPE, "conv_state has shape");
+    convupd_valid(&up), up.conv_state.dtype = SF_F16;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_DTYPE, "conv_state has dtype f16");
+    convupd_valid(&up), up.weight = T(2, 2, (int64_t[]){4, 6});
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_UNSUPPORTED, "kernel width 6");
+    convupd_valid(&up), up.out = T(3, 2, (int64_t[]){2, 5});
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_SHAPE, "out has shape");
+    convupd_valid(&up), up.out.data = up.conv_state.data;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INVALID_ARG, "aliases");
+    convupd_valid(&up), up.silu = -1;
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INVALID_ARG, "silu");
+    /* padding: output zero, its slot untouched; the used slot shifts left */
+    for (int be = SF_BACKEND_REF; be <= SF_BACKEND_CPU; be++) {
+        convupd_valid(&up);
+        up.backend = (sf_backend)be;
+        ibuf[0][0] = -1, ibuf[0][1] = 1;
+        for (int i = 0; i < 36; i++) fbuf[0][i] = (float)i;
+        for (int i = 0; i < 8; i++) fbuf[3][i] = NAN;
+        EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_OK, NULL);
+        int ok = 1;
+        for (int c = 0; c < 4; c++) ok &= fbuf[3][c] == 0.0f && isfinite(fbuf[3][4 + c]);
+        for (int i = 0; i < 12; i++) ok &= fbuf[0][i] == (float)i && fbuf[0][24 + i] == (float)(24 + i);
+        for (int c = 0; c < 4; c++)
+            ok &= fbuf[0][12 + 3 * c] == (float)(12 + 3 * c + 1) &&
+                  fbuf[0][12 + 3 * c + 1] == (float)(12 + 3 * c + 2) && fbuf[0][12 + 3 * c + 2] == fbuf[1][4 + c];
+        checks++;
+        if (!ok) printf("FAIL conv1d_update padding/shift on %s\n", sf_backend_name((sf_backend)be)), failures++;
+    }
+
+    /* ---- sf_rmsnorm_gated ---- */
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, NULL), SF_ERR_NULL_POINTER, "params");
+    sf_rmsnorm_gated_params rp;
+    rms_valid(&rp);
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_OK, NULL);
+    rp.backend = SF_BACKEND_REF, rp.norm_before_gate = 1, rp.group_size = 4;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_OK, NULL);
+    rms_valid(&rp), rp.group_size = 3;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_SHAPE, "does not divide");
+    rms_valid(&rp), rp.group_size = -2;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "negative");
+    rms_valid(&rp), rp.eps = 0.0f;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "eps");
+    rms_valid(&rp), rp.eps = -1e-5f;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "eps");
+    rms_valid(&rp), rp.eps = NAN;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "eps");
+    rms_valid(&rp), rp.eps = INFINITY;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "eps");
+    rms_valid(&rp), rp.norm_before_gate = 2;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "norm_before_gate");
+    rms_valid(&rp), rp.weight = T(2, 1, (int64_t[]){7});
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_SHAPE, "weight has shape");
+    rms_valid(&rp), rp.weight.data = NULL;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_NULL_POINTER, "weight is required");
+    rms_valid(&rp), rp.z.dtype = SF_F16;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_DTYPE, "z has dtype f16");
+    rms_valid(&rp), rp.z.stride[1] = 3;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_STRIDE, "z needs a unit innermost stride");
+    rms_valid(&rp), rp.x = T(0, 2, (int64_t[]){4, 0});
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_SHAPE, "empty");
+    rms_valid(&rp), rp.out.data = rp.x.data;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "aliases");
+    rms_valid(&rp), rp.out.data = rp.z.data;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "aliases");
+    rms_valid(&rp), rp.backend = SF_BACKEND_CUDA;
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_UNSUPPORTED, "cuda backend");
+    /* a constant row without a gate: out = w / sqrt(1 + eps) */
+    for (int be = SF_BACKEND_REF; be <= SF_BACKEND_CPU; be++) {
+        rms_valid(&rp);
+        rp.backend = (sf_backend)be, rp.z.data = NULL, rp.eps = 0.25f;
+        for (int i = 0; i < 32; i++) fbuf[0][i] = 1.0f;
+        for (int i = 0; i < 8; i++) fbuf[2][i] = (float)i;
+        EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_OK, NULL);
+        int ok = 1;
+        for (int i = 0; i < 32; i++) ok &= fabsf(fbuf[3][i] - (float)(i % 8) / sqrtf(1.25f)) < 1e-6f;
+        checks++;
+        if (!ok) printf("FAIL rmsnorm of a constant row on %s\n", sf_backend_name((sf_backend)be)), failures++;
     }
 
     /* workspace accounting */
