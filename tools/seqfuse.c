@@ -15,12 +15,14 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seqfuse [run] [--json] [--cpu] [--seed N] [--threads N]\n"
-            "       seqfuse check [--op ssd_fwd|ssd_step|attn_fwd] [--backend cpu|cuda] [--all] [--seed N]\n"
+            "       seqfuse check [--op OP] [--backend cpu|cuda] [--all] [--seed N]\n"
             "       seqfuse bench --op OP [--dtype f32|f16|bf16] [--backend ref|cpu|cuda] [--reps N]\n"
             "                     [--check] [--b N] [--L N] [--H N] [--P N] [--G N] [--N N]\n"
             "                     [--chunk N] [--Lq N] [--Lk N] [--Hkv N] [--d N] [--causal]\n"
-            "                     [--window L,R]\n"
+            "                     [--window L,R] [--dim N] [--width W] [--group N]\n"
+            "                     [--norm-before-gate] [--no-silu]\n"
             "       seqfuse info\n"
+            "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated\n"
             "\n"
             "With no command, runs the default workload (a Mamba-2 2.7B layer SSD forward, a GQA\n"
             "causal attention and the ViT-B/16 attention) on the GPU when there is one, else the\n"
@@ -171,7 +173,8 @@ static int cmd_check(int argc, char **argv) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc) {
             op = sfc_op_from_name(argv[++i]);
             if (op < 0) {
-                fprintf(stderr, "seqfuse: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd)\n", argv[i]);
+                fprintf(stderr, "seqfuse: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
+                                "conv1d_update, rmsnorm_gated)\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--all")) {
@@ -214,6 +217,7 @@ static int cmd_bench(int argc, char **argv) {
     c.op = (sfc_op)-1;
     c.b = 1, c.L = 4096, c.H = 8, c.P = 64, c.G = 1, c.N = 128, c.chunk = 256, c.D = 1, c.nslots = 0;
     c.Lq = 2048, c.Lk = -1, c.Hkv = -1, c.d = 64;
+    c.dim = 5376, c.width = 4, c.silu = 1, c.bias = 1, c.group = 0; /* Mamba-2 2.7B conv/norm */
     sf_dtype dt = SF_F32;
     sf_backend be = SF_BACKEND_AUTO;
     int reps = 5, check = 0, have_window = 0;
@@ -222,6 +226,8 @@ static int cmd_bench(int argc, char **argv) {
         int ok = 1;
         if (!strcmp(a, "--causal")) { c.causal = 1; continue; }
         if (!strcmp(a, "--check")) { check = 1; continue; }
+        if (!strcmp(a, "--norm-before-gate")) { c.norm_before_gate = 1; continue; }
+        if (!strcmp(a, "--no-silu")) { c.silu = 0; continue; }
         if (!v) {
             fprintf(stderr, "seqfuse bench: %s needs a value\n", a);
             return 2;
@@ -230,7 +236,8 @@ static int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--op")) {
             int o = sfc_op_from_name(v);
             if (o < 0) {
-                fprintf(stderr, "seqfuse bench: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd)\n", v);
+                fprintf(stderr, "seqfuse bench: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, "
+                                "conv1d_fwd, conv1d_update, rmsnorm_gated)\n", v);
                 return 2;
             }
             c.op = (sfc_op)o;
@@ -248,6 +255,9 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--Lk")) ok = parse_int(a, v, 1, 1 << 26, &c.Lk);
         else if (!strcmp(a, "--Hkv")) ok = parse_int(a, v, 1, 4096, &c.Hkv);
         else if (!strcmp(a, "--d")) ok = parse_int(a, v, 1, 4096, &c.d);
+        else if (!strcmp(a, "--dim")) ok = parse_int(a, v, 1, 1 << 20, &c.dim);
+        else if (!strcmp(a, "--width")) ok = parse_int(a, v, 1, 64, &c.width);
+        else if (!strcmp(a, "--group")) ok = parse_int(a, v, 0, 1 << 20, &c.group);
         else if (!strcmp(a, "--window")) {
             if (sscanf(v, "%d,%d", &c.wl, &c.wr) != 2) {
                 fprintf(stderr, "seqfuse bench: --window expects L,R (e.g. 128,0 or -1,-1), got '%s'\n", v);
@@ -262,13 +272,14 @@ static int cmd_bench(int argc, char **argv) {
         if (!ok) return 2;
     }
     if ((int)c.op < 0) {
-        fprintf(stderr, "seqfuse bench: --op is required (ssd_fwd, ssd_step, attn_fwd)\n");
+        fprintf(stderr, "seqfuse bench: --op is required (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
+                        "conv1d_update, rmsnorm_gated)\n");
         return 2;
     }
     if (c.Lk < 0) c.Lk = c.Lq;
     if (c.Hkv < 0) c.Hkv = c.H;
     if (!have_window) c.wl = c.wr = 0; /* 0,0 in a case means no window */
-    if (c.op == SFC_SSD_STEP) c.nslots = c.b;
+    if (c.op == SFC_SSD_STEP || c.op == SFC_CONV1D_UPDATE) c.nslots = c.b, c.L = 1;
     int device = SF_DEVICE_CPU;
     if (be == SF_BACKEND_CUDA || (be == SF_BACKEND_AUTO && sf_cuda_device_count() > 0)) {
         if (sf_cuda_device_count() == 0) {
