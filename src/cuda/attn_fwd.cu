@@ -1,6 +1,20 @@
 /* attn_fwd.cu - attention forward on the GPU: the launcher of sf_attn_fwd.
  *
- * Variants:
+ * Kernels, in the order the launcher tries them:
+ *   attn_fwd_ws     (attn_fwd_ws.cuh) sm_90a, FlashAttention-3 structure:
+ *                   TMA tensor maps, producer warpgroup + 2 or 3 consumer
+ *                   warpgroups (setmaxnreg 24/240 or 32/160), K/V ring on
+ *                   mbarriers, S_{j+1} issued before the softmax of S_j,
+ *                   pingpong on named barriers.  Dense batches, d = 64 or
+ *                   128, 16-byte aligned rows, scale > 0.  d = 128: 128 x 128
+ *                   tiles, 2 stages; d = 64: 3 stages, 192 query rows (3
+ *                   consumers) from L 512 (causal 1024), else 128.
+ *   attn_fwd_wgmma  (attn_fwd_wgmma.cuh) sm_90a: wgmma with a cp.async
+ *                   double buffer, no warp specialisation, 128 x 128 tiles;
+ *                   d <= 128 with 16-byte aligned rows.  Serves what ws does
+ *                   not: varlen (cp.async zero-fills rows past a sequence;
+ *                   TMA would read the next sequence's rows), other head dims,
+ *                   negative scales; skipped for d <= 64 under L 1024.
  *   attn_fwd_mma    (attn_fwd_mma.cuh) FlashAttention-2 structure on
  *                   mma.sync m16n8k16 + ldmatrix, 2-stage cp.async K/V
  *                   pipeline; sm_80 and sm_90a; every head dim that is a
@@ -8,19 +22,36 @@
  *                   the buckets 64/96/128/192/256); any strides (a slow
  *                   element-wise load path when rows are not 16-byte aligned).
  *                   Q tile 64 or 128 rows per shape (pick_bm).
- *   attn_fwd_wgmma  (attn_fwd_wgmma.cuh) sm_90a: S and O on wgmma (K, V
- *                   from 128B-swizzled shared memory, P from registers),
- *                   same cp.async pipeline, 128 x 128 tiles; d <= 128 with
- *                   16-byte aligned rows.  Used on sm_90 whenever it applies,
- *                   except d <= 64 with sequences under 1024 (use_wgmma).
+ *
  * Measured on H200 (bf16, batch*L = 16384, hidden 2048, TFLOP/s, median of
- * 25; mma / wgmma / torch SDPA flash / cuDNN):
- *   d128 L512 218/281/263/411, L2048 259/344/321/555, L16384 274/378/347/643;
- *   causal L2048 228/295/269/459, L16384 276/379/285/605;
- *   d64 L2048 236/266/276/405, L16384 248/288/300/463; causal L512
- *   155/142/133/205; ViT (b256 N196 h12 d64) 105/95/109/142.
- * Not done: TMA + warp-specialised producer/consumer pipeline (what cuDNN
- * and FlashAttention-3 do), wgmma for d > 128.
+ * 25, scratch harness; cuDNN = torch SDPA cuDNN backend in the same run;
+ * the same code moves by up to 5% between runs, cuDNN by up to 10%):
+ *                       L 512    2048    8192   16384
+ *   d128  wgmma           286     354     374     377
+ *         ws              430     627     697     649   (run 1: 415 619 680 687)
+ *         cuDNN           437     626     672     659   (run 1: 387 558 631 631)
+ *   d128 causal wgmma     186     297     350     383
+ *         ws              263     497     635     697
+ *         cuDNN           296     485     599     622
+ *   d64   wgmma           211     269     283     287
+ *         ws              309     476     513     515   (192-row tiles)
+ *         cuDNN           359     451     486     465
+ *   d64 causal wgmma      141     230     274     290
+ *         ws              181     350     485     486   (L512: 128 rows)
+ *         cuDNN           236     378     452     448   (run 1: 193 326 421 448)
+ *   ViT b256 N196 h12 d64: mma 105, ws 119, cuDNN 167.
+ * attn_fwd_ws variants tried (same runs; d64 / d128 at L16384 unless noted):
+ *   no pingpong (intra-warpgroup overlap only): 393 / 622;
+ *   3 K/V stages at d128: 625 (2 stages: 687) - 225 KiB of shared memory;
+ *   2 stages at d64: 436 (3 stages: 438, L8192 431 vs 449);
+ *   128 x 176 tiles (FA3's d128 choice): d128 641 (687), d64 456 (438) but
+ *     L8192 443 (449), causal L512 151 (177);
+ *   a quarter of the exponentials on the FMA pipes (cubic 2^x): slower
+ *     everywhere (d64 420 vs 452, d128 567 vs 649);
+ *   pairwise max / sum reductions in the softmax: no gain (457 / 613);
+ *   192-row tiles + pairwise reductions at d64: 488 (515).
+ * Not done: persistent scheduling (short sequences still trail cuDNN:
+ * L512, ViT), varlen through TMA, wgmma for d > 128.
  *
  * f32 inputs are refused (SF_ERR_UNSUPPORTED): f32 attention is served by
  * the CPU backend on host memory.
@@ -29,8 +60,12 @@
 
 #include "attn_fwd_mma.cuh"
 #include "attn_fwd_wgmma.cuh"
+#include "attn_fwd_ws.cuh"
 
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled; the driver is reached
+                             through cudaGetDriverEntryPointByVersion, no -lcuda */
 #include <stdint.h>
+#include <type_traits>
 
 using sf_attn::FwdParams;
 using sf_attn::FwdTraits;
@@ -40,8 +75,10 @@ using sf_attn::FwdTraits;
 int sf_attn_tuning_force_bm = 0;
 /* and the 2-CTA register cap (MINB 2) for the d<=64, 128-row tile (0: off). */
 int sf_attn_tuning_minb2 = 1;
-/* kernel: 0 heuristic, 1 attn_fwd_mma, 2 attn_fwd_wgmma */
+/* kernel: 0 heuristic, 1 attn_fwd_mma, 2 attn_fwd_wgmma, 3 attn_fwd_ws */
 int sf_attn_tuning_path = 0;
+/* attn_fwd_ws, d = 64: Q tile rows (128 or 192; 0 = heuristic) */
+int sf_attn_tuning_ws = 0;
 #endif
 
 namespace {
@@ -164,7 +201,7 @@ int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *
      * than the 64-row mma tiles (H200: causal L512 142 vs 155 TFLOP/s, ViT
      * L196 95 vs 106); from L2048 on wgmma wins (266 vs 236). */
     const int64_t avg_len = p.varlen ? p.lq / (p.batch > 0 ? p.batch : 1) : p.lq;
-    if (path == 0 && p.d <= 64 && avg_len < 1024) return 0;
+    if (path != 2 && p.d <= 64 && avg_len < 1024) return 0;
     if ((int64_t)(p.d <= 64 ? sf_attn::WgTraits<64>::SMEM : sf_attn::WgTraits<128>::SMEM) >
         (int64_t)cs->smem_optin)
         return 0;
@@ -179,6 +216,126 @@ int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *
         *st = launch_wgmma<T, 128>(ctx, p, nheads, nx);
     }
     return 1;
+}
+
+/* ---- attn_fwd_ws: TMA tensor maps + warp-specialised kernel ---- */
+
+PFN_cuTensorMapEncodeTiled_v12000 tmap_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+    static int tried = 0;
+    if (!tried) {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+        (void)cudaGetLastError();
+        tried = 1;
+    }
+    return fn;
+}
+
+/* (d, rows, heads, batch) map with 64 x 128-row boxes, 128-byte swizzle;
+ * rows past `rows` read as zeros.  A size-1 dimension gets a harmless
+ * stride (the API leaves it free, TMA wants multiples of 16 bytes).
+ * false when the driver refuses it (the caller falls back). */
+bool make_tmap(CUtensorMap *m, bool bf16, const void *ptr, int64_t d, int64_t rows, int64_t heads,
+               int64_t batch, int64_t sr, int64_t sh, int64_t sb, unsigned box_rows = 128) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tmap_encoder();
+    if (!enc) return false;
+    if (heads == 1) sh = sr * rows;
+    if (batch == 1) sb = (heads == 1 ? sr * rows : sh * heads);
+    const int64_t st[3] = {sr * 2, sh * 2, sb * 2};
+    for (int i = 0; i < 3; i++)
+        if (st[i] <= 0 || st[i] % 16 != 0 || st[i] >= (1LL << 40)) return false;
+    cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)batch};
+    cuuint64_t strides[3] = {(cuuint64_t)st[0], (cuuint64_t)st[1], (cuuint64_t)st[2]};
+    cuuint32_t box[4] = {64, box_rows, 1, 1};
+    cuuint32_t es[4] = {1, 1, 1, 1};
+    CUresult r = enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                     const_cast<void *>(ptr), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+template <typename T, int D, int BM, int NST> bool ws_available() {
+    static int avail = -1;
+    if (avail < 0) {
+        cudaFuncAttributes fa;
+        avail = cudaFuncGetAttributes(
+                    &fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST>) ==
+                            cudaSuccess &&
+                        fa.binaryVersion >= 90 && fa.numRegs >= 64
+                    ? 1
+                    : 0;
+        (void)cudaGetLastError();
+    }
+    return avail == 1;
+}
+
+/* 1: launched (status in *st); 0: not available (no sm_90a code, too
+ * little shared memory, a tensor map the driver refuses): use another
+ * kernel. */
+template <typename T, int D, int BM, int NST>
+int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
+    typedef sf_attn::WsTraits<D, BM, NST> Tr;
+    if ((int64_t)Tr::SMEM > smem_optin || !ws_available<T, D, BM, NST>()) return 0;
+    p.n_mtiles = (p.lq + BM - 1) / BM;
+    const int64_t nx = (int64_t)p.batch * p.n_mtiles;
+    if (nx > 0x7fffffffLL || p.nheads > 65535) return 0;
+    const bool bf = std::is_same<T, __nv_bfloat16>::value;
+    const int64_t hkv = p.nheads / p.heads_per_kv;
+    CUtensorMap mq, mk, mv;
+    if (!make_tmap(&mq, bf, p.q, p.d, p.lq, p.nheads, p.batch, p.q_sr, p.q_sh, p.q_sb, BM) ||
+        !make_tmap(&mk, bf, p.k, p.d, p.lk, hkv, p.batch, p.k_sr, p.k_sh, p.k_sb, Tr::BN) ||
+        !make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, Tr::BN))
+        return 0;
+    void (*kern)(const FwdParams, const CUtensorMap, const CUtensorMap, const CUtensorMap) =
+        sf_attn::attn_fwd_ws<T, D, BM, NST>;
+    *st = SF_OK;
+    cudaError_t e = cudaFuncSetAttribute((const void *)kern,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM);
+    if (e != cudaSuccess) {
+        *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_fwd: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
+        return 1;
+    }
+    kern<<<dim3((unsigned)nx, (unsigned)p.nheads, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, mq, mk, mv);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_fwd: attn_fwd_ws launch: %s", cudaGetErrorString(e));
+    return 1;
+}
+
+/* attn_fwd_ws serves dense batches with d = 64 or 128, 16-byte aligned rows
+ * and a positive scale on sm_90 (see attn_fwd_ws.cuh for why). */
+template <typename T>
+int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st) {
+    int path = 0, variant = 0;
+#ifdef SF_ATTN_TUNING
+    path = sf_attn_tuning_path;
+    variant = sf_attn_tuning_ws;
+#endif
+    if (path == 1 || path == 2) return 0;
+    if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen || (p.d != 64 && p.d != 128) ||
+        !(p.scale_log2 > 0.f))
+        return 0;
+    const int64_t optin = (int64_t)cs->smem_optin;
+    if (p.d == 128) return launch_ws<T, 128, 128, 2>(ctx, p, optin, st);
+    /* d = 64: 3 consumers on 192-row tiles once sequences are long enough
+     * that the padding of the last tile does not matter (H200, bf16,
+     * TFLOP/s 128 / 192 rows: L512 293/309, L2048 412/476, L16384 452/515;
+     * causal L512 181/166, L2048 334/350, L16384 456/486; ViT L196
+     * 119/97). */
+    const int64_t avg_len = p.lq;
+    int bm = avg_len >= (p.wr >= 0 ? 1024 : 512) ? 192 : 128;
+#ifdef SF_ATTN_TUNING
+    if (variant == 128 || variant == 192) bm = variant;
+#endif
+    (void)variant;
+    if (bm == 192) return launch_ws<T, 64, 192, 3>(ctx, p, optin, st);
+    return launch_ws<T, 64, 128, 3>(ctx, p, optin, st);
 }
 
 template <typename T>
@@ -281,6 +438,8 @@ extern "C" sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
                        "this GPU allows %lld",
                        (long long)d, (long long)max_smem_needed(dpad, bm), (long long)smem_optin);
     sf_status wst = SF_OK;
+    if (dt == SF_BF16 ? try_ws<__nv_bfloat16>(ctx, p, st, &wst) : try_ws<__half>(ctx, p, st, &wst))
+        return wst;
     if (dt == SF_BF16 ? try_wgmma<__nv_bfloat16>(ctx, p, p.nheads, st, &wst)
                       : try_wgmma<__half>(ctx, p, p.nheads, st, &wst))
         return wst;

@@ -1,0 +1,423 @@
+/* attn_fwd_ws.cuh - Hopper (sm_90a) attention forward, warp-specialised
+ * (the FlashAttention-3 structure), dense batches with d = 64 or 128.
+ *
+ * CTA = 1 + NC warpgroups, one per (BM = 64 * NC query rows, head):
+ *   WG0  producer: drops to 24 (NC 2) or 32 (NC 3) registers
+ *        (setmaxnreg.dec); one thread issues TMA tile loads
+ *        (cp.async.bulk.tensor.4d, 128-byte swizzle, the tensor maps built
+ *        on the host and passed as __grid_constant__) for Q once and for K
+ *        and V into an NST-stage ring, each load completing on its own
+ *        "full" mbarrier; it refills a stage once every consumer warp has
+ *        released it ("empty" mbarrier, 4 * NC warp arrivals).
+ *   WG1..WGNC  consumers (setmaxnreg.inc 240 or 160): 64 query rows each.
+ *        S = Q K^T : wgmma m64n128k16, Q and K from shared memory;
+ *        O += P V  : wgmma m64n{D}k16, P from registers, V MN-major.
+ * Intra-warpgroup overlap: the wgmma for S_j is issued before O += P_{j-1}
+ * V_{j-1}; the softmax of S_j runs while P V is in flight (wait_group 1),
+ * and O is rescaled by the previous alpha before the P V issue, so nothing
+ * waits on the P V result except the next iteration's rescale.
+ * Pingpong: named barriers 1..NC make the consumers take turns (in a
+ * cycle) issuing their GEMM blocks, so one warpgroup's softmax overlaps
+ * the others' tensor-core work (without it: 393 vs 438 TFLOP/s at d64,
+ * 622 vs 687 at d128, H200 L16384).
+ * Tiles: BN = 128 keys.  d128: BM 128 (O 64 + S 64 + P 32 registers fit
+ * 240), 2 stages (3 stages, 225 KiB of shared memory, measured slower);
+ * d64: 3 stages, BM 128 or 192 (the launcher picks; 192 fits 160 registers
+ * with no spill and measured +14% from L 2048).
+ *
+ * TMA zero-fills rows past the tensor (dims are the dense lq / lk), so
+ * padded K and V rows are 0, never garbage; varlen batches (rows of the
+ * next sequence follow in memory and could be anything past cu_seqlens)
+ * stay on attn_fwd_wgmma, which zero-fills with cp.async.
+ * The mask sets raw scores to -inf and the softmax folds the scale into one
+ * FFMA per element (ex2(s * scale - m)): valid for scale > 0 only, so the
+ * launcher sends negative scales elsewhere.
+ * Epilogue: each consumer stages its 64 x D output rows in its own (no
+ * longer read) slice of the swizzled Q tile for 16-byte coalesced stores.
+ */
+#ifndef SF_ATTN_FWD_WS_CUH
+#define SF_ATTN_FWD_WS_CUH
+
+#include "attn_fwd_wgmma.cuh"
+
+#include <cuda.h> /* CUtensorMap (a type only: nothing links libcuda) */
+
+namespace sf_attn {
+
+template <int D, int BM_, int NST> struct WsTraits {
+    static constexpr int BM = BM_, BN = 128, NC = BM_ / 64, NT = 128 * (NC + 1);
+    /* registers: 64K per SM shared by the producer and NC consumers */
+    static constexpr int REG_P = NC == 2 ? 24 : 32, REG_C = NC == 2 ? 240 : 160;
+    static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
+    static constexpr int BAR_OFF = QBYTES + 2 * NST * KVBYTES;
+    /* tiles, 1 + 4 * NST mbarriers, 1 KiB to align the base to 1024 */
+    static constexpr size_t SMEM = (size_t)BAR_OFF + (1 + 4 * NST) * 8 + 1024;
+    static_assert(D == 64 || D == 128, "ws path: head dims 64 and 128");
+    static_assert(BM == 128 || BM == 192, "2 or 3 consumer warpgroups");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void tma_load4(uint32_t dst, const void *map, int c0, int c1, int c2,
+                                          int c3, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                 "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Ties registers written by an async wgmma to the preceding wait_group so
+ * the compiler cannot move their uses (or copies) above it. */
+template <int N> __device__ __forceinline__ void reg_fence(float (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(a[i][e])::"memory");
+}
+
+/* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
+ * -inf (boundary tiles only), new running max m (log2 units), s -> P,
+ * partial row sums; returns the rescale factors of O in alpha. */
+/* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
+ * -inf (boundary tiles only), new running max m (log2 units), s -> P,
+ * partial row sums; returns the rescale factors of O in alpha. */
+/* 2^x on the FMA pipes, for x <= 0 finite (unmasked tiles only: -inf
+ * would give ~2^-126, not 0): round x to j + f, |f| <= 1/2, by the 1.5 * 2^23
+ * trick, cubic for 2^f (max rel. error 2.1e-4, under the bf16 / f16
+ * rounding of P), j added to the exponent field. */
+__device__ __forceinline__ float ex2_poly(float x) {
+    x = fmaxf(x, -126.f); /* keeps the exponent field >= 0 */
+    const float t = x + 12582912.f;
+    const float f = x - (t - 12582912.f);
+    float q = fmaf(0.0548508893f, f, 0.241813799f);
+    q = fmaf(q, f, 0.693248375f);
+    q = fmaf(q, f, 0.999988209f);
+    return __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
+}
+
+template <int NS>
+__device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
+                                           float *alpha, int n0, bool need_mask, const int *rlo,
+                                           const int *rhi, int tq, float scale) {
+    if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = n0 + i * 8 + 2 * tq + (e & 1);
+                const int rr = e >> 1;
+                if (j < rlo[rr] || j >= rhi[rr]) s[i][e] = -INFINITY;
+            }
+    }
+    float base[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < NS; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mrow[rr], mx * scale);
+        /* base 0 while the row has seen nothing: exps stay 0, no NaN */
+        base[rr] = mx == -INFINITY ? 0.f : mx;
+        alpha[rr] = ex2(mrow[rr] - base[rr]);
+        mrow[rr] = mx;
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                s[i][2 * rr + e] = ex2(fmaf(s[i][2 * rr + e], scale, -base[rr]));
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; i++) sum += s[i][2 * rr] + s[i][2 * rr + 1];
+        lrow[rr] = lrow[rr] * alpha[rr] + sum;
+    }
+}
+
+template <typename T, int NS>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&s)[NS][4]) {
+#pragma unroll
+    for (int kk = 0; kk < NS / 2; kk++) {
+        pa[kk][0] = MmaOp<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = MmaOp<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = MmaOp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+#endif
+
+/* attn_fwd_ws: see the file comment.  tmq/tmk/tmv map (d, rows, heads,
+ * batch) with 64 x 128-row boxes. */
+template <typename T, int D, int BM_, int NST>
+__global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
+    attn_fwd_ws(const FwdParams p, const __grid_constant__ CUtensorMap tmq,
+                const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef WsTraits<D, BM_, NST> Tr;
+    constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sQ = sbase, sK = sQ + Tr::QBYTES, sV = sK + NST * Tr::KVBYTES;
+    /* mbarriers: Q full, then per stage K full, V full, K empty, V empty */
+    const uint32_t bQ = sbase + Tr::BAR_OFF;
+    const uint32_t bKf = bQ + 8, bVf = bKf + 8 * NST, bKe = bVf + 8 * NST, bVe = bKe + 8 * NST;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int h = blockIdx.y;
+    const int b = blockIdx.x / p.n_mtiles;
+    const int m0 = (p.n_mtiles - 1 - (int)(blockIdx.x - (unsigned)b * p.n_mtiles)) * BM;
+    const int lq = p.lq, lk = p.lk;
+    const int mrows = min(BM, lq - m0);
+    const int hk = h / p.heads_per_kv;
+
+    int lo_first, hi_first, lo_last, hi_last;
+    key_range(m0, lq, lk, p.wl, p.wr, lo_first, hi_first);
+    key_range(m0 + mrows - 1, lq, lk, p.wl, p.wr, lo_last, hi_last);
+    const int t_begin = lo_first / BN;
+    const int t_end = hi_last > lo_first ? (hi_last + BN - 1) / BN : t_begin;
+    const int n = t_end - t_begin;
+    const int full_lo = lo_last, full_hi = hi_first;
+
+    if (tid == 0) {
+        mbar_init(bQ, 1);
+        for (int s = 0; s < NST; s++) {
+            mbar_init(bKf + 8 * s, 1);
+            mbar_init(bVf + 8 * s, 1);
+            mbar_init(bKe + 8 * s, 4 * NC);
+            mbar_init(bVe + 8 * s, 4 * NC);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_P));
+        if (warp == 0 && lane == 0 && n > 0) {
+            mbar_expect_tx(bQ, Tr::QBYTES);
+#pragma unroll
+            for (int c = 0; c < CB; c++) tma_load4(sQ + c * (BM * 128), &tmq, c * 64, m0, h, b, bQ);
+            for (int j = 0; j < n; j++) {
+                const int st = j % NST;
+                const uint32_t ph = (uint32_t)(j / NST) & 1u;
+                const int n0 = (t_end - 1 - j) * BN;
+                mbar_wait(bKe + 8 * st, ph ^ 1u);
+                mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
+#pragma unroll
+                for (int c = 0; c < CB; c++)
+                    tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
+                              bKf + 8 * st);
+                mbar_wait(bVe + 8 * st, ph ^ 1u);
+                mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
+#pragma unroll
+                for (int c = 0; c < CB; c++)
+                    tma_load4(sV + st * Tr::KVBYTES + c * (BN * 128), &tmv, c * 64, n0, hk, b,
+                              bVf + 8 * st);
+            }
+        }
+    } else {
+        /* ---- consumers ---- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_C));
+        const int cw = wg - 1, wq = warp & 3;
+        const int g = lane >> 2, tq = lane & 3;
+        const int r0 = m0 + cw * 64 + wq * 16 + g; /* sequence-relative row */
+        int rlo[2], rhi[2];
+        key_range(r0, lq, lk, p.wl, p.wr, rlo[0], rhi[0]);
+        key_range(r0 + 8, lq, lk, p.wl, p.wr, rlo[1], rhi[1]);
+        const float scale = p.scale_log2;
+
+        float o[NO][4];
+#pragma unroll
+        for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
+        const uint32_t vlbo = BN * 128, vsbo = 1024;
+
+        if (n > 0) {
+            float s[NS][4];
+            uint32_t pa[NS / 2][4];
+            /* S_j = Q K_j^T (issue only) */
+            auto issue_s = [&](int st) {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    const uint32_t koff = (kk & 3) * 32;
+                    const uint64_t da = wg_desc(sQ + (kk >> 2) * (BM * 128) + cw * (64 * 128) + koff, 16, 1024);
+                    const uint64_t db = wg_desc(sK + st * Tr::KVBYTES + (kk >> 2) * (BN * 128) + koff, 16, 1024);
+                    Wg<T, BN>::ss(&s[0][0], da, db, kk > 0);
+                }
+            };
+            auto issue_pv = [&](int st) {
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++)
+                    Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc(sV + st * Tr::KVBYTES + kk * 2048, vlbo, vsbo));
+            };
+            auto release = [&](uint32_t bar) {
+                if (lane == 0) mbar_arrive(bar);
+            };
+            /* pingpong turn: wait for mine (barrier 1 + cw), hand the next
+             * to the following consumer; the last one starts the cycle */
+            const int my_bar = 1 + cw, other_bar = 1 + (cw + 1) % NC;
+            if (cw == NC - 1) named_arrive(1, 256);
+
+            mbar_wait(bQ, 0);
+            /* first tile: S only */
+            mbar_wait(bKf, 0);
+            named_sync(my_bar, 256);
+            wg_fence();
+            issue_s(0);
+            wg_commit();
+            named_arrive(other_bar, 256);
+            wg_wait<0>();
+            reg_fence(s);
+            release(bKe);
+            {
+                const int n0 = (t_end - 1) * BN;
+                const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
+                ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+            }
+            pack_p<T, NS>(pa, s);
+
+            for (int j = 1; j < n; j++) {
+                const int st = j % NST, ps = (j - 1) % NST;
+                const uint32_t ph = (uint32_t)(j / NST) & 1u, pph = (uint32_t)((j - 1) / NST) & 1u;
+                mbar_wait(bKf + 8 * st, ph);
+                named_sync(my_bar, 256);
+                wg_fence();
+                issue_s(st);
+                wg_commit();
+#pragma unroll
+                for (int i = 0; i < NO; i++) {
+                    o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                    o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                }
+                mbar_wait(bVf + 8 * ps, pph);
+                wg_fence();
+                issue_pv(ps);
+                wg_commit();
+                named_arrive(other_bar, 256);
+                wg_wait<1>();
+                reg_fence(s);
+                release(bKe + 8 * st);
+                const int n0 = (t_end - 1 - j) * BN;
+                const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
+                ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                wg_wait<0>();
+                reg_fence(o);
+                release(bVe + 8 * ps);
+                pack_p<T, NS>(pa, s);
+            }
+            /* last P V */
+            {
+                const int ps = (n - 1) % NST;
+                const uint32_t pph = (uint32_t)((n - 1) / NST) & 1u;
+#pragma unroll
+                for (int i = 0; i < NO; i++) {
+                    o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                    o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                }
+                mbar_wait(bVf + 8 * ps, pph);
+                named_sync(my_bar, 256);
+                wg_fence();
+                issue_pv(ps);
+                wg_commit();
+                /* the last consumer skips its last hand-over: consumer 0 has
+                 * no turn left to take (counts of barrier 1 stay balanced) */
+                if (cw != NC - 1) named_arrive(other_bar, 256);
+                wg_wait<0>();
+                reg_fence(o);
+                release(bVe + 8 * ps);
+            }
+        }
+
+        /* ---- epilogue: normalise, lse, stage in this WG's Q slice ---- */
+        float inv[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float l = lrow[rr];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            inv[rr] = l > 0.f ? 1.f / l : 0.f;
+            if (p.lse && tq == 0) {
+                const int r = r0 + rr * 8;
+                if (r < lq) {
+                    const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
+                    p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)r * p.l_sr] = v;
+                }
+            }
+        }
+        /* every wgmma of this warpgroup that read its Q slice has completed */
+        named_sync(1 + NC + cw, 128);
+        const int lr0 = cw * 64 + wq * 16 + g; /* tile row of fragment row g */
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+            const int col = i * 8 + 2 * tq;
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const int r = lr0 + rr * 8;
+                const uint32_t a = sQ + (col >> 6) * (BM * 128) + r * 128 +
+                                   ((((col >> 3) & 7) ^ (r & 7)) << 4) + (col & 7) * 2;
+                const uint32_t v = MmaOp<T>::pack(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+            }
+        }
+        named_sync(1 + NC + cw, 128);
+        T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)m0 * p.o_sr +
+                (int64_t)h * p.o_sh;
+        const int t128 = tid - 128 * wg;
+#pragma unroll
+        for (int it = 0; it < 64 * (D / 8) / 128; it++) {
+            const int i = t128 + it * 128;
+            const int r = cw * 64 + i / (D / 8), c = i % (D / 8);
+            if (r < mrows) {
+                const uint32_t a = sQ + (c >> 3) * (BM * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+                uint4 v;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(a)
+                             : "memory");
+                *reinterpret_cast<uint4 *>(og + (int64_t)r * p.o_sr + c * 8) = v;
+            }
+        }
+    }
+#else
+    (void)p;
+    (void)tmq;
+    (void)tmk;
+    (void)tmv;
+#endif
+}
+
+} /* namespace sf_attn */
+
+#endif
