@@ -394,6 +394,149 @@ typedef struct sf_attn_fwd_params {
 SF_API void sf_attn_fwd_params_init(sf_attn_fwd_params *p);
 SF_API sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p);
 
+/* ------------------------------------------------------------------ */
+/* Context parallelism: one sequence split across ranks (GPUs)          */
+/* ------------------------------------------------------------------ */
+/*
+ * A sequence too long for one GPU is cut along L over R ranks, one
+ * process (or context) per GPU.  The building blocks below are plain ops
+ * (ref / cpu / cuda backends, validated like every op) that any transport
+ * can stitch together; sf_ssd_fwd_cp and sf_attn_fwd_ring further down do
+ * that over NCCL.  Every rank must pass the same shapes (but its own data).
+ *
+ * Mamba-2 (SSD).  Rank r holds a contiguous slice of every row, in rank
+ * order (rank 0 the first tokens); slices may differ in length.  Because
+ * the recurrence is linear in the state, the slice's output splits into
+ * the output from a zero entering state plus a term in the entering state
+ * h_in alone:
+ *     y_t = y_t(zero state) + silu(z_t) exp(g_t) (h_in C_t)
+ * where g_t = sum over the slice's tokens s <= t of min(dt_s A, 0).  The
+ * entering state of rank r follows from the slices' own final states S_q
+ * (from zero; rank 0's from initial_states) and total log-decays
+ * ld_q = g_last(q) by the jump formula across slices:
+ *     h_in(r) = sum_{q<r} exp(sum_{q<k<r} ld_k) S_q.
+ * Per rank:  sf_ssd_cp_local -> exchange (S, ld) with every rank (an
+ * all-gather) -> sf_ssd_cp_combine -> sf_ssd_cp_correct.  The result
+ * equals one sf_ssd_fwd over the whole sequence to rounding (for f16/bf16
+ * outputs: out is rounded twice, before and after the correction).
+ * seq_idx and cu_seqlens are not supported in this mode
+ * (SF_ERR_UNSUPPORTED).
+ */
+
+/* The local slice's scan and its summary.  p describes the slice as for
+ * sf_ssd_fwd (rank 0 may give initial_states; the others should not) and
+ * p->out receives the slice's output from that entering state (zero on
+ * ranks > 0): uncorrected.  p->final_states is not written.
+ *   state_out    (b, H, P, N) f32: the state after the slice's last token
+ *   logdecay_out (b, H) f32: sum over the slice of min(dt A, 0), dt
+ *                processed as in sf_ssd_fwd (bias, softplus, clamp)
+ * Neither may alias an input or p->out. */
+SF_API sf_status sf_ssd_cp_local(sf_ctx *ctx, const sf_ssd_fwd_params *p,
+                                 sf_tensor state_out, sf_tensor logdecay_out);
+
+/* The state entering rank `rank`'s slice, from every rank's summary:
+ *   states_all   (R, b, H, P, N) f32, any strides (slot q = rank q's state_out)
+ *   logdecay_all (R, b, H) f32 (slot q = rank q's logdecay_out)
+ *   h_in         (b, H, P, N) f32 output; zeros for rank 0
+ * 0 <= rank < R.  Runs on the context's backend (sf_ctx_set_backend). */
+SF_API sf_status sf_ssd_cp_combine(sf_ctx *ctx, sf_tensor states_all, sf_tensor logdecay_all,
+                                   int rank, sf_tensor h_in);
+
+/* Adds the entering state's term to the output of sf_ssd_cp_local, in
+ * place on p->out (same p as the local call):
+ *   out_t += silu(z_t) (when z is given) exp(g_t) (h_in C_t)   per head
+ * and, when p->final_states is given, writes the state after the slice:
+ *   final = exp(logdecay_local) h_in + state_local
+ * (the sequence's final state on the last rank).
+ *   h_in (b, H, P, N) f32; state_local (b, H, P, N) f32 and
+ *   logdecay_local (b, H) f32 are this rank's local summary, read only
+ *   when p->final_states is given (may be absent otherwise).
+ * x and B are not read (x still gives the shape). */
+SF_API sf_status sf_ssd_cp_correct(sf_ctx *ctx, const sf_ssd_fwd_params *p, sf_tensor h_in,
+                                   sf_tensor state_local, sf_tensor logdecay_local);
+
+/* Attention: merges a partial result (attention over some of the keys)
+ * into an accumulator by their log-sum-exp, in place:
+ *   m = max(lse_acc, lse_part);  wa = exp(lse_acc - m), wp = exp(lse_part - m)
+ *   out_acc = (wa out_acc + wp out_part) / (wa + wp);  lse_acc = m + log(wa + wp)
+ * Dense layouts of sf_attn_fwd: out_acc and out_part (b, L, H, d), any of
+ * f32/f16/bf16 each (an f32 accumulator over f16/bf16 parts avoids
+ * rounding at every merge), unit inner stride; lse_acc and lse_part
+ * (b, H, L) f32.  A row whose lse is -INFINITY is empty: its out is not
+ * read (it may hold anything); two empty rows give out 0, lse -INFINITY.
+ * Starting from an accumulator whose lse is all -INFINITY gives the part
+ * itself.  Runs on the context's backend (sf_ctx_set_backend). */
+SF_API sf_status sf_attn_merge(sf_ctx *ctx, sf_tensor out_acc, sf_tensor lse_acc,
+                               sf_tensor out_part, sf_tensor lse_part);
+
+/*
+ * The NCCL communicator and the drivers.  Present in CUDA builds that
+ * found NCCL at configure time; otherwise every function below returns
+ * SF_ERR_UNSUPPORTED ("built without NCCL") and sf_comm_create leaves
+ * *out NULL.  One process (or thread) per GPU: one rank calls
+ * sf_comm_id_create, hands the id to every rank (a pipe, MPI, a file),
+ * and every rank calls sf_comm_create with it; creation blocks until all
+ * nranks have joined.  Collective calls (the drivers) must be made by
+ * every rank, in the same order, with the same shapes; a rank that
+ * returns an error before communicating leaves the others waiting, so
+ * treat any failure as fatal for the communicator.  Errors of NCCL itself
+ * are reported as SF_ERR_CUDA with NCCL's message.
+ */
+typedef struct sf_comm sf_comm;
+typedef struct sf_comm_id {
+    unsigned char bytes[128];  /* opaque (NCCL's unique id: an address) */
+} sf_comm_id;
+
+/* A fresh id for one communicator.  Touches no GPU, so a launcher may call
+ * it before fork() (CUDA itself must not be initialised before a fork).
+ * The calling process serves the rendezvous (a listening thread): it must
+ * stay alive until every rank has returned from sf_comm_create. */
+SF_API sf_status sf_comm_id_create(sf_comm_id *id);
+/* Joins communicator `id` as `rank` of `nranks` (0 <= rank < nranks) on
+ * the CUDA device of ctx (a CPU context: SF_ERR_DEVICE).  The
+ * communicator is bound to that device; use it with contexts on it. */
+SF_API sf_status sf_comm_create(sf_comm **out, sf_ctx *ctx, const sf_comm_id *id, int nranks,
+                                int rank);
+/* Waits for the communicator's pending work and frees it.  NULL is a no-op. */
+SF_API void sf_comm_destroy(sf_comm *comm);
+SF_API int sf_comm_rank(const sf_comm *comm);   /* -1 for NULL */
+SF_API int sf_comm_size(const sf_comm *comm);   /* 0 for NULL  */
+
+/* sf_ssd_fwd over a sequence split across the communicator's ranks.  p
+ * describes this rank's slice (rank r holds the r-th contiguous slice of
+ * every row; lengths may differ between ranks).  initial_states is read
+ * on rank 0 only (ignored elsewhere); final_states, when given, receives
+ * the state after this rank's slice: the sequence's final state on the
+ * last rank.  Runs local -> one all-gather of (state, logdecay) -> combine
+ * -> correct, asynchronously on the context's stream like any op.  The
+ * communicator keeps its own exchange buffer (R (b H P N + b H) + b H P N
+ * floats), grown on the first call that needs more (cudaMalloc): the
+ * context's workspace is used by the inner ops, so it cannot hold data
+ * that lives across them.  seq_idx / cu_seqlens: SF_ERR_UNSUPPORTED. */
+SF_API sf_status sf_ssd_fwd_cp(sf_ctx *ctx, sf_comm *comm, const sf_ssd_fwd_params *p);
+
+/* Ring attention over a sequence split across R ranks, causal or not.
+ * Load-balanced layout: the sequence of each batch row is cut into 2R
+ * chunks of Lc tokens and rank r holds chunks r and 2R-1-r, concatenated:
+ * q, k, v, out are (b, 2 Lc, H or Hkv, d), lse (b, H, 2 Lc) f32 optional,
+ * all with positions in that order.  Under a causal mask every rank then
+ * does the same work: two Lc x Lc blocks of scores per step.
+ * K/V blocks travel around the ring (rank r sends to r+1, receives from
+ * r-1; NCCL send/recv on a stream of the communicator, overlapped with the
+ * attention on the block held): at step s = 0 .. R-1 rank r holds the K/V
+ * of rank (r - s) mod R.  Each step runs sf_attn_fwd on the chunk pairs
+ * that are visible (key chunk before query chunk: full; the same chunk:
+ * causal; after: skipped) and merges the partial results by lse
+ * (sf_attn_merge's rule, through an f32 accumulator for f16/bf16 outputs,
+ * so out is rounded once more than by a single sf_attn_fwd).
+ * k and v may have any strides sf_attn_fwd accepts; when they are not
+ * contiguous they are first packed into the communicator's buffer.
+ * The communicator's buffer holds 2 K/V blocks in flight, one partial
+ * result, and an f32 accumulator and lse when needed.  Dense layout only:
+ * cu_seqlens and sliding windows give SF_ERR_UNSUPPORTED; Lq must equal Lk
+ * and be even (SF_ERR_SHAPE). */
+SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_params *p);
+
 #ifdef __cplusplus
 }
 #endif
