@@ -14,8 +14,62 @@
 #include "cuda_common.h"
 #include "cp.h"
 
+#include <dlfcn.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+#include <mutex>
+
+/* NCCL is loaded at run time (dlopen of libnccl.so.2) on the first
+ * communicator call, so that libseqfuse itself loads on machines without
+ * NCCL; nccl.h only supplies the types.  The table is filled once per
+ * process and never changes afterwards. */
+typedef struct sf_nccl_api {
+    ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+    ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*CommDestroy)(ncclComm_t);
+    ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                              cudaStream_t);
+    ncclResult_t (*Send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*Recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*GroupStart)(void);
+    ncclResult_t (*GroupEnd)(void);
+    const char *(*GetErrorString)(ncclResult_t);
+    int ok;
+    char why[256];
+} sf_nccl_api;
+
+static const sf_nccl_api *sf_nccl(void) {
+    static sf_nccl_api api;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+        if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            snprintf(api.why, sizeof api.why, "cannot load the NCCL library libnccl.so.2 (%s)",
+                     dlerror());
+            return;
+        }
+#define SF_NCCL_SYM(field, name)                                                      \
+    if (!(*(void **)&api.field = dlsym(h, name))) {                                   \
+        snprintf(api.why, sizeof api.why, "libnccl.so.2 lacks the symbol %s", name);  \
+        return;                                                                       \
+    }
+        SF_NCCL_SYM(GetUniqueId, "ncclGetUniqueId")
+        SF_NCCL_SYM(CommInitRank, "ncclCommInitRank")
+        SF_NCCL_SYM(CommDestroy, "ncclCommDestroy")
+        SF_NCCL_SYM(AllGather, "ncclAllGather")
+        SF_NCCL_SYM(Send, "ncclSend")
+        SF_NCCL_SYM(Recv, "ncclRecv")
+        SF_NCCL_SYM(GroupStart, "ncclGroupStart")
+        SF_NCCL_SYM(GroupEnd, "ncclGroupEnd")
+        SF_NCCL_SYM(GetErrorString, "ncclGetErrorString")
+#undef SF_NCCL_SYM
+        api.ok = 1;
+    });
+    return &api;
+}
 
 struct sf_comm {
     ncclComm_t nccl;
@@ -31,7 +85,7 @@ struct sf_comm {
         ncclResult_t sf_r_ = (call);                                                      \
         if (sf_r_ != ncclSuccess)                                                         \
             return sf_fail((ctx), SF_ERR_CUDA, "%s:%d: %s: NCCL: %s", __FILE__, __LINE__, \
-                           #call, ncclGetErrorString(sf_r_));                             \
+                           #call, sf_nccl()->GetErrorString(sf_r_));                             \
     } while (0)
 
 static_assert(sizeof(ncclUniqueId) <= sizeof(((sf_comm_id *)0)->bytes),
@@ -39,8 +93,9 @@ static_assert(sizeof(ncclUniqueId) <= sizeof(((sf_comm_id *)0)->bytes),
 
 extern "C" sf_status sf_comm_id_create(sf_comm_id *id) {
     if (!id) return SF_ERR_NULL_POINTER;
+    if (!sf_nccl()->ok) return SF_ERR_UNSUPPORTED;
     ncclUniqueId u;
-    if (ncclGetUniqueId(&u) != ncclSuccess) return SF_ERR_CUDA;
+    if (sf_nccl()->GetUniqueId(&u) != ncclSuccess) return SF_ERR_CUDA;
     memset(id, 0, sizeof *id);
     memcpy(id->bytes, &u, sizeof u);
     return SF_OK;
@@ -50,7 +105,7 @@ static void comm_free(sf_comm *c) {
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
-    if (c->nccl) ncclCommDestroy(c->nccl);
+    if (c->nccl) sf_nccl()->CommDestroy(c->nccl);
     if (c->buf) cudaFree(c->buf);
     if (c->ev_mark) cudaEventDestroy(c->ev_mark);
     if (c->ev_done) cudaEventDestroy(c->ev_done);
@@ -63,7 +118,7 @@ static sf_status comm_init(sf_ctx *ctx, sf_comm *c, const sf_comm_id *id) {
     ncclUniqueId u;
     memcpy(&u, id->bytes, sizeof u);
     ncclComm_t nc = NULL; /* set only on success: comm_free must not see a half-made one */
-    SF_NCCL_CHECK(ctx, ncclCommInitRank(&nc, c->nranks, u, c->rank));
+    SF_NCCL_CHECK(ctx, sf_nccl()->CommInitRank(&nc, c->nranks, u, c->rank));
     c->nccl = nc;
     SF_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     SF_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&c->ev_mark, cudaEventDisableTiming));
@@ -85,6 +140,7 @@ extern "C" sf_status sf_comm_create(sf_comm **out, sf_ctx *ctx, const sf_comm_id
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: rank %d of %d ranks is not in [0, nranks)", op,
                        rank, nranks);
+    if (!sf_nccl()->ok) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: %s", op, sf_nccl()->why);
     sf_comm *c = (sf_comm *)calloc(1, sizeof *c);
     if (!c) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     c->rank = rank;
@@ -134,7 +190,7 @@ static void *nccl_buffer(void *user, sf_ctx *ctx, size_t bytes) {
 static sf_status nccl_allgather(void *user, sf_ctx *ctx, void *buf, size_t bytes) {
     sf_comm *c = (sf_comm *)user;
     /* in place: this rank's slot is already at buf + rank * bytes */
-    SF_NCCL_CHECK(ctx, ncclAllGather((char *)buf + (size_t)c->rank * bytes, buf, bytes, ncclChar,
+    SF_NCCL_CHECK(ctx, sf_nccl()->AllGather((char *)buf + (size_t)c->rank * bytes, buf, bytes, ncclChar,
                                      c->nccl, sf_cuda_stream(ctx)));
     return SF_OK;
 }
@@ -150,17 +206,17 @@ static sf_status nccl_ring_start(void *user, sf_ctx *ctx, const void *const *sen
     sf_comm *c = (sf_comm *)user;
     const int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
     SF_CUDA_CHECK(ctx, cudaStreamWaitEvent(c->stream, c->ev_mark, 0));
-    SF_NCCL_CHECK(ctx, ncclGroupStart());
+    SF_NCCL_CHECK(ctx, sf_nccl()->GroupStart());
     for (int i = 0; i < n; i++) {
-        ncclResult_t r1 = ncclSend(send[i], bytes, ncclChar, next, c->nccl, c->stream);
-        ncclResult_t r2 = ncclRecv(recv[i], bytes, ncclChar, prev, c->nccl, c->stream);
+        ncclResult_t r1 = sf_nccl()->Send(send[i], bytes, ncclChar, next, c->nccl, c->stream);
+        ncclResult_t r2 = sf_nccl()->Recv(recv[i], bytes, ncclChar, prev, c->nccl, c->stream);
         if (r1 != ncclSuccess || r2 != ncclSuccess) {
-            ncclGroupEnd();
+            sf_nccl()->GroupEnd();
             return sf_fail(ctx, SF_ERR_CUDA, "ring exchange: NCCL: %s",
-                           ncclGetErrorString(r1 != ncclSuccess ? r1 : r2));
+                           sf_nccl()->GetErrorString(r1 != ncclSuccess ? r1 : r2));
         }
     }
-    SF_NCCL_CHECK(ctx, ncclGroupEnd());
+    SF_NCCL_CHECK(ctx, sf_nccl()->GroupEnd());
     return SF_OK;
 }
 
