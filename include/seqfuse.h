@@ -204,9 +204,12 @@ SF_API const char *sf_version_string(void);
  *   dt_bias (H)           f32                      optional
  *   initial_states (b, H, P, N), or (nseq, H, P, N) with cu_seqlens;   f32,
  *                                                  optional (zeros if absent)
- *   seq_idx (b, L)        i32; the state is reset to zero wherever it
- *                         changes along L (a new sequence; a value that
- *                         comes back later starts afresh too).  optional
+ *   seq_idx (b, L)        i32, non-decreasing along each row; the state
+ *                         is reset to zero wherever it changes (a new
+ *                         sequence), and only a row's first sequence starts
+ *                         from initial_states[b].  optional.  Checked on the
+ *                         host for CPU contexts (SF_ERR_INDEX); on a GPU a
+ *                         decreasing seq_idx gives unspecified outputs.
  *   cu_seqlens (nseq+1)   i32 or i64, cu[0] = 0, non-decreasing,
  *                         cu[nseq] = L; needs b == 1.  optional.  Each
  *                         sequence starts from its own initial state (or

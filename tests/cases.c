@@ -36,6 +36,11 @@ const sfc_case sfc_cases[] = {
     {SSD("ssd_seq_idx", 2, 250, 2, 16, 1, 32, 64), .D = 1, .init = 1, .final = 1, .varlen = 1,
      .seqlens = {70, 1, 179}, .nseq = 3},
     {SSD("ssd_strided", 2, 150, 4, 16, 2, 16, 64), .D = 2, ALL_OPTS, .strided = 1},
+    /* sequences that start exactly on chunk boundaries after the first chunk */
+    {SSD("ssd_cu_on_chunk", 1, 200, 2, 16, 1, 16, 64), .D = 1, ALL_OPTS, .varlen = 2,
+     .seqlens = {64, 64, 72}, .nseq = 3},
+    {SSD("ssd_seq_idx_on_chunk", 2, 256, 2, 16, 2, 16, 64), .D = 1, .init = 1, .final = 1,
+     .varlen = 1, .seqlens = {128, 64, 64}, .nseq = 3},
     {SSD("ssd_2p7b_small", 1, 512, 8, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .final = 1},
     {SSD("ssd_2p7b", 1, 4096, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .big = 1},
 
@@ -142,13 +147,14 @@ int sfc_op_from_name(const char *s) {
 }
 
 double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be) {
-    (void)op;
     /* The output's own rounding costs ~2e-4 (f16) and ~1.7e-3 (bf16); the
      * CPU computes in f32 after converting, the GPU multiplies in the input
      * precision (TF32 for f32) with f32 accumulation. */
     int gpu = be == SF_BACKEND_CUDA;
+    /* f32: the CPU measured <= 6e-7 on every case; on the GPU only the SSD
+     * forward multiplies in TF32 (measured <= 3e-4), the rest is f32 */
     switch (dt) {
-    case SF_F32: return gpu ? 2e-3 : 1e-4;
+    case SF_F32: return !gpu ? 5e-6 : op == SFC_SSD_FWD ? 1e-3 : 1e-5;
     case SF_F16: return gpu ? 5e-3 : 1e-3;
     default: return gpu ? 1.5e-2 : 5e-3;
     }
@@ -740,8 +746,8 @@ static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
     return be == SF_BACKEND_CUDA && op == SFC_ATTN_FWD && dt == SF_F32;
 }
 
-int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int *passed,
-                  int *skipped) {
+int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int threads,
+                  int *passed, int *skipped) {
     sf_ctx *ctx = NULL, *ref = NULL;
     int failed = 0;
     *passed = *skipped = 0;
@@ -750,6 +756,7 @@ int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int
         sf_ctx_destroy(ctx);
         return 1;
     }
+    if (threads > 0) sf_ctx_set_threads(ctx, threads);
     const sf_dtype dts[] = {SF_F32, SF_F16, SF_BF16};
     for (int ci = 0; ci < sfc_ncases; ci++) {
         const sfc_case *c = &sfc_cases[ci];

@@ -81,8 +81,8 @@ sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf
  * `be` against the reference, printing one line per run to stdout; big
  * cases only with `all`.  Returns the number of failures; *skipped counts
  * what the backend documents it does not serve. */
-int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int *passed,
-                  int *skipped);
+int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int threads,
+                  int *passed, int *skipped);
 
 /* Monotonic seconds. */
 double sfc_now(void);

@@ -180,7 +180,21 @@ int main(void) {
     ssd_valid(&p), p.initial_states = T(6, 4, (int64_t[]){2, 4, 4, 4});
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_SHAPE, "initial_states");
     ssd_valid(&p), p.out.data = p.x.data;
-    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_INVALID_ARG, "overlaps");
+    ssd_valid(&p), p.out.data = fbuf[0] + 4; /* a partial overlap with x */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_INVALID_ARG, "out overlaps input x");
+    ssd_valid(&p), p.out.data = fbuf[2]; /* overlaps A (slot 2) */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_INVALID_ARG, "overlaps input A");
+    ssd_valid(&p), p.out.stride[1] = 0; /* every token writes the same row */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_STRIDE, "overlapping elements");
+    ssd_valid(&p), p.out.stride[2] = 2, p.out.stride[3] = 1; /* heads step 2, rows of 4 */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_STRIDE, "overlapping elements");
+    ssd_valid(&p);
+    for (int i = 0; i < 8; i++) ibuf[1][i] = i < 5 ? 1 : 0; /* decreasing seq_idx */
+    p.seq_idx = sf_tensor_contiguous(ibuf[1], SF_I32, SF_DEVICE_CPU, 2, (int64_t[]){1, 8});
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_INDEX, "must not decrease");
+    for (int i = 0; i < 8; i++) ibuf[1][i] = i < 5 ? 3 : 7; /* increasing: fine */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_OK, NULL);
     ssd_valid(&p), p.backend = SF_BACKEND_CUDA;
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_UNSUPPORTED, "cuda backend");
     ssd_valid(&p), p.backend = (sf_backend)17;
@@ -223,10 +237,12 @@ int main(void) {
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_SHAPE, "state_idx");
     step_valid(&sp), sp.state.stride[3] = 5;
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_STRIDE, "state");
+    step_valid(&sp), sp.state.stride[0] = 0; /* all slots on one: a race */
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_STRIDE, "overlapping elements");
     step_valid(&sp), sp.state_idx.dtype = SF_I64;
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "state_idx");
     step_valid(&sp), sp.out.data = sp.state.data;
-    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_INVALID_ARG, "overlaps");
 
     /* ---- sf_attn_fwd ---- */
     sf_attn_fwd_params ap;
@@ -247,7 +263,7 @@ int main(void) {
     attn_valid(&ap), ap.cu_seqlens_q = sf_tensor_contiguous(ibuf[0], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){2});
     EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_NULL_POINTER, "cu_seqlens_k");
     attn_valid(&ap), ap.out.data = ap.q.data;
-    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "overlaps");
     attn_valid(&ap), ap.backend = SF_BACKEND_CUDA;
     EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_UNSUPPORTED, "cuda");
 
@@ -306,9 +322,9 @@ int main(void) {
     conv_valid(&cp), cp.initial_state = T(4, 3, (int64_t[]){1, 4, 3});
     EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_OK, NULL);
     cp.final_state = cp.initial_state;
-    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "overlaps");
     conv_valid(&cp), cp.out.data = cp.x.data;
-    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "overlaps");
     conv_valid(&cp), cp.silu = 2;
     EXPECT_STATUS(sf_conv1d_fwd(ctx, &cp), SF_ERR_INVALID_ARG, "silu");
     conv_valid(&cp), cp.backend = SF_BACKEND_CUDA;
@@ -371,7 +387,7 @@ int main(void) {
     convupd_valid(&up), up.out = T(3, 2, (int64_t[]){2, 5});
     EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_SHAPE, "out has shape");
     convupd_valid(&up), up.out.data = up.conv_state.data;
-    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INVALID_ARG, "overlaps");
     convupd_valid(&up), up.silu = -1;
     EXPECT_STATUS(sf_conv1d_update(ctx, &up), SF_ERR_INVALID_ARG, "silu");
     /* padding: output zero, its slot untouched; the used slot shifts left */
@@ -424,9 +440,9 @@ int main(void) {
     rms_valid(&rp), rp.x = T(0, 2, (int64_t[]){4, 0});
     EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_SHAPE, "empty");
     rms_valid(&rp), rp.out.data = rp.x.data;
-    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "overlaps");
     rms_valid(&rp), rp.out.data = rp.z.data;
-    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "aliases");
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_INVALID_ARG, "overlaps");
     rms_valid(&rp), rp.backend = SF_BACKEND_CUDA;
     EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_UNSUPPORTED, "cuda backend");
     /* a constant row without a gate: out = w / sqrt(1 + eps) */
@@ -441,6 +457,15 @@ int main(void) {
         checks++;
         if (!ok) printf("FAIL rmsnorm of a constant row on %s\n", sf_backend_name((sf_backend)be)), failures++;
     }
+
+    /* rank past SF_MAX_RANK: no element count, no read past shape[] */
+    sf_tensor big = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 1, (int64_t[]){4});
+    big.rank = SF_MAX_RANK + 3;
+    checks++;
+    if (sf_tensor_numel(&big) != 0) printf("FAIL numel of rank %d\n", big.rank), failures++;
+    big = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 7, (int64_t[]){1, 1, 1, 1, 1, 1, 1});
+    checks++;
+    if (big.rank != -1) printf("FAIL sf_tensor_contiguous of rank 7\n"), failures++;
 
     /* workspace accounting */
     sf_ctx_reset_workspace_peak(ctx);

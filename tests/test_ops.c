@@ -2,7 +2,7 @@
  * double-precision reference, on fresh random inputs (the seed is printed;
  * --seed replays it), outputs poisoned first, guard bytes checked.
  *
- *   test_ops --op ssd_fwd|ssd_step|attn_fwd --backend cpu|cuda [--seed N] [--all]
+ *   test_ops --op OP --backend cpu|cuda [--seed N] [--all] [--threads N]
  *
  * Exit 0: all passed; 1: a failure; 77: skipped (no CUDA device). */
 #include <stdio.h>
@@ -13,7 +13,7 @@
 #include "cases.h"
 
 int main(int argc, char **argv) {
-    int op = -1, all = 0;
+    int op = -1, all = 0, threads = 0;
     sf_backend be = SF_BACKEND_CPU;
     uint64_t seed = (uint64_t)time(NULL);
     for (int i = 1; i < argc; i++) {
@@ -28,6 +28,8 @@ int main(int argc, char **argv) {
             be = !strcmp(b, "cuda") ? SF_BACKEND_CUDA : !strcmp(b, "ref") ? SF_BACKEND_REF : SF_BACKEND_CPU;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--all")) {
             all = 1;
         } else {
@@ -46,7 +48,7 @@ int main(int argc, char **argv) {
     }
     printf("seed %llu (replay with --seed %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
     int passed, skipped;
-    int failed = sfc_check_all(op, be, device, seed, all, &passed, &skipped);
+    int failed = sfc_check_all(op, be, device, seed, all, threads, &passed, &skipped);
     printf("%d passed, %d failed, %d skipped (seed %llu)\n", passed, failed, skipped,
            (unsigned long long)seed);
     return failed ? 1 : 0;

@@ -194,13 +194,13 @@ static int cmd_check(int argc, char **argv) {
     int failed = 0, passed = 0, skipped = 0;
     if (only == SF_BACKEND_AUTO || only == SF_BACKEND_CPU) {
         int p, s;
-        failed += sfc_check_all(op, SF_BACKEND_CPU, SF_DEVICE_CPU, seed, all, &p, &s);
+        failed += sfc_check_all(op, SF_BACKEND_CPU, SF_DEVICE_CPU, seed, all, 0, &p, &s);
         passed += p, skipped += s;
     }
     if (only == SF_BACKEND_AUTO || only == SF_BACKEND_CUDA) {
         if (sf_cuda_device_count() > 0) {
             int p, s;
-            failed += sfc_check_all(op, SF_BACKEND_CUDA, 0, seed, all, &p, &s);
+            failed += sfc_check_all(op, SF_BACKEND_CUDA, 0, seed, all, 0, &p, &s);
             passed += p, skipped += s;
         } else {
             printf("  (cuda backend not checked: no CUDA device)\n");

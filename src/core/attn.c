@@ -2,12 +2,6 @@
  * dispatch. */
 #include "check.h"
 
-#define CHK(expr)                      \
-    do {                               \
-        sf_status s_ = (expr);         \
-        if (s_ != SF_OK) return s_;    \
-    } while (0)
-
 void sf_attn_fwd_params_init(sf_attn_fwd_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
@@ -90,6 +84,9 @@ sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
         CHK(sf_check_no_alias(ctx, op, "out", &p->out, names[i], ins[i]));
         CHK(sf_check_no_alias(ctx, op, "lse", &p->lse, names[i], ins[i]));
     }
+    CHK(sf_check_no_alias(ctx, op, "lse", &p->lse, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "lse", &p->lse));
     float sc = p->softmax_scale;
     if (!isfinite(sc))
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: softmax_scale %g is not finite", op, (double)sc);

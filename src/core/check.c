@@ -65,7 +65,7 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
                        a, b);
     }
     size_t es = sf_dtype_size(t->dtype);
-    int64_t numel = 1;
+    int64_t numel = 1; /* exact once the double check below has passed */
     double extent = 1.0; /* in elements, checked in floating point to avoid overflow */
     for (int i = 0; i < rank; i++) {
         if (t->stride[i] < 0)
@@ -74,6 +74,11 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
         numel *= t->shape[i];
         if (t->shape[i] > 0) extent += (double)(t->shape[i] - 1) * (double)t->stride[i];
     }
+    double dnumel = 1.0;
+    for (int i = 0; i < rank; i++) dnumel *= (double)t->shape[i];
+    if (dnumel * (double)es > 9.0e18)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: %s holds %.3g elements, past the int64 range",
+                       op, name, dnumel);
     if (extent * (double)es > 9.0e18)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: %s spans %.3g bytes, past the int64 range", op,
                        name, extent * (double)es);
@@ -102,15 +107,62 @@ sf_status sf_resolve_backend(sf_ctx *ctx, const char *op, sf_backend req, sf_bac
                        "%s: the cuda backend needs a CUDA context (sf_ctx_create with a device "
                        "ordinal) and device tensors; this context is on the CPU",
                        op);
+    if (req == SF_BACKEND_CUDA) {
+        /* kernels launch on the calling thread's current device: make it
+         * the context's, whatever the caller (or torch) last selected */
+        sf_status s = sf_cuda_activate(ctx);
+        if (s != SF_OK) return s;
+    }
     *out = req;
     return SF_OK;
 }
 
+/* First and one-past-last byte of a present tensor's elements. */
+static void byte_span(const sf_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    int64_t ext = 0;
+    for (int i = 0; i < t->rank; i++)
+        if (t->shape[i] > 0) ext += (t->shape[i] - 1) * t->stride[i];
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (uintptr_t)((ext + 1) * (int64_t)sf_dtype_size(t->dtype));
+}
+
 sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
                             const sf_tensor *out, const char *in_name, const sf_tensor *in) {
-    if (out->data && in->data && out->data == in->data)
-        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: output %s aliases input %s (same data pointer)",
-                       op, out_name, in_name);
+    if (!out->data || !in->data || sf_tensor_numel(out) == 0 || sf_tensor_numel(in) == 0)
+        return SF_OK;
+    uintptr_t a0, a1, b0, b1;
+    byte_span(out, &a0, &a1);
+    byte_span(in, &b0, &b1);
+    if (a0 < b1 && b0 < a1)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: output %s overlaps input %s in memory", op,
+                       out_name, in_name);
+    return SF_OK;
+}
+
+sf_status sf_check_output_layout(sf_ctx *ctx, const char *op, const char *name,
+                                 const sf_tensor *t) {
+    if (!t->data) return SF_OK;
+    /* Dims longer than 1, by increasing stride: each stride must step past
+     * everything the inner dims span, or two elements share an address. */
+    int idx[SF_MAX_RANK], n = 0;
+    for (int i = 0; i < t->rank; i++)
+        if (t->shape[i] > 1) idx[n++] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t->stride[idx[j]] < t->stride[idx[j - 1]]; j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    int64_t span = 0; /* elements spanned by the inner dims, minus one */
+    for (int k = 0; k < n; k++) {
+        int d = idx[k];
+        if (t->stride[d] <= span)
+            return sf_fail(ctx, SF_ERR_STRIDE,
+                           "%s: output %s has overlapping elements (dim %d of extent %lld has "
+                           "stride %lld)",
+                           op, name, d, (long long)t->shape[d], (long long)t->stride[d]);
+        span += (t->shape[d] - 1) * t->stride[d];
+    }
     return SF_OK;
 }
 

@@ -10,6 +10,13 @@
 
 #define SF_ANY (-1) /* wildcard extent */
 
+/* Returns from the enclosing function when `expr` is not SF_OK. */
+#define CHK(expr)                       \
+    do {                                \
+        sf_status s_ = (expr);          \
+        if (s_ != SF_OK) return s_;     \
+    } while (0)
+
 /* Validates a tensor named `name` of op `op`:
  *   required: absent -> SF_ERR_NULL_POINTER (an absent optional tensor passes);
  *   rank and each extent of `shape` (SF_ANY matches anything) -> SF_ERR_SHAPE;
@@ -27,9 +34,15 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
  * cannot reach the context's memory. */
 sf_status sf_resolve_backend(sf_ctx *ctx, const char *op, sf_backend req, sf_backend *out);
 
-/* Two tensors share their first byte: an output aliasing an input. */
+/* An output whose bytes overlap an input's (their spans intersect):
+ * SF_ERR_INVALID_ARG. */
 sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
                             const sf_tensor *out, const char *in_name, const sf_tensor *in);
+
+/* An output (or in-place tensor) whose elements overlap one another, e.g.
+ * a zero stride on a dimension longer than 1: SF_ERR_STRIDE. */
+sf_status sf_check_output_layout(sf_ctx *ctx, const char *op, const char *name,
+                                 const sf_tensor *t);
 
 /* Reads a host cu_seqlens array of n+1 entries and checks cu[0] = 0,
  * non-decreasing, cu[n] = total; stores the largest length in *max_len. */

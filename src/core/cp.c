@@ -22,12 +22,6 @@
 #include "check.h"
 #include "cp.h"
 
-#define CHK(expr)                      \
-    do {                               \
-        sf_status s_ = (expr);         \
-        if (s_ != SF_OK) return s_;    \
-    } while (0)
-
 /* ------------------------------------------------------------------ */
 /* Validation shared by the SSD building blocks and the SSD driver       */
 /* ------------------------------------------------------------------ */

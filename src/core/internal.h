@@ -262,6 +262,8 @@ void sf_cuda_free(sf_ctx *ctx, void *p);
 sf_status sf_cuda_name(int device, char *buf, size_t len);
 sf_status sf_cuda_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes);
 sf_status sf_cuda_sync(sf_ctx *ctx);
+/* Makes the context's device current for the calling thread. */
+sf_status sf_cuda_activate(sf_ctx *ctx);
 
 #ifdef __cplusplus
 }

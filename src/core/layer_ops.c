@@ -5,12 +5,6 @@
 #include "check.h"
 #include "layer_ops.h"
 
-#define CHK(expr)                      \
-    do {                               \
-        sf_status s_ = (expr);         \
-        if (s_ != SF_OK) return s_;    \
-    } while (0)
-
 void sf_conv1d_params_init(sf_conv1d_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
@@ -146,6 +140,8 @@ sf_status sf_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_params *p) {
     CHK(sf_check_no_alias(ctx, op, "final_state", &p->final_state, "initial_state",
                           &p->initial_state));
     CHK(sf_check_no_alias(ctx, op, "final_state", &p->final_state, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "final_state", &p->final_state));
     CHK(check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
 
@@ -199,6 +195,8 @@ sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p) {
     CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
     CHK(sf_check_no_alias(ctx, op, "out", &p->out, "conv_state", &p->conv_state));
     CHK(sf_check_no_alias(ctx, op, "conv_state", &p->conv_state, "x", &p->x));
+    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "conv_state", &p->conv_state));
     CHK(check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
     if (pr.has_idx && ctx->device < 0)
@@ -252,6 +250,7 @@ sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p) {
     pr.norm_before_gate = p->norm_before_gate;
     CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
     CHK(sf_check_no_alias(ctx, op, "out", &p->out, "z", &p->z));
+    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
 
     sf_status s;
     switch (be) {

@@ -43,3 +43,4 @@ sf_status sf_cuda_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes) 
     return sf_fail(ctx, SF_ERR_NO_DEVICE, SF_NO_CUDA_MSG);
 }
 sf_status sf_cuda_sync(sf_ctx *ctx) { return sf_fail(ctx, SF_ERR_NO_DEVICE, SF_NO_CUDA_MSG); }
+sf_status sf_cuda_activate(sf_ctx *ctx) { return sf_fail(ctx, SF_ERR_NO_DEVICE, SF_NO_CUDA_MSG); }

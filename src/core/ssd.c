@@ -5,12 +5,6 @@
 
 #include <stdio.h>
 
-#define CHK(expr)                      \
-    do {                               \
-        sf_status s_ = (expr);         \
-        if (s_ != SF_OK) return s_;    \
-    } while (0)
-
 void sf_ssd_fwd_params_init(sf_ssd_fwd_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
@@ -45,10 +39,16 @@ static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
         const sf_tensor *si = &p->seq_idx;
         for (int64_t b = 0; b < pr->batch; b++) {
             cap++;
-            for (int64_t t = 1; t < pr->seqlen; t++)
-                if (sf_ldi(si->data, si->dtype, sf_off2(si, b, t)) !=
-                    sf_ldi(si->data, si->dtype, sf_off2(si, b, t - 1)))
-                    cap++;
+            for (int64_t t = 1; t < pr->seqlen; t++) {
+                int64_t cur = sf_ldi(si->data, si->dtype, sf_off2(si, b, t));
+                int64_t prev = sf_ldi(si->data, si->dtype, sf_off2(si, b, t - 1));
+                if (cur < prev)
+                    return sf_fail(ctx, SF_ERR_INDEX,
+                                   "sf_ssd_fwd: seq_idx[%lld, %lld] = %lld is less than the "
+                                   "previous %lld (seq_idx must not decrease along L)",
+                                   (long long)b, (long long)t, (long long)cur, (long long)prev);
+                if (cur != prev) cap++;
+            }
         }
     }
     sf_ssd_segment *seg = (sf_ssd_segment *)sf_host_scratch(ctx, (size_t)cap * sizeof *seg);
@@ -162,12 +162,17 @@ sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
     pr.has_init = p->initial_states.data != NULL;
     pr.has_final = p->final_states.data != NULL;
 
-    const sf_tensor *ins[] = {&p->x, &p->dt, &p->B, &p->C, &p->z};
-    const char *in_names[] = {"x", "dt", "B", "C", "z"};
-    for (int i = 0; i < 5; i++) {
+    const sf_tensor *ins[] = {&p->x, &p->dt, &p->A, &p->B, &p->C, &p->D, &p->z, &p->dt_bias,
+                              &p->initial_states, &p->seq_idx, &p->cu_seqlens};
+    const char *in_names[] = {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states",
+                              "seq_idx", "cu_seqlens"};
+    for (int i = 0; i < 11; i++) {
         CHK(sf_check_no_alias(ctx, op, "out", &p->out, in_names[i], ins[i]));
         CHK(sf_check_no_alias(ctx, op, "final_states", &p->final_states, in_names[i], ins[i]));
     }
+    CHK(sf_check_no_alias(ctx, op, "final_states", &p->final_states, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "final_states", &p->final_states));
     if (p->chunk_size != 64 && p->chunk_size != 128 && p->chunk_size != 256)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: chunk_size %d; supported: 64, 128, 256", op,
                        p->chunk_size);
@@ -246,8 +251,16 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
                        "%s: state has %lld slots but the batch is %lld; give state_idx to map "
                        "sequences to slots",
                        op, (long long)pr.nslots, (long long)b);
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
+    const sf_tensor *ins[] = {&p->x, &p->dt, &p->A, &p->B, &p->C, &p->D, &p->z, &p->dt_bias,
+                              &p->state_idx};
+    const char *in_names[] = {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_idx"};
+    for (int i = 0; i < 9; i++) {
+        CHK(sf_check_no_alias(ctx, op, "out", &p->out, in_names[i], ins[i]));
+        CHK(sf_check_no_alias(ctx, op, "state", &p->state, in_names[i], ins[i]));
+    }
     CHK(sf_check_no_alias(ctx, op, "out", &p->out, "state", &p->state));
+    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
+    CHK(sf_check_output_layout(ctx, op, "state", &p->state));
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
 
     if (pr.has_idx && ctx->device < 0) {

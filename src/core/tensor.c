@@ -23,7 +23,7 @@ sf_tensor sf_tensor_contiguous(void *data, sf_dtype dtype, int device, int rank,
 }
 
 int64_t sf_tensor_numel(const sf_tensor *t) {
-    if (!t || !t->data || t->rank < 0) return 0;
+    if (!t || !t->data || t->rank < 0 || t->rank > SF_MAX_RANK) return 0;
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++) n *= t->shape[i];
     return n;

@@ -110,17 +110,16 @@ sf_status launch_mma(sf_ctx *ctx, const FwdParams &p, dim3 grid) {
  * The compiled register count tells them apart (an empty body uses a
  * handful), checked once per instantiation. */
 template <typename T, int D> bool wgmma_available() {
-    static int avail = -1;
-    if (avail < 0) {
+    /* a function-local static initialiser runs once, thread-safely (C++11) */
+    static const bool avail = [] {
         cudaFuncAttributes fa;
-        avail = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_wgmma<T, D>) ==
-                            cudaSuccess &&
-                        fa.binaryVersion >= 90 && fa.numRegs >= 64
-                    ? 1
-                    : 0;
+        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_wgmma<T, D>) ==
+                      cudaSuccess &&
+                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
         (void)cudaGetLastError();
-    }
-    return avail == 1;
+        return ok;
+    }();
+    return avail;
 }
 
 template <typename T, int D>
@@ -221,18 +220,17 @@ int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *
 /* ---- attn_fwd_ws: TMA tensor maps + warp-specialised kernel ---- */
 
 PFN_cuTensorMapEncodeTiled_v12000 tmap_encoder() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    static int tried = 0;
-    if (!tried) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void *f = NULL;
         cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        PFN_cuTensorMapEncodeTiled_v12000 r = NULL;
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
                                              &q) == cudaSuccess &&
             q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+            r = (PFN_cuTensorMapEncodeTiled_v12000)f;
         (void)cudaGetLastError();
-        tried = 1;
-    }
+        return r;
+    }();
     return fn;
 }
 
@@ -261,18 +259,15 @@ bool make_tmap(CUtensorMap *m, bool bf16, const void *ptr, int64_t d, int64_t ro
 }
 
 template <typename T, int D, int BM, int NST> bool ws_available() {
-    static int avail = -1;
-    if (avail < 0) {
+    static const bool avail = [] {
         cudaFuncAttributes fa;
-        avail = cudaFuncGetAttributes(
-                    &fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST>) ==
-                            cudaSuccess &&
-                        fa.binaryVersion >= 90 && fa.numRegs >= 64
-                    ? 1
-                    : 0;
+        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST>) ==
+                      cudaSuccess &&
+                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
         (void)cudaGetLastError();
-    }
-    return avail == 1;
+        return ok;
+    }();
+    return avail;
 }
 
 /* 1: launched (status in *st); 0: not available (no sm_90a code, too

@@ -74,7 +74,15 @@ extern "C" sf_status sf_cuda_memcpy(sf_ctx *ctx, void *dst, const void *src, siz
     return SF_OK;
 }
 
+extern "C" sf_status sf_cuda_activate(sf_ctx *ctx) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != ctx->device)
+        SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
+    return SF_OK;
+}
+
 extern "C" sf_status sf_cuda_sync(sf_ctx *ctx) {
+    SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
     SF_CUDA_CHECK(ctx, cudaStreamSynchronize(sf_cuda_stream(ctx)));
     return SF_OK;
 }

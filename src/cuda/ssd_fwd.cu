@@ -132,10 +132,13 @@ __global__ void __launch_bounds__(256) ssd_final_varlen(const ssd_fwd_args a) {
     const int h = (int)(id % a.H);
     const int s = (int)(id / a.H);
     const int p0 = pt * PF, tid = threadIdx.x, grp = h / a.hpg;
-    const int64_t st = a.cu64 ? ((const int64_t *)a.cu)[s * a.cus]
-                              : ((const int32_t *)a.cu)[s * a.cus];
-    const int64_t en = a.cu64 ? ((const int64_t *)a.cu)[(s + 1) * a.cus]
-                              : ((const int32_t *)a.cu)[(s + 1) * a.cus];
+    /* device cu_seqlens are not validated on the host: clamp to [0, L] and
+     * to non-decreasing, so a bad array cannot index past x or the workspace */
+    int64_t st = a.cu64 ? ((const int64_t *)a.cu)[s * a.cus] : ((const int32_t *)a.cu)[s * a.cus];
+    int64_t en = a.cu64 ? ((const int64_t *)a.cu)[(s + 1) * a.cus]
+                        : ((const int32_t *)a.cu)[(s + 1) * a.cus];
+    st = st < 0 ? 0 : st > a.L ? a.L : st;
+    en = en < st ? st : en > a.L ? a.L : en;
     const float *in = a.has_init ? a.init + (int64_t)s * a.ins[0] + (int64_t)h * a.ins[1] : nullptr;
     float *fo = a.fin + (int64_t)s * a.fis[0] + (int64_t)h * a.fis[1];
     float acc[EPT];
