@@ -24,8 +24,14 @@
  *    ready.  CUDA ops are asynchronous on the context's stream, like any
  *    CUDA library call; they never synchronise the device.
  *  - Workspace comes from the context's arena.  It grows on the first call
- *    that needs more (an allocation); sf_ctx_reserve_workspace sizes it
- *    ahead so later calls allocate nothing.
+ *    that needs more (an allocation, which on a GPU also synchronises the
+ *    device); sf_ctx_reserve_workspace sizes it ahead so later calls
+ *    allocate nothing.  The arena is reused by every call on the context:
+ *    calls on one context must not run concurrently on different streams.
+ *  - Index tensors in device memory (cu_seqlens, seq_idx, state_idx) cannot
+ *    be checked without a synchronisation, so CUDA contexts do not check
+ *    them: the kernels clamp them to the tensors' bounds (never an access
+ *    outside them), and invalid ones give unspecified outputs.
  *  - Outputs must not alias inputs unless a function says otherwise.
  *
  * Thread safety: a context is used by one thread at a time; distinct
@@ -220,6 +226,9 @@ SF_API const char *sf_version_string(void);
  *                         last token (of the last sequence in the row).
  * seq_idx and cu_seqlens are exclusive.  chunk_size is 64, 128 or 256 (the
  * result does not depend on it beyond rounding; the GPU kernels tile by it).
+ * CUDA backend: N <= 256 (SF_ERR_UNSUPPORTED beyond); the states entering
+ * each chunk are kept in the input dtype between its kernels (as mamba_ssm
+ * does), final_states in f32.
  * Arithmetic is f32 (f64 for the reference); matrix products of f16/bf16
  * inputs take those inputs with f32 accumulation.  Exponents are clamped
  * to <= 0 (the decay exp(dt A) never exceeds 1).
@@ -380,7 +389,9 @@ SF_API sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p)
  *                 q (total_q, H, d), k/v (total_k, Hkv, d), out like q,
  *                 lse (H, total_q) f32 optional.  Sequences may be empty.
  * q, k, v, out: one dtype among f32/f16/bf16, unit inner stride; any other
- * strides.  d <= 256 (the CUDA backend: a multiple of 8).
+ * strides.  d <= 256.  CUDA backend: f16 and bf16 only (f32 gives
+ * SF_ERR_UNSUPPORTED: use the CPU backend), d a multiple of 8, and
+ * cu_seqlens_q and cu_seqlens_k of one dtype.
  * softmax_scale 0 means 1/sqrt(d).
  */
 typedef struct sf_attn_fwd_params {

@@ -65,7 +65,10 @@ sf_status sf_cpu_cp_logdecay(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
     const int64_t nbh = pr->batch * pr->nheads;
     const sf_tensor *ld = &pr->logdecay;
     const int nt = cp_nt(ctx);
+    (void)nt; /* unused without OpenMP */
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t bh = 0; bh < nbh; bh++) {
         const int64_t b = bh / pr->nheads, h = bh % pr->nheads;
         sf_stf(ld->data, SF_F32, sf_off2(ld, b, h), (float)cp_decay_scan(pr, b, h, NULL));
@@ -88,6 +91,7 @@ sf_status sf_cpu_cp_correct(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
     const int64_t L = pr->seqlen, H = pr->nheads, P = pr->headdim, N = pr->dstate;
     const int64_t nbh = pr->batch * H;
     const int nt = cp_nt(ctx);
+    (void)nt; /* unused without OpenMP */
     const int64_t npad = (N + 15) / 16 * 16; /* 64-byte rows of the C buffers */
     const size_t need = ((size_t)nbh * (size_t)L + (size_t)nbh * (size_t)(P * N) +
                          (size_t)nt * (size_t)npad + 16) * sizeof(float);
@@ -97,7 +101,9 @@ sf_status sf_cpu_cp_correct(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
     float *cb = hs + nbh * P * N;          /* one converted C row per thread */
     const sf_tensor *hin = &pr->h_in, *C = &p->C, *z = &p->z, *out = &p->out;
 
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t bh = 0; bh < nbh; bh++) {
         const int64_t b = bh / H, h = bh % H;
         cp_decay_scan(pr, b, h, g + bh * L);
@@ -108,7 +114,9 @@ sf_status sf_cpu_cp_correct(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
     }
 
     const int64_t ntb = (L + CP_TB - 1) / CP_TB;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t it = 0; it < nbh * ntb; it++) {
         const int64_t bh = it / ntb, t0 = (it % ntb) * CP_TB;
         const int64_t b = bh / H, h = bh % H, grp = h / pr->heads_per_group;
@@ -129,7 +137,9 @@ sf_status sf_cpu_cp_correct(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
 
     if (!pr->has_final) return SF_OK;
     const sf_tensor *fin = &p->final_states, *st = &pr->state_local, *ld = &pr->logdecay;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t bh = 0; bh < nbh; bh++) {
         const int64_t b = bh / H, h = bh % H;
         const float w = expf(sf_ldf(ld->data, SF_F32, sf_off2(ld, b, h)));
@@ -148,7 +158,10 @@ sf_status sf_cpu_cp_combine(sf_ctx *ctx, const sf_cp_combine_problem *pr) {
     const float *sd = (const float *)S->data, *ldd = (const float *)ld->data;
     float *hd = (float *)hin->data;
     const int nt = cp_nt(ctx);
+    (void)nt; /* unused without OpenMP */
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t bh = 0; bh < nbh; bh++) {
         const int64_t b = bh / H, h = bh % H;
         for (int64_t i = 0; i < P; i++)
@@ -172,7 +185,10 @@ sf_status sf_cpu_cp_merge(sf_ctx *ctx, const sf_cp_merge_problem *pr) {
     const int has_b = bo->data != NULL;
     const int64_t L = pr->seqlen, H = pr->nheads, d = pr->headdim;
     const int nt = cp_nt(ctx);
+    (void)nt; /* unused without OpenMP */
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t bl_ = 0; bl_ < pr->batch * L; bl_++) {
         const int64_t b = bl_ / L, l = bl_ % L;
         for (int64_t h = 0; h < H; h++) {
@@ -205,8 +221,11 @@ sf_status sf_cpu_cp_pack(sf_ctx *ctx, void *dst, const sf_tensor *src) {
     const size_t es = sf_dtype_size(src->dtype);
     const int64_t B = src->shape[0], L = src->shape[1], Hk = src->shape[2], d = src->shape[3];
     const int nt = cp_nt(ctx);
+    (void)nt; /* unused without OpenMP */
     /* unit inner stride (validated): one memcpy per head row */
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
+#endif
     for (int64_t bl = 0; bl < B * L; bl++) {
         const int64_t b = bl / L, l = bl % L;
         for (int64_t h = 0; h < Hk; h++)

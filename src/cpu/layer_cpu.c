@@ -117,6 +117,7 @@ sf_status sf_cpu_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr) {
     if (nseg == 0 || dim == 0) return SF_OK;
     if (pr->seg == NULL) return sf_fail(ctx, SF_ERR_INTERNAL, "conv1d cpu: no host segment list");
     const int nt = lc_threads(ctx);
+    (void)nt; /* unused without OpenMP */
     const int64_t cb = lc_min(CONV_CB, lc_rup(dim, LC_PAD));
     const int64_t ncb = (dim + cb - 1) / cb;
     const int64_t dimP = lc_rup(dim, LC_PAD);
@@ -212,6 +213,7 @@ sf_status sf_cpu_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_problem *pr) 
     const int64_t dim = pr->dim;
     if (pr->batch == 0 || dim == 0) return SF_OK;
     const int nt = lc_threads(ctx);
+    (void)nt; /* unused without OpenMP */
     const int64_t nblk = (dim + UPD_CB - 1) / UPD_CB;
     const sf_tensor *st = &p->conv_state, *x = &p->x, *out = &p->out, *wt = &p->weight;
 
@@ -261,6 +263,7 @@ sf_status sf_cpu_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_problem *pr) {
     const int64_t D = pr->dim, G = pr->group, rows = pr->rows;
     if (rows == 0) return SF_OK;
     const int nt = lc_threads(ctx);
+    (void)nt; /* unused without OpenMP */
     const int64_t DP = lc_rup(D, LC_PAD);
     /* workspace: the weight in f32, and per thread a row of h and of silu(z) */
     void *ws = sf_ws_get(ctx, ((size_t)DP + (size_t)nt * 2 * (size_t)DP) * sizeof(float) + 64);
