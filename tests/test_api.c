@@ -467,6 +467,50 @@ int main(void) {
     checks++;
     if (big.rank != -1) printf("FAIL sf_tensor_contiguous of rank 7\n"), failures++;
 
+    /* attention varlen: cu_seqlens checked on the host */
+    attn_valid(&ap);
+    ap.q = T(0, 3, (int64_t[]){8, 4, 16}), ap.k = T(1, 3, (int64_t[]){8, 2, 16});
+    ap.v = T(2, 3, (int64_t[]){8, 2, 16}), ap.out = T(3, 3, (int64_t[]){8, 4, 16});
+    ibuf[0][0] = 0, ibuf[0][1] = 3, ibuf[0][2] = 8;
+    ibuf[1][0] = 0, ibuf[1][1] = 5, ibuf[1][2] = 8;
+    ap.cu_seqlens_q = sf_tensor_contiguous(ibuf[0], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){3});
+    ap.cu_seqlens_k = sf_tensor_contiguous(ibuf[1], SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){3});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_OK, NULL);
+    ibuf[1][1] = 9;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INDEX, "cu_seqlens_k[2] = 8 is less than");
+    ibuf[1][1] = 5, ibuf[0][2] = 7;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INDEX, "packed length");
+    ibuf[0][2] = 8;
+    ap.cu_seqlens_k.shape[0] = 2;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_SHAPE, "cu_seqlens_k has shape");
+    ap.cu_seqlens_k.shape[0] = 3, ap.cu_seqlens_q.dtype = SF_F32;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_DTYPE, "cu_seqlens_q has dtype f32");
+
+    /* every op with a NULL context or NULL params */
+    checks += 6;
+    if (sf_attn_fwd(NULL, &ap) != SF_ERR_NULL_POINTER || sf_ssd_step(NULL, &sp) != SF_ERR_NULL_POINTER ||
+        sf_conv1d_fwd(NULL, NULL) != SF_ERR_NULL_POINTER || sf_conv1d_update(NULL, NULL) != SF_ERR_NULL_POINTER ||
+        sf_rmsnorm_gated(NULL, NULL) != SF_ERR_NULL_POINTER)
+        printf("FAIL an op with a NULL context\n"), failures++;
+    EXPECT_STATUS(sf_conv1d_fwd(ctx, NULL), SF_ERR_NULL_POINTER, "params");
+    EXPECT_STATUS(sf_conv1d_update(ctx, NULL), SF_ERR_NULL_POINTER, "params");
+    EXPECT_STATUS(sf_rmsnorm_gated(ctx, NULL), SF_ERR_NULL_POINTER, "params");
+
+    /* memory helpers and device queries */
+    void *mem = NULL;
+    EXPECT_STATUS(sf_malloc(ctx, NULL, 16), SF_ERR_NULL_POINTER, "p is NULL");
+    EXPECT_STATUS(sf_malloc(ctx, &mem, 0), SF_OK, NULL);
+    EXPECT_STATUS(sf_memcpy(ctx, mem, NULL, 4), SF_ERR_NULL_POINTER, "NULL");
+    EXPECT_STATUS(sf_memcpy(ctx, mem, fbuf[0], 0), SF_OK, NULL);
+    EXPECT_STATUS(sf_free(ctx, mem), SF_OK, NULL);
+    EXPECT_STATUS(sf_ctx_reserve_workspace(ctx, SIZE_MAX / 2), SF_ERR_OUT_OF_MEMORY, "workspace");
+    char name[64];
+    checks += 2;
+    if (sf_cuda_device_name(sf_cuda_device_count(), name, sizeof name) != SF_ERR_NO_DEVICE)
+        printf("FAIL sf_cuda_device_name past the last device\n"), failures++;
+    if (sf_cuda_device_name(0, NULL, 0) != SF_ERR_NULL_POINTER)
+        printf("FAIL sf_cuda_device_name(NULL buffer)\n"), failures++;
+
     /* workspace accounting */
     sf_ctx_reset_workspace_peak(ctx);
     EXPECT_STATUS(sf_ctx_reserve_workspace(ctx, 1 << 20), SF_OK, NULL);

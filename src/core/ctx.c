@@ -82,6 +82,8 @@ void *sf_ctx_stream(const sf_ctx *ctx) { return ctx ? ctx->stream : NULL; }
  * never live across calls). */
 static sf_status arena_grow(sf_ctx *ctx, sf_arena *a, size_t bytes, int on_device) {
     if (bytes <= a->size) return SF_OK;
+    if (bytes > SIZE_MAX / 4) /* no machine has it; keeps the arithmetic below exact */
+        return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "workspace: %zu bytes requested", bytes);
     size_t want = bytes + bytes / 8; /* a little slack: fewer regrowths */
     if (on_device) {
         if (a->base) sf_cuda_free(ctx, a->base);
