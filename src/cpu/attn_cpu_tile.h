@@ -187,10 +187,11 @@ SF_T_ATTR SF_FMA_ATTR static void SF_T(attn_task)(const attn_plan *pl, float *ws
     }
     for (int c = 0; c < d; c++)
         for (int i = nq; i < ncol; i++) Qt[c * QLD + i] = 0.0f;
-    /* Score columns past the computed ones stay 0 (probability 0 in the
-     * padded PV rows); running max -inf, sum 0, output 0. */
-    for (int j = 0; j < BC; j++)
-        for (int i = ncol; i < SLD; i++) St[j * SLD + i] = 0.0f;
+    /* Scores start at 0: columns past the computed ones stay 0
+     * (probability 0 in the padded P V rows), and a skipped S^T block never
+     * leaves workspace garbage in a padded column.  Running max -inf, sum
+     * 0, output 0. */
+    memset(St, 0, (size_t)BC * SLD * sizeof(float));
     for (int i = 0; i < SLD; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
