@@ -622,6 +622,70 @@ static double compare(const tspec *t, const float *ref, long long *unwritten, lo
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Rounds v to dtype dt (f16/bf16), as a naive kernel storing it would. */
+static float round_to(sf_dtype dt, float v) {
+    return dt == SF_F16 ? f16_to_f32(f32_to_f16(v)) : dt == SF_BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+}
+
+/* The error bar of FlashAttention's own tests: a naive attention in the
+ * low precision (S = QK^T scaled and stored in the dtype, P = exp(S - max)
+ * stored in the dtype, O = PV / rowsum accumulated in f32 and stored), its
+ * relative error against the reference.  Ours must be at most twice it. */
+static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
+    const int64_t H = c->H, Hkv = c->Hkv, d = c->d, grp = H / Hkv;
+    const double scale = 1.0 / sqrt((double)d);
+    const int32_t *cq = t[CUQ].present ? (const int32_t *)t[CUQ].h : NULL;
+    const int32_t *ck = t[CUK].present ? (const int32_t *)t[CUK].h : NULL;
+    const float *q = t[Q].ref, *k = t[K].ref, *v = t[V].ref, *ref = t[AO].ref;
+    int64_t maxk = 0;
+    for (int bi = 0; bi < c->b; bi++) {
+        int64_t lk = ck ? ck[bi + 1] - ck[bi] : c->Lk;
+        if (lk > maxk) maxk = lk;
+    }
+    float *p = (float *)malloc(sizeof(float) * (size_t)(maxk + 1));
+    float *o = (float *)malloc(sizeof(float) * (size_t)d);
+    double num = 0, den = 0;
+    for (int bi = 0; bi < c->b; bi++) {
+        int64_t q0 = cq ? cq[bi] : (int64_t)bi * c->Lq, lq = cq ? cq[bi + 1] - cq[bi] : c->Lq;
+        int64_t k0 = ck ? ck[bi] : (int64_t)bi * c->Lk, lk = ck ? ck[bi + 1] - ck[bi] : c->Lk;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < lq; i++) {
+                int64_t pos = i + lk - lq;
+                int64_t wl = c->wl == 0 && c->wr == 0 ? -1 : c->wl, wr = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
+                if (c->causal) wr = 0;
+                int64_t lo = wl < 0 ? 0 : pos - wl, hi = wr < 0 ? lk : pos + wr + 1;
+                if (lo < 0) lo = 0;
+                if (hi > lk) hi = lk;
+                const float *qi = q + ((q0 + i) * H + h) * d;
+                float m = -INFINITY;
+                for (int64_t j = lo; j < hi; j++) {
+                    const float *kj = k + ((k0 + j) * Hkv + h / grp) * d;
+                    float s = 0;
+                    for (int64_t e = 0; e < d; e++) s += qi[e] * kj[e];
+                    p[j - lo] = round_to(dt, (float)(s * scale));
+                    if (p[j - lo] > m) m = p[j - lo];
+                }
+                float l = 0;
+                for (int64_t e = 0; e < d; e++) o[e] = 0;
+                for (int64_t j = lo; j < hi; j++) {
+                    float pj = round_to(dt, expf(p[j - lo] - m));
+                    l += pj;
+                    const float *vj = v + ((k0 + j) * Hkv + h / grp) * d;
+                    for (int64_t e = 0; e < d; e++) o[e] += pj * vj[e];
+                }
+                const float *ri = ref + ((q0 + i) * H + h) * d;
+                for (int64_t e = 0; e < d; e++) {
+                    double ov = hi > lo ? round_to(dt, o[e] / l) : 0.0, r = ri[e];
+                    num += (ov - r) * (ov - r);
+                    den += r * r;
+                }
+            }
+    }
+    free(p);
+    free(o);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 /* Output padding and guard bytes must still hold the 0xff poison. */
 static int guards_intact(const tspec *t) {
     size_t es = sf_dtype_size(t->dtype);
@@ -729,6 +793,7 @@ sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf
         res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
         if (t[second].present)
             res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
+        if (c->op == SFC_ATTN_FWD && dt != SF_F32) res->err_naive = naive_attn_err(c, t, dt);
     }
 
 done:
@@ -774,11 +839,16 @@ int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int
             }
             int ok = st == SF_OK && r.err <= tol && r.err2 <= tol && r.unwritten == 0 &&
                      r.nonfinite == 0 && r.guard_ok;
+            /* low-precision attention: at most twice the naive kernel's error */
+            int naive_ok = r.err_naive <= 0 || r.err <= 2.0 * r.err_naive;
+            ok = ok && naive_ok;
             if (st != SF_OK)
                 printf("  FAIL %-22s %-4s %s: %s\n", c->name, dn, sf_status_string(st), msg);
             else
-                printf("  %s %-22s %-4s %-4s err %.2e  err2 %.2e  (tol %.1e)%s%s%s\n",
+                printf("  %s %-22s %-4s %-4s err %.2e  err2 %.2e  (tol %.1e%s)%s%s%s%s\n",
                        ok ? "ok  " : "FAIL", c->name, dn, sf_backend_name(be), r.err, r.err2, tol,
+                       r.err_naive > 0 ? ", <= 2x naive" : "",
+                       naive_ok ? "" : "  WORSE THAN 2x THE NAIVE LOW-PRECISION ATTENTION",
                        r.unwritten ? "  UNWRITTEN outputs" : "",
                        r.nonfinite ? "  NON-FINITE outputs" : "",
                        r.guard_ok ? "" : "  GUARD/PADDING overwritten");

@@ -55,6 +55,8 @@ int sfc_op_from_name(const char *s); /* -1 if unknown */
 typedef struct sfc_result {
     double err;        /* relative Frobenius error of the main output       */
     double err2;       /* of the second output (final states / lse / state) */
+    double err_naive;  /* attention in f16/bf16: the error of a naive attention
+                          that rounds S, P and O to the dtype (0 otherwise) */
     long long unwritten;  /* output elements left NaN (poison)            */
     long long nonfinite;  /* ... NaN produced where the reference is finite */
     int guard_ok;      /* guard bytes and stride gaps intact                */
