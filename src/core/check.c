@@ -188,3 +188,22 @@ sf_status sf_check_cu_seqlens(sf_ctx *ctx, const char *op, const char *name,
     if (max_len) *max_len = mx;
     return SF_OK;
 }
+
+sf_status sf_check_state_idx(sf_ctx *ctx, const char *op, const sf_tensor *si, int64_t n,
+                                 int64_t nslots) {
+    unsigned char *seen = (unsigned char *)sf_host_scratch(ctx, (size_t)nslots + 1);
+    if (!seen) return SF_ERR_OUT_OF_MEMORY;
+    memset(seen, 0, (size_t)nslots + 1);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = sf_ldi(si->data, si->dtype, i * si->stride[0]);
+        if (s < 0) continue;
+        if (s >= nslots)
+            return sf_fail(ctx, SF_ERR_INDEX, "%s: state_idx[%lld] = %lld is outside the %lld state slots",
+                           op, (long long)i, (long long)s, (long long)nslots);
+        if (seen[s])
+            return sf_fail(ctx, SF_ERR_INDEX, "%s: state slot %lld is used twice in state_idx", op,
+                           (long long)s);
+        seen[s] = 1;
+    }
+    return SF_OK;
+}

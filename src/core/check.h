@@ -44,6 +44,11 @@ sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
 sf_status sf_check_output_layout(sf_ctx *ctx, const char *op, const char *name,
                                  const sf_tensor *t);
 
+/* Host state_idx of n entries: each negative (padding) or in [0, nslots),
+ * no slot twice (two updates of one slot race on a GPU).  SF_ERR_INDEX. */
+sf_status sf_check_state_idx(sf_ctx *ctx, const char *op, const sf_tensor *si, int64_t n,
+                             int64_t nslots);
+
 /* Reads a host cu_seqlens array of n+1 entries and checks cu[0] = 0,
  * non-decreasing, cu[n] = total; stores the largest length in *max_len. */
 sf_status sf_check_cu_seqlens(sf_ctx *ctx, const char *op, const char *name,

@@ -47,24 +47,6 @@ static sf_status check_weight(sf_ctx *ctx, const char *op, const sf_tensor *w, i
 
 /* Host slot indices: each in range, no slot used twice (a race on the
  * GPU, an order dependence anywhere); negative entries are padding. */
-static sf_status check_state_idx(sf_ctx *ctx, const char *op, const sf_tensor *si, int64_t n,
-                                 int64_t nslots) {
-    unsigned char *seen = (unsigned char *)sf_host_scratch(ctx, (size_t)nslots + 1);
-    if (!seen) return SF_ERR_OUT_OF_MEMORY;
-    memset(seen, 0, (size_t)nslots + 1);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t s = sf_ldi(si->data, si->dtype, i * si->stride[0]);
-        if (s < 0) continue;
-        if (s >= nslots)
-            return sf_fail(ctx, SF_ERR_INDEX, "%s: state_idx[%lld] = %lld is outside the %lld state slots",
-                           op, (long long)i, (long long)s, (long long)nslots);
-        if (seen[s])
-            return sf_fail(ctx, SF_ERR_INDEX, "%s: state slot %lld is used twice in state_idx", op,
-                           (long long)s);
-        seen[s] = 1;
-    }
-    return SF_OK;
-}
 
 /* Host segment list of the conv: one per batch row, or one per cu_seqlens
  * sequence (the front end has checked cu_seqlens already). */
@@ -200,7 +182,7 @@ sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p) {
     CHK(check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
     if (pr.has_idx && ctx->device < 0)
-        CHK(check_state_idx(ctx, op, &p->state_idx, b, pr.nslots));
+        CHK(sf_check_state_idx(ctx, op, &p->state_idx, b, pr.nslots));
 
     sf_status s;
     switch (be) {

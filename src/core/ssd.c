@@ -263,24 +263,8 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
     CHK(sf_check_output_layout(ctx, op, "state", &p->state));
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
 
-    if (pr.has_idx && ctx->device < 0) {
-        /* Host indices: each in range, no slot updated twice (a race on
-         * the GPU, an order dependence anywhere). */
-        unsigned char *seen = (unsigned char *)sf_host_scratch(ctx, (size_t)pr.nslots + 1);
-        if (!seen) return SF_ERR_OUT_OF_MEMORY;
-        memset(seen, 0, (size_t)pr.nslots + 1);
-        const sf_tensor *si = &p->state_idx;
-        for (int64_t i = 0; i < b; i++) {
-            int64_t s = sf_ldi(si->data, si->dtype, i * si->stride[0]);
-            if (s < 0) continue;
-            if (s >= pr.nslots)
-                return sf_fail(ctx, SF_ERR_INDEX, "%s: state_idx[%lld] = %lld is outside the %lld state slots",
-                               op, (long long)i, (long long)s, (long long)pr.nslots);
-            if (seen[s])
-                return sf_fail(ctx, SF_ERR_INDEX, "%s: state slot %lld is used twice in state_idx", op,
-                               (long long)s);
-            seen[s] = 1;
-        }
+    if (pr.has_idx && ctx->device < 0) { /* device indices: see seqfuse.h */
+        CHK(sf_check_state_idx(ctx, op, &p->state_idx, b, pr.nslots));
     }
 
     sf_status s;

@@ -13,6 +13,7 @@
  * drift by far more than the f32 rounding of the result.  Everything
  * else is memory-bound and done in one pass. */
 #include "cp.h"
+#include "cpu_common.h"
 
 #include <math.h>
 #include <string.h>
@@ -23,15 +24,6 @@
 
 #define CP_TB 32 /* tokens per correction work item */
 
-static int cp_tid(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int cp_nt(const sf_ctx *ctx) { return ctx->nthreads > 0 ? ctx->nthreads : 1; }
 
 /* sf_ssd_fwd's CPU dt processing: + bias, softplus, clamp by comparisons. */
 static inline float cp_dt(float d, float bias, int softplus, float dmin, float dmax) {
@@ -64,7 +56,7 @@ static double cp_decay_scan(const sf_cp_ssd_problem *pr, int64_t b, int64_t h, f
 sf_status sf_cpu_cp_logdecay(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
     const int64_t nbh = pr->batch * pr->nheads;
     const sf_tensor *ld = &pr->logdecay;
-    const int nt = cp_nt(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -90,7 +82,7 @@ sf_status sf_cpu_cp_correct(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
     const sf_ssd_fwd_params *p = pr->p;
     const int64_t L = pr->seqlen, H = pr->nheads, P = pr->headdim, N = pr->dstate;
     const int64_t nbh = pr->batch * H;
-    const int nt = cp_nt(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
     const int64_t npad = (N + 15) / 16 * 16; /* 64-byte rows of the C buffers */
     const size_t need = ((size_t)nbh * (size_t)L + (size_t)nbh * (size_t)(P * N) +
@@ -122,7 +114,7 @@ sf_status sf_cpu_cp_correct(sf_ctx *ctx, const sf_cp_ssd_problem *pr) {
         const int64_t b = bh / H, h = bh % H, grp = h / pr->heads_per_group;
         const int64_t t1 = t0 + CP_TB < L ? t0 + CP_TB : L;
         const float *hrow = hs + bh * P * N;
-        float *c = cb + (int64_t)cp_tid() * npad;
+        float *c = cb + (int64_t)sf_cpu_tid() * npad;
         for (int64_t t = t0; t < t1; t++) {
             for (int64_t n = 0; n < N; n++) c[n] = sf_ldf(C->data, C->dtype, sf_off4(C, b, t, grp, n));
             const float e = expf(g[bh * L + t]);
@@ -157,7 +149,7 @@ sf_status sf_cpu_cp_combine(sf_ctx *ctx, const sf_cp_combine_problem *pr) {
     const int64_t H = pr->nheads, P = pr->headdim, N = pr->dstate, nbh = pr->batch * H;
     const float *sd = (const float *)S->data, *ldd = (const float *)ld->data;
     float *hd = (float *)hin->data;
-    const int nt = cp_nt(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -184,7 +176,7 @@ sf_status sf_cpu_cp_merge(sf_ctx *ctx, const sf_cp_merge_problem *pr) {
     const sf_tensor *dout = &pr->dst_out, *dl = &pr->dst_lse;
     const int has_b = bo->data != NULL;
     const int64_t L = pr->seqlen, H = pr->nheads, d = pr->headdim;
-    const int nt = cp_nt(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -220,7 +212,7 @@ sf_status sf_cpu_cp_merge(sf_ctx *ctx, const sf_cp_merge_problem *pr) {
 sf_status sf_cpu_cp_pack(sf_ctx *ctx, void *dst, const sf_tensor *src) {
     const size_t es = sf_dtype_size(src->dtype);
     const int64_t B = src->shape[0], L = src->shape[1], Hk = src->shape[2], d = src->shape[3];
-    const int nt = cp_nt(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
     /* unit inner stride (validated): one memcpy per head row */
 #ifdef _OPENMP

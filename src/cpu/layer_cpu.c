@@ -18,6 +18,7 @@
  *    (vectorised, and 8 partial sums keep the rounding of a 5120-long sum
  *    near 1e-7 relative), then one scaling pass.
  */
+#include "cpu_common.h"
 #include "layer_ops.h"
 
 #include <stdint.h>
@@ -32,28 +33,6 @@
 #define CONV_CB 256    /* channels per conv tile (f32 working set ~70 KB) */
 #define UPD_CB 512     /* channels per conv update item                 */
 
-static inline int64_t lc_rup(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-static inline int64_t lc_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline float *lc_align64(void *p) {
-    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-}
-
-static inline int lc_tid(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int lc_threads(const sf_ctx *ctx) {
-#ifdef _OPENMP
-    return ctx->nthreads > 0 ? ctx->nthreads : 1;
-#else
-    (void)ctx;
-    return 1;
-#endif
-}
 
 /* n contiguous elements at data + off (in elements) to f32, and back. */
 static void row_in(const void *data, sf_dtype dt, int64_t off, int64_t n, float *dst) {
@@ -116,11 +95,11 @@ sf_status sf_cpu_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr) {
     const int64_t dim = pr->dim, nseg = pr->nseg;
     if (nseg == 0 || dim == 0) return SF_OK;
     if (pr->seg == NULL) return sf_fail(ctx, SF_ERR_INTERNAL, "conv1d cpu: no host segment list");
-    const int nt = lc_threads(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
-    const int64_t cb = lc_min(CONV_CB, lc_rup(dim, LC_PAD));
+    const int64_t cb = sf_cpu_min(CONV_CB, sf_cpu_rup(dim, LC_PAD));
     const int64_t ncb = (dim + cb - 1) / cb;
-    const int64_t dimP = lc_rup(dim, LC_PAD);
+    const int64_t dimP = sf_cpu_rup(dim, LC_PAD);
     /* workspace: transposed weight (W x dim), bias, the tile prefix over
      * segments, and per thread the f32 tile (TT + W - 1 rows) and one
      * output row */
@@ -128,7 +107,7 @@ sf_status sf_cpu_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr) {
     const size_t nfl = (size_t)(W + 1) * (size_t)dimP + (size_t)nt * per;
     void *ws = sf_ws_get(ctx, nfl * sizeof(float) + (size_t)(nseg + 1) * sizeof(int64_t) + 128);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
-    float *wT = lc_align64(ws);
+    float *wT = sf_cpu_align64(ws);
     float *bias = wT + (size_t)W * dimP;
     float *tiles = bias + dimP;
     int64_t *prefix = (int64_t *)(tiles + (size_t)nt * per);
@@ -150,7 +129,7 @@ sf_status sf_cpu_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr) {
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (int64_t it = 0; it < total; it++) {
-        float *xt = tiles + (size_t)lc_tid() * per;
+        float *xt = tiles + (size_t)sf_cpu_tid() * per;
         float *orow = xt + (CONV_TT + 3) * cb;
         /* the segment holding item `it`: last s with prefix[s] <= it */
         int64_t lo = 0, hi = nseg - 1;
@@ -161,8 +140,8 @@ sf_status sf_cpu_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr) {
         const sf_conv1d_segment *sg = &pr->seg[lo];
         const int64_t local = it - prefix[lo];
         const int64_t r0 = (local / ncb) * CONV_TT, c0 = (local % ncb) * cb;
-        const int64_t r1 = lc_min(r0 + CONV_TT, sg->end - sg->start);
-        const int64_t nc = lc_min(cb, dim - c0);
+        const int64_t r1 = sf_cpu_min(r0 + CONV_TT, sg->end - sg->start);
+        const int64_t nc = sf_cpu_min(cb, dim - c0);
         /* rows j of the tile are extended positions r0 - (W-1) + j */
         for (int64_t j = 0; j < r1 - r0 + W - 1; j++) {
             const int64_t r = r0 - (W - 1) + j;
@@ -212,7 +191,7 @@ sf_status sf_cpu_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_problem *pr) 
     const int W = pr->width;
     const int64_t dim = pr->dim;
     if (pr->batch == 0 || dim == 0) return SF_OK;
-    const int nt = lc_threads(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
     const int64_t nblk = (dim + UPD_CB - 1) / UPD_CB;
     const sf_tensor *st = &p->conv_state, *x = &p->x, *out = &p->out, *wt = &p->weight;
@@ -221,7 +200,7 @@ sf_status sf_cpu_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_problem *pr) 
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (int64_t u = 0; u < pr->batch * nblk; u++) {
-        const int64_t i = u / nblk, c0 = (u % nblk) * UPD_CB, c1 = lc_min(c0 + UPD_CB, dim);
+        const int64_t i = u / nblk, c0 = (u % nblk) * UPD_CB, c1 = sf_cpu_min(c0 + UPD_CB, dim);
         int64_t s = i;
         if (pr->has_idx) s = sf_ldi(p->state_idx.data, p->state_idx.dtype, i * p->state_idx.stride[0]);
         if (s < 0 || s >= pr->nslots) { /* padding: state untouched, output zero */
@@ -262,13 +241,13 @@ sf_status sf_cpu_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_problem *pr) {
     const sf_rmsnorm_gated_params *p = pr->p;
     const int64_t D = pr->dim, G = pr->group, rows = pr->rows;
     if (rows == 0) return SF_OK;
-    const int nt = lc_threads(ctx);
+    const int nt = sf_cpu_threads(ctx);
     (void)nt; /* unused without OpenMP */
-    const int64_t DP = lc_rup(D, LC_PAD);
+    const int64_t DP = sf_cpu_rup(D, LC_PAD);
     /* workspace: the weight in f32, and per thread a row of h and of silu(z) */
     void *ws = sf_ws_get(ctx, ((size_t)DP + (size_t)nt * 2 * (size_t)DP) * sizeof(float) + 64);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
-    float *w = lc_align64(ws);
+    float *w = sf_cpu_align64(ws);
     float *bufs = w + DP;
     for (int64_t c = 0; c < D; c++) w[c] = sf_ldf(p->weight.data, p->weight.dtype, c * p->weight.stride[0]);
     const sf_tensor *x = &p->x, *z = &p->z, *out = &p->out;
@@ -280,7 +259,7 @@ sf_status sf_cpu_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_problem *pr) {
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (int64_t r = 0; r < rows; r++) {
-        float *h = bufs + (size_t)lc_tid() * 2 * (size_t)DP;
+        float *h = bufs + (size_t)sf_cpu_tid() * 2 * (size_t)DP;
         float *gz = h + DP;
         row_in(x->data, x->dtype, sf_off2(x, r, 0), D, h);
         if (pr->has_z) {

@@ -47,7 +47,7 @@
  * and head that the sequential reference also does (in double, ~3 GFMA/s),
  * plus QP/2 for the intra-chunk term: hence SSD_CPU_CHUNK.
  */
-#include "internal.h"
+#include "cpu_common.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -97,8 +97,6 @@
 /* The three-phase form keeps every chunk's state; past this it is not used. */
 #define SSD_PHASE3_MAX_BYTES ((size_t)256 << 20)
 
-static inline int64_t rup(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Flush denormals (MXCSR FTZ | DAZ) while a worker runs, restored after.
  * The decay factors exp(g) sweep down through the f32 subnormal range
@@ -123,13 +121,6 @@ static inline void ssd_fp_leave(unsigned csr) {
 #endif
 }
 
-static inline int ssd_tid(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* ------------------------------------------------------------------ */
 /* Vectorisable scalar math                                            */
@@ -275,8 +266,8 @@ static void gemm_scalar(const ssd_gemm *g) {
     for (int64_t i = 0; i < g->M; i++) {
         int64_t kend = g->K, cend = g->ncols;
         const int64_t t = g->row0 + (i & ~(int64_t)3);
-        if (g->causal == 1) cend = imin(cend, rup(t + 4, SSD_PAD));
-        if (g->causal == 2) kend = imin(kend, t + 4);
+        if (g->causal == 1) cend = sf_cpu_min(cend, sf_cpu_rup(t + 4, SSD_PAD));
+        if (g->causal == 2) kend = sf_cpu_min(kend, t + 4);
         float *c = g->C + i * g->ldc;
         if (!g->acc)
             for (int64_t j = 0; j < cend; j++) c[j] = 0.0f;
@@ -320,8 +311,8 @@ static void gemm_scalar(const ssd_gemm *g) {
         const int accum = g->acc;                                                        \
         for (int64_t i0 = 0; i0 < g->M; i0 += 4) {                                       \
             int64_t kend = g->K, cend = g->ncols;                                        \
-            if (g->causal == 1) cend = imin(cend, rup(g->row0 + i0 + 4, SSD_PAD));       \
-            if (g->causal == 2) kend = imin(kend, g->row0 + i0 + 4);                     \
+            if (g->causal == 1) cend = sf_cpu_min(cend, sf_cpu_rup(g->row0 + i0 + 4, SSD_PAD));       \
+            if (g->causal == 2) kend = sf_cpu_min(kend, g->row0 + i0 + 4);                     \
             const float *ar[4];                                                          \
             for (int r = 0; r < 4; r++) ar[r] = Am + (i0 + r) * sam;                     \
             int64_t c0 = 0;                                                              \
@@ -420,7 +411,7 @@ SSD_CLONES static void transpose16(const float *restrict src, int64_t lds, float
 static void load_bc(const ssd_run *r, ssd_tiles *T, int64_t b, int64_t t0, int64_t q, int64_t g,
                     int need_c) {
     const sf_ssd_fwd_params *p = r->p;
-    const int64_t N = r->N, Np = r->Np, Qp = r->Qp, qc = rup(q, SSD_PAD);
+    const int64_t N = r->N, Np = r->Np, Qp = r->Qp, qc = sf_cpu_rup(q, SSD_PAD);
     /* 16 rows at a time through a 16 x Np tile, so that B^T is written in
      * whole 64-byte lines (row by row it scattered 4-byte writes: 5%) */
     for (int64_t i0 = 0; i0 < qc; i0 += 16) {
@@ -440,7 +431,7 @@ static void load_bc(const ssd_run *r, ssd_tiles *T, int64_t b, int64_t t0, int64
         cvt_in(p->C.data, p->C.dtype, sf_off4(&p->C, b, t0 + i, g, 0), N, row);
         for (int64_t n = N; n < Np; n++) row[n] = 0.0f;
     }
-    for (int64_t i = q; i < rup(q, 4); i++) memset(T->Ct + i * Np, 0, (size_t)Np * sizeof(float));
+    for (int64_t i = q; i < sf_cpu_rup(q, 4); i++) memset(T->Ct + i * Np, 0, (size_t)Np * sizeof(float));
 }
 
 /* x of heads [h0, h1) into Xh, token-major: with the usual layout the
@@ -573,7 +564,7 @@ SSD_CLONES static void epilogue(const ssd_run *r, ssd_tiles *T, int64_t b, int64
  * state).  Needs load_bc with C, chunk_cb and load_dt. */
 static void head_out(const ssd_run *r, ssd_tiles *T, int64_t q, const float *X, float *Y,
                      const float *st) {
-    const int64_t mq = rup(q, 4), Pp = r->Pp, Qp = r->Qp;
+    const int64_t mq = sf_cpu_rup(q, 4), Pp = r->Pp, Qp = r->Qp;
     if (st) {
         const ssd_gemm g1 = {mq, r->N, Pp, T->Ct, r->Np, 1, st, Pp, Y, Pp, 0, 0, 0};
         r->gemm(&g1);
@@ -583,7 +574,7 @@ static void head_out(const ssd_run *r, ssd_tiles *T, int64_t q, const float *X, 
      * L1 instead of a Qp x Qp one in L2 */
     for (int64_t b0 = 0; b0 < mq; b0 += 16) {
         build_l(T, (int)q, (int)b0, Qp);
-        const ssd_gemm g2 = {imin(16, mq - b0), q, Pp, T->Mt, Qp, 1, X, Pp, Y + b0 * Pp, Pp,
+        const ssd_gemm g2 = {sf_cpu_min(16, mq - b0), q, Pp, T->Mt, Qp, 1, X, Pp, Y + b0 * Pp, Pp,
                              2, st != NULL, b0};
         r->gemm(&g2);
     }
@@ -623,7 +614,7 @@ static void chunk_heads(const ssd_run *r, ssd_tiles *T, int64_t b, int64_t t0, i
                         int64_t g, int64_t h0, int64_t h1, float *st, int have, int update) {
     const int64_t NP = r->Np * r->Pp, QP = r->Qp * r->Pp;
     load_bc(r, T, b, t0, q, g, 1);
-    const ssd_gemm cb = {rup(q, 4), r->N, rup(q, SSD_PAD), T->Ct, r->Np, 1, T->BT, r->Qp,
+    const ssd_gemm cb = {sf_cpu_rup(q, 4), r->N, sf_cpu_rup(q, SSD_PAD), T->Ct, r->Np, 1, T->BT, r->Qp,
                          T->Sc, r->Qp, 1, 0, 0};
     r->gemm(&cb);
     gather_x(r, T, b, t0, q, h0, h1);
@@ -647,7 +638,7 @@ static void run_lane(const ssd_run *r, ssd_tiles *T, const sf_ssd_segment *sg, i
     if (live)
         for (int64_t h = h0; h < h1; h++) state_load(r, T->st + (h - h0) * NP, sg->init, h);
     for (int64_t t0 = sg->start; t0 < sg->end; t0 += r->Q) {
-        chunk_heads(r, T, sg->b, t0, imin(r->Q, sg->end - t0), g, h0, h1, T->st, live, 1);
+        chunk_heads(r, T, sg->b, t0, sf_cpu_min(r->Q, sg->end - t0), g, h0, h1, T->st, live, 1);
         live = 1;
     }
     if (pr->has_final && sg->final >= 0)
@@ -677,7 +668,7 @@ static double lanes_makespan(const ssd_run *r, int64_t hb, int nt) {
         const double len = (double)(pr->seg[s].end - pr->seg[s].start);
         for (int64_t gk = 0; gk < pr->ngroups * nhb; gk++) {
             const int64_t k = gk % nhb;
-            const double w = len * ((double)imin(hb, r->hpg - k * hb) * ch + cg) + 1.0;
+            const double w = len * ((double)sf_cpu_min(hb, r->hpg - k * hb) * ch + cg) + 1.0;
             total += w;
             if (w > maxl) maxl = w;
             if (sim) {
@@ -712,7 +703,7 @@ static void run_three_phase(const ssd_run *r, int nt, const ssd_chunk *ch, int64
 #endif
     {
         const unsigned csr = ssd_fp_enter();
-        ssd_tiles T = tiles_of(r, ssd_tid());
+        ssd_tiles T = tiles_of(r, sf_cpu_tid());
 
         /* 1: each chunk's own contribution S_c, per (chunk, group, head
          * block): B^T once for the block. */
@@ -723,7 +714,7 @@ static void run_three_phase(const ssd_run *r, int nt, const ssd_chunk *ch, int64
             const int64_t ci = u / (G * nhb), g = u % (G * nhb) / nhb, k = u % nhb;
             const ssd_chunk *c = &ch[ci];
             const int64_t b = pr->seg[c->seg].b, QP = r->Qp * r->Pp;
-            const int64_t h0 = g * r->hpg + k * r->hb, h1 = imin(h0 + r->hb, (g + 1) * r->hpg);
+            const int64_t h0 = g * r->hpg + k * r->hb, h1 = sf_cpu_min(h0 + r->hb, (g + 1) * r->hpg);
             load_bc(r, &T, b, c->t0, c->q, g, 0);
             gather_x(r, &T, b, c->t0, c->q, h0, h1);
             for (int64_t h = h0; h < h1; h++) {
@@ -771,7 +762,7 @@ static void run_three_phase(const ssd_run *r, int nt, const ssd_chunk *ch, int64
             const ssd_chunk *c = &ch[ci];
             const sf_ssd_segment *sg = &pr->seg[c->seg];
             const int zero = c->t0 == sg->start && !(pr->has_init && sg->init >= 0);
-            const int64_t h0 = g * r->hpg + k * r->hb, h1 = imin(h0 + r->hb, (g + 1) * r->hpg);
+            const int64_t h0 = g * r->hpg + k * r->hb, h1 = sf_cpu_min(h0 + r->hb, (g + 1) * r->hpg);
             chunk_heads(r, &T, sg->b, c->t0, c->q, g, h0, h1, states + (ci * H + h0) * NP, !zero,
                         0);
         }
@@ -783,9 +774,6 @@ static void run_three_phase(const ssd_run *r, int nt, const ssd_chunk *ch, int64
 /* Forward entry point                                                 */
 /* ------------------------------------------------------------------ */
 
-static float *align64(void *p) {
-    return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-}
 
 sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     if (pr->nseg == 0) return SF_OK;
@@ -795,11 +783,11 @@ sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     r.pr = pr;
     r.p = pr->p;
     r.Q = SSD_CPU_CHUNK > 0 && pr->chunk > SSD_CPU_CHUNK ? SSD_CPU_CHUNK : pr->chunk;
-    r.Qp = rup(r.Q, SSD_PAD);
+    r.Qp = sf_cpu_rup(r.Q, SSD_PAD);
     r.P = pr->headdim;
-    r.Pp = rup(r.P, SSD_PAD);
+    r.Pp = sf_cpu_rup(r.P, SSD_PAD);
     r.N = pr->dstate;
-    r.Np = rup(r.N, SSD_PAD);
+    r.Np = sf_cpu_rup(r.N, SSD_PAD);
     r.H = pr->nheads;
     r.hpg = pr->heads_per_group;
     r.gemm = pick_gemm();
@@ -810,7 +798,7 @@ sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
 
     /* Heads per lane: the largest (fewest C B^T recomputations) whose
      * lanes still balance over the threads. */
-    const int64_t hbmax = imin(r.hpg, SSD_MAX_HB);
+    const int64_t hbmax = sf_cpu_min(r.hpg, SSD_MAX_HB);
     int64_t best_hb = hbmax;
     double best = lanes_makespan(&r, hbmax, nt);
     for (int64_t hb = (hbmax + 1) / 2; nt > 1 && hbmax > 1; hb = (hb + 1) / 2) {
@@ -853,7 +841,7 @@ sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     if (three) bytes += phase3_bytes;
     void *ws = sf_ws_get(ctx, bytes);
     if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
-    r.tiles = align64(ws);
+    r.tiles = sf_cpu_align64(ws);
 
     if (!three) {
         const int64_t nhb = (r.hpg + r.hb - 1) / r.hb, G = pr->ngroups;
@@ -862,13 +850,13 @@ sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
 #endif
         {
             const unsigned csr = ssd_fp_enter();
-            ssd_tiles T = tiles_of(&r, ssd_tid());
+            ssd_tiles T = tiles_of(&r, sf_cpu_tid());
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
             for (int64_t u = 0; u < nlanes; u++) {
                 const int64_t s = u / (G * nhb), g = u % (G * nhb) / nhb, k = u % nhb;
-                const int64_t h0 = g * r.hpg + k * r.hb, h1 = imin(h0 + r.hb, (g + 1) * r.hpg);
+                const int64_t h0 = g * r.hpg + k * r.hb, h1 = sf_cpu_min(h0 + r.hb, (g + 1) * r.hpg);
                 run_lane(&r, &T, &pr->seg[s], g, h0, h1);
             }
             ssd_fp_leave(csr);
@@ -876,15 +864,15 @@ sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
         return SF_OK;
     }
 
-    float *states = align64(r.tiles + (size_t)nt * r.thread_floats);
+    float *states = sf_cpu_align64(r.tiles + (size_t)nt * r.thread_floats);
     float *decay = states + (size_t)(nch * r.H) * (size_t)(r.Np * r.Pp);
-    ssd_chunk *ch = (ssd_chunk *)(void *)align64(decay + nch * r.H);
+    ssd_chunk *ch = (ssd_chunk *)(void *)sf_cpu_align64(decay + nch * r.H);
     int64_t *seg_c0 = (int64_t *)(void *)(ch + nch);
     int64_t c = 0;
     for (int64_t s = 0; s < pr->nseg; s++) {
         seg_c0[s] = c;
         for (int64_t t0 = pr->seg[s].start; t0 < pr->seg[s].end; t0 += r.Q)
-            ch[c++] = (ssd_chunk){s, t0, imin(r.Q, pr->seg[s].end - t0)};
+            ch[c++] = (ssd_chunk){s, t0, sf_cpu_min(r.Q, pr->seg[s].end - t0)};
     }
     seg_c0[pr->nseg] = c;
     run_three_phase(&r, nt, ch, nch, seg_c0, states, decay);
@@ -933,11 +921,11 @@ sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
 #endif
     if (pr->batch * H < nt) nt = (int)(pr->batch * H);
     /* per thread: B, C, x, z, y rows in f32 */
-    const int64_t Np = rup(N, SSD_PAD), Pp = rup(P, SSD_PAD);
+    const int64_t Np = sf_cpu_rup(N, SSD_PAD), Pp = sf_cpu_rup(P, SSD_PAD);
     const size_t per = (size_t)(2 * Np + 3 * Pp);
     void *ws = sf_ws_get(ctx, (size_t)nt * per * sizeof(float) + 64);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
-    float *base = align64(ws);
+    float *base = sf_cpu_align64(ws);
     const sf_tensor *st = &p->state;
 
     /* FTZ/DAZ per worker (ssd_fp_enter), restored before the region ends */
@@ -950,7 +938,7 @@ sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
 #pragma omp for schedule(dynamic, 4)
 #endif
         for (int64_t u = 0; u < pr->batch * H; u++) {
-            float *bn = base + (size_t)ssd_tid() * per;
+            float *bn = base + (size_t)sf_cpu_tid() * per;
             float *cn = bn + Np, *xv = cn + Np, *zv = xv + Pp, *y = zv + Pp;
             const int64_t i = u / H, h = u % H;
             int64_t s = i;
