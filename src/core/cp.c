@@ -340,7 +340,8 @@ sf_status sf_cp_attn_ring_run(sf_ctx *ctx, const sf_attn_fwd_params *p, const sf
     if (p->cu_seqlens_q.data || p->cu_seqlens_k.data)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: variable length (cu_seqlens) is not supported "
                        "by ring attention", op);
-    if (p->window_left >= 0 || p->window_right >= 0)
+    /* (-1, 0) with causal is flash_attn's spelling of plain causal */
+    if (p->window_left >= 0 || (p->window_right >= 0 && !(p->causal && p->window_right == 0)))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: sliding windows (%d, %d) are not supported by "
                        "ring attention", op, p->window_left, p->window_right);
     CHK(sf_check_tensor(ctx, op, "q", &p->q, 1, 4, NULL, SF_DT_FLOAT, 1));
