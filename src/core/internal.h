@@ -165,6 +165,26 @@ static inline float sf_softplus(float x) {
 
 static inline float sf_silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* The processed dt of sf_ssd_fwd / sf_ssd_step: + bias, softplus (when
+ * asked), clamped to [dmin, dmax].  f32 for the fast backends, double for
+ * the references. */
+static inline float sf_dt_process(float d, float bias, int softplus, float dmin, float dmax) {
+    d += bias;
+    if (softplus) d = sf_softplus(d);
+    if (d < dmin) d = dmin;
+    if (d > dmax) d = dmax;
+    return d;
+}
+
+static inline double sf_dt_process_d(double d, double bias, int softplus, double dmin,
+                                     double dmax) {
+    d += bias;
+    if (softplus) d = d > 20.0 ? d : log1p(exp(d));
+    if (d < dmin) d = dmin;
+    if (d > dmax) d = dmax;
+    return d;
+}
+
 /* ------------------------------------------------------------------ */
 /* Validated problems: built by src/core, read by every backend         */
 /* ------------------------------------------------------------------ */

@@ -25,15 +25,6 @@
 #define CP_TB 32 /* tokens per correction work item */
 
 
-/* sf_ssd_fwd's CPU dt processing: + bias, softplus, clamp by comparisons. */
-static inline float cp_dt(float d, float bias, int softplus, float dmin, float dmax) {
-    d += bias;
-    if (softplus) d = sf_softplus(d);
-    if (d < dmin) d = dmin;
-    if (d > dmax) d = dmax;
-    return d;
-}
-
 /* Running sum of min(dt A, 0) over the slice for (b, h): into g[0..L) when
  * g is given; returns the total. */
 static double cp_decay_scan(const sf_cp_ssd_problem *pr, int64_t b, int64_t h, float *g) {
@@ -44,7 +35,7 @@ static double cp_decay_scan(const sf_cp_ssd_problem *pr, int64_t b, int64_t h, f
         pr->has_dt_bias ? sf_ldf(p->dt_bias.data, p->dt_bias.dtype, h * p->dt_bias.stride[0]) : 0.0f;
     double acc = 0.0;
     for (int64_t t = 0; t < pr->seqlen; t++) {
-        const float d = cp_dt(sf_ldf(dtt->data, dtt->dtype, sf_off3(dtt, b, t, h)), bias,
+        const float d = sf_dt_process(sf_ldf(dtt->data, dtt->dtype, sf_off3(dtt, b, t, h)), bias,
                               p->dt_softplus, p->dt_min, p->dt_max);
         const float e = d * A;
         acc += (double)(e < 0.0f ? e : 0.0f);

@@ -202,14 +202,6 @@ static inline uint16_t ssd_f2bf(float f) {
 
 /* The reference's dt processing: + bias, softplus (torch threshold 20),
  * clamp to [dt_min, dt_max] by comparisons (NaN stays NaN). */
-static inline float ssd_dt(float d, float bias, int softplus, float dmin, float dmax) {
-    d += bias;
-    if (softplus) d = sf_softplus(d);
-    if (d < dmin) d = dmin;
-    if (d > dmax) d = dmax;
-    return d;
-}
-
 /* n elements of a row (unit stride) from element offset `off`, to f32. */
 SSD_CLONES static void cvt_in(const void *base, sf_dtype dt, int64_t off, int64_t n,
                               float *restrict dst) {
@@ -459,7 +451,7 @@ static void load_dt(const ssd_run *r, ssd_tiles *T, int64_t b, int64_t t0, int64
                            : 0.0f;
     double g = 0.0;
     for (int64_t i = 0; i < q; i++) {
-        const float d = ssd_dt(sf_ldf(p->dt.data, p->dt.dtype, sf_off3(&p->dt, b, t0 + i, h)),
+        const float d = sf_dt_process(sf_ldf(p->dt.data, p->dt.dtype, sf_off3(&p->dt, b, t0 + i, h)),
                                bias, p->dt_softplus, p->dt_min, p->dt_max);
         T->dt[i] = d;
         const float a = d * Ah;
@@ -957,7 +949,7 @@ sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
             const float bias = pr->has_dt_bias ? sf_ldf(p->dt_bias.data, p->dt_bias.dtype,
                                                         h * p->dt_bias.stride[0])
                                                : 0.0f;
-            const float d = ssd_dt(sf_ldf(p->dt.data, p->dt.dtype, sf_off2(&p->dt, i, h)), bias,
+            const float d = sf_dt_process(sf_ldf(p->dt.data, p->dt.dtype, sf_off2(&p->dt, i, h)), bias,
                                    p->dt_softplus, p->dt_min, p->dt_max);
             const float e = d * Ah;
             const float dA = expf(e < 0.0f ? e : 0.0f);

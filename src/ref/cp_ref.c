@@ -8,14 +8,6 @@
 
 /* dt processing of sf_ssd_fwd's reference, in double (comparisons so a
  * NaN stays NaN). */
-static double cp_ref_dt(double dt, double bias, int softplus, double dmin, double dmax) {
-    dt += bias;
-    if (softplus) dt = dt > 20.0 ? dt : log1p(exp(dt));
-    if (dt < dmin) dt = dmin;
-    if (dt > dmax) dt = dmax;
-    return dt;
-}
-
 /* min(dt A, 0) of token t, head h of row b. */
 static double cp_ref_decay(const sf_cp_ssd_problem *pr, int64_t b, int64_t t, int64_t h) {
     const sf_ssd_fwd_params *p = pr->p;
@@ -25,7 +17,7 @@ static double cp_ref_decay(const sf_cp_ssd_problem *pr, int64_t b, int64_t t, in
         pr->has_dt_bias ? (double)sf_ldf(p->dt_bias.data, p->dt_bias.dtype, h * p->dt_bias.stride[0])
                         : 0.0;
     double dt = (double)sf_ldf(dtt->data, dtt->dtype, sf_off3(dtt, b, t, h));
-    dt = cp_ref_dt(dt, bias, p->dt_softplus, (double)p->dt_min, (double)p->dt_max);
+    dt = sf_dt_process_d(dt, bias, p->dt_softplus, (double)p->dt_min, (double)p->dt_max);
     const double e = dt * A;
     return e < 0.0 ? e : 0.0;
 }

@@ -17,14 +17,6 @@
  * applied, as mamba_ssm's chunk_cumsum kernel does (with the default
  * limits it only maps a negative dt to 0).  Comparisons instead of
  * fmin/fmax so that a NaN input stays NaN and shows up in tests. */
-static double ref_dt(double dt, double bias, int softplus, double dmin, double dmax) {
-    dt += bias;
-    if (softplus) dt = dt > 20.0 ? dt : log1p(exp(dt));
-    if (dt < dmin) dt = dmin;
-    if (dt > dmax) dt = dmax;
-    return dt;
-}
-
 /* y * silu(z) in double. */
 static double ref_gate(double y, double z) { return y * (z / (1.0 + exp(-z))); }
 
@@ -79,7 +71,7 @@ sf_status sf_ref_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
 
             for (int64_t t = sg->start; t < sg->end; t++) {
                 double dt = (double)sf_ldf(dtt->data, dtt->dtype, sf_off3(dtt, b, t, h));
-                dt = ref_dt(dt, bias, p->dt_softplus, dmin, dmax);
+                dt = sf_dt_process_d(dt, bias, p->dt_softplus, dmin, dmax);
                 /* exponent clamped to <= 0: the decay never exceeds 1 */
                 double e = dt * Ah;
                 const double dA = exp(e < 0.0 ? e : 0.0);
@@ -147,7 +139,7 @@ sf_status sf_ref_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
                                                  h * p->dt_bias.stride[0])
                                 : 0.0;
             double dt = (double)sf_ldf(dtt->data, dtt->dtype, sf_off2(dtt, i, h));
-            dt = ref_dt(dt, bias, p->dt_softplus, dmin, dmax);
+            dt = sf_dt_process_d(dt, bias, p->dt_softplus, dmin, dmax);
             double e = dt * Ah;
             const double dA = exp(e < 0.0 ? e : 0.0);
             for (int64_t j = 0; j < P; j++) {
