@@ -166,8 +166,11 @@ static inline float sf_softplus(float x) {
 static inline float sf_silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* The processed dt of sf_ssd_fwd / sf_ssd_step: + bias, softplus (when
- * asked), clamped to [dmin, dmax].  f32 for the fast backends, double for
- * the references. */
+ * asked, torch's threshold: x > 20 passes through), clamped to [dmin,
+ * dmax].  The clamp is always applied, as mamba_ssm's chunk_cumsum does
+ * (with the default limits it only maps a negative dt to 0); comparisons
+ * rather than fmin/fmax, so a NaN input stays NaN and shows up in tests.
+ * f32 for the fast backends, double for the references. */
 static inline float sf_dt_process(float d, float bias, int softplus, float dmin, float dmax) {
     d += bias;
     if (softplus) d = sf_softplus(d);

@@ -11,12 +11,6 @@
 
 #include <math.h>
 
-/* dt processing shared by the forward and the step, in double:
- * dt + dt_bias, then softplus with torch's threshold (x > 20 passes
- * through), then the clamp to [dt_min, dt_max].  The clamp is always
- * applied, as mamba_ssm's chunk_cumsum kernel does (with the default
- * limits it only maps a negative dt to 0).  Comparisons instead of
- * fmin/fmax so that a NaN input stays NaN and shows up in tests. */
 /* y * silu(z) in double. */
 static double ref_gate(double y, double z) { return y * (z / (1.0 + exp(-z))); }
 
