@@ -1,5 +1,5 @@
-/* ssd_cpu.c - fast CPU backend of the Mamba-2 SSD forward (chunked scan)
- * and of the one-token decode step.
+/* ssd_cpu.c - fast CPU backend of the Mamba-2 SSD forward (chunked scan);
+ * the one-token decode step is in ssd_step_cpu.c.
  *
  * Forward: the chunked algorithm of DESIGN.md section 1, on f32 tiles.
  * Within a chunk of q tokens (one head, P channels, N state size) with
@@ -47,31 +47,13 @@
  * and head that the sequential reference also does (in double, ~3 GFMA/s),
  * plus QP/2 for the intra-chunk term: hence SSD_CPU_CHUNK.
  */
-#include "cpu_common.h"
+#include "ssd_cpu.h"
 
 #include <stdint.h>
 #include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-
-/* SSD_NO_X86 builds the portable path (scalar product kernel, no clones)
- * on x86 too, to test it. */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(SSD_NO_X86)
-#define SSD_X86 1
-#include <immintrin.h>
-#endif
-
-/* Elementwise loops (exp, conversions) get an AVX-512 and an AVX2 clone
- * where the toolchain can dispatch them (ifunc: ELF + glibc). */
-#if defined(SSD_X86) && defined(__ELF__) && defined(__GLIBC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define SSD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef SSD_CLONES
-#define SSD_CLONES
 #endif
 
 /* The chunk length is the problem's (64/128/256) unless this caps it: the
@@ -82,8 +64,6 @@
 #ifndef SSD_CPU_CHUNK
 #define SSD_CPU_CHUNK 64
 #endif
-/* Tiles are padded to multiples of 16 floats (one zmm, 64 bytes). */
-#define SSD_PAD 16
 /* Heads per lane at most: bounds the per-thread x / y / state tiles. */
 #ifndef SSD_MAX_HB
 #define SSD_MAX_HB 8
@@ -97,137 +77,6 @@
 /* The three-phase form keeps every chunk's state; past this it is not used. */
 #define SSD_PHASE3_MAX_BYTES ((size_t)256 << 20)
 
-
-/* Flush denormals (MXCSR FTZ | DAZ) while a worker runs, restored after.
- * The decay factors exp(g) sweep down through the f32 subnormal range
- * (below 1.2e-38), and every product that reads or makes a subnormal takes
- * a microcode assist: measured 2.4x slower for the whole op at H 8,
- * L 4096, A in [-8, -1].  Flushing changes results by < 1.2e-38 absolute. */
-static inline unsigned ssd_fp_enter(void) {
-#ifdef SSD_X86
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);
-    return csr;
-#else
-    return 0;
-#endif
-}
-
-static inline void ssd_fp_leave(unsigned csr) {
-#ifdef SSD_X86
-    _mm_setcsr(csr);
-#else
-    (void)csr;
-#endif
-}
-
-
-/* ------------------------------------------------------------------ */
-/* Vectorisable scalar math                                            */
-/* ------------------------------------------------------------------ */
-
-static inline uint32_t ssd_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static inline float ssd_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Selects as integer masks, never as float ternaries: GCC 12 does not
- * if-convert a float ?: (even a clamp) for AVX2 / SSE under the default
- * -ftrapping-math, and such a loop vectorises only in the AVX-512 clone. */
-static inline uint32_t ssd_sel(int c, uint32_t a, uint32_t b) {
-    const uint32_t m = 0u - (uint32_t)(c != 0);
-    return (a & m) | (b & ~m);
-}
-
-/* exp(x) for x <= 88, 0 below -87 (the callers pass exponents <= 0, and
- * -z for silu).  2^n p(r), r in [-ln2/2, ln2/2], degree-6 Taylor p:
- * relative error < 2.5e-7.  The rounding to n uses the 1.5*2^23 trick so
- * n's bits come out of the float without a float->int conversion (which
- * would be undefined for NaN). */
-static inline float ssd_exp(float x) {
-    float xc = ssd_float(ssd_sel(x < -87.0f, 0xc2ae0000u /* -87 */, ssd_bits(x)));
-    xc = ssd_float(ssd_sel(xc > 88.0f, 0x42b00000u /* 88 */, ssd_bits(xc)));
-    const float tm = xc * 1.44269504088896341f + 12582912.0f;
-    const float n = tm - 12582912.0f;
-    float r = xc - n * 0.693145751953125f; /* ln2 high part: n * it is exact */
-    r = r - n * 1.428606765330187e-06f;    /* ln2 low part */
-    float p = 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const float res = p * ssd_float((ssd_bits(tm) - 0x4B400000u + 127u) << 23);
-    /* below -87: 0 */
-    return ssd_float(ssd_bits(res) & ((uint32_t)(x < -87.0f) - 1u));
-}
-
-/* f16 -> f32, exact and branch-free: shift the exponent and mantissa into
- * place and rebias by a multiply with 2^112 (exact, also for subnormals);
- * inf / NaN keep an all-ones exponent. */
-static inline float ssd_h2f(uint16_t h) {
-    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
-    const uint32_t fb = ssd_sel(em >= (0x7c00u << 13), em | 0x7f800000u,
-                                ssd_bits(ssd_float(em) * 0x1p112f));
-    return ssd_float(fb | (uint32_t)(h & 0x8000u) << 16);
-}
-
-/* f32 -> f16, round to nearest even, branch-free; the same results as
- * sf_f32_to_f16.  Normal halves: rebias and round on bit 13; subnormal
- * halves: adding 0.5f lines the f32 ulp up with the half ulp (2^-24) so the
- * float addition does the rounding. */
-static inline uint16_t ssd_f2h(float f) {
-    const uint32_t x = ssd_bits(f), a = x & 0x7fffffffu;
-    const uint32_t nrm = (a + 0xC8000FFFu + ((a >> 13) & 1u)) >> 13;
-    const uint32_t sub = ssd_bits(ssd_float(a) + 0.5f) - 0x3f000000u;
-    uint32_t r = ssd_sel(a < 0x38800000u, sub, nrm);
-    r = ssd_sel(a >= 0x477ff000u, 0x7c00u, r);
-    r = ssd_sel(a > 0x7f800000u, 0x7e00u, r);
-    return (uint16_t)(r | ((x >> 16) & 0x8000u));
-}
-
-static inline uint16_t ssd_f2bf(float f) {
-    const uint32_t x = ssd_bits(f);
-    const uint32_t rn = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)ssd_sel((x & 0x7fffffffu) > 0x7f800000u, (x >> 16) | 0x40u, rn);
-}
-
-/* The reference's dt processing: + bias, softplus (torch threshold 20),
- * clamp to [dt_min, dt_max] by comparisons (NaN stays NaN). */
-/* n elements of a row (unit stride) from element offset `off`, to f32. */
-SSD_CLONES static void cvt_in(const void *base, sf_dtype dt, int64_t off, int64_t n,
-                              float *restrict dst) {
-    if (dt == SF_F32) {
-        memcpy(dst, (const float *)base + off, (size_t)n * sizeof(float));
-    } else if (dt == SF_F16) {
-        const uint16_t *restrict s = (const uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = ssd_h2f(s[i]);
-    } else {
-        const uint16_t *restrict s = (const uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = ssd_float((uint32_t)s[i] << 16);
-    }
-}
-
-SSD_CLONES static void cvt_out(void *base, sf_dtype dt, int64_t off, int64_t n,
-                               const float *restrict src) {
-    if (dt == SF_F32) {
-        memcpy((float *)base + off, src, (size_t)n * sizeof(float));
-    } else if (dt == SF_F16) {
-        uint16_t *restrict d = (uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) d[i] = ssd_f2h(src[i]);
-    } else {
-        uint16_t *restrict d = (uint16_t *)base + off;
-        for (int64_t i = 0; i < n; i++) d[i] = ssd_f2bf(src[i]);
-    }
-}
 
 /* ------------------------------------------------------------------ */
 /* The product kernel                                                  */
@@ -874,98 +723,3 @@ sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
 /* ------------------------------------------------------------------ */
 /* Decode step                                                         */
 /* ------------------------------------------------------------------ */
-
-/* One (sequence, head): state (P x N, f32, unit inner stride) updated in
- * place; y accumulated in 16 partial sums so the n loop vectorises. */
-SSD_CLONES static void step_rows(float *sbase, int64_t sp, int64_t P, int64_t N,
-                                 const float *restrict bn, const float *restrict cn,
-                                 const float *restrict xv, float dA, float dt,
-                                 float *restrict y) {
-    for (int64_t c = 0; c < P; c++) {
-        float *restrict row = sbase + c * sp;
-        const float dx = dt * xv[c];
-        float acc[16] = {0};
-        int64_t n = 0;
-        for (; n + 16 <= N; n += 16)
-            for (int k = 0; k < 16; k++) {
-                const float v = dA * row[n + k] + dx * bn[n + k];
-                row[n + k] = v;
-                acc[k] += v * cn[n + k];
-            }
-        float s = 0.0f;
-        for (; n < N; n++) {
-            const float v = dA * row[n] + dx * bn[n];
-            row[n] = v;
-            s += v * cn[n];
-        }
-        for (int k = 0; k < 16; k++) s += acc[k];
-        y[c] = s;
-    }
-}
-
-sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
-    const sf_ssd_step_params *p = pr->p;
-    const int64_t H = pr->nheads, P = pr->headdim, N = pr->dstate;
-    if (pr->batch == 0) return SF_OK;
-    int nt = ctx->nthreads > 0 ? ctx->nthreads : 1;
-#ifndef _OPENMP
-    nt = 1;
-#endif
-    if (pr->batch * H < nt) nt = (int)(pr->batch * H);
-    /* per thread: B, C, x, z, y rows in f32 */
-    const int64_t Np = sf_cpu_rup(N, SSD_PAD), Pp = sf_cpu_rup(P, SSD_PAD);
-    const size_t per = (size_t)(2 * Np + 3 * Pp);
-    void *ws = sf_ws_get(ctx, (size_t)nt * per * sizeof(float) + 64);
-    if (!ws) return SF_ERR_OUT_OF_MEMORY;
-    float *base = sf_cpu_align64(ws);
-    const sf_tensor *st = &p->state;
-
-    /* FTZ/DAZ per worker (ssd_fp_enter), restored before the region ends */
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-#endif
-    {
-        const unsigned csr = ssd_fp_enter();
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 4)
-#endif
-        for (int64_t u = 0; u < pr->batch * H; u++) {
-            float *bn = base + (size_t)sf_cpu_tid() * per;
-            float *cn = bn + Np, *xv = cn + Np, *zv = xv + Pp, *y = zv + Pp;
-            const int64_t i = u / H, h = u % H;
-            int64_t s = i;
-            if (pr->has_idx)
-                s = sf_ldi(p->state_idx.data, p->state_idx.dtype, i * p->state_idx.stride[0]);
-            if (s < 0 || s >= pr->nslots) { /* padding: state untouched, output zero */
-                for (int64_t c = 0; c < P; c++) y[c] = 0.0f;
-                cvt_out(p->out.data, p->out.dtype, sf_off3(&p->out, i, h, 0), P, y);
-                continue;
-            }
-            const int64_t g = h / pr->heads_per_group;
-            cvt_in(p->B.data, p->B.dtype, sf_off3(&p->B, i, g, 0), N, bn);
-            cvt_in(p->C.data, p->C.dtype, sf_off3(&p->C, i, g, 0), N, cn);
-            cvt_in(p->x.data, p->x.dtype, sf_off3(&p->x, i, h, 0), P, xv);
-            const float Ah = sf_ldf(p->A.data, p->A.dtype, h * p->A.stride[0]);
-            const float bias = pr->has_dt_bias ? sf_ldf(p->dt_bias.data, p->dt_bias.dtype,
-                                                        h * p->dt_bias.stride[0])
-                                               : 0.0f;
-            const float d = sf_dt_process(sf_ldf(p->dt.data, p->dt.dtype, sf_off2(&p->dt, i, h)), bias,
-                                   p->dt_softplus, p->dt_min, p->dt_max);
-            const float e = d * Ah;
-            const float dA = expf(e < 0.0f ? e : 0.0f);
-            step_rows((float *)st->data + sf_off4(st, s, h, 0, 0), st->stride[2], P, N, bn, cn, xv,
-                      dA, d, y);
-            for (int64_t c = 0; pr->has_D && c < P; c++)
-                y[c] += xv[c] * (pr->D_per_channel
-                                     ? sf_ldf(p->D.data, p->D.dtype, sf_off2(&p->D, h, c))
-                                     : sf_ldf(p->D.data, p->D.dtype, h * p->D.stride[0]));
-            if (pr->has_z) {
-                cvt_in(p->z.data, p->z.dtype, sf_off3(&p->z, i, h, 0), P, zv);
-                for (int64_t c = 0; c < P; c++) y[c] *= sf_silu(zv[c]);
-            }
-            cvt_out(p->out.data, p->out.dtype, sf_off3(&p->out, i, h, 0), P, y);
-        }
-        ssd_fp_leave(csr);
-    }
-    return SF_OK;
-}
