@@ -318,6 +318,15 @@ class Call:
         # A NULL pointer means "absent" to the library; a present empty
         # array must not look absent.
         t.data = ptr or None
+        if 0 in shape:
+            # numpy >= 2 gives empty arrays all-zero strides, which the
+            # library's output-overlap check refuses; no element is ever
+            # addressed, so describe them as C-contiguous.
+            acc, cs = 1, []
+            for n in reversed(shape):
+                cs.append(acc)
+                acc *= max(n, 1)
+            strides = tuple(reversed(cs))
         t.dtype = code
         t.device = dev
         n = len(shape)

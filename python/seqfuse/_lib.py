@@ -114,6 +114,39 @@ class sf_attn_fwd_params(ctypes.Structure):
     ]
 
 
+class sf_conv1d_params(ctypes.Structure):
+    _fields_ = [
+        ("x", sf_tensor), ("weight", sf_tensor), ("bias", sf_tensor),
+        ("initial_state", sf_tensor), ("final_state", sf_tensor),
+        ("cu_seqlens", sf_tensor),
+        ("out", sf_tensor),
+        ("silu", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
+class sf_conv1d_update_params(ctypes.Structure):
+    _fields_ = [
+        ("conv_state", sf_tensor),
+        ("x", sf_tensor), ("weight", sf_tensor), ("bias", sf_tensor),
+        ("state_idx", sf_tensor),
+        ("out", sf_tensor),
+        ("silu", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
+class sf_rmsnorm_gated_params(ctypes.Structure):
+    _fields_ = [
+        ("x", sf_tensor), ("z", sf_tensor), ("weight", sf_tensor),
+        ("out", sf_tensor),
+        ("group_size", ctypes.c_int),
+        ("norm_before_gate", ctypes.c_int),
+        ("eps", ctypes.c_float),
+        ("backend", ctypes.c_int),
+    ]
+
+
 # ------------------------------------------------------------------ loading
 
 def _lib_names():
@@ -226,3 +259,11 @@ sf_ssd_step_params_init = _decl("sf_ssd_step_params_init", None, _P(sf_ssd_step_
 sf_ssd_step = _decl("sf_ssd_step", _c.c_int, _c.c_void_p, _P(sf_ssd_step_params))
 sf_attn_fwd_params_init = _decl("sf_attn_fwd_params_init", None, _P(sf_attn_fwd_params))
 sf_attn_fwd = _decl("sf_attn_fwd", _c.c_int, _c.c_void_p, _P(sf_attn_fwd_params))
+sf_conv1d_params_init = _decl("sf_conv1d_params_init", None, _P(sf_conv1d_params))
+sf_conv1d_fwd = _decl("sf_conv1d_fwd", _c.c_int, _c.c_void_p, _P(sf_conv1d_params))
+sf_conv1d_update_params_init = _decl("sf_conv1d_update_params_init", None,
+                                     _P(sf_conv1d_update_params))
+sf_conv1d_update = _decl("sf_conv1d_update", _c.c_int, _c.c_void_p, _P(sf_conv1d_update_params))
+sf_rmsnorm_gated_params_init = _decl("sf_rmsnorm_gated_params_init", None,
+                                     _P(sf_rmsnorm_gated_params))
+sf_rmsnorm_gated = _decl("sf_rmsnorm_gated", _c.c_int, _c.c_void_p, _P(sf_rmsnorm_gated_params))

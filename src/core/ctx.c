@@ -85,6 +85,16 @@ static sf_status arena_grow(sf_ctx *ctx, sf_arena *a, size_t bytes, int on_devic
     if (bytes > SIZE_MAX / 4) /* no machine has it; keeps the arithmetic below exact */
         return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "workspace: %zu bytes requested", bytes);
     size_t want = bytes + bytes / 8; /* a little slack: fewer regrowths */
+    if (sf_alloc_should_fail(ctx)) {
+        if (on_device)
+            sf_cuda_free(ctx, a->base);
+        else
+            free(a->base);
+        a->base = NULL;
+        a->size = 0;
+        return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "workspace: cannot allocate %zu bytes (injected)",
+                       want);
+    }
     if (on_device) {
         if (a->base) sf_cuda_free(ctx, a->base);
         a->base = NULL;
@@ -143,6 +153,9 @@ sf_status sf_malloc(sf_ctx *ctx, void **p, size_t bytes) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "sf_malloc: p is NULL");
     *p = NULL;
+    if (sf_alloc_should_fail(ctx))
+        return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_malloc: cannot allocate %zu bytes (injected)",
+                       bytes);
     if (ctx->device >= 0) return sf_cuda_alloc(ctx, p, bytes ? bytes : 1);
     *p = aligned_alloc(256, ((bytes ? bytes : 1) + 255) & ~(size_t)255);
     if (!*p) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_malloc: cannot allocate %zu bytes", bytes);
@@ -170,4 +183,8 @@ sf_status sf_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes) {
 sf_status sf_ctx_synchronize(sf_ctx *ctx) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     return ctx->device >= 0 ? sf_cuda_sync(ctx) : SF_OK;
+}
+
+void sf_ctx_debug_fail_alloc(sf_ctx *ctx, long n) {
+    if (ctx) ctx->fail_alloc_in = n > 0 ? n : 0;
 }

@@ -35,6 +35,7 @@ struct sf_ctx {
     sf_arena host;       /* host scratch (segment lists, staging)           */
     void *cuda_state;    /* owned by src/cuda (device properties, handles)  */
     struct sf_tune_table *tune; /* autotuner choices (src/core/autotune.c) */
+    long fail_alloc_in;  /* fault injection (tests): the n-th allocation fails */
     char err[SF_ERRMSG_LEN];
 };
 
@@ -49,6 +50,14 @@ sf_status sf_fail(sf_ctx *ctx, sf_status s, const char *fmt, ...)
  * the current base or NULL).  Records the peak.  NULL with an error set on
  * the context when the allocation fails. */
 void *sf_ws_get(sf_ctx *ctx, size_t bytes);
+/* Fault injection for tests (not exported): the n-th allocation the
+ * context makes from now on fails as if memory were exhausted; 0 = off. */
+void sf_ctx_debug_fail_alloc(sf_ctx *ctx, long n);
+/* Counts down the injected failure: 1 when this allocation must fail. */
+static inline int sf_alloc_should_fail(sf_ctx *ctx) {
+    return ctx->fail_alloc_in > 0 && --ctx->fail_alloc_in == 0;
+}
+
 /* Host scratch, same contract; always host memory.  The op front ends keep
  * the problem's host tables (the SSD segment list) here: backends must not
  * call it. */

@@ -1,6 +1,7 @@
 """Tests of the Python binding (python/seqfuse) against independent numpy
 float64 implementations written here: a sequential recurrence for the SSD
-ops, a materialised softmax for attention.  numpy only; torch and GPU tests
+ops, a materialised softmax for attention, direct sums for the causal conv1d
+and per-group RMS for the gated norm.  numpy only; torch and GPU tests
 skip themselves when torch or a CUDA device is missing.
 
 Run: SEQFUSE_LIB=build/libseqfuse.so python -m pytest -q tests/python
@@ -19,11 +20,9 @@ sys.path.insert(0, os.path.join(_REPO, "python"))
 import seqfuse  # noqa: E402
 from seqfuse import SeqfuseError  # noqa: E402
 from seqfuse import _lib  # noqa: E402
+from sf_testutil import (BACKENDS, DTYPES, TOL, _FakeCudaArray, _REPO, _raises, f64,  # noqa: E402
+                         np_dtype, rel_err, rnd)
 
-try:
-    import ml_dtypes
-except ImportError:
-    ml_dtypes = None
 try:
     import torch
 except ImportError:
@@ -31,28 +30,12 @@ except ImportError:
 
 HAS_GPU = (torch is not None and torch.cuda.is_available() and seqfuse.has_cuda())
 
-# Relative Frobenius error bounds: the result is rounded to the dtype once,
-# plus f32 accumulation error.
-TOL = {"float32": 1e-4, "float16": 3e-3, "bfloat16": 2e-2}
-DTYPES = ["float32", "float16"] + (["bfloat16"] if ml_dtypes is not None else [])
 
 
-def np_dtype(name):
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-def f64(a):
-    return None if a is None else np.asarray(a).astype(np.float64)
 
 
-def rel_err(got, want):
-    got = f64(got)
-    want = f64(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert np.all(np.isfinite(got) | np.isinf(want)), "non-finite output"
-    d = np.linalg.norm((got - want)[np.isfinite(want)])
-    n = np.linalg.norm(want[np.isfinite(want)])
-    return d / max(n, 1e-30)
 
 
 # ------------------------------------------------------------------ references
@@ -180,8 +163,6 @@ def ref_attn(q, k, v, scale=None, causal=False, window=(-1, -1)):
 
 # ------------------------------------------------------------------ data
 
-def rnd(rng, shape, dtype="float32", scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np_dtype(dtype))
 
 
 def ssd_inputs(rng, dtype, b=2, L=150, H=4, P=16, G=2, N=8):
@@ -194,7 +175,6 @@ def ssd_inputs(rng, dtype, b=2, L=150, H=4, P=16, G=2, N=8):
     )
 
 
-BACKENDS = ["ref", "cpu", "auto"]
 
 
 # ------------------------------------------------------------------ SSD forward
@@ -478,15 +458,6 @@ def test_attn_varlen(backend, dtype, causal, window):
 
 # ------------------------------------------------------------------ errors
 
-def _raises(status, fn, *args, **kw):
-    with pytest.raises(SeqfuseError) as e:
-        fn(*args, **kw)
-    err = e.value
-    assert isinstance(err, RuntimeError)
-    assert err.status == status, str(err)
-    assert err.status_name == _lib.STATUS_NAMES[status]
-    assert str(err).startswith(_lib.STATUS_NAMES[status] + ":"), str(err)
-    return err
 
 
 def test_error_ssd_shape_mismatch():
@@ -631,12 +602,6 @@ def test_tensor_struct_layout():
     assert _lib.sf_tensor_numel(ctypes.byref(t)) == 30
 
 
-class _FakeCudaArray:
-    """Stands in for a cupy/numba device array: only the interface."""
-
-    def __init__(self, shape, typestr, strides, ptr):
-        self.__cuda_array_interface__ = dict(shape=shape, typestr=typestr, strides=strides,
-                                             data=(ptr, False), version=3)
 
 
 def test_cuda_array_interface_descriptor():
