@@ -19,6 +19,7 @@
  *    near 1e-7 relative), then one scaling pass.
  */
 #include "cpu_common.h"
+#include "ssd_cpu.h" /* branch-free exp, ISA clones */
 #include "layer_ops.h"
 
 #include <stdint.h>
@@ -68,8 +69,8 @@ static void row_out(void *data, sf_dtype dt, int64_t off, int64_t n, const float
 
 /* One output row: o[c] = bias[c] + sum_k wT[k][c] * xt[k][c], W fixed per
  * loop so each is a straight vectorisable stream. */
-static void conv_row(int W, const float *xt, int64_t ld, const float *wT, int64_t ldw,
-                     const float *bias, int64_t n, int silu, float *o) {
+SSD_CLONES static void conv_row(int W, const float *xt, int64_t ld, const float *wT, int64_t ldw,
+                                const float *bias, int64_t n, int silu, float *o) {
     switch (W) {
     case 2:
         for (int64_t c = 0; c < n; c++) o[c] = bias[c] + wT[c] * xt[c] + wT[ldw + c] * xt[ld + c];
@@ -85,8 +86,7 @@ static void conv_row(int W, const float *xt, int64_t ld, const float *wT, int64_
                    wT[2 * ldw + c] * xt[2 * ld + c] + wT[3 * ldw + c] * xt[3 * ld + c];
         break;
     }
-    if (silu)
-        for (int64_t c = 0; c < n; c++) o[c] = sf_silu(o[c]);
+    if (silu) silu_inplace(o, n);
 }
 
 sf_status sf_cpu_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr) {
@@ -264,7 +264,7 @@ sf_status sf_cpu_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_problem *pr) {
         row_in(x->data, x->dtype, sf_off2(x, r, 0), D, h);
         if (pr->has_z) {
             row_in(z->data, z->dtype, sf_off2(z, r, 0), D, gz);
-            for (int64_t c = 0; c < D; c++) gz[c] = sf_silu(gz[c]);
+            silu_inplace(gz, D);
         }
         if (gate_first)
             for (int64_t c = 0; c < D; c++) h[c] *= gz[c];

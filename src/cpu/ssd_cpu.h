@@ -26,6 +26,12 @@
 #ifndef SSD_CLONES
 #define SSD_CLONES
 #endif
+/* Row converters below are not used by every file that includes this. */
+#if defined(__GNUC__)
+#define SSD_MAYBE_UNUSED __attribute__((unused))
+#else
+#define SSD_MAYBE_UNUSED
+#endif
 
 /* Tiles are padded to multiples of 16 floats (one zmm, 64 bytes). */
 #define SSD_PAD 16
@@ -133,7 +139,7 @@ static inline uint16_t ssd_f2bf(float f) {
 }
 
 /* n elements of a row (unit stride) from element offset `off`, to f32. */
-SSD_CLONES static void cvt_in(const void *base, sf_dtype dt, int64_t off, int64_t n,
+SSD_CLONES SSD_MAYBE_UNUSED static void cvt_in(const void *base, sf_dtype dt, int64_t off, int64_t n,
                               float *restrict dst) {
     if (dt == SF_F32) {
         memcpy(dst, (const float *)base + off, (size_t)n * sizeof(float));
@@ -146,7 +152,7 @@ SSD_CLONES static void cvt_in(const void *base, sf_dtype dt, int64_t off, int64_
     }
 }
 
-SSD_CLONES static void cvt_out(void *base, sf_dtype dt, int64_t off, int64_t n,
+SSD_CLONES SSD_MAYBE_UNUSED static void cvt_out(void *base, sf_dtype dt, int64_t off, int64_t n,
                                const float *restrict src) {
     if (dt == SF_F32) {
         memcpy((float *)base + off, src, (size_t)n * sizeof(float));
@@ -157,6 +163,13 @@ SSD_CLONES static void cvt_out(void *base, sf_dtype dt, int64_t off, int64_t n,
         uint16_t *restrict d = (uint16_t *)base + off;
         for (int64_t i = 0; i < n; i++) d[i] = ssd_f2bf(src[i]);
     }
+}
+
+/* v[i] = silu(v[i]) = v / (1 + exp(-v)) with the branch-free exp, so the
+ * loop vectorises (libm's expf made the conv prefill expf-bound: 40 ms vs
+ * 6.6 ms for 2 x 1024 x 5376 on 2 cores). */
+SSD_CLONES SSD_MAYBE_UNUSED static void silu_inplace(float *restrict v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) v[i] = v[i] / (1.0f + ssd_exp(-v[i]));
 }
 
 #endif
