@@ -195,29 +195,48 @@ sf_status sf_cpu_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_problem *pr) 
     (void)nt; /* unused without OpenMP */
     const int64_t nblk = (dim + UPD_CB - 1) / UPD_CB;
     const sf_tensor *st = &p->conv_state, *x = &p->x, *out = &p->out, *wt = &p->weight;
+    /* per thread: a block of x and of the output in f32, so the SiLU and
+     * the conversions run as vector loops (one expf per channel made this
+     * op ~6 ms for 64 x 5376 on 2 cores) */
+    float *bufs = (float *)sf_ws_get(ctx, (size_t)nt * 2 * UPD_CB * sizeof(float) + 64);
+    if (!bufs) return SF_ERR_OUT_OF_MEMORY;
+    bufs = sf_cpu_align64(bufs);
+    const int x_unit = x->stride[1] == 1, out_unit = out->stride[1] == 1;
 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (int64_t u = 0; u < pr->batch * nblk; u++) {
         const int64_t i = u / nblk, c0 = (u % nblk) * UPD_CB, c1 = sf_cpu_min(c0 + UPD_CB, dim);
+        const int64_t n = c1 - c0;
+        float *xb = bufs + (size_t)sf_cpu_tid() * 2 * UPD_CB, *ob = xb + UPD_CB;
         int64_t s = i;
         if (pr->has_idx) s = sf_ldi(p->state_idx.data, p->state_idx.dtype, i * p->state_idx.stride[0]);
         if (s < 0 || s >= pr->nslots) { /* padding: state untouched, output zero */
-            for (int64_t c = c0; c < c1; c++) sf_stf(out->data, out->dtype, sf_off2(out, i, c), 0.0f);
-            continue;
+            memset(ob, 0, (size_t)n * sizeof(float));
+        } else {
+            if (x_unit)
+                row_in(x->data, x->dtype, sf_off2(x, i, c0), n, xb);
+            else
+                for (int64_t c = 0; c < n; c++) xb[c] = sf_ldf(x->data, x->dtype, sf_off2(x, i, c0 + c));
+            for (int64_t c = 0; c < n; c++) {
+                float win[4];
+                float *sp = (float *)st->data + s * st->stride[0] + (c0 + c) * st->stride[1];
+                for (int k = 0; k < W - 1; k++) win[k] = sp[k * st->stride[2]];
+                win[W - 1] = xb[c];
+                float acc = pr->has_bias ? sf_ldf(p->bias.data, p->bias.dtype, (c0 + c) * p->bias.stride[0])
+                                         : 0.0f;
+                const float *wc = (const float *)wt->data + (c0 + c) * wt->stride[0];
+                for (int k = 0; k < W; k++) acc += win[k] * wc[k * wt->stride[1]];
+                ob[c] = acc;
+                for (int k = 0; k < W - 1; k++) sp[k * st->stride[2]] = win[k + 1];
+            }
+            if (pr->silu) silu_inplace(ob, n);
         }
-        for (int64_t c = c0; c < c1; c++) {
-            float win[4];
-            float *sp = (float *)st->data + s * st->stride[0] + c * st->stride[1];
-            for (int k = 0; k < W - 1; k++) win[k] = sp[k * st->stride[2]];
-            win[W - 1] = sf_ldf(x->data, x->dtype, sf_off2(x, i, c));
-            float acc = pr->has_bias ? sf_ldf(p->bias.data, p->bias.dtype, c * p->bias.stride[0]) : 0.0f;
-            for (int k = 0; k < W; k++) acc += win[k] * ((const float *)wt->data)[sf_off2(wt, c, k)];
-            if (pr->silu) acc = sf_silu(acc);
-            sf_stf(out->data, out->dtype, sf_off2(out, i, c), acc);
-            for (int k = 0; k < W - 1; k++) sp[k * st->stride[2]] = win[k + 1];
-        }
+        if (out_unit)
+            row_out(out->data, out->dtype, sf_off2(out, i, c0), n, ob);
+        else
+            for (int64_t c = 0; c < n; c++) sf_stf(out->data, out->dtype, sf_off2(out, i, c0 + c), ob[c]);
     }
     return SF_OK;
 }
