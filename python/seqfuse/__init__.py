@@ -127,6 +127,18 @@ def _dt_limit(call, dt_limit):
 
 # ------------------------------------------------------------------ Mamba-2
 
+def _set_ssd_inputs(call, p, x, dt, A, B, C, D, z, dt_bias):
+    """The inputs sf_ssd_fwd_params and sf_ssd_step_params share."""
+    p.x = call.tensor(x, "x")
+    p.dt = call.tensor(dt, "dt")
+    p.A = call.tensor(call.as_f32(A, "A"), "A")
+    p.B = call.tensor(B, "B")
+    p.C = call.tensor(C, "C")
+    p.D = call.tensor(call.as_f32(D, "D"), "D")
+    p.z = call.tensor(z, "z")
+    p.dt_bias = call.tensor(call.as_f32(dt_bias, "dt_bias"), "dt_bias")
+
+
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, cu_seqlens=None,
                               dt_softplus=False, dt_limit=(0.0, float("inf")),
@@ -163,14 +175,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
 
     p = L.sf_ssd_fwd_params()
     L.sf_ssd_fwd_params_init(ctypes.byref(p))
-    p.x = call.tensor(x, "x")
-    p.dt = call.tensor(dt, "dt")
-    p.A = call.tensor(call.as_f32(A, "A"), "A")
-    p.B = call.tensor(B, "B")
-    p.C = call.tensor(C, "C")
-    p.D = call.tensor(call.as_f32(D, "D"), "D")
-    p.z = call.tensor(z, "z")
-    p.dt_bias = call.tensor(call.as_f32(dt_bias, "dt_bias"), "dt_bias")
+    _set_ssd_inputs(call, p, x, dt, A, B, C, D, z, dt_bias)
     p.initial_states = call.tensor(initial_states, "initial_states")
     nstates = b
     if cu_seqlens is not None:
@@ -248,14 +253,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     p = L.sf_ssd_step_params()
     L.sf_ssd_step_params_init(ctypes.byref(p))
     p.state = call.tensor(state, "state")
-    p.x = call.tensor(x, "x")
-    p.dt = call.tensor(dt, "dt")
-    p.A = call.tensor(call.as_f32(A, "A"), "A")
-    p.B = call.tensor(B, "B")
-    p.C = call.tensor(C, "C")
-    p.D = call.tensor(call.as_f32(D, "D"), "D")
-    p.z = call.tensor(z, "z")
-    p.dt_bias = call.tensor(call.as_f32(dt_bias, "dt_bias"), "dt_bias")
+    _set_ssd_inputs(call, p, x, dt, A, B, C, D, z, dt_bias)
     p.state_idx = call.tensor(call.as_i32(state_batch_indices, "state_batch_indices"),
                               "state_batch_indices")
     out = call.empty(xs, like=x)
