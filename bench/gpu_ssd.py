@@ -60,7 +60,7 @@ def inputs(b, L, H, P, G, N, dtype, seed=0):
     return x, dt, A, B, C, D, z, dt_bias
 
 
-def scan_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256):
+def scan_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256, peer=True):
     x, dt, A, B, C, D, z, dtb = inputs(b, L, H, P, G, N, dtype)
     kw = dict(D=D, z=z, dt_bias=dtb, dt_softplus=True)
     ours = lambda: seqfuse.mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw)  # noqa: E731
@@ -68,7 +68,7 @@ def scan_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256):
     torch.cuda.synchronize()
     t_ours = bench(ours)
     t_peer, err = float("nan"), float("nan")
-    if peer_scan is not None:
+    if peer and peer_scan is not None:
         peer = lambda: peer_scan(x, dt, A, B, C, chunk, **kw)  # noqa: E731
         ref = peer()
         t_peer = bench(peer)
@@ -78,6 +78,32 @@ def scan_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256):
     nbytes = es * (3 * b * L * H * P + b * L * H + 2 * b * L * G * N)
     flops = b * L * H * (4.0 * P * N + chunk * N + chunk * P)
     return t_ours, t_peer, err, flops, nbytes
+
+
+def profile_kernels(b=8, L=4096, dtype=torch.bfloat16, H=80, P=64, G=1, N=128, chunk=256):
+    """Per-kernel CUDA time of one forward, from torch.profiler (CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+    x, dt, A, B, C, D, z, dtb = inputs(b, L, H, P, G, N, dtype)
+    kw = dict(D=D, z=z, dt_bias=dtb, dt_softplus=True)
+    runs = [("seqfuse", lambda: seqfuse.mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw))]
+    if peer_scan is not None:
+        runs.append(("mamba_ssm", lambda: peer_scan(x, dt, A, B, C, chunk, **kw)))
+    for name, fn in runs:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+        tot = {}
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                tot[ev.name] = tot.get(ev.name, 0.0) + ev.time_range.elapsed_us() / 5
+        print(f"{name} b{b} L{L} {str(dtype).split('.')[-1]}: per-forward kernel time (us)")
+        for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):
+            print(f"  {v:9.1f}  {k[:100]}")
+        print(f"  {sum(tot.values()):9.1f}  total")
 
 
 def step_point(batch, dtype, H=80, P=64, G=1, N=128):
@@ -109,7 +135,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default=None)
     ap.add_argument("--step-only", action="store_true", help="only the decode step")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated autotuner configurations of ours to time one by one "
+                         "(SF_AUTOTUNE_FORCE=ssd_fwd:NAME), e.g. wg8,wg4,general")
+    ap.add_argument("--profile", action="store_true",
+                    help="time every kernel of one forward (b8 L4096 bf16), ours and the peer")
     a = ap.parse_args()
+    if a.profile:
+        profile_kernels()
+        return
     gpu = torch.cuda.get_device_name()
     date = time.strftime("%Y-%m-%d")
     rows = []
@@ -118,6 +152,15 @@ def main():
           f" {'speed-up':>8s} {'TFLOP/s':>8s} {'TB/s':>6s}  err")
     for dtype in () if a.step_only else (torch.bfloat16, torch.float32):
         for b, L in ((8, 4096), (1, 16384)):
+            for cfg in [c for c in a.configs.split(",") if c]:
+                os.environ["SF_AUTOTUNE_FORCE"] = "ssd_fwd:" + cfg
+                try:
+                    t, _, err, flops, _ = scan_point(b, L, dtype, peer=False)
+                    print(f"  config {cfg:10s} b{b} L{L} {str(dtype).split('.')[-1]}: {t:.3f} ms"
+                          f" {flops / t / 1e9:.1f} TFLOP/s", flush=True)
+                except Exception as e:  # noqa: BLE001 - a configuration may not serve the shape
+                    print(f"  config {cfg:10s}: {str(e).splitlines()[0][:120]}", flush=True)
+                del os.environ["SF_AUTOTUNE_FORCE"]
             t, tp, err, flops, nbytes = scan_point(b, L, dtype)
             name = f"b{b} L{L} {str(dtype).split('.')[-1]}"
             print(f"{name:48s} {t:8.3f} {tp:8.3f} {tp / t:7.2f}x {flops / t / 1e9:8.1f}"

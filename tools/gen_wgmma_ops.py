@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-# Usage: python3 tools/gen_wgmma_ops.py > src/cuda/attn_fwd_wgmma_ops.cuh
-# Writes the wgmma inline-asm wrappers of src/cuda/attn_fwd_wgmma_ops.cuh
+# Usage: python3 tools/gen_wgmma_ops.py > src/cuda/wgmma_ops.cuh
+# Writes the wgmma inline-asm wrappers of src/cuda/wgmma_ops.cuh
 # (one asm statement per shape needs every accumulator as an operand).
 out = []
-out.append("/* attn_fwd_wgmma_ops.cuh - wgmma wrappers for attn_fwd_wgmma: one asm\n"
+out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one asm\n"
            " * statement per shape lists every f32 accumulator as an operand (written\n"
            " * out by a small script).  ss: A and B from shared memory, B K-major;\n"
            " * rs: A from registers, B MN-major (transposed).  Only the sm_90a pass\n"
-           " * compiles them. */\n#ifndef SF_ATTN_FWD_WGMMA_OPS_CUH\n#define SF_ATTN_FWD_WGMMA_OPS_CUH\n\n"
-           "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_attn {\n")
+           " * compiles them. */\n#ifndef SF_WGMMA_OPS_CUH\n#define SF_WGMMA_OPS_CUH\n\n"
+           "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_wg {\n")
 for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
     for n in (64, 128):
         nreg = n // 2
@@ -28,6 +28,6 @@ for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
         out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
         out.append('                 : %s\n' % cons)
         out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
-out.append("} /* namespace sf_attn */\n#endif\n#endif\n")
+out.append("} /* namespace sf_wg */\n#endif\n#endif\n")
 import sys
 sys.stdout.write("".join(out))

@@ -13,14 +13,13 @@
  * Shared tiles are stored as column blocks of 64 elements (128 bytes) x rows,
  * chunk c of row r at ((c ^ r) & 7): the canonical 128B-swizzle layout, each
  * block 1024-byte aligned.  Head dims 64 and 128 only (d zero-padded up to
- * them); cp.async writes go through the generic proxy, so every thread
- * fences them to the async proxy before the barrier that precedes wgmma.
+ * them); the swizzled layout and the wgmma helpers live in wgmma_util.cuh.
  */
 #ifndef SF_ATTN_FWD_WGMMA_CUH
 #define SF_ATTN_FWD_WGMMA_CUH
 
 #include "attn_fwd_mma.cuh"
-#include "attn_fwd_wgmma_ops.cuh"
+#include "wgmma_util.cuh"
 
 namespace sf_attn {
 
@@ -33,63 +32,15 @@ template <int D> struct WgTraits {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void cp_async16_u32(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-
-/* ROWS x D tile into the swizzled block layout at shared address sbase;
- * rows >= rows and chunks >= d8 are zero-filled. */
-template <int ROWS, int D, int NT, typename T>
-__device__ __forceinline__ void load_tile_sw(uint32_t sbase, const T *g, int64_t row_stride,
-                                             int rows, int d8, int tid) {
-    constexpr int CH = D / 8, TOTAL = ROWS * CH, ITERS = TOTAL / NT;
-    static_assert(TOTAL % NT == 0, "tile / thread count");
-#pragma unroll
-    for (int it = 0; it < ITERS; it++) {
-        const int i = tid + it * NT;
-        const int r = i / CH, c = i % CH;
-        const bool ok = r < rows && c < d8;
-        const T *src = ok ? g + (int64_t)r * row_stride + c * 8 : g;
-        const uint32_t dst = sbase + (c >> 3) * (ROWS * 128) + r * 128 + (((c ^ r) & 7) << 4);
-        cp_async16_u32(dst, src, ok ? 16 : 0);
-    }
-}
-
-/* Shared-memory matrix descriptor, 128-byte swizzle. */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
-           ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait0() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void fence_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-template <typename T, int N> struct Wg;
-template <> struct Wg<__nv_bfloat16, 64> {
-    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_bf16_n64(d, a, b, sc); }
-    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_bf16_n64(d, a, b, 1); }
-};
-template <> struct Wg<__nv_bfloat16, 128> {
-    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_bf16_n128(d, a, b, sc); }
-    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_bf16_n128(d, a, b, 1); }
-};
-template <> struct Wg<__half, 64> {
-    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n64(d, a, b, sc); }
-    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n64(d, a, b, 1); }
-};
-template <> struct Wg<__half, 128> {
-    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n128(d, a, b, sc); }
-    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n128(d, a, b, 1); }
-};
+using sf_wg::fence_async_smem;
+using sf_wg::load_tile_sw;
+using sf_wg::wg_commit;
+using sf_wg::wg_desc;
+using sf_wg::wg_fence;
+using sf_wg::reg_fence;
+using sf_wg::wg_wait;
+using sf_wg::wg_wait0;
+using sf_wg::Wg;
 #endif
 
 /* attn_fwd_wgmma: one CTA (2 warpgroups) per (128 query rows, head). */

@@ -92,21 +92,7 @@ __device__ __forceinline__ void named_sync(int id, int n) {
 __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Ties registers written by an async wgmma to the preceding wait_group so
- * the compiler cannot move their uses (or copies) above it. */
-template <int N> __device__ __forceinline__ void reg_fence(float (&a)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(a[i][e])::"memory");
-}
 
-/* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
- * -inf (boundary tiles only), new running max m (log2 units), s -> P,
- * partial row sums; returns the rescale factors of O in alpha. */
 /* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
  * -inf (boundary tiles only), new running max m (log2 units), s -> P,
  * partial row sums; returns the rescale factors of O in alpha. */

@@ -35,7 +35,12 @@
 #include "cuda_common.h"
 #include "ssd_chunk.cuh"
 #include "ssd_out16.cuh"
+#include "ssd_hopper.cuh"
 #include "ssd_step.cuh"
+#include "autotune.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 /* ------------------------------------------------------------------ */
 /* Small kernels                                                        */
@@ -219,9 +224,10 @@ static int ssd_vec_ok(const sf_tensor *t, size_t esz, int nstrides) {
 
 static size_t ssd_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The general path: any dtype, N <= 256, varlen, any alignment. */
 template <typename T>
-static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
-                                int64_t grid_out) {
+static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
+                                 int64_t grid_out) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (a.varlen && (int64_t)a.batch * a.L > 0) {
         const int64_t n = (int64_t)a.batch * a.L;
@@ -268,6 +274,160 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     return SF_OK;
+}
+
+/* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
+template <typename T, int Q>
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc) {
+    typedef SsdWg<Q> L;
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    const int64_t PN = (int64_t)a.P * a.N;
+    const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
+    const int64_t gst = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
+    const int64_t gsc = (int64_t)a.batch * a.H * ((PN + 1023) / 1024);
+    const int64_t nsub = (a.hpg + hpc - 1) / hpc;
+    const int64_t gout = (int64_t)a.batch * a.nc * (a.P / 64) * (a.H / a.hpg) * nsub;
+    if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX || gout > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    if (gcum > 0) {
+        ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (gst > 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_wg<T, Q>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)L::ST_SMEM));
+        ssd_chunk_state_wg<T, Q><<<(unsigned)gst, 128, L::ST_SMEM, stream>>>(a, cst);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (gsc > 0) {
+        ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (gout > 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)L::OUT_SMEM));
+        ssd_out_wg<T, Q><<<(unsigned)gout, 256, L::OUT_SMEM, stream>>>(a, hpc);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
+
+/* Whether this build holds sm_90a machine code for the wgmma kernels (a
+ * plain sm_80 / sm_90 pass compiles their bodies away: a handful of
+ * registers), checked once per instantiation. */
+template <typename T, int Q> static bool ssd_wg_available() {
+    static const bool avail = [] {
+        cudaFuncAttributes fa;
+        bool ok = cudaFuncGetAttributes(&fa, (const void *)ssd_out_wg<T, Q>) == cudaSuccess &&
+                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
+        (void)cudaGetLastError();
+        return ok;
+    }();
+    return avail;
+}
+
+/* Why the sm_90a path cannot serve the problem, or NULL if it can. */
+template <typename T>
+static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
+    if constexpr (sizeof(T) != 2) {
+        (void)ctx;
+        (void)a;
+        return "it takes f16 / bf16 inputs";
+    } else {
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    if (!cs || cs->sm_major != 9) return "it needs an sm_90 GPU";
+    if (a.varlen) return "it takes dense batches (no seq_idx / cu_seqlens)";
+    if (a.Q != 128 && a.Q != 256) return "it takes chunk_size 128 or 256";
+    if (a.N > 128 || a.N % 8 || a.P % 64) return "it takes dstate <= 128 (a multiple of 8) and headdim a multiple of 64";
+    if (!a.vec_x || !a.vec_B || !a.vec_C || !a.vec_o || (a.has_z && !a.vec_z))
+        return "it needs 16-byte aligned rows (unit last stride, other strides multiples of 8)";
+    const size_t smem = a.Q == 256 ? SsdWg<256>::OUT_SMEM : SsdWg<128>::OUT_SMEM;
+    if (smem > cs->smem_optin) return "the GPU has too little shared memory per block";
+    if (!(a.Q == 256 ? ssd_wg_available<T, 256>() : ssd_wg_available<T, 128>()))
+        return "this build has no sm_90a code (SF_CUDA_ARCHS without 90a)";
+    return nullptr;
+    }
+}
+
+/* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
+ * output block, and the general path.  Candidate 0 is the default. */
+static const char *const ssd_cand_names[] = {"wg8", "wg4", "wg16", "general"};
+static const int ssd_cand_hpc[] = {8, 4, 16, 0};
+
+struct ssd_tune_ctx {
+    ssd_fwd_args *a;
+    float *cst;
+    int64_t grid_state, grid_out;
+    int dtype; /* sf_dtype of x */
+    cudaEvent_t e0, e1;
+};
+
+template <typename T>
+static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
+    ssd_fwd_args &a = *tc->a;
+    const int hpc = ssd_cand_hpc[cand];
+    if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
+    if (const char *why = ssd_wg_refusal<T>(ctx, a))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
+                       ssd_cand_names[cand], why);
+    if constexpr (sizeof(T) == 2) {
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc);
+    }
+    return SF_ERR_UNSUPPORTED;
+}
+
+/* sf_tune_run_fn: one run of candidate `cand`, timed with events on the
+ * context's stream (tuning only; the events are made on first use). */
+template <typename T> static double ssd_tune_run(sf_ctx *ctx, int cand, void *arg) {
+    ssd_tune_ctx *tc = (ssd_tune_ctx *)arg;
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    if (!tc->e0 && (cudaEventCreate(&tc->e0) != cudaSuccess || cudaEventCreate(&tc->e1) != cudaSuccess))
+        return -1.0;
+    if (cudaEventRecord(tc->e0, stream) != cudaSuccess) return -1.0;
+    if (ssd_run_cand<T>(ctx, tc, cand) != SF_OK) return -1.0;
+    float ms = 0.0f;
+    if (cudaEventRecord(tc->e1, stream) != cudaSuccess || cudaEventSynchronize(tc->e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, tc->e0, tc->e1) != cudaSuccess)
+        return -1.0;
+    return ms;
+}
+
+/* Picks the configuration through the autotuner (bucket: chunk, P, N,
+ * heads per group, and the number of (batch row, chunk) pairs rounded to a
+ * power of two) and leaves the outputs computed. */
+template <typename T>
+static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
+    const ssd_fwd_args &a = *tc->a;
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    int64_t rows = (int64_t)a.batch * a.nc, pow2 = 1;
+    while (pow2 < rows) pow2 <<= 1;
+    char bucket[96];
+    snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
+             (long long)pow2, a.varlen ? "varlen" : "dense");
+    sf_tune_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.device = cs ? cs->name : "cuda";
+    rq.op = "ssd_fwd";
+    rq.dtype = (sf_dtype)tc->dtype;
+    rq.bucket = bucket;
+    rq.ncand = 4;
+    rq.names = ssd_cand_names;
+    rq.run = ssd_tune_run<T>;
+    rq.arg = tc;
+    rq.reps = 5;
+    int choice = 0, ran = 0;
+    sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
+    if (tc->e0) cudaEventDestroy(tc->e0);
+    if (tc->e1) cudaEventDestroy(tc->e1);
+    tc->e0 = tc->e1 = nullptr;
+    if (st != SF_OK || ran) return st;
+    /* the cached or default choice; a default the shape does not allow
+     * falls back to the general path */
+    if (ssd_cand_hpc[choice] != 0 && ssd_wg_refusal<T>(ctx, a)) choice = 3;
+    return ssd_run_cand<T>(ctx, tc, choice);
 }
 
 static void ssd_copy_strides(int64_t *d, const sf_tensor *t, int n) {
@@ -328,7 +488,12 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const size_t b_dt = ssd_align(nvec * 4), b_st = ssd_align(nst * esz);
     const size_t b_s32 = need32 ? ssd_align(nst * 4) : 0;
     const size_t b_id = pr->varlen ? ssd_align((size_t)pr->batch * pr->seqlen * 4) : 0;
-    const size_t total = 2 * b_dt + b_st + b_s32 + b_id;
+    /* f32 chunk states of the sm_90a path, when it may serve */
+    const char *wg_no = p->x.dtype == SF_BF16 ? ssd_wg_refusal<__nv_bfloat16>(ctx, a)
+                        : p->x.dtype == SF_F16 ? ssd_wg_refusal<__half>(ctx, a)
+                                               : "f32";
+    const size_t b_cst = wg_no ? 0 : ssd_align(nst * 4);
+    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst;
     unsigned char *ws = (unsigned char *)sf_ws_get(ctx, total);
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.dtw = (float *)ws;
@@ -336,6 +501,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     a.states = ws + 2 * b_dt;
     a.states32 = need32 ? (float *)(ws + 2 * b_dt + b_st) : nullptr;
     a.seqid = pr->varlen ? (int *)(ws + 2 * b_dt + b_st + b_s32) : nullptr;
+    float *cst = b_cst ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id) : nullptr;
 
     const int64_t grid_state = (int64_t)pr->batch * pr->nheads * ((pr->headdim + 31) / 32) *
                                ((pr->dstate + 63) / 64);
@@ -343,10 +509,17 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
                              ((pr->headdim + 63) / 64) * pr->nheads;
     if (grid_state > INT32_MAX || grid_out > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    ssd_tune_ctx tc;
+    memset(&tc, 0, sizeof tc);
+    tc.a = &a;
+    tc.cst = cst;
+    tc.grid_state = grid_state;
+    tc.grid_out = grid_out;
+    tc.dtype = p->x.dtype;
     switch (p->x.dtype) {
-    case SF_F32: return ssd_fwd_launch<float>(ctx, a, grid_state, grid_out);
-    case SF_F16: return ssd_fwd_launch<__half>(ctx, a, grid_state, grid_out);
-    case SF_BF16: return ssd_fwd_launch<__nv_bfloat16>(ctx, a, grid_state, grid_out);
+    case SF_F32: return ssd_fwd_launch<float>(ctx, &tc);
+    case SF_F16: return ssd_fwd_launch<__half>(ctx, &tc);
+    case SF_BF16: return ssd_fwd_launch<__nv_bfloat16>(ctx, &tc);
     default: return sf_fail(ctx, SF_ERR_DTYPE, "sf_ssd_fwd: x must be f32, f16 or bf16");
     }
 }

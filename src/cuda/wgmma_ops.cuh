@@ -1,13 +1,13 @@
-/* attn_fwd_wgmma_ops.cuh - wgmma wrappers for attn_fwd_wgmma: one asm
+/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one asm
  * statement per shape lists every f32 accumulator as an operand (written
  * out by a small script).  ss: A and B from shared memory, B K-major;
  * rs: A from registers, B MN-major (transposed).  Only the sm_90a pass
  * compiles them. */
-#ifndef SF_ATTN_FWD_WGMMA_OPS_CUH
-#define SF_ATTN_FWD_WGMMA_OPS_CUH
+#ifndef SF_WGMMA_OPS_CUH
+#define SF_WGMMA_OPS_CUH
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-namespace sf_attn {
+namespace sf_wg {
 /* D(64 x 64) (+)= A(desc, K-major) * B(desc, K-major), bf16 */
 __device__ __forceinline__ void wgmma_ss_bf16_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -64,6 +64,6 @@ __device__ __forceinline__ void wgmma_rs_f16_n128(float *d, const uint32_t *a, u
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
-} /* namespace sf_attn */
+} /* namespace sf_wg */
 #endif
 #endif

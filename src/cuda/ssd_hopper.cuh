@@ -1,0 +1,452 @@
+/* ssd_hopper.cuh - the fast path of the chunked SSD forward: 16-bit inputs,
+ * dense batches (no seq_idx / cu_seqlens), chunk 128 or 256, N <= 128 with
+ * N % 8 == 0, P % 64 == 0, 16-byte aligned rows.  Included only from
+ * ssd_fwd.cu (after ssd_chunk.cuh, whose args and workspace it shares).
+ *
+ * Four launches, each parallel over everything it can be:
+ *   ssd_cumsum_warp     (any arch) a warp per (b, chunk, head): processed dt
+ *                       and g' = chunk-local cumsum of min(dt A, 0) * log2(e)
+ *                       by a warp scan (the general kernel walks the chunk
+ *                       with one thread: 10 K threads for the 2.7B shape).
+ *   ssd_chunk_state_wg  (sm_90a) per (b, chunk, head, 64 columns of P): the
+ *                       chunk's own state S_c = X^T diag(w) B, w_j =
+ *                       exp2(g'_last - g'_j) dt_j, as one wgmma chain
+ *                       (A = X^T from registers, scaled by w; B from shared
+ *                       memory, MN-major), written in f32 to `cst`.
+ *   ssd_state_scan      (any arch) per (b, head, 4 state elements): walks the
+ *                       chunks, H_{c+1} = exp2(g'_last(c)) H_c + S_c, stores
+ *                       H_c (the state entering chunk c) in the input dtype,
+ *                       and the final state.
+ *   ssd_out_wg          (sm_90a) per (b, chunk, 64 columns of P, run of heads
+ *                       of one group): C and B of the chunk are loaded once
+ *                       and serve every head of the run; per head X, H and
+ *                       the dt / g' vectors are double-buffered (the next
+ *                       head's load overlaps this head's products).  Two
+ *                       warpgroups, each owning two 64-row blocks of the
+ *                       chunk chosen so both do the same number of tiles
+ *                       ((0, 3) and (1, 2) at chunk 256):
+ *                         O  = diag(exp2 g'_i) C H^T       (wgmma ss)
+ *                         S  = C_m B_k^T                   (wgmma ss)
+ *                         P  = S * decay * dt (masked on the diagonal tile)
+ *                         O += P X_k                       (wgmma rs, X MN-major)
+ *                       then D x from the shared X tile, the z gate, store.
+ * Decay off the diagonal without an exp2 per element: for rows i of block m
+ * and keys j of an earlier tile k, with r = 64k + 63 (k's last key),
+ *   exp2(g'_i - g'_j) = exp2(g'_i - g'_r) * exp2(g'_r - g'_j),
+ * both factors <= 1 (g' does not increase), so neither overflows and a
+ * factor that underflows only does so where the product is below f32's
+ * range anyway.  The column factor times dt_j depends on j alone (sw[j]),
+ * computed once per head; the row factor is two exp2 per thread per tile.
+ */
+#ifndef SF_SSD_HOPPER_CUH
+#define SF_SSD_HOPPER_CUH
+
+#include "ssd_chunk.cuh"
+#include "wgmma_util.cuh"
+
+/* ------------------------------------------------------------------ */
+/* chunk_cumsum by warp scans                                            */
+/* ------------------------------------------------------------------ */
+/* Grid (flattened): group of 8 heads fastest, then chunk, batch row; block
+ * 256 = a warp per head; lane l owns the Q / 32 consecutive tokens from
+ * l * Q / 32.  Entries past the end of a partial chunk get dt = 0 and the
+ * last g' (their min(dt A, 0) is 0), as the general kernel writes them. */
+template <typename T, int Q>
+__global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
+    constexpr int R = Q / 32;
+    const int nhg = (a.H + 7) / 8;
+    int64_t id = blockIdx.x;
+    const int hg = (int)(id % nhg);
+    id /= nhg;
+    const int c = (int)(id % a.nc);
+    const int b = (int)(id / a.nc);
+    const int lane = threadIdx.x & 31, h = hg * 8 + (threadIdx.x >> 5);
+    if (h >= a.H) return;
+    const T *dt = (const T *)a.dt + (int64_t)b * a.dts[0] + (int64_t)h * a.dts[2];
+    const float A = a.A[h * a.As], bias = a.has_bias ? a.dt_bias[h * a.biass] : 0.0f;
+    const int64_t t0 = (int64_t)c * Q;
+    const int Lc = (int)min((int64_t)Q, a.L - t0), i0 = lane * R;
+    float raw[R], d[R], s[R];
+#pragma unroll
+    for (int u = 0; u < R; u++)
+        raw[u] = i0 + u < Lc ? sf_elem<T>::to_f(dt[(t0 + i0 + u) * a.dts[1]]) : 0.0f;
+    float run = 0.0f;
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        float v = 0.0f;
+        if (i0 + u < Lc) {
+            v = raw[u] + bias;
+            if (a.softplus) v = v > 20.0f ? v : log1pf(expf(v));
+            v = fminf(fmaxf(v, a.dt_min), a.dt_max);
+        }
+        d[u] = v;
+        run += fminf(v * A, 0.0f);
+        s[u] = run;
+    }
+    float incl = run;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    const float excl = incl - run;
+    const int64_t off = (((int64_t)b * a.H + h) * a.nc + c) * Q + i0;
+#pragma unroll
+    for (int u = 0; u < R; u += 4) { /* off is a multiple of 4 floats: 16-byte stores */
+        *reinterpret_cast<float4 *>(a.dtw + off + u) = make_float4(d[u], d[u + 1], d[u + 2], d[u + 3]);
+        *reinterpret_cast<float4 *>(a.gw + off + u) =
+            make_float4((excl + s[u]) * SSD_LOG2E, (excl + s[u + 1]) * SSD_LOG2E,
+                        (excl + s[u + 2]) * SSD_LOG2E, (excl + s[u + 3]) * SSD_LOG2E);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* state scan over chunks                                               */
+/* ------------------------------------------------------------------ */
+/* Grid (flattened): block of 1024 state elements fastest, then (b, head);
+ * each thread 4 consecutive elements of one row (N % 4 == 0).  The next
+ * chunk's S and decay are loaded before the current one is used. */
+template <typename T>
+__global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, const float *cst) {
+    const int64_t PN = (int64_t)a.P * a.N;
+    const int64_t nblk = (PN + 1023) / 1024;
+    const int64_t bh = blockIdx.x / nblk;
+    const int64_t e = ((blockIdx.x - bh * nblk) * 256 + threadIdx.x) * 4;
+    if (e >= PN) return;
+    const int b = (int)(bh / a.H), h = (int)(bh - (int64_t)b * a.H);
+    const int p = (int)(e / a.N), n = (int)(e - (int64_t)p * a.N);
+    float4 H = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (a.has_init) {
+        const float *in = a.init + (int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] +
+                          (int64_t)p * a.ins[2] + (int64_t)n * a.ins[3];
+        H = make_float4(in[0], in[a.ins[3]], in[2 * a.ins[3]], in[3 * a.ins[3]]);
+    }
+    const float *sc = cst + bh * a.nc * PN + e;
+    const float *gl = a.gw + bh * a.nc * a.Q + (a.Q - 1);
+    T *st = (T *)a.states + bh * a.nc * PN + e;
+    float4 Sn = a.nc > 0 ? *reinterpret_cast<const float4 *>(sc) : H;
+    float gn = a.nc > 0 ? gl[0] : 0.0f;
+    for (int c = 0; c < a.nc; c++) {
+        const float4 S = Sn;
+        const float dec = exp2f(fminf(gn, 0.0f));
+        if (c + 1 < a.nc) {
+            Sn = *reinterpret_cast<const float4 *>(sc + (int64_t)(c + 1) * PN);
+            gn = gl[(int64_t)(c + 1) * a.Q];
+        }
+        T *d = st + (int64_t)c * PN;
+        const uint32_t lo = ssd_pack(T{}, H.x, H.y), hi = ssd_pack(T{}, H.z, H.w);
+        *reinterpret_cast<uint2 *>(d) = make_uint2(lo, hi);
+        H = make_float4(fmaf(dec, H.x, S.x), fmaf(dec, H.y, S.y), fmaf(dec, H.z, S.z),
+                        fmaf(dec, H.w, S.w));
+    }
+    if (a.has_final) {
+        float *fo = a.fin + (int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] +
+                    (int64_t)p * a.fis[2] + (int64_t)n * a.fis[3];
+        fo[0] = H.x;
+        fo[a.fis[3]] = H.y;
+        fo[2 * a.fis[3]] = H.z;
+        fo[3 * a.fis[3]] = H.w;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* sm_90a kernels                                                       */
+/* ------------------------------------------------------------------ */
+template <int Q> struct SsdWg {
+    /* chunk_state: B (swizzled, Q x 128) + X (Q x 72 padded) + w (Q f32) */
+    static constexpr int ST_LDX = 72;
+    static constexpr size_t ST_SMEM = (size_t)Q * 256 + (size_t)Q * ST_LDX * 2 + Q * 4 + 1024;
+    /* output: C, B (Q x 128 each), X x 2 (Q x 64), H (64 x 128), then the
+     * vectors g'[2][Q], dt[2][Q], sw[Q] */
+    static constexpr int O_C = 0, O_B = Q * 256, O_X = 2 * Q * 256, O_H = O_X + 2 * Q * 128;
+    static constexpr int O_V = O_H + 64 * 256;
+    static constexpr size_t OUT_SMEM = (size_t)O_V + 5 * Q * 4 + 1024;
+};
+
+/* Grid (flattened): head fastest (heads of a group read the same B tile
+ * from L2 together), then P tile, chunk, batch row.  Block 128 = one
+ * warpgroup; warp w owns state rows p0 + 16w .. +15, all 128 columns. */
+template <typename T, int Q>
+__global__ void __launch_bounds__(128) ssd_chunk_state_wg(const ssd_fwd_args a, float *cst) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace sf_wg;
+    constexpr int LDX = SsdWg<Q>::ST_LDX;
+    extern __shared__ __align__(16) unsigned char ssd_smem[];
+    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sB = (sraw + 1023u) & ~1023u;
+    T *sX = reinterpret_cast<T *>(ssd_smem + (sB - sraw) + Q * 256);
+    float *sw = reinterpret_cast<float *>(sX + Q * LDX);
+    const uint32_t sXa = ssd_smem_addr(sX);
+
+    const int ptiles = a.P / 64;
+    int64_t id = blockIdx.x;
+    const int h = (int)(id % a.H);
+    id /= a.H;
+    const int pt = (int)(id % ptiles);
+    id /= ptiles;
+    const int c = (int)(id % a.nc);
+    const int b = (int)(id / a.nc);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t t0 = (int64_t)c * Q, bh = (int64_t)b * a.H + h;
+    const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
+    const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)(h / a.hpg) * a.Bs[2];
+    const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
+
+    load_tile_sw<Q, 128, 128>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+#pragma unroll
+    for (int it = 0; it < Q * 8 / 128; it++) {
+        const int i = tid + it * 128, r = i >> 3, cc = i & 7;
+        const bool ok = r < Lc;
+        cp_async16_u32(sXa + (r * LDX + cc * 8) * 2, ok ? Xg + (int64_t)r * a.xs[1] + cc * 8 : Xg,
+                       ok ? 16 : 0);
+    }
+    ssd_cp_commit();
+    const float *gwc = a.gw + (bh * a.nc + c) * Q, *dtc = a.dtw + (bh * a.nc + c) * Q;
+    const float glast = gwc[Q - 1];
+    for (int j = tid; j < Q; j += 128) sw[j] = exp2f(fminf(glast - gwc[j], 0.0f)) * dtc[j];
+    ssd_cp_wait<0>();
+    fence_async_smem();
+    __syncthreads();
+
+    uint32_t af[Q / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < Q / 16; kk++) {
+        ssd_mma16<T>::load_a_t(af[kk], sX, LDX, 16 * warp, 16 * kk);
+        ssd_mma<T>::scale_a(af[kk], sw + 16 * kk);
+    }
+    float acc[16][4];
+#pragma unroll
+    for (int i = 0; i < 16; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < Q / 16; kk++)
+        Wg<T, 128>::rs(&acc[0][0], af[kk], wg_desc(sB + kk * 2048, Q * 128, 1024));
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(acc);
+
+    float *dst = cst + (bh * a.nc + c) * (int64_t)a.P * a.N + (int64_t)(p0 + 16 * warp + g) * a.N;
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++) {
+        const int n = nt * 8 + 2 * t;
+        if (n < a.N) {
+            *reinterpret_cast<float2 *>(dst + n) = make_float2(acc[nt][0], acc[nt][1]);
+            *reinterpret_cast<float2 *>(dst + 8 * a.N + n) = make_float2(acc[nt][2], acc[nt][3]);
+        }
+    }
+#else
+    (void)a;
+    (void)cst;
+#endif
+}
+
+/* Grid (flattened): run of heads fastest (the runs of one chunk share C and
+ * B through L2), then group, P tile, chunk, batch row.  Block 256 = two
+ * warpgroups; `hpc` heads per run. */
+template <typename T, int Q>
+__global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int hpc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace sf_wg;
+    typedef SsdWg<Q> L;
+    constexpr int NRB = Q / 64, NR = NRB == 4 ? 2 : 1;
+    static_assert(NRB == 2 || NRB == 4, "chunk 128 or 256");
+    extern __shared__ __align__(16) unsigned char ssd_smem[];
+    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t base = (sraw + 1023u) & ~1023u;
+    const uint32_t sC = base + L::O_C, sB = base + L::O_B, sX0 = base + L::O_X, sH = base + L::O_H;
+    unsigned char *gbase = ssd_smem + (base - sraw);
+    float *sv = reinterpret_cast<float *>(gbase + L::O_V); /* g'[2][Q], dt[2][Q], sw[Q] */
+    float *sw = sv + 4 * Q;
+
+    const int nsub = (a.hpg + hpc - 1) / hpc, G = a.H / a.hpg, ptiles = a.P / 64;
+    int64_t id = blockIdx.x;
+    const int sub = (int)(id % nsub);
+    id /= nsub;
+    const int grp = (int)(id % G);
+    id /= G;
+    const int pt = (int)(id % ptiles);
+    id /= ptiles;
+    const int c = (int)(id % a.nc);
+    const int b = (int)(id / a.nc);
+    const int h_begin = grp * a.hpg + sub * hpc;
+    const int nh = min(hpc, (grp + 1) * a.hpg - h_begin);
+    if (nh <= 0) return;
+    const int64_t t0 = (int64_t)c * Q;
+    const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
+    const int tid = threadIdx.x, warp = tid >> 5, wg = warp >> 2, wl = warp & 3;
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const T *Cg = (const T *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2];
+    const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2];
+    const int64_t PN = (int64_t)a.P * a.N;
+
+    /* head i's X, H and vectors; X / vectors into buffer i & 1 */
+    auto issue_head = [&](int i) {
+        const int h = h_begin + i, buf = i & 1;
+        const int64_t bh = (int64_t)b * a.H + h;
+        const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
+        load_tile_sw<Q, 64, 256>(sX0 + buf * (Q * 128), Xg, a.xs[1], Lc, 8, tid);
+        load_tile_sw<64, 128, 256>(sH, (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
+                                   a.N, 64, a.N / 8, tid);
+        const float *gsrc = a.gw + (bh * a.nc + c) * Q, *dsrc = a.dtw + (bh * a.nc + c) * Q;
+        if (tid < Q / 4) {
+            cp_async16_u32(ssd_smem_addr(sv + buf * Q) + 16 * tid, gsrc + 4 * tid, 16);
+            cp_async16_u32(ssd_smem_addr(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
+        }
+    };
+    load_tile_sw<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
+    load_tile_sw<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+    issue_head(0);
+    ssd_cp_commit();
+
+    /* this warpgroup's row blocks */
+    int mblk[NR];
+    mblk[0] = wg;
+    if (NR == 2) mblk[NR - 1] = NRB - 1 - wg;
+    const T *zbase = (const T *)a.z;
+    T *obase = (T *)a.out;
+
+    for (int i = 0; i < nh; i++) {
+        const int h = h_begin + i, buf = i & 1;
+        const uint32_t sX = sX0 + buf * (Q * 128);
+        const unsigned char *sXg = gbase + L::O_X + buf * (Q * 128);
+        const float *sg = sv + buf * Q, *sdt = sv + (2 + buf) * Q;
+        ssd_cp_wait<0>();
+        fence_async_smem();
+        __syncthreads(); /* head i's tiles visible; head i - 1 fully done */
+
+        /* carried state: O = C_m H^T for both row blocks */
+        float O[NR][8][4];
+        wg_fence();
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+                Wg<T, 64>::ss(&O[r][0][0],
+                              wg_desc(sC + (kk >> 2) * (Q * 128) + mblk[r] * 8192 + (kk & 3) * 32, 16, 1024),
+                              wg_desc(sH + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+        wg_commit();
+        if (tid < Q) sw[tid] = exp2f(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
+        wg_wait<0>();
+#pragma unroll
+        for (int r = 0; r < NR; r++) reg_fence(O[r]);
+        __syncthreads(); /* sH free, sw visible */
+        if (i + 1 < nh) issue_head(i + 1);
+        ssd_cp_commit();
+
+        const float Dv = (a.has_D && !a.D_pc) ? a.D[h * a.Ds[0]] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            const int m = mblk[r];
+            if (64 * m >= Lc) continue;
+            const int row0 = 64 * m + 16 * wl + g, row1 = row0 + 8;
+            const float g0 = sg[row0], g1 = sg[row1];
+            {
+                const float f0 = exp2f(fminf(g0, 0.0f)), f1 = exp2f(fminf(g1, 0.0f));
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    O[r][nt][0] *= f0;
+                    O[r][nt][1] *= f0;
+                    O[r][nt][2] *= f1;
+                    O[r][nt][3] *= f1;
+                }
+            }
+            /* z of this thread's outputs, in flight during the products */
+            uint32_t zr[2][8];
+            if (a.has_z) {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int row = row0 + 8 * u;
+                    const T *zp = zbase + (int64_t)b * a.zs[0] + (t0 + row) * a.zs[1] +
+                                  (int64_t)h * a.zs[2] + p0 + 2 * t;
+#pragma unroll
+                    for (int nt = 0; nt < 8; nt++)
+                        zr[u][nt] = row < Lc ? __ldg(reinterpret_cast<const unsigned int *>(zp + 8 * nt)) : 0u;
+                }
+            }
+            for (int k = 0; k <= m; k++) {
+                float S[8][4];
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 8; kk++)
+                    Wg<T, 64>::ss(&S[0][0],
+                                  wg_desc(sC + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
+                                  wg_desc(sB + (kk >> 2) * (Q * 128) + k * 8192 + (kk & 3) * 32, 16, 1024),
+                                  kk > 0);
+                wg_commit();
+                wg_wait<0>();
+                reg_fence(S);
+                if (k < m) {
+                    const float gr = sg[64 * k + 63];
+                    const float f0 = exp2f(fminf(g0 - gr, 0.0f)), f1 = exp2f(fminf(g1 - gr, 0.0f));
+#pragma unroll
+                    for (int nt = 0; nt < 8; nt++) {
+                        const float2 w = *reinterpret_cast<const float2 *>(sw + 64 * k + 8 * nt + 2 * t);
+                        S[nt][0] *= f0 * w.x;
+                        S[nt][1] *= f0 * w.y;
+                        S[nt][2] *= f1 * w.x;
+                        S[nt][3] *= f1 * w.y;
+                    }
+                } else {
+#pragma unroll
+                    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                        for (int v = 0; v < 2; v++) {
+                            const int j = 64 * k + 8 * nt + 2 * t + v;
+                            const float gj = sg[j], dj = sdt[j];
+                            S[nt][v] = j <= row0 ? S[nt][v] * exp2f(fminf(g0 - gj, 0.0f)) * dj : 0.0f;
+                            S[nt][2 + v] = j <= row1 ? S[nt][2 + v] * exp2f(fminf(g1 - gj, 0.0f)) * dj : 0.0f;
+                        }
+                }
+                uint32_t pa[4][4];
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    pa[kk][0] = ssd_pack(T{}, S[2 * kk][0], S[2 * kk][1]);
+                    pa[kk][1] = ssd_pack(T{}, S[2 * kk][2], S[2 * kk][3]);
+                    pa[kk][2] = ssd_pack(T{}, S[2 * kk + 1][0], S[2 * kk + 1][1]);
+                    pa[kk][3] = ssd_pack(T{}, S[2 * kk + 1][2], S[2 * kk + 1][3]);
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc(sX + (64 * k + 16 * kk) * 128, Q * 128, 1024));
+                wg_commit();
+                wg_wait<0>();
+                reg_fence(O[r]);
+            }
+            /* epilogue: D x (x from the swizzled shared tile), z gate, store */
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int row = row0 + 8 * u;
+                if (row >= Lc) continue;
+                T *op = obase + (int64_t)b * a.os[0] + (t0 + row) * a.os[1] + (int64_t)h * a.os[2] + p0;
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    const int col = 8 * nt + 2 * t;
+                    float y0 = O[r][nt][2 * u], y1 = O[r][nt][2 * u + 1];
+                    if (a.has_D) {
+                        const uint32_t xv = *reinterpret_cast<const uint32_t *>(
+                            sXg + row * 128 + (((nt ^ row) & 7) << 4) + 4 * t);
+                        const T *xe = reinterpret_cast<const T *>(&xv);
+                        const float d0 = a.D_pc ? a.D[h * a.Ds[0] + (int64_t)(p0 + col) * a.Ds[1]] : Dv;
+                        const float d1 = a.D_pc ? a.D[h * a.Ds[0] + (int64_t)(p0 + col + 1) * a.Ds[1]] : Dv;
+                        y0 = fmaf(d0, sf_elem<T>::to_f(xe[0]), y0);
+                        y1 = fmaf(d1, sf_elem<T>::to_f(xe[1]), y1);
+                    }
+                    if (a.has_z) {
+                        const T *ze = reinterpret_cast<const T *>(&zr[u][nt]);
+                        const float z0 = sf_elem<T>::to_f(ze[0]), z1 = sf_elem<T>::to_f(ze[1]);
+                        y0 *= z0 / (1.0f + __expf(-z0));
+                        y1 *= z1 / (1.0f + __expf(-z1));
+                    }
+                    *reinterpret_cast<uint32_t *>(op + col) = ssd_pack(T{}, y0, y1);
+                }
+            }
+        }
+    }
+#else
+    (void)a;
+    (void)hpc;
+#endif
+}
+
+#endif

@@ -1,0 +1,99 @@
+/* wgmma_util.cuh - Hopper (sm_90a) building blocks shared by the attention
+ * and SSD kernels: 128-byte-swizzled shared tiles filled with cp.async,
+ * wgmma matrix descriptors, the wgmma fence / commit / wait steps, and the
+ * Wg<T, N> table of the generated wgmma wrappers (wgmma_ops.cuh).
+ *
+ * Swizzled tile layout: a ROWS x D tile of 16-bit elements is stored as
+ * column blocks of 64 elements (128 bytes) x ROWS rows, 16-byte chunk c of
+ * row r at ((c ^ r) & 7): the canonical 128B-swizzle layout, so every block
+ * must be 1024-byte aligned.  As a K-major operand (rows = M or N, columns =
+ * K) the descriptor of k-step kk (16 elements) is
+ *   wg_desc(base + (kk / 4) * ROWS * 128 + row0 * 128 + (kk % 4) * 32, 16, 1024);
+ * as an MN-major operand (rows = K, columns = N) it is
+ *   wg_desc(base + kk * 2048, ROWS * 128, 1024)
+ * (LBO: the next 64-column block, SBO: the next 8 rows).
+ * cp.async writes go through the generic proxy: every thread fences them
+ * to the async proxy (fence_async_smem) before the barrier that precedes
+ * the wgmma reading them. */
+#ifndef SF_WGMMA_UTIL_CUH
+#define SF_WGMMA_UTIL_CUH
+
+#include "cuda_common.h"
+#include "wgmma_ops.cuh"
+
+#include <stdint.h>
+
+namespace sf_wg {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void cp_async16_u32(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+
+/* ROWS x D tile into the swizzled block layout at shared address sbase;
+ * rows >= rows and 16-byte chunks >= d8 are zero-filled. */
+template <int ROWS, int D, int NT, typename T>
+__device__ __forceinline__ void load_tile_sw(uint32_t sbase, const T *g, int64_t row_stride,
+                                             int rows, int d8, int tid) {
+    constexpr int CH = D / 8, TOTAL = ROWS * CH, ITERS = TOTAL / NT;
+    static_assert(TOTAL % NT == 0, "tile / thread count");
+#pragma unroll
+    for (int it = 0; it < ITERS; it++) {
+        const int i = tid + it * NT;
+        const int r = i / CH, c = i % CH;
+        const bool ok = r < rows && c < d8;
+        const T *src = ok ? g + (int64_t)r * row_stride + c * 8 : g;
+        const uint32_t dst = sbase + (c >> 3) * (ROWS * 128) + r * 128 + (((c ^ r) & 7) << 4);
+        cp_async16_u32(dst, src, ok ? 16 : 0);
+    }
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle. */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wg_wait0() { wg_wait<0>(); }
+/* Ties registers written by an async wgmma to the preceding wait_group so
+ * the compiler cannot move their uses (or copies) above it. */
+template <int N> __device__ __forceinline__ void reg_fence(float (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(a[i][e])::"memory");
+}
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+template <typename T, int N> struct Wg;
+template <> struct Wg<__nv_bfloat16, 64> {
+    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_bf16_n64(d, a, b, sc); }
+    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_bf16_n64(d, a, b, 1); }
+};
+template <> struct Wg<__nv_bfloat16, 128> {
+    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_bf16_n128(d, a, b, sc); }
+    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_bf16_n128(d, a, b, 1); }
+};
+template <> struct Wg<__half, 64> {
+    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n64(d, a, b, sc); }
+    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n64(d, a, b, 1); }
+};
+template <> struct Wg<__half, 128> {
+    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n128(d, a, b, sc); }
+    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n128(d, a, b, 1); }
+};
+#endif
+
+} /* namespace sf_wg */
+
+#endif
