@@ -152,6 +152,37 @@ __global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, cons
 /* ------------------------------------------------------------------ */
 /* sm_90a kernels                                                       */
 /* ------------------------------------------------------------------ */
+/* 2^x by the SFU (ex2.approx.ftz: relative error ~2^-22, denormal results
+ * flushed to 0, 2^-inf = 0): one instruction instead of exp2f's range
+ * handling */
+static __device__ __forceinline__ float ssd_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* z * sigmoid(z) with the SFU's exp and reciprocal (exp overflowing to inf
+ * for z < -88 gives 0, as it should) */
+static __device__ __forceinline__ float ssd_silu(float z) {
+    return z * __fdividef(1.0f, 1.0f + ssd_ex2(-z * SSD_LOG2E));
+}
+
+static __device__ __forceinline__ float ssd_ldsf(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+static __device__ __forceinline__ float2 ssd_ldsf2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+/* 32-bit load from a shared-space address */
+static __device__ __forceinline__ uint32_t ssd_lds32(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 template <int Q> struct SsdWg {
     /* chunk_state: B (swizzled, Q x 128) + X (Q x 72 padded) + w (Q f32) */
     static constexpr int ST_LDX = 72;
@@ -307,9 +338,15 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
 
     for (int i = 0; i < nh; i++) {
         const int h = h_begin + i, buf = i & 1;
-        const uint32_t sX = sX0 + buf * (Q * 128);
-        const unsigned char *sXg = gbase + L::O_X + buf * (Q * 128);
+        /* shared addresses and thread coordinates made opaque per head, so
+         * the compiler does not hoist every unrolled descriptor and address
+         * out of the loop and keep (spill) them all */
+        uint32_t sX = sX0 + buf * (Q * 128), sCi = sC, sHi = sH;
         const float *sg = sv + buf * Q, *sdt = sv + (2 + buf) * Q;
+        /* the same vectors as shared-space addresses, for ld.shared */
+        uint32_t ag = ssd_smem_addr(sg), adt = ssd_smem_addr(sdt), aw = ssd_smem_addr(sw);
+        int rq = 16 * wl + g, tt = t; /* the thread's row in a 64-row block, its column pair */
+        asm volatile("" : "+r"(sX), "+r"(sCi), "+r"(sHi), "+r"(ag), "+r"(adt), "+r"(aw), "+r"(rq), "+r"(tt));
         ssd_cp_wait<0>();
         fence_async_smem();
         __syncthreads(); /* head i's tiles visible; head i - 1 fully done */
@@ -322,10 +359,10 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
                 Wg<T, 64>::ss(&O[r][0][0],
-                              wg_desc(sC + (kk >> 2) * (Q * 128) + mblk[r] * 8192 + (kk & 3) * 32, 16, 1024),
-                              wg_desc(sH + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+                              wg_desc(sCi + (kk >> 2) * (Q * 128) + mblk[r] * 8192 + (kk & 3) * 32, 16, 1024),
+                              wg_desc(sHi + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
         wg_commit();
-        if (tid < Q) sw[tid] = exp2f(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
+        if (tid < Q) sw[tid] = ssd_ex2(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
         wg_wait<0>();
 #pragma unroll
         for (int r = 0; r < NR; r++) reg_fence(O[r]);
@@ -333,15 +370,24 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
         if (i + 1 < nh) issue_head(i + 1);
         ssd_cp_commit();
 
-        const float Dv = (a.has_D && !a.D_pc) ? a.D[h * a.Ds[0]] : 0.0f;
+        /* D of this thread's 16 output columns (per column or per head) */
+        float dc[8][2];
+        {
+            const int64_t d0 = (int64_t)h * a.Ds[0], ds = a.D_pc ? a.Ds[1] : 0;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    dc[nt][e] = a.has_D ? a.D[d0 + (int64_t)(p0 + 8 * nt + 2 * tt + e) * ds] : 0.0f;
+        }
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             const int m = mblk[r];
             if (64 * m >= Lc) continue;
-            const int row0 = 64 * m + 16 * wl + g, row1 = row0 + 8;
-            const float g0 = sg[row0], g1 = sg[row1];
+            const int row0 = 64 * m + rq, row1 = row0 + 8;
+            const float g0 = ssd_ldsf(ag + 4 * row0), g1 = ssd_ldsf(ag + 4 * row1);
             {
-                const float f0 = exp2f(fminf(g0, 0.0f)), f1 = exp2f(fminf(g1, 0.0f));
+                const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++) {
                     O[r][nt][0] *= f0;
@@ -357,7 +403,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                 for (int u = 0; u < 2; u++) {
                     const int row = row0 + 8 * u;
                     const T *zp = zbase + (int64_t)b * a.zs[0] + (t0 + row) * a.zs[1] +
-                                  (int64_t)h * a.zs[2] + p0 + 2 * t;
+                                  (int64_t)h * a.zs[2] + p0 + 2 * tt;
 #pragma unroll
                     for (int nt = 0; nt < 8; nt++)
                         zr[u][nt] = row < Lc ? __ldg(reinterpret_cast<const unsigned int *>(zp + 8 * nt)) : 0u;
@@ -369,18 +415,18 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++)
                     Wg<T, 64>::ss(&S[0][0],
-                                  wg_desc(sC + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
-                                  wg_desc(sB + (kk >> 2) * (Q * 128) + k * 8192 + (kk & 3) * 32, 16, 1024),
+                                  wg_desc(sCi + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
+                                  wg_desc(sCi + (Q * 256) + (kk >> 2) * (Q * 128) + k * 8192 + (kk & 3) * 32, 16, 1024),
                                   kk > 0);
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(S);
                 if (k < m) {
-                    const float gr = sg[64 * k + 63];
-                    const float f0 = exp2f(fminf(g0 - gr, 0.0f)), f1 = exp2f(fminf(g1 - gr, 0.0f));
+                    const float gr = ssd_ldsf(ag + 4 * (64 * k + 63));
+                    const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
 #pragma unroll
                     for (int nt = 0; nt < 8; nt++) {
-                        const float2 w = *reinterpret_cast<const float2 *>(sw + 64 * k + 8 * nt + 2 * t);
+                        const float2 w = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
                         S[nt][0] *= f0 * w.x;
                         S[nt][1] *= f0 * w.y;
                         S[nt][2] *= f1 * w.x;
@@ -391,10 +437,11 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                         for (int v = 0; v < 2; v++) {
-                            const int j = 64 * k + 8 * nt + 2 * t + v;
-                            const float gj = sg[j], dj = sdt[j];
-                            S[nt][v] = j <= row0 ? S[nt][v] * exp2f(fminf(g0 - gj, 0.0f)) * dj : 0.0f;
-                            S[nt][2 + v] = j <= row1 ? S[nt][2 + v] * exp2f(fminf(g1 - gj, 0.0f)) * dj : 0.0f;
+                            const int j = 64 * k + 8 * nt + 2 * tt + v;
+                            const float gj = ssd_ldsf(ag + 4 * j), dj = ssd_ldsf(adt + 4 * j);
+                            /* j <= row: g'_row - g'_j <= 0 (g' does not increase) */
+                            S[nt][v] = j <= row0 ? S[nt][v] * ssd_ex2(g0 - gj) * dj : 0.0f;
+                            S[nt][2 + v] = j <= row1 ? S[nt][2 + v] * ssd_ex2(g1 - gj) * dj : 0.0f;
                         }
                 }
                 uint32_t pa[4][4];
@@ -421,22 +468,18 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                 T *op = obase + (int64_t)b * a.os[0] + (t0 + row) * a.os[1] + (int64_t)h * a.os[2] + p0;
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++) {
-                    const int col = 8 * nt + 2 * t;
+                    const int col = 8 * nt + 2 * tt;
                     float y0 = O[r][nt][2 * u], y1 = O[r][nt][2 * u + 1];
                     if (a.has_D) {
-                        const uint32_t xv = *reinterpret_cast<const uint32_t *>(
-                            sXg + row * 128 + (((nt ^ row) & 7) << 4) + 4 * t);
-                        const T *xe = reinterpret_cast<const T *>(&xv);
-                        const float d0 = a.D_pc ? a.D[h * a.Ds[0] + (int64_t)(p0 + col) * a.Ds[1]] : Dv;
-                        const float d1 = a.D_pc ? a.D[h * a.Ds[0] + (int64_t)(p0 + col + 1) * a.Ds[1]] : Dv;
-                        y0 = fmaf(d0, sf_elem<T>::to_f(xe[0]), y0);
-                        y1 = fmaf(d1, sf_elem<T>::to_f(xe[1]), y1);
+                        const float2 xv =
+                            ssd_unpack(T{}, ssd_lds32(sX + row * 128 + (((nt ^ row) & 7) << 4) + 4 * tt));
+                        y0 = fmaf(dc[nt][0], xv.x, y0);
+                        y1 = fmaf(dc[nt][1], xv.y, y1);
                     }
                     if (a.has_z) {
-                        const T *ze = reinterpret_cast<const T *>(&zr[u][nt]);
-                        const float z0 = sf_elem<T>::to_f(ze[0]), z1 = sf_elem<T>::to_f(ze[1]);
-                        y0 *= z0 / (1.0f + __expf(-z0));
-                        y1 *= z1 / (1.0f + __expf(-z1));
+                        const float2 zv = ssd_unpack(T{}, zr[u][nt]);
+                        y0 *= ssd_silu(zv.x);
+                        y1 *= ssd_silu(zv.y);
                     }
                     *reinterpret_cast<uint32_t *>(op + col) = ssd_pack(T{}, y0, y1);
                 }

@@ -91,6 +91,13 @@ static __device__ __forceinline__ uint32_t ssd_pack(__half, float lo, float hi) 
 }
 
 
+static __device__ __forceinline__ float2 ssd_unpack(__nv_bfloat16, uint32_t v) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+}
+static __device__ __forceinline__ float2 ssd_unpack(__half, uint32_t v) {
+    return __half22float2(*reinterpret_cast<__half2 *>(&v));
+}
+
 /* a (2 x 16-bit) times (w.x, w.y), rounded back to 16 bits */
 static __device__ __forceinline__ uint32_t ssd_mul2(__nv_bfloat16, uint32_t a, float2 w) {
     __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162 *>(&a);
