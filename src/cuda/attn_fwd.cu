@@ -61,10 +61,13 @@
 #include "attn_fwd_mma.cuh"
 #include "attn_fwd_wgmma.cuh"
 #include "attn_fwd_ws.cuh"
+#include "autotune.h"
 
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled; the driver is reached
                              through cudaGetDriverEntryPointByVersion, no -lcuda */
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <type_traits>
 
 using sf_attn::FwdParams;
@@ -75,11 +78,10 @@ using sf_attn::FwdTraits;
 int sf_attn_tuning_force_bm = 0;
 /* and the 2-CTA register cap (MINB 2) for the d<=64, 128-row tile (0: off). */
 int sf_attn_tuning_minb2 = 1;
-/* kernel: 0 heuristic, 1 attn_fwd_mma, 2 attn_fwd_wgmma, 3 attn_fwd_ws */
-int sf_attn_tuning_path = 0;
-/* attn_fwd_ws, d = 64: Q tile rows (128 or 192; 0 = heuristic) */
-int sf_attn_tuning_ws = 0;
 #endif
+/* The kernel (and the ws tile rows) is chosen per shape bucket by the
+ * autotuner (src/core/autotune.h): SF_AUTOTUNE_FORCE=attn_fwd:NAME pins one
+ * of auto, ws128, ws192, wgmma, mma. */
 
 namespace {
 
@@ -189,18 +191,15 @@ bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 /* attn_fwd_wgmma serves d <= 128 on sm_90 with 16-byte aligned rows when
  * its machine code is present; returns 1 if it launched (status in *st). */
 template <typename T>
-int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *cs, sf_status *st) {
-    int path = 0;
-#ifdef SF_ATTN_TUNING
-    path = sf_attn_tuning_path;
-#endif
-    if (path == 1) return 0;
+int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *cs, sf_status *st,
+              bool forced) {
     if (!cs || cs->sm_major != 9 || !p.aligned || p.d > 128) return 0;
     /* d <= 64 on short sequences: the 128 x 128 tiles pad and balance worse
      * than the 64-row mma tiles (H200: causal L512 142 vs 155 TFLOP/s, ViT
-     * L196 95 vs 106); from L2048 on wgmma wins (266 vs 236). */
+     * L196 95 vs 106); from L2048 on wgmma wins (266 vs 236).  The
+     * autotuner may still pick it (forced). */
     const int64_t avg_len = p.varlen ? p.lq / (p.batch > 0 ? p.batch : 1) : p.lq;
-    if (path != 2 && p.d <= 64 && avg_len < 1024) return 0;
+    if (!forced && p.d <= 64 && avg_len < 1024) return 0;
     if ((int64_t)(p.d <= 64 ? sf_attn::WgTraits<64>::SMEM : sf_attn::WgTraits<128>::SMEM) >
         (int64_t)cs->smem_optin)
         return 0;
@@ -306,18 +305,12 @@ int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
 /* attn_fwd_ws serves dense batches with d = 64 or 128, 16-byte aligned rows
  * and a positive scale on sm_90 (see attn_fwd_ws.cuh for why). */
 template <typename T>
-int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st) {
-    int path = 0, variant = 0;
-#ifdef SF_ATTN_TUNING
-    path = sf_attn_tuning_path;
-    variant = sf_attn_tuning_ws;
-#endif
-    if (path == 1 || path == 2) return 0;
+int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int force_bm) {
     if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen || (p.d != 64 && p.d != 128) ||
         !(p.scale_log2 > 0.f))
         return 0;
     const int64_t optin = (int64_t)cs->smem_optin;
-    if (p.d == 128) return launch_ws<T, 128, 128, 2>(ctx, p, optin, st);
+    if (p.d == 128) return force_bm == 192 ? 0 : launch_ws<T, 128, 128, 2>(ctx, p, optin, st);
     /* d = 64: 3 consumers on 192-row tiles once sequences are long enough
      * that the padding of the last tile does not matter (H200, bf16,
      * TFLOP/s 128 / 192 rows: L512 293/309, L2048 412/476, L16384 452/515;
@@ -325,10 +318,7 @@ int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *
      * 119/97). */
     const int64_t avg_len = p.lq;
     int bm = avg_len >= (p.wr >= 0 ? 1024 : 512) ? 192 : 128;
-#ifdef SF_ATTN_TUNING
-    if (variant == 128 || variant == 192) bm = variant;
-#endif
-    (void)variant;
+    if (force_bm) bm = force_bm;
     if (bm == 192) return launch_ws<T, 64, 192, 3>(ctx, p, optin, st);
     return launch_ws<T, 64, 128, 3>(ctx, p, optin, st);
 }
@@ -342,6 +332,102 @@ sf_status dispatch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, int nheads
     case 192: return launch_bucket<T, 192>(ctx, p, bm, nheads);
     default: return launch_bucket<T, 256>(ctx, p, bm, nheads);
     }
+}
+
+/* ---- configurations for the autotuner ---- */
+
+/* Candidate 0 is the heuristic chain (ws, else wgmma, else mma) and the
+ * default without tuning; the others pin one kernel (and ws tile rows). */
+const char *const attn_cand_names[] = {"auto", "ws128", "ws192", "wgmma", "mma"};
+
+struct AttnTune {
+    const FwdParams *p;
+    int dpad, bm;
+    cudaEvent_t e0, e1;
+};
+
+template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand) {
+    const FwdParams &p = *t->p;
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    sf_status st = SF_OK;
+    switch (cand) {
+    case 0:
+        if (try_ws<T>(ctx, p, cs, &st, 0)) return st;
+        if (try_wgmma<T>(ctx, p, p.nheads, cs, &st, false)) return st;
+        return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
+    case 1:
+    case 2:
+        if (try_ws<T>(ctx, p, cs, &st, cand == 1 ? 128 : 192)) return st;
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, d 64 (or "
+                       "128 for ws128), 16-byte aligned rows and a positive scale",
+                       attn_cand_names[cand]);
+    case 3:
+        if (try_wgmma<T>(ctx, p, p.nheads, cs, &st, true)) return st;
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_attn_fwd: configuration wgmma needs sm_90a code, d <= 128 and 16-byte "
+                       "aligned rows");
+    default: return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
+    }
+}
+
+template <typename T> double attn_tune_run(sf_ctx *ctx, int cand, void *arg) {
+    AttnTune *t = (AttnTune *)arg;
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    if (!t->e0 && (cudaEventCreate(&t->e0) != cudaSuccess || cudaEventCreate(&t->e1) != cudaSuccess))
+        return -1.0;
+    if (cudaEventRecord(t->e0, stream) != cudaSuccess) return -1.0;
+    if (attn_run_cand<T>(ctx, t, cand) != SF_OK) return -1.0;
+    float ms = 0.0f;
+    if (cudaEventRecord(t->e1, stream) != cudaSuccess || cudaEventSynchronize(t->e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, t->e0, t->e1) != cudaSuccess)
+        return -1.0;
+    return ms;
+}
+
+int64_t pow2_at_least(int64_t v) {
+    int64_t r = 1;
+    while (r < v) r <<= 1;
+    return r;
+}
+
+/* Autotuned launch: bucket = head-dim bucket, mask kind, dense / varlen,
+ * query and key lengths and batch x heads rounded up to powers of two. */
+template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, sf_dtype dt) {
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    AttnTune t;
+    memset(&t, 0, sizeof t);
+    t.p = &p;
+    t.dpad = dpad;
+    t.bm = bm;
+    const int64_t lq = p.varlen ? p.lq / (p.batch > 0 ? p.batch : 1) : p.lq;
+    const int64_t lk = p.varlen ? p.lk / (p.batch > 0 ? p.batch : 1) : p.lk;
+    char bucket[128];
+    snprintf(bucket, sizeof bucket, "d%d_wl%d_wr%d_%s_lq%lld_lk%lld_bh%lld%s", dpad, p.wl < 0 ? -1 : p.wl > 0,
+             p.wr < 0 ? -1 : p.wr > 0, p.varlen ? "varlen" : "dense", (long long)pow2_at_least(lq),
+             (long long)pow2_at_least(lk), (long long)pow2_at_least((int64_t)p.batch * p.nheads),
+             p.aligned ? "" : "_unaligned");
+    sf_tune_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.device = cs ? cs->name : "cuda";
+    rq.op = "attn_fwd";
+    rq.dtype = dt;
+    rq.bucket = bucket;
+    rq.ncand = 5;
+    rq.names = attn_cand_names;
+    rq.run = attn_tune_run<T>;
+    rq.arg = &t;
+    rq.reps = 5;
+    int choice = 0, ran = 0;
+    sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
+    if (t.e0) cudaEventDestroy(t.e0);
+    if (t.e1) cudaEventDestroy(t.e1);
+    if (st != SF_OK || ran) return st;
+    st = attn_run_cand<T>(ctx, &t, choice);
+    /* a cached choice that this problem cannot take (another alignment or
+     * scale in the same bucket): the heuristic chain */
+    if (st == SF_ERR_UNSUPPORTED && choice != 0) st = attn_run_cand<T>(ctx, &t, 0);
+    return st;
 }
 
 } /* namespace */
@@ -432,12 +518,6 @@ extern "C" sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
                        "sf_attn_fwd: head dim %lld needs %lld bytes of shared memory per block; "
                        "this GPU allows %lld",
                        (long long)d, (long long)max_smem_needed(dpad, bm), (long long)smem_optin);
-    sf_status wst = SF_OK;
-    if (dt == SF_BF16 ? try_ws<__nv_bfloat16>(ctx, p, st, &wst) : try_ws<__half>(ctx, p, st, &wst))
-        return wst;
-    if (dt == SF_BF16 ? try_wgmma<__nv_bfloat16>(ctx, p, p.nheads, st, &wst)
-                      : try_wgmma<__half>(ctx, p, p.nheads, st, &wst))
-        return wst;
-    if (dt == SF_BF16) return dispatch<__nv_bfloat16>(ctx, p, dpad, bm, p.nheads);
-    return dispatch<__half>(ctx, p, dpad, bm, p.nheads);
+    if (dt == SF_BF16) return attn_launch<__nv_bfloat16>(ctx, p, dpad, bm, dt);
+    return attn_launch<__half>(ctx, p, dpad, bm, dt);
 }
