@@ -343,7 +343,7 @@ const char *const attn_cand_names[] = {"auto", "ws128", "ws192", "wgmma", "mma"}
 struct AttnTune {
     const FwdParams *p;
     int dpad, bm;
-    cudaEvent_t e0, e1;
+    cudaEvent_t ev[2];
 };
 
 template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand) {
@@ -373,16 +373,7 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
 
 template <typename T> double attn_tune_run(sf_ctx *ctx, int cand, void *arg) {
     AttnTune *t = (AttnTune *)arg;
-    cudaStream_t stream = sf_cuda_stream(ctx);
-    if (!t->e0 && (cudaEventCreate(&t->e0) != cudaSuccess || cudaEventCreate(&t->e1) != cudaSuccess))
-        return -1.0;
-    if (cudaEventRecord(t->e0, stream) != cudaSuccess) return -1.0;
-    if (attn_run_cand<T>(ctx, t, cand) != SF_OK) return -1.0;
-    float ms = 0.0f;
-    if (cudaEventRecord(t->e1, stream) != cudaSuccess || cudaEventSynchronize(t->e1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, t->e0, t->e1) != cudaSuccess)
-        return -1.0;
-    return ms;
+    return sf_cuda_time_ms(ctx, t->ev, [&] { return attn_run_cand<T>(ctx, t, cand); });
 }
 
 int64_t pow2_at_least(int64_t v) {
@@ -420,8 +411,7 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     rq.reps = 5;
     int choice = 0, ran = 0;
     sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
-    if (t.e0) cudaEventDestroy(t.e0);
-    if (t.e1) cudaEventDestroy(t.e1);
+    sf_cuda_events_free(t.ev);
     if (st != SF_OK || ran) return st;
     st = attn_run_cand<T>(ctx, &t, choice);
     /* a cached choice that this problem cannot take (another alignment or

@@ -34,6 +34,28 @@ typedef struct sf_cuda_state {
 static inline sf_cuda_state *sf_cuda_st(sf_ctx *ctx) { return (sf_cuda_state *)ctx->cuda_state; }
 static inline cudaStream_t sf_cuda_stream(sf_ctx *ctx) { return (cudaStream_t)ctx->stream; }
 
+/* One timed run for the autotuner: fn() (returning sf_status) between two
+ * events on the context's stream, which are made on first use; ms, or -1
+ * when fn fails or a CUDA call does.  Free the events with
+ * sf_cuda_events_free once tuning is over. */
+template <typename F> double sf_cuda_time_ms(sf_ctx *ctx, cudaEvent_t ev[2], F &&fn) {
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    if (!ev[0] && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
+        return -1.0;
+    if (cudaEventRecord(ev[0], stream) != cudaSuccess) return -1.0;
+    if (fn() != SF_OK) return -1.0;
+    float ms = 0.0f;
+    if (cudaEventRecord(ev[1], stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
+        return -1.0;
+    return ms;
+}
+static inline void sf_cuda_events_free(cudaEvent_t ev[2]) {
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    ev[0] = ev[1] = nullptr;
+}
+
 /* Element type of a dtype, for kernel templates. */
 template <typename T> struct sf_elem;
 template <> struct sf_elem<float> {

@@ -361,7 +361,7 @@ struct ssd_tune_ctx {
     float *cst;
     int64_t grid_state, grid_out;
     int dtype; /* sf_dtype of x */
-    cudaEvent_t e0, e1;
+    cudaEvent_t ev[2];
 };
 
 template <typename T>
@@ -379,20 +379,10 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     return SF_ERR_UNSUPPORTED;
 }
 
-/* sf_tune_run_fn: one run of candidate `cand`, timed with events on the
- * context's stream (tuning only; the events are made on first use). */
+/* sf_tune_run_fn: one timed run of candidate `cand` (tuning only). */
 template <typename T> static double ssd_tune_run(sf_ctx *ctx, int cand, void *arg) {
     ssd_tune_ctx *tc = (ssd_tune_ctx *)arg;
-    cudaStream_t stream = sf_cuda_stream(ctx);
-    if (!tc->e0 && (cudaEventCreate(&tc->e0) != cudaSuccess || cudaEventCreate(&tc->e1) != cudaSuccess))
-        return -1.0;
-    if (cudaEventRecord(tc->e0, stream) != cudaSuccess) return -1.0;
-    if (ssd_run_cand<T>(ctx, tc, cand) != SF_OK) return -1.0;
-    float ms = 0.0f;
-    if (cudaEventRecord(tc->e1, stream) != cudaSuccess || cudaEventSynchronize(tc->e1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, tc->e0, tc->e1) != cudaSuccess)
-        return -1.0;
-    return ms;
+    return sf_cuda_time_ms(ctx, tc->ev, [&] { return ssd_run_cand<T>(ctx, tc, cand); });
 }
 
 /* Picks the configuration through the autotuner (bucket: chunk, P, N,
@@ -420,9 +410,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     rq.reps = 5;
     int choice = 0, ran = 0;
     sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
-    if (tc->e0) cudaEventDestroy(tc->e0);
-    if (tc->e1) cudaEventDestroy(tc->e1);
-    tc->e0 = tc->e1 = nullptr;
+    sf_cuda_events_free(tc->ev);
     if (st != SF_OK || ran) return st;
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
