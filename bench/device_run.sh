@@ -13,6 +13,9 @@ mkdir -p "$OUT"
 export PYTHONPATH=python:.peer${PYTHONPATH:+:$PYTHONPATH}
 export SEQFUSE_LIB=$PWD/$B/libseqfuse.so
 export PYTHONUNBUFFERED=1
+# the commit the benchmarks report (the tree copied to a device may hold a stale .git):
+#   SF_COMMIT=$(git rev-parse --short HEAD) before sending the run
+export SF_COMMIT=${SF_COMMIT:-}
 export SF_AUTOTUNE_CACHE=$OUT/autotune.tsv
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 rc=0

@@ -22,11 +22,16 @@ import seqfuse
 
 
 def commit():
+    # SF_COMMIT first: a copy of the tree on a device machine may carry a stale .git
+    if os.environ.get("SF_COMMIT"):
+        return os.environ["SF_COMMIT"]
     try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                       stderr=subprocess.DEVNULL).decode().strip()
+        out = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
+                                      stderr=subprocess.DEVNULL).decode().strip()
+        dirty = subprocess.call(["git", "diff", "--quiet", "HEAD"], stderr=subprocess.DEVNULL)
+        return out + ("+changes" if dirty else "")
     except Exception:
-        return os.environ.get("SF_COMMIT", "unknown")
+        return "unknown"
 
 
 def bench(fn):
