@@ -22,18 +22,25 @@ static int failures = 0;
         }                                                  \
     } while (0)
 
-typedef struct { int calls[4]; int last; } fake;
+typedef struct {
+    int calls[4];
+    int last;
+    int timed;      /* runs made with a time requested */
+    int broken;     /* candidate 3 fails with a CUDA-like error */
+} fake;
 
 /* cost of candidate c: 3, 1, unsupported, 2 ms */
-static double run_fake(sf_ctx *ctx, int c, void *arg) {
+static sf_status run_fake(sf_ctx *ctx, int c, void *arg, double *ms) {
     fake *f = (fake *)arg;
     f->calls[c]++;
     f->last = c;
-    if (c == 2) {
-        sf_fail(ctx, SF_ERR_UNSUPPORTED, "tile too large for this head dim");
-        return -1;
+    if (c == 2) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "tile too large for this head dim");
+    if (c == 3 && f->broken) return sf_fail(ctx, SF_ERR_CUDA, "kernel fault");
+    if (ms) {
+        f->timed++;
+        *ms = c == 0 ? 3.0 : c == 1 ? 1.0 : 2.0;
     }
-    return c == 0 ? 3.0 : c == 1 ? 1.0 : 2.0;
+    return SF_OK;
 }
 
 int main(void) {
@@ -48,7 +55,7 @@ int main(void) {
     const char *names[] = {"t64", "t128", "t256", "t64x2"};
     fake f;
     memset(&f, 0, sizeof f);
-    sf_tune_request rq = {"FakeGPU", "attn_fwd", SF_BF16, "d128_L4096", 4, names, run_fake, &f, 3};
+    sf_tune_request rq = {"FakeGPU", "attn_fwd", SF_BF16, "d128_L4096", 4, names, run_fake, &f, 3, 0};
 
     sf_ctx *ctx;
     sf_ctx_create(&ctx, SF_DEVICE_CPU);
@@ -83,10 +90,37 @@ int main(void) {
     CHECK(s == SF_OK && choice == 0 && ran == 0 && f.calls[0] == 0, "SF_AUTOTUNE=0 must not time");
     unsetenv("SF_AUTOTUNE");
 
-    /* forced */
-    setenv("SF_AUTOTUNE_FORCE", "ssd_fwd:x,attn_fwd:t64x2", 1);
+    /* no timing allowed (stream capture): candidate 0 for an uncached bucket, untimed */
+    rq.bucket = "capture";
+    rq.no_timing = 1;
+    memset(&f, 0, sizeof f);
     s = sf_autotune(ctx, &rq, &choice, &ran);
-    CHECK(s == SF_OK && choice == 3 && ran == 1, "forced t64x2: got %d", choice);
+    CHECK(s == SF_OK && choice == 0 && ran == 0 && f.timed == 0, "no_timing must not time");
+    rq.no_timing = 0;
+
+    /* a candidate that fails for real ends tuning with its status */
+    rq.bucket = "broken";
+    memset(&f, 0, sizeof f);
+    f.broken = 1;
+    s = sf_autotune(ctx, &rq, &choice, &ran);
+    CHECK(s == SF_ERR_CUDA && strstr(sf_ctx_last_error(ctx), "kernel fault"),
+          "a failing candidate must not pass for unsupported: %s", sf_status_string(s));
+    f.broken = 0;
+
+    /* forced: run once, untimed */
+    setenv("SF_AUTOTUNE_FORCE", "ssd_fwd:x,attn_fwd:t64x2", 1);
+    CHECK(sf_autotune_forced("attn_fwd") && sf_autotune_forced("ssd_fwd") &&
+              !sf_autotune_forced("conv1d_fwd"),
+          "sf_autotune_forced");
+    memset(&f, 0, sizeof f);
+    s = sf_autotune(ctx, &rq, &choice, &ran);
+    CHECK(s == SF_OK && choice == 3 && ran == 1 && f.calls[3] == 1 && f.timed == 0,
+          "forced t64x2: got %d, %d runs, %d timed", choice, f.calls[3], f.timed);
+    f.broken = 1;
+    s = sf_autotune(ctx, &rq, &choice, &ran);
+    CHECK(s == SF_ERR_CUDA, "a forced configuration that fails must report its error, not %s",
+          sf_status_string(s));
+    f.broken = 0;
     setenv("SF_AUTOTUNE_FORCE", "attn_fwd:t256", 1);
     s = sf_autotune(ctx, &rq, &choice, &ran);
     CHECK(s == SF_ERR_UNSUPPORTED && strstr(sf_ctx_last_error(ctx), "t256") &&

@@ -205,10 +205,10 @@ int main(void) {
             fnum += ((double)gfin[i] - rfin[i]) * ((double)gfin[i] - rfin[i]);
             fden += (double)rfin[i] * rfin[i];
         }
-        /* chunks elsewhere: the first, those around element 2^31 of x, the
-         * one before the last */
-        const int64_t probe[] = {0, (1LL << 31) / (H * P) / Q - 1, (1LL << 31) / (H * P) / Q,
-                                 L / Q - 2};
+        /* chunks elsewhere: the first, one in the middle, the last one below
+         * element 2^31 of x and the one that starts at it */
+        const int64_t c31 = (1LL << 31) / (H * P) / Q;
+        const int64_t probe[] = {0, c31 / 2, c31 - 1, c31};
         int64_t nonzero = 0;
         for (int k = 0; k < 4; k++) {
             CK(sf_memcpy(gpu, gout, (uint16_t *)dout + probe[k] * Q * H * P, (size_t)Q * H * P * 2));

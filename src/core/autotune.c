@@ -118,6 +118,11 @@ static const char *forced_name(const char *op, char *buf, size_t len) {
     return NULL;
 }
 
+int sf_autotune_forced(const char *op) {
+    char fb[64];
+    return forced_name(op, fb, sizeof fb) != NULL;
+}
+
 sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *ran) {
     *choice = 0;
     *ran = 0;
@@ -127,8 +132,8 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
         for (int i = 0; i < rq->ncand; i++) {
             if (strcmp(rq->names[i], force) != 0) continue;
             ctx->err[0] = 0;
-            double ms = rq->run(ctx, i, rq->arg);
-            if (ms < 0) {
+            sf_status st = rq->run(ctx, i, rq->arg, NULL);
+            if (st == SF_ERR_UNSUPPORTED) {
                 char why[SF_ERRMSG_LEN];
                 snprintf(why, sizeof why, "%s", ctx->err);
                 return sf_fail(ctx, SF_ERR_UNSUPPORTED,
@@ -136,6 +141,7 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
                                "this shape (bucket %s)%s%s",
                                rq->op, force, rq->bucket, why[0] ? ": " : "", why);
             }
+            if (st != SF_OK) return st;
             *choice = i;
             *ran = 1;
             return SF_OK;
@@ -169,18 +175,20 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
             }
         break; /* a configuration this build no longer has: tune again */
     }
+    if (rq->no_timing) return SF_OK;
 
     int reps = rq->reps < 1 ? 1 : rq->reps > 32 ? 32 : rq->reps;
     double best = -1, times[32];
     int best_i = -1;
     for (int c = 0; c < rq->ncand; c++) {
-        if (rq->run(ctx, c, rq->arg) < 0) continue; /* warm-up; < 0: cannot serve */
-        int ok = 1;
-        for (int r = 0; r < reps && ok; r++) {
-            times[r] = rq->run(ctx, c, rq->arg);
-            ok = times[r] >= 0;
+        double ms = 0;
+        sf_status st = rq->run(ctx, c, rq->arg, &ms); /* warm-up */
+        if (st == SF_ERR_UNSUPPORTED) continue;
+        if (st != SF_OK) return st;
+        for (int r = 0; r < reps; r++) {
+            st = rq->run(ctx, c, rq->arg, &times[r]);
+            if (st != SF_OK) return st;
         }
-        if (!ok) continue;
         qsort(times, (size_t)reps, sizeof(double), cmp_d);
         double med = times[reps / 2];
         if (best_i < 0 || med < best) best = med, best_i = c;
@@ -189,9 +197,8 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no configuration can serve this shape (bucket %s)",
                        rq->op, rq->bucket);
     ctx->err[0] = 0; /* candidates that declined left their reasons here */
-    if (rq->run(ctx, best_i, rq->arg) < 0)
-        return sf_fail(ctx, SF_ERR_INTERNAL, "%s: configuration %s failed after tuning", rq->op,
-                       rq->names[best_i]);
+    sf_status st = rq->run(ctx, best_i, rq->arg, NULL);
+    if (st != SF_OK) return st;
     *choice = best_i;
     *ran = 1;
     put(t, key, rq->names[best_i], best);

@@ -22,11 +22,14 @@
 extern "C" {
 #endif
 
-/* Runs candidate `cand` once and returns its time in ms, or a negative
- * number when it cannot serve the problem.  Called several times per
- * candidate while tuning; the last call made is always with the chosen
- * candidate (so its outputs are the op's result). */
-typedef double (*sf_tune_run_fn)(sf_ctx *ctx, int cand, void *arg);
+/* Runs candidate `cand` once; with ms != NULL the run is timed (*ms set),
+ * with ms == NULL it only runs (forced and cached choices, the final run).
+ * Returns SF_OK; SF_ERR_UNSUPPORTED when the candidate cannot serve the
+ * problem (the reason on the context: tuning skips it); anything else is a
+ * real failure, which ends tuning with that status.  While tuning, every
+ * serving candidate runs 1 + reps times; the last run made is always the
+ * chosen candidate's, untimed, so its outputs are the op's result. */
+typedef sf_status (*sf_tune_run_fn)(sf_ctx *ctx, int cand, void *arg, double *ms);
 
 typedef struct sf_tune_request {
     const char *device;      /* model name, e.g. "NVIDIA H200"            */
@@ -38,6 +41,8 @@ typedef struct sf_tune_request {
     sf_tune_run_fn run;
     void *arg;
     int reps;                /* timed runs per candidate (median); >= 1   */
+    int no_timing;           /* e.g. during stream capture: use a cached or
+                                forced choice, else candidate 0; time nothing */
 } sf_tune_request;
 
 /* Picks the configuration for the request and leaves the op's outputs
@@ -45,6 +50,9 @@ typedef struct sf_tune_request {
  * chosen candidate has already been run on these inputs (the caller then
  * must not run it again). */
 sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *ran);
+
+/* Whether SF_AUTOTUNE_FORCE names a configuration for `op`. */
+int sf_autotune_forced(const char *op);
 
 /* The per-context table (ctx->tune); freed with the context. */
 typedef struct sf_tune_entry {

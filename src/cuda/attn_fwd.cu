@@ -371,9 +371,9 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
     }
 }
 
-template <typename T> double attn_tune_run(sf_ctx *ctx, int cand, void *arg) {
+template <typename T> sf_status attn_tune_run(sf_ctx *ctx, int cand, void *arg, double *ms) {
     AttnTune *t = (AttnTune *)arg;
-    return sf_cuda_time_ms(ctx, t->ev, [&] { return attn_run_cand<T>(ctx, t, cand); });
+    return sf_cuda_run_timed(ctx, t->ev, ms, [&] { return attn_run_cand<T>(ctx, t, cand); });
 }
 
 int64_t pow2_at_least(int64_t v) {
@@ -409,6 +409,7 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     rq.run = attn_tune_run<T>;
     rq.arg = &t;
     rq.reps = 5;
+    rq.no_timing = sf_cuda_capturing(ctx);
     int choice = 0, ran = 0;
     sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
     sf_cuda_events_free(t.ev);
@@ -416,7 +417,10 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     st = attn_run_cand<T>(ctx, &t, choice);
     /* a cached choice that this problem cannot take (another alignment or
      * scale in the same bucket): the heuristic chain */
-    if (st == SF_ERR_UNSUPPORTED && choice != 0) st = attn_run_cand<T>(ctx, &t, 0);
+    if (st == SF_ERR_UNSUPPORTED && choice != 0) {
+        st = attn_run_cand<T>(ctx, &t, 0);
+        if (st == SF_OK) ctx->err[0] = 0;
+    }
     return st;
 }
 

@@ -34,21 +34,38 @@ typedef struct sf_cuda_state {
 static inline sf_cuda_state *sf_cuda_st(sf_ctx *ctx) { return (sf_cuda_state *)ctx->cuda_state; }
 static inline cudaStream_t sf_cuda_stream(sf_ctx *ctx) { return (cudaStream_t)ctx->stream; }
 
-/* One timed run for the autotuner: fn() (returning sf_status) between two
- * events on the context's stream, which are made on first use; ms, or -1
- * when fn fails or a CUDA call does.  Free the events with
+/* One run for the autotuner (sf_tune_run_fn): fn() (returning sf_status);
+ * with ms != NULL timed between two events on the context's stream, made on
+ * first use.  fn's status is returned as it is (SF_ERR_UNSUPPORTED: cannot
+ * serve); a failing event call, or a kernel fault that surfaces at the
+ * synchronisation, is SF_ERR_CUDA.  Free the events with
  * sf_cuda_events_free once tuning is over. */
-template <typename F> double sf_cuda_time_ms(sf_ctx *ctx, cudaEvent_t ev[2], F &&fn) {
+template <typename F> sf_status sf_cuda_run_timed(sf_ctx *ctx, cudaEvent_t ev[2], double *ms, F &&fn) {
+    if (!ms) return fn();
     cudaStream_t stream = (cudaStream_t)ctx->stream;
-    if (!ev[0] && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
-        return -1.0;
-    if (cudaEventRecord(ev[0], stream) != cudaSuccess) return -1.0;
-    if (fn() != SF_OK) return -1.0;
-    float ms = 0.0f;
-    if (cudaEventRecord(ev[1], stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
-        return -1.0;
-    return ms;
+    if (!ev[0]) {
+        SF_CUDA_CHECK(ctx, cudaEventCreate(&ev[0]));
+        SF_CUDA_CHECK(ctx, cudaEventCreate(&ev[1]));
+    }
+    SF_CUDA_CHECK(ctx, cudaEventRecord(ev[0], stream));
+    const sf_status st = fn();
+    if (st != SF_OK) return st;
+    float t = 0.0f;
+    SF_CUDA_CHECK(ctx, cudaEventRecord(ev[1], stream));
+    SF_CUDA_CHECK(ctx, cudaEventSynchronize(ev[1]));
+    SF_CUDA_CHECK(ctx, cudaEventElapsedTime(&t, ev[0], ev[1]));
+    *ms = t;
+    return SF_OK;
+}
+/* Whether the context's stream is being captured into a CUDA graph (then
+ * nothing may synchronise: the autotuner only uses cached choices). */
+static inline int sf_cuda_capturing(sf_ctx *ctx) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return cs != cudaStreamCaptureStatusNone;
 }
 static inline void sf_cuda_events_free(cudaEvent_t ev[2]) {
     for (int i = 0; i < 2; i++)

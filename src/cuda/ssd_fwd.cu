@@ -1,7 +1,14 @@
 /* ssd_fwd.cu - Mamba-2 SSD on the GPU: the chunked forward (sf_ssd_fwd) and
  * the decode step (sf_ssd_step).
  *
- * Forward = five launches on the context's stream, no synchronisation:
+ * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
+ * configurations wg8, wg4, wg16 and general):
+ *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
+ *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
+ *     cumsum, wgmma chunk states, state scan, wgmma output kernel with 4, 8
+ *     or 16 heads per block.  H200 2.7B b8 L4096 bf16: 1.33 ms.
+ *   general path, everything else (f32 on TF32 mma.sync, varlen, N <= 256),
+ *     five launches on the context's stream, no synchronisation:
  *   ssd_seqid        (varlen only) per-token sequence id from seq_idx / cu_seqlens
  *   ssd_chunk_cumsum processed dt and g' * log2(e) per chunk     (ssd_chunk.cuh header)
  *   ssd_state_pass   chunk states on tensor cores + the pass over chunks
@@ -12,9 +19,10 @@
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
- * final_states), sequence ids (b L i32).
+ * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
+ * states (b H nchunks P N).
  *
- * Measured on the H200 (2.7B layer: H 80, P 64, N 128, G 1, Q 256, D and z):
+ * Measured on the H200, general path (2.7B layer: H 80, P 64, N 128, G 1, Q 256, D and z):
  *   b8 L4096 bf16 3.75 ms (57 TFLOP/s), f32 8.47 ms; b1 L16384 bf16 1.97 ms,
  *   f32 4.40 ms.  Split (ncu, b8 bf16): cumsum 82 us, state pass 745 us,
  *   output 2.91 ms.  Decode step (b64..256): 3.4-3.7 TB/s of state traffic.
@@ -379,24 +387,28 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     return SF_ERR_UNSUPPORTED;
 }
 
-/* sf_tune_run_fn: one timed run of candidate `cand` (tuning only). */
-template <typename T> static double ssd_tune_run(sf_ctx *ctx, int cand, void *arg) {
+/* sf_tune_run_fn for the SSD configurations. */
+template <typename T> static sf_status ssd_tune_run(sf_ctx *ctx, int cand, void *arg, double *ms) {
     ssd_tune_ctx *tc = (ssd_tune_ctx *)arg;
-    return sf_cuda_time_ms(ctx, tc->ev, [&] { return ssd_run_cand<T>(ctx, tc, cand); });
+    return sf_cuda_run_timed(ctx, tc->ev, ms, [&] { return ssd_run_cand<T>(ctx, tc, cand); });
 }
 
 /* Picks the configuration through the autotuner (bucket: chunk, P, N,
- * heads per group, and the number of (batch row, chunk) pairs rounded to a
- * power of two) and leaves the outputs computed. */
+ * heads per group, the number of (batch row, chunk) pairs rounded to a
+ * power of two, and whether the sm_90a path may serve) and leaves the
+ * outputs computed.  When only the general path can serve and nothing is
+ * forced, it runs without tuning. */
 template <typename T>
 static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     const ssd_fwd_args &a = *tc->a;
     const sf_cuda_state *cs = sf_cuda_st(ctx);
+    const char *why = ssd_wg_refusal<T>(ctx, a);
+    if (why && !sf_autotune_forced("ssd_fwd")) return ssd_run_cand<T>(ctx, tc, 3);
     int64_t rows = (int64_t)a.batch * a.nc, pow2 = 1;
     while (pow2 < rows) pow2 <<= 1;
     char bucket[96];
     snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
-             (long long)pow2, a.varlen ? "varlen" : "dense");
+             (long long)pow2, why ? "general" : "wg");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -408,13 +420,14 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     rq.run = ssd_tune_run<T>;
     rq.arg = tc;
     rq.reps = 5;
+    rq.no_timing = sf_cuda_capturing(ctx);
     int choice = 0, ran = 0;
     sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
     sf_cuda_events_free(tc->ev);
     if (st != SF_OK || ran) return st;
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
-    if (ssd_cand_hpc[choice] != 0 && ssd_wg_refusal<T>(ctx, a)) choice = 3;
+    if (ssd_cand_hpc[choice] != 0 && why) choice = 3;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 
