@@ -27,6 +27,21 @@ for op in ssd_fwd ssd_step attn_fwd conv1d_fwd conv1d_update rmsnorm_gated; do
   grep -E "FAIL" "$OUT/test_$op.log" | head -5
   [ $r -eq 0 ] || rc=1
 done
+echo "== every autotuner configuration pinned (in-memory choices) =="
+for cfg in ssd_fwd:wg8 ssd_fwd:wg4 ssd_fwd:wg16 ssd_fwd:general \
+           attn_fwd:auto attn_fwd:ws128 attn_fwd:ws192 attn_fwd:wgmma attn_fwd:mma; do
+  log="$OUT/test_${cfg/:/_}.log"
+  SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=$cfg "$B/tests/test_ops" --op "${cfg%%:*}" --backend cuda --all \
+    > "$log" 2>&1
+  r=$?
+  echo "$cfg: $(tail -n 1 "$log")"
+  grep -E "FAIL" "$log" | head -5
+  [ $r -eq 0 ] || rc=1
+done
+if [ -x "$B/tests/test_ssd_big" ]; then
+  echo "== more than 2^31 elements of x =="
+  "$B/tests/test_ssd_big" 2>&1 | tail -4
+fi
 echo "== compute-sanitizer memcheck on the CUDA op tests =="
 for op in ssd_fwd ssd_step attn_fwd conv1d_fwd; do
   compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops" --op "$op" --backend cuda \
