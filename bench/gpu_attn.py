@@ -9,8 +9,6 @@ when causal.  Plus the ViT-B/16 shape (b 256, N 196, 12 heads of 64).
         [--quick] [--csv out.csv] [--plot out.png]
 """
 import argparse
-import os
-import subprocess
 import sys
 import time
 
@@ -19,19 +17,7 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import seqfuse
-
-
-def commit():
-    # SF_COMMIT first: a copy of the tree on a device machine may carry a stale .git
-    if os.environ.get("SF_COMMIT"):
-        return os.environ["SF_COMMIT"]
-    try:
-        out = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                      stderr=subprocess.DEVNULL).decode().strip()
-        dirty = subprocess.call(["git", "diff", "--quiet", "HEAD"], stderr=subprocess.DEVNULL)
-        return out + ("+changes" if dirty else "")
-    except Exception:
-        return "unknown"
+from benchutil import commit
 
 
 def bench(fn):

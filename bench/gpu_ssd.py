@@ -11,13 +11,13 @@ softplus; (b 8, L 4096) and (b 1, L 16384); bf16 and f32.  Decode: batch 1..256.
 """
 import argparse
 import os
-import subprocess
 import time
 
 import torch
 import triton.testing
 
 import seqfuse
+from benchutil import commit
 
 try:
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as peer_scan
@@ -27,19 +27,6 @@ except Exception as e:  # noqa: BLE001 - report and run ours alone
     peer_scan = peer_step = None
 
 COPY_TBS = 4.2  # measured device-to-device copy bandwidth of the H200, TB/s
-
-
-def commit():
-    # SF_COMMIT first: a copy of the tree on a device machine may carry a stale .git
-    if os.environ.get("SF_COMMIT"):
-        return os.environ["SF_COMMIT"]
-    try:
-        out = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                      stderr=subprocess.DEVNULL).decode().strip()
-        dirty = subprocess.call(["git", "diff", "--quiet", "HEAD"], stderr=subprocess.DEVNULL)
-        return out + ("+changes" if dirty else "")
-    except Exception:
-        return "unknown"
 
 
 def bench(fn):

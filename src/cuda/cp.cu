@@ -57,9 +57,7 @@ static void cp_strides(int64_t *dst, const sf_tensor *t, int n) {
 
 /* min(dt A, 0) with dt processed exactly as ssd_chunk_cumsum does. */
 __device__ __forceinline__ float cp_decay(const cp_ssd_args &a, float raw, float A, float bias) {
-    float d = raw + bias;
-    if (a.softplus) d = d > 20.0f ? d : log1pf(expf(d));
-    d = fminf(fmaxf(d, a.dmin), a.dmax);
+    const float d = sf_dt_process(raw + bias, a.softplus, a.dmin, a.dmax);
     return fminf(d * A, 0.0f);
 }
 

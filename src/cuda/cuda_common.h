@@ -73,6 +73,14 @@ static inline void sf_cuda_events_free(cudaEvent_t ev[2]) {
     ev[0] = ev[1] = nullptr;
 }
 
+/* Processed dt as every SSD kernel takes it (dt_bias already added):
+ * softplus when asked (the identity above 20, where log1p(exp) equals it in
+ * f32), then clamped to [lo, hi]. */
+static __device__ __forceinline__ float sf_dt_process(float d, int softplus, float lo, float hi) {
+    if (softplus) d = d > 20.0f ? d : log1pf(expf(d));
+    return fminf(fmaxf(d, lo), hi);
+}
+
 /* Element type of a dtype, for kernel templates. */
 template <typename T> struct sf_elem;
 template <> struct sf_elem<float> {

@@ -111,9 +111,7 @@ __global__ void __launch_bounds__(128) ssd_chunk_cumsum(const ssd_fwd_args a) {
             const int i = i0 + u;
             float d = 0.0f;
             if (i < Lc) {
-                d = raw[u] + bias;
-                if (a.softplus) d = d > 20.0f ? d : log1pf(expf(d));
-                d = fminf(fmaxf(d, a.dt_min), a.dt_max);
+                d = sf_dt_process(raw[u] + bias, a.softplus, a.dt_min, a.dt_max);
                 if (sid) {
                     const int s = sid[i];
                     if (s != prev) gs = 0.0f;
@@ -338,17 +336,13 @@ template <typename T, int Q> static bool ssd_wg_available() {
 
 /* Why the sm_90a path cannot serve the problem, or NULL if it can. */
 template <typename T>
-static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
-    if constexpr (sizeof(T) != 2) {
-        (void)ctx;
-        (void)a;
-        return "it takes f16 / bf16 inputs";
-    } else {
+static const char *ssd_wg_refusal16(sf_ctx *ctx, const ssd_fwd_args &a) {
     const sf_cuda_state *cs = sf_cuda_st(ctx);
     if (!cs || cs->sm_major != 9) return "it needs an sm_90 GPU";
     if (a.varlen) return "it takes dense batches (no seq_idx / cu_seqlens)";
     if (a.Q != 128 && a.Q != 256) return "it takes chunk_size 128 or 256";
-    if (a.N > 128 || a.N % 8 || a.P % 64) return "it takes dstate <= 128 (a multiple of 8) and headdim a multiple of 64";
+    if (a.N > 128 || a.N % 8 || a.P % 64)
+        return "it takes dstate <= 128 (a multiple of 8) and headdim a multiple of 64";
     if (!a.vec_x || !a.vec_B || !a.vec_C || !a.vec_o || (a.has_z && !a.vec_z))
         return "it needs 16-byte aligned rows (unit last stride, other strides multiples of 8)";
     const size_t smem = a.Q == 256 ? SsdWg<256>::OUT_SMEM : SsdWg<128>::OUT_SMEM;
@@ -356,7 +350,14 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
     if (!(a.Q == 256 ? ssd_wg_available<T, 256>() : ssd_wg_available<T, 128>()))
         return "this build has no sm_90a code (SF_CUDA_ARCHS without 90a)";
     return nullptr;
-    }
+}
+
+template <typename T>
+static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
+    if constexpr (sizeof(T) == 2) return ssd_wg_refusal16<T>(ctx, a);
+    (void)ctx;
+    (void)a;
+    return "it takes f16 / bf16 inputs";
 }
 
 /* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per

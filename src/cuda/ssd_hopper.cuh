@@ -75,9 +75,7 @@ __global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
     for (int u = 0; u < R; u++) {
         float v = 0.0f;
         if (i0 + u < Lc) {
-            v = raw[u] + bias;
-            if (a.softplus) v = v > 20.0f ? v : log1pf(expf(v));
-            v = fminf(fmaxf(v, a.dt_min), a.dt_max);
+            v = sf_dt_process(raw[u] + bias, a.softplus, a.dt_min, a.dt_max);
         }
         d[u] = v;
         run += fminf(v * A, 0.0f);

@@ -54,8 +54,7 @@ __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
     }
     float d = sf_elem<T>::to_f(((const T *)a.dt)[(int64_t)i * a.dts[0] + (int64_t)h * a.dts[1]]);
     if (a.has_bias) d += a.dt_bias[h * a.biass];
-    if (a.softplus) d = d > 20.0f ? d : log1pf(expf(d));
-    d = fminf(fmaxf(d, a.dt_min), a.dt_max);
+    d = sf_dt_process(d, a.softplus, a.dt_min, a.dt_max);
     const float dA = expf(fminf(d * a.A[h * a.As], 0.0f));
     const int grp = h / a.hpg;
     const T *Bp = (const T *)a.B + (int64_t)i * a.Bs[0] + (int64_t)grp * a.Bs[1];
