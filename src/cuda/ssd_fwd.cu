@@ -44,6 +44,7 @@
 #include "ssd_chunk.cuh"
 #include "ssd_out16.cuh"
 #include "ssd_hopper.cuh"
+#include "ssd_out_pipe.cuh"
 #include "ssd_step.cuh"
 #include "autotune.h"
 
@@ -284,7 +285,7 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
 
 /* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc) {
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
@@ -310,7 +311,13 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc) {
         ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (gout > 0) {
+    if (gout > 0 && pipe) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wgp<T, Q>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)SsdWgp<Q>::SMEM));
+        ssd_out_wgp<T, Q><<<(unsigned)gout, 256, SsdWgp<Q>::SMEM, stream>>>(a, hpc);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (gout > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::OUT_SMEM));
@@ -362,8 +369,9 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
 
 /* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
  * output block, and the general path.  Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8", "wg4", "wg16", "general"};
-static const int ssd_cand_hpc[] = {8, 4, 16, 0};
+static const char *const ssd_cand_names[] = {"wg8", "wg4", "wg16", "wgp8", "wgp4", "wgp16", "general"};
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, 0};
+static const int SSD_NCAND = 7, SSD_GENERAL = 6;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -382,8 +390,12 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
                        ssd_cand_names[cand], why);
     if constexpr (sizeof(T) == 2) {
-        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc)
-                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc);
+        const bool pipe = cand >= 3;
+        if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
+                           ssd_cand_names[cand]);
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe);
     }
     return SF_ERR_UNSUPPORTED;
 }
@@ -404,7 +416,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     const ssd_fwd_args &a = *tc->a;
     const sf_cuda_state *cs = sf_cuda_st(ctx);
     const char *why = ssd_wg_refusal<T>(ctx, a);
-    if (why && !sf_autotune_forced("ssd_fwd")) return ssd_run_cand<T>(ctx, tc, 3);
+    if (why && !sf_autotune_forced("ssd_fwd")) return ssd_run_cand<T>(ctx, tc, SSD_GENERAL);
     int64_t rows = (int64_t)a.batch * a.nc, pow2 = 1;
     while (pow2 < rows) pow2 <<= 1;
     char bucket[96];
@@ -416,7 +428,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     rq.op = "ssd_fwd";
     rq.dtype = (sf_dtype)tc->dtype;
     rq.bucket = bucket;
-    rq.ncand = 4;
+    rq.ncand = SSD_NCAND;
     rq.names = ssd_cand_names;
     rq.run = ssd_tune_run<T>;
     rq.arg = tc;
@@ -428,7 +440,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     if (st != SF_OK || ran) return st;
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
-    if (ssd_cand_hpc[choice] != 0 && why) choice = 3;
+    if (ssd_cand_hpc[choice] != 0 && why) choice = SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 
