@@ -188,30 +188,37 @@ int pick_bm(const FwdParams &p, int nheads, int sm_count) {
 
 bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
-/* attn_fwd_wgmma serves d <= 128 on sm_90 with 16-byte aligned rows when
+/* attn_fwd_wgmma serves d <= 256 on sm_90 with 16-byte aligned rows when
  * its machine code is present; returns 1 if it launched (status in *st). */
 template <typename T>
 int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *cs, sf_status *st,
               bool forced) {
-    if (!cs || cs->sm_major != 9 || !p.aligned || p.d > 128) return 0;
+    if (!cs || cs->sm_major != 9 || !p.aligned || p.d > 256) return 0;
+    /* d > 128 (64-key tiles, two n128 halves for P V) only when the
+     * autotuner asks for it: not yet measured against the mma kernel */
+    if (!forced && p.d > 128) return 0;
     /* d <= 64 on short sequences: the 128 x 128 tiles pad and balance worse
      * than the 64-row mma tiles (H200: causal L512 142 vs 155 TFLOP/s, ViT
      * L196 95 vs 106); from L2048 on wgmma wins (266 vs 236).  The
      * autotuner may still pick it (forced). */
     const int64_t avg_len = p.varlen ? p.lq / (p.batch > 0 ? p.batch : 1) : p.lq;
     if (!forced && p.d <= 64 && avg_len < 1024) return 0;
-    if ((int64_t)(p.d <= 64 ? sf_attn::WgTraits<64>::SMEM : sf_attn::WgTraits<128>::SMEM) >
-        (int64_t)cs->smem_optin)
-        return 0;
+    const int64_t need = p.d <= 64 ? (int64_t)sf_attn::WgTraits<64>::SMEM
+                         : p.d <= 128 ? (int64_t)sf_attn::WgTraits<128>::SMEM
+                                      : (int64_t)sf_attn::WgTraits<256>::SMEM;
+    if (need > (int64_t)cs->smem_optin) return 0;
     const int64_t nx = count_tiles(p, 128);
     if (nx <= 0) { *st = SF_OK; return 1; }
     if (nx > 0x7fffffffLL || nheads > 65535) return 0;
     if (p.d <= 64) {
         if (!wgmma_available<T, 64>()) return 0;
         *st = launch_wgmma<T, 64>(ctx, p, nheads, nx);
-    } else {
+    } else if (p.d <= 128) {
         if (!wgmma_available<T, 128>()) return 0;
         *st = launch_wgmma<T, 128>(ctx, p, nheads, nx);
+    } else {
+        if (!wgmma_available<T, 256>()) return 0;
+        *st = launch_wgmma<T, 256>(ctx, p, nheads, nx);
     }
     return 1;
 }

@@ -24,12 +24,14 @@
 namespace sf_attn {
 
 template <int D> struct WgTraits {
-    static constexpr int BM = 128, BN = 128, NT = 256;
+    /* d 256: 64-key tiles, so S (32 registers) and O (128) fit beside P */
+    static constexpr int BM = 128, BN = D == 256 ? 64 : 128, NT = 256;
     static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
     /* Q + 2 stages of K and V, plus 1 KiB to align the base to 1024 */
     static constexpr size_t SMEM = (size_t)QBYTES + 4 * KVBYTES + 1024;
-    static_assert(D == 64 || D == 128, "wgmma path: head dim buckets 64 and 128");
+    static_assert(D == 64 || D == 128 || D == 256, "wgmma path: head dim buckets 64, 128, 256");
 };
+
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using sf_wg::fence_async_smem;
@@ -41,6 +43,22 @@ using sf_wg::reg_fence;
 using sf_wg::wg_wait;
 using sf_wg::wg_wait0;
 using sf_wg::Wg;
+#endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* O (64 x D) += P (64 x 16 keys, registers) V (16 keys x D, MN-major at
+ * sv, column blocks of 64 at stride lbo): one wgmma up to D 128, two n128
+ * halves at D 256 (the second starts two column blocks further). */
+template <typename T, int D>
+__device__ __forceinline__ void pv_step(float (&o)[D / 8][4], const uint32_t *pa, uint32_t sv,
+                                        uint32_t lbo, uint32_t sbo) {
+    if constexpr (D <= 128) {
+        Wg<T, D>::rs(&o[0][0], pa, wg_desc(sv, lbo, sbo));
+    } else {
+        Wg<T, 128>::rs(&o[0][0], pa, wg_desc(sv, lbo, sbo));
+        Wg<T, 128>::rs(&o[16][0], pa, wg_desc(sv + 2 * lbo, lbo, sbo));
+    }
+}
 #endif
 
 /* attn_fwd_wgmma: one CTA (2 warpgroups) per (128 query rows, head). */
@@ -151,14 +169,13 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
 
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc(sVs + kk * 2048, vlbo, vsbo));
+            for (int kk = 0; kk < BN / 16; kk++) pv_step<T, D>(o, pa[kk], sVs + kk * 2048, vlbo, vsbo);
             wg_commit();
             wg_wait0();
         }
         cp_async_wait<0>();
     }
-    /* Stage O through the (now idle) K buffers, padded rows as in the FA2
+    /* Stage O through the (now idle) K buffers (and V's at d 256: 66 KiB), padded rows as in the FA2
      * kernel's epilogue. */
     __syncthreads();
     T *stage = reinterpret_cast<T *>(smem_raw + (sK - sraw));
