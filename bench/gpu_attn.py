@@ -61,16 +61,24 @@ def main():
     ap.add_argument("--quick", action="store_true", help="d 128 and 64, L 512/4096/16384 only")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--plot", default=None)
+    ap.add_argument("--d", default="", help="comma-separated head dims (default: the sweep's)")
+    ap.add_argument("--L", default="", help="comma-separated sequence lengths (default: the sweep's)")
+    ap.add_argument("--no-vit", action="store_true", help="leave out the ViT point")
     a = ap.parse_args()
     gpu = torch.cuda.get_device_name()
     date = time.strftime("%Y-%m-%d")
     Ls = [512, 4096, 16384] if a.quick else [512, 1024, 2048, 4096, 8192, 16384]
     ds = [64, 128] if a.quick else [64, 128, 256]
+    if a.d:
+        ds = [int(x) for x in a.d.split(",")]
+    if a.L:
+        Ls = [int(x) for x in a.L.split(",")]
     rows = []
     print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}")
     print(f"{'shape':34s} {'ours':>8s} {'cudnn':>8s} {'fa2':>8s}  TFLOP/s   ours/cudnn  err")
     points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in (False, True) for L in Ls]
-    points.append((256, 196, 12, 64, False))  # ViT-B/16
+    if not a.no_vit:
+        points.append((256, 196, 12, 64, False))  # ViT-B/16
     for B, L, H, d, causal in points:
         flops, r = run_point(B, L, H, d, causal)
         tf = {k: flops / (r[k] * 1e-3) / 1e12 for k in ("ours", "cudnn", "fa2")}

@@ -50,8 +50,11 @@
  *     everywhere (d64 420 vs 452, d128 567 vs 649);
  *   pairwise max / sum reductions in the softmax: no gain (457 / 613);
  *   192-row tiles + pairwise reductions at d64: 488 (515).
+ *   d256  wgmma (64-key tiles)  L 1024 377, 4096 421, 16384 428; causal 276 356 427
+ *         mma                        243       239        242;        192 226 245
+ *         cuDNN                      626       676        661;        445 557 602
  * Not done: persistent scheduling (short sequences still trail cuDNN:
- * L512, ViT), varlen through TMA, wgmma for d > 128.
+ * L512, ViT), varlen through TMA, a warp-specialised kernel for d > 128.
  *
  * f32 inputs are refused (SF_ERR_UNSUPPORTED): f32 attention is served by
  * the CPU backend on host memory.
@@ -194,9 +197,9 @@ template <typename T>
 int try_wgmma(sf_ctx *ctx, const FwdParams &p, int nheads, const sf_cuda_state *cs, sf_status *st,
               bool forced) {
     if (!cs || cs->sm_major != 9 || !p.aligned || p.d > 256) return 0;
-    /* d > 128 (64-key tiles, two n128 halves for P V) only when the
-     * autotuner asks for it: not yet measured against the mma kernel */
-    if (!forced && p.d > 128) return 0;
+    /* d > 128 takes 64-key tiles and P V in two n128 halves: H200, d 256,
+     * 420-428 TFLOP/s non-causal against 239-243 for the mma kernel (commit
+     * 9f7b076, bench/RESULTS.md), so it is the default there too */
     /* d <= 64 on short sequences: the 128 x 128 tiles pad and balance worse
      * than the 64-row mma tiles (H200: causal L512 142 vs 155 TFLOP/s, ViT
      * L196 95 vs 106); from L2048 on wgmma wins (266 vs 236).  The
@@ -372,7 +375,7 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
     case 3:
         if (try_wgmma<T>(ctx, p, p.nheads, cs, &st, true)) return st;
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "sf_attn_fwd: configuration wgmma needs sm_90a code, d <= 128 and 16-byte "
+                       "sf_attn_fwd: configuration wgmma needs sm_90a code, d <= 256 and 16-byte "
                        "aligned rows");
     default: return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
     }
