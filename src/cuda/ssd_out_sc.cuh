@@ -26,8 +26,9 @@
  * on the other warpgroup.  A state is rounded to the input dtype once, when
  * it is stored for its C Hs^T product (H itself arrives so rounded).
  * Buffers: H (16 KB) serves C_0 H^T and both chains' first step; warpgroup 0
- * then overwrites it with Hs_1 (after named barrier 1 says warpgroup 1 has
- * read H), and once C_1 Hs_1^T is done loads the next head's H into it;
+ * then overwrites it with Hs_1 (after named barrier 1, which both
+ * warpgroups pass once per head when each has read H), and once C_1 Hs_1^T
+ * is done loads the next head's H into it;
  * warpgroup 1 keeps Hs_2 then Hs_3 in its own 16 KB.
  *
  * Shared memory, chunk 256: C 64 KB, B 64 KB, X 2 x 32 KB, H 16 KB, Hs
@@ -56,9 +57,6 @@ static __device__ __forceinline__ void ssd_ldsm_x4_t_at(uint32_t r[4], uint32_t 
 static __device__ __forceinline__ void ssd_bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-static __device__ __forceinline__ void ssd_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
 static __device__ __forceinline__ void ssd_sts32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
@@ -68,8 +66,9 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
     /* row blocks of this warpgroup, ascending; the chain runs to Hs_MTOP */
     static constexpr int MA = NRB == 4 ? 2 * WGI : WGI, MB = NRB == 4 ? 2 * WGI + 1 : WGI;
     static constexpr int MTOP = NR == 2 ? MB : MA;
-    /* named barriers: 1 = warpgroup 1 has read H (arrive) / warpgroup 0 may
-     * overwrite it (sync); 2 + WGI = this warpgroup only */
+    /* named barriers: 1 = both warpgroups, once per head, after warpgroup 1
+     * has read H and before warpgroup 0 overwrites it; 2 + WGI = this
+     * warpgroup only */
     static __device__ __forceinline__ void wg_bar() { ssd_bar_sync(2 + WGI, 128); }
 
     static __device__ __forceinline__ void run(const ssd_fwd_args &a, int hpc, unsigned char *gbase,
@@ -170,7 +169,6 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
                             acc[nt][2 * u + 1] = d * v.y;
                         }
                 }
-                if (WGI == 1) ssd_bar_arrive(1, 256); /* done reading H */
                 if (MA == 0) {
                     wg_fence();
 #pragma unroll
@@ -183,6 +181,11 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
 #pragma unroll
                 for (int s = 0; s < MTOP; s++) {
                     if (s > 0) {
+                        /* the previous step's product must land before the rescale */
+                        wg_wait<0>();
+                        reg_fence(acc);
+                        /* warpgroup 1's first wait: it has read H (barrier 1) */
+                        if (WGI == 1 && s == 1) ssd_bar_sync(1, 256);
                         const float d = ssd_ex2(fminf(ssd_ldsf(ag + 4 * (64 * s + 63)) -
                                                           ssd_ldsf(ag + 4 * (64 * s - 1)),
                                                       0.0f));
@@ -214,8 +217,9 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
                         reg_fence(acc);
                         if (MA == 0) reg_fence(O[0]);
                         /* every reader of dst done: for warpgroup 0 that is
-                         * warpgroup 1's reads of H and its own C_0 H^T */
-                        if (WGI == 0)
+                         * warpgroup 1's reads of H and its own C_0 H^T (barrier
+                         * 1, which warpgroup 1 passes at its first wait) */
+                        if (WGI == 0 || m == 1)
                             ssd_bar_sync(1, 256);
                         else
                             wg_bar();
