@@ -54,8 +54,8 @@ static __device__ __forceinline__ void ssd_ldsm_x4_t_at(uint32_t r[4], uint32_t 
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
-static __device__ __forceinline__ void ssd_bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+template <int ID, int N> static __device__ __forceinline__ void ssd_bar_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory");
 }
 static __device__ __forceinline__ void ssd_sts32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
@@ -69,7 +69,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
     /* named barriers: 1 = both warpgroups, once per head, after warpgroup 1
      * has read H and before warpgroup 0 overwrites it; 2 + WGI = this
      * warpgroup only */
-    static __device__ __forceinline__ void wg_bar() { ssd_bar_sync(2 + WGI, 128); }
+    static __device__ __forceinline__ void wg_bar() { ssd_bar_sync<2 + WGI, 128>(); }
 
     static __device__ __forceinline__ void run(const ssd_fwd_args &a, int hpc, unsigned char *gbase,
                                                uint32_t base) {
@@ -185,7 +185,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
                         wg_wait<0>();
                         reg_fence(acc);
                         /* warpgroup 1's first wait: it has read H (barrier 1) */
-                        if (WGI == 1 && s == 1) ssd_bar_sync(1, 256);
+                        if (WGI == 1 && s == 1) ssd_bar_sync<1, 256>();
                         const float d = ssd_ex2(fminf(ssd_ldsf(ag + 4 * (64 * s + 63)) -
                                                           ssd_ldsf(ag + 4 * (64 * s - 1)),
                                                       0.0f));
@@ -220,7 +220,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
                          * warpgroup 1's reads of H and its own C_0 H^T (barrier
                          * 1, which warpgroup 1 passes at its first wait) */
                         if (WGI == 0 || m == 1)
-                            ssd_bar_sync(1, 256);
+                            ssd_bar_sync<1, 256>();
                         else
                             wg_bar();
 #pragma unroll
@@ -250,7 +250,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgs {
              * read it) - the next head's H goes there */
             if (WGI == 0) {
                 if (MTOP == 0)
-                    ssd_bar_sync(1, 256);
+                    ssd_bar_sync<1, 256>();
                 else
                     wg_bar();
                 if (i + 1 < nh) {
