@@ -45,7 +45,6 @@
 #include "ssd_out16.cuh"
 #include "ssd_hopper.cuh"
 #include "ssd_out_pipe.cuh"
-#include "ssd_out_sc.cuh"
 #include "ssd_step.cuh"
 #include "autotune.h"
 
@@ -284,14 +283,9 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
     return SF_OK;
 }
 
-/* Output kernels of the sm_90a path: ssd_out_wg (every tile below the
- * diagonal), ssd_out_wgp (the same, pipelined), ssd_out_wgs (sub-chunk
- * states instead of the tiles below the diagonal). */
-enum { SSD_OUT_TILES = 1, SSD_OUT_PIPE = 2, SSD_OUT_SC = 3 };
-
 /* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, int kind) {
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
@@ -317,13 +311,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, i
         ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (gout > 0 && kind == SSD_OUT_SC) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wgs<T, Q>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)SsdWgs<Q>::SMEM));
-        ssd_out_wgs<T, Q><<<(unsigned)gout, 256, SsdWgs<Q>::SMEM, stream>>>(a, hpc);
-        SF_CUDA_CHECK_LAUNCH(ctx);
-    } else if (gout > 0 && kind == SSD_OUT_PIPE) {
+    if (gout > 0 && pipe) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wgp<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)SsdWgp<Q>::SMEM));
@@ -379,15 +367,11 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
     return "it takes f16 / bf16 inputs";
 }
 
-/* Candidates of the autotuner: the sm_90a path with each output kernel and
- * 8, 4 or 16 heads per output block, and the general path.  Candidate 0 is
- * the default. */
-static const char *const ssd_cand_names[] = {"wg8",  "wg4",  "wg16",  "wgp8",   "wgp4",
-                                             "wgp16", "wgs8", "wgs4", "wgs16", "general"};
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, 8, 4, 16, 0};
-static const int ssd_cand_kind[] = {SSD_OUT_TILES, SSD_OUT_TILES, SSD_OUT_TILES, SSD_OUT_PIPE, SSD_OUT_PIPE,
-                                    SSD_OUT_PIPE,  SSD_OUT_SC,    SSD_OUT_SC,    SSD_OUT_SC,   0};
-static const int SSD_NCAND = 10, SSD_GENERAL = 9;
+/* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
+ * output block, and the general path.  Candidate 0 is the default. */
+static const char *const ssd_cand_names[] = {"wg8", "wg4", "wg16", "wgp8", "wgp4", "wgp16", "general"};
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, 0};
+static const int SSD_NCAND = 7, SSD_GENERAL = 6;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -406,15 +390,12 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
                        ssd_cand_names[cand], why);
     if constexpr (sizeof(T) == 2) {
-        const int kind = ssd_cand_kind[cand];
-        const size_t smem = kind == SSD_OUT_PIPE ? (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM)
-                            : kind == SSD_OUT_SC ? (a.Q == 256 ? SsdWgs<256>::SMEM : SsdWgs<128>::SMEM)
-                                                 : 0;
-        if (smem > sf_cuda_st(ctx)->smem_optin)
+        const bool pipe = cand >= 3;
+        if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
-        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, kind)
-                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, kind);
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe);
     }
     return SF_ERR_UNSUPPORTED;
 }
