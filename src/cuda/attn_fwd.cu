@@ -312,14 +312,18 @@ int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
     return 1;
 }
 
-/* attn_fwd_ws serves dense batches with d = 64 or 128, 16-byte aligned rows
- * and a positive scale on sm_90 (see attn_fwd_ws.cuh for why). */
+/* attn_fwd_ws serves dense batches with d = 64, 128, 192 or 256 exactly
+ * (the tensor maps and the epilogue span D columns: no padding), 16-byte
+ * aligned rows and a positive scale on sm_90 (see attn_fwd_ws.cuh for
+ * why). */
 template <typename T>
 int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int force_bm) {
-    if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen || (p.d != 64 && p.d != 128) ||
-        !(p.scale_log2 > 0.f))
+    if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen ||
+        (p.d != 64 && p.d != 128 && p.d != 192 && p.d != 256) || !(p.scale_log2 > 0.f))
         return 0;
     const int64_t optin = (int64_t)cs->smem_optin;
+    if (p.d == 256) return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2>(ctx, p, optin, st);
+    if (p.d == 192) return force_bm == 192 ? 0 : launch_ws<T, 192, 128, 2>(ctx, p, optin, st);
     if (p.d == 128) return force_bm == 192 ? 0 : launch_ws<T, 128, 128, 2>(ctx, p, optin, st);
     /* d = 64: 3 consumers on 192-row tiles once sequences are long enough
      * that the padding of the last tile does not matter (H200, bf16,
@@ -370,7 +374,7 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
         if (try_ws<T>(ctx, p, cs, &st, cand == 1 ? 128 : 192)) return st;
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                        "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, d 64 (or "
-                       "128 for ws128), 16-byte aligned rows and a positive scale",
+                       "128, 192, 256 for ws128), 16-byte aligned rows and a positive scale",
                        attn_cand_names[cand]);
     case 3:
         if (try_wgmma<T>(ctx, p, p.nheads, cs, &st, true)) return st;
