@@ -81,6 +81,9 @@ using sf_attn::FwdTraits;
 int sf_attn_tuning_force_bm = 0;
 /* and the 2-CTA register cap (MINB 2) for the d<=64, 128-row tile (0: off). */
 int sf_attn_tuning_minb2 = 1;
+/* and the key tile of attn_fwd_ws at d 256 (64; 0 = the default 80);
+ * exported so a scratch script can set it through ctypes. */
+__attribute__((visibility("default"))) int sf_attn_tuning_ws_bn = 0;
 #endif
 /* The kernel (and the ws tile rows) is chosen per shape bucket by the
  * autotuner (src/core/autotune.h): SF_AUTOTUNE_FORCE=attn_fwd:NAME pins one
@@ -267,10 +270,10 @@ bool make_tmap(CUtensorMap *m, bool bf16, const void *ptr, int64_t d, int64_t ro
     return r == CUDA_SUCCESS;
 }
 
-template <typename T, int D, int BM, int NST> bool ws_available() {
+template <typename T, int D, int BM, int NST, int BN> bool ws_available() {
     static const bool avail = [] {
         cudaFuncAttributes fa;
-        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST>) ==
+        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST, BN>) ==
                       cudaSuccess &&
                   fa.binaryVersion >= 90 && fa.numRegs >= 64;
         (void)cudaGetLastError();
@@ -282,10 +285,10 @@ template <typename T, int D, int BM, int NST> bool ws_available() {
 /* 1: launched (status in *st); 0: not available (no sm_90a code, too
  * little shared memory, a tensor map the driver refuses): use another
  * kernel. */
-template <typename T, int D, int BM, int NST>
+template <typename T, int D, int BM, int NST, int BN = sf_attn::WsBn<D>::value>
 int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
-    typedef sf_attn::WsTraits<D, BM, NST> Tr;
-    if ((int64_t)Tr::SMEM > smem_optin || !ws_available<T, D, BM, NST>()) return 0;
+    typedef sf_attn::WsTraits<D, BM, NST, BN> Tr;
+    if ((int64_t)Tr::SMEM > smem_optin || !ws_available<T, D, BM, NST, BN>()) return 0;
     p.n_mtiles = (p.lq + BM - 1) / BM;
     const int64_t nx = (int64_t)p.batch * p.n_mtiles;
     if (nx > 0x7fffffffLL || p.nheads > 65535) return 0;
@@ -297,7 +300,7 @@ int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
         !make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, Tr::BN))
         return 0;
     void (*kern)(const FwdParams, const CUtensorMap, const CUtensorMap, const CUtensorMap) =
-        sf_attn::attn_fwd_ws<T, D, BM, NST>;
+        sf_attn::attn_fwd_ws<T, D, BM, NST, BN>;
     *st = SF_OK;
     cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM);
@@ -322,6 +325,10 @@ int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *
         (p.d != 64 && p.d != 128 && p.d != 192 && p.d != 256) || !(p.scale_log2 > 0.f))
         return 0;
     const int64_t optin = (int64_t)cs->smem_optin;
+#ifdef SF_ATTN_TUNING
+    if (p.d == 256 && sf_attn_tuning_ws_bn == 64)
+        return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2, 64>(ctx, p, optin, st);
+#endif
     if (p.d == 256) return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2>(ctx, p, optin, st);
     if (p.d == 192) return force_bm == 192 ? 0 : launch_ws<T, 192, 128, 2>(ctx, p, optin, st);
     if (p.d == 128) return force_bm == 192 ? 0 : launch_ws<T, 128, 128, 2>(ctx, p, optin, st);

@@ -49,12 +49,14 @@
 
 namespace sf_attn {
 
-template <int D, int BM_, int NST> struct WsTraits {
-    /* keys per K/V tile: 128 up to d 128; d 192 and 256 take 112 and 80 so
-     * that O (D/2 registers) + S (BN/2) + P (BN/4) fit under 240 and
-     * Q + 2 stages of K and V fit the 227 KiB of shared memory (d 256:
-     * 64 + 4 x 40 = 224 KiB; d 192: 48 + 4 x 42 = 216 KiB) */
-    static constexpr int BN = D <= 128 ? 128 : D == 192 ? 112 : 80;
+/* keys per K/V tile: 128 up to d 128; d 192 and 256 take 112 and 80 so
+ * that O (D/2 registers) + S (BN/2) + P (BN/4) fit under 240 and Q + 2
+ * stages of K and V fit the 227 KiB of shared memory (d 256: 64 + 4 x 40 =
+ * 224 KiB; d 192: 48 + 4 x 42 = 216 KiB) */
+template <int D> struct WsBn { static constexpr int value = D <= 128 ? 128 : D == 192 ? 112 : 80; };
+
+template <int D, int BM_, int NST, int BN_ = WsBn<D>::value> struct WsTraits {
+    static constexpr int BN = BN_;
     static constexpr int BM = BM_, NC = BM_ / 64, NT = 128 * (NC + 1);
     /* registers: 64K per SM shared by the producer and NC consumers */
     static constexpr int REG_P = NC == 2 ? 24 : 32, REG_C = NC == 2 ? 240 : 160;
@@ -179,12 +181,12 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&
 
 /* attn_fwd_ws: see the file comment.  tmq/tmk/tmv map (d, rows, heads,
  * batch) with 64 x 128-row boxes. */
-template <typename T, int D, int BM_, int NST>
+template <typename T, int D, int BM_, int NST, int BN_ = WsBn<D>::value>
 __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     attn_fwd_ws(const FwdParams p, const __grid_constant__ CUtensorMap tmq,
                 const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef WsTraits<D, BM_, NST> Tr;
+    typedef WsTraits<D, BM_, NST, BN_> Tr;
     constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
