@@ -5,10 +5,12 @@
  *                   TMA tensor maps, producer warpgroup + 2 or 3 consumer
  *                   warpgroups (setmaxnreg 24/240 or 32/160), K/V ring on
  *                   mbarriers, S_{j+1} issued before the softmax of S_j,
- *                   pingpong on named barriers.  Dense batches, d = 64 or
- *                   128, 16-byte aligned rows, scale > 0.  d = 128: 128 x 128
- *                   tiles, 2 stages; d = 64: 3 stages, 192 query rows (3
- *                   consumers) from L 512 (causal 1024), else 128.
+ *                   pingpong on named barriers.  Dense batches, d = 64,
+ *                   128, 192 or 256, 16-byte aligned rows, scale > 0.
+ *                   d = 128: 128 x 128 tiles, 2 stages; d = 64: 3 stages,
+ *                   192 query rows (3 consumers) from L 512 (causal 1024),
+ *                   else 128; d = 256: 128 x 80 tiles, 2 stages (224 KiB of
+ *                   shared memory); d = 192: 128 x 112, 2 stages.
  *   attn_fwd_wgmma  (attn_fwd_wgmma.cuh) sm_90a: wgmma with a cp.async
  *                   double buffer, no warp specialisation, 128 x 128 tiles;
  *                   d <= 128 with 16-byte aligned rows.  Serves what ws does
@@ -53,8 +55,22 @@
  *   d256  wgmma (64-key tiles)  L 1024 377, 4096 421, 16384 428; causal 276 356 427
  *         mma                        243       239        242;        192 226 245
  *         cuDNN                      626       676        661;        445 557 602
+ *   ws at d 256 / 192 (bench/gpu_attn.py, forced ws128, one run; cuDNN and
+ *   FA2 = torch SDPA backends in the same run):
+ *                       L 1024    4096   16384   causal 1024  4096  16384
+ *   d256  ws (128 x 80)    607     650     674           403   555    664
+ *         cuDNN            607     675     669           453   577    596
+ *         FA2              306     316     323           248   282    291
+ *   d192  ws (128 x 112)   525     649     674           373   557    659
+ *         cuDNN            594     661     649           440   551    609
+ *         FA2              289     315     325           227   274    293
+ *   (autotuned, same run, d256: 606 635 676, causal 399 553 672; cuDNN 609
+ *   652 676, causal 450 563 645.)  d256 with 64-key tiles (192 KiB, same
+ *   run, two repeats each): 546/542 621/618 631/637, causal 403/403
+ *   526/507 620/630, against 80 keys 604/563 715/652 661/604, causal
+ *   396/403 555/535 636/658: 80 kept.
  * Not done: persistent scheduling (short sequences still trail cuDNN:
- * L512, ViT), varlen through TMA, a warp-specialised kernel for d > 128.
+ * L512, ViT, d 192 / 256 at L 1024), varlen through TMA.
  *
  * f32 inputs are refused (SF_ERR_UNSUPPORTED): f32 attention is served by
  * the CPU backend on host memory.
@@ -70,6 +86,7 @@
                              through cudaGetDriverEntryPointByVersion, no -lcuda */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <type_traits>
 
@@ -81,8 +98,9 @@ using sf_attn::FwdTraits;
 int sf_attn_tuning_force_bm = 0;
 /* and the 2-CTA register cap (MINB 2) for the d<=64, 128-row tile (0: off). */
 int sf_attn_tuning_minb2 = 1;
-/* and the key tile of attn_fwd_ws at d 256 (64; 0 = the default 80);
- * exported so a scratch script can set it through ctypes. */
+/* and the key tile of attn_fwd_ws at d 256 (64; 0 = the default 80) or
+ * d 192 (96; 0 = 112), or env SF_ATTN_TUNING_WS_BN; exported so a scratch
+ * script can set it through ctypes. */
 __attribute__((visibility("default"))) int sf_attn_tuning_ws_bn = 0;
 #endif
 /* The kernel (and the ws tile rows) is chosen per shape bucket by the
@@ -326,8 +344,14 @@ int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *
         return 0;
     const int64_t optin = (int64_t)cs->smem_optin;
 #ifdef SF_ATTN_TUNING
-    if (p.d == 256 && sf_attn_tuning_ws_bn == 64)
-        return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2, 64>(ctx, p, optin, st);
+    {
+        const char *e = getenv("SF_ATTN_TUNING_WS_BN");
+        const int bn = e ? atoi(e) : sf_attn_tuning_ws_bn;
+        if (p.d == 256 && bn == 64)
+            return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2, 64>(ctx, p, optin, st);
+        if (p.d == 192 && bn == 96)
+            return force_bm == 192 ? 0 : launch_ws<T, 192, 128, 2, 96>(ctx, p, optin, st);
+    }
 #endif
     if (p.d == 256) return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2>(ctx, p, optin, st);
     if (p.d == 192) return force_bm == 192 ? 0 : launch_ws<T, 192, 128, 2>(ctx, p, optin, st);
