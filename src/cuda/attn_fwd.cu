@@ -68,7 +68,11 @@
  *   652 676, causal 450 563 645.)  d256 with 64-key tiles (192 KiB, same
  *   run, two repeats each): 546/542 621/618 631/637, causal 403/403
  *   526/507 620/630, against 80 keys 604/563 715/652 661/604, causal
- *   396/403 555/535 636/658: 80 kept.
+ *   396/403 555/535 636/658: 80 kept.  d192 with 96-key tiles (another
+ *   run, L 1024 2048 4096 16384, two repeats): 534/525 574/576 619/563
+ *   642/650, causal 381/376 462/445 526/522 606/609, against 112 keys
+ *   555/525 608/588 635/605 655/662, causal 362/368 464/473 534/532
+ *   621/621: 112 kept.
  * Not done: persistent scheduling (short sequences still trail cuDNN:
  * L512, ViT, d 192 / 256 at L 1024), varlen through TMA.
  *
