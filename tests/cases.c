@@ -70,6 +70,11 @@ const sfc_case sfc_cases[] = {
     {"attn_d96", SFC_ATTN_FWD, 1, .H = 3, .Lq = 65, .Lk = 97, .Hkv = 3, .d = 96, .wl = -1, .wr = -1},
     {"attn_d256", SFC_ATTN_FWD, 1, .H = 2, .Lq = 70, .Lk = 130, .Hkv = 1, .d = 256, .causal = 1, .wl = -1, .wr = -1},
     {"attn_d192", SFC_ATTN_FWD, 2, .H = 2, .Lq = 100, .Lk = 150, .Hkv = 2, .d = 192, .wl = -1, .wr = -1},
+    /* several key tiles (attn_fwd_ws: 80 keys at d 256, 112 at d 192), so
+     * the 2-stage K/V ring wraps and its mbarrier phases flip */
+    {"attn_d256_long", SFC_ATTN_FWD, 2, .H = 4, .Lq = 333, .Lk = 333, .Hkv = 2, .d = 256, .causal = 1, .wl = -1, .wr = -1},
+    {"attn_d256_window", SFC_ATTN_FWD, 1, .H = 2, .Lq = 300, .Lk = 300, .Hkv = 1, .d = 256, .wl = 100, .wr = 7},
+    {"attn_d192_long", SFC_ATTN_FWD, 1, .H = 2, .Lq = 257, .Lk = 400, .Hkv = 1, .d = 192, .wl = -1, .wr = -1},
     {"attn_varlen", SFC_ATTN_FWD, 5, .H = 4, .Hkv = 2, .d = 64, .causal = 1, .wl = -1, .wr = -1,
      .attn_varlen = 1, .qlens = {1, 0, 70, 129, 5}, .klens = {1, 3, 70, 150, 0}},
     {"attn_varlen_window", SFC_ATTN_FWD, 3, .H = 2, .Hkv = 1, .d = 32, .wl = 8, .wr = 8,

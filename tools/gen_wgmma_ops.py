@@ -9,25 +9,31 @@ out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one a
            " * rs: A from registers, B MN-major (transposed).  Only the sm_90a pass\n"
            " * compiles them. */\n#ifndef SF_WGMMA_OPS_CUH\n#define SF_WGMMA_OPS_CUH\n\n"
            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_wg {\n")
+# (n, ss wanted, rs wanted): n 64 / 128 both; the head-dim-192/256 tiles of
+# attn_fwd_ws add S = Q K^T at 80, 96 and 112 keys (ss) and O += P V at 192 and
+# 256 columns (rs).
+SHAPES = ((64, 1, 1), (128, 1, 1), (80, 1, 0), (96, 1, 0), (112, 1, 0), (192, 0, 1), (256, 0, 1))
 for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
-    for n in (64, 128):
+    for n, want_ss, want_rs in SHAPES:
         nreg = n // 2
         dl = ",".join("%%%d" % i for i in range(nreg))
         cons = ", ".join('"+f"(d[%d])' % i for i in range(nreg))
         # smem x smem, B K-major (trans-b 0); scale_d predicate
-        out.append("/* D(64 x %d) (+)= A(desc, K-major) * B(desc, K-major), %s */\n" % (n, ty))
-        out.append("__device__ __forceinline__ void wgmma_ss_%s_n%d(float *d, uint64_t da, uint64_t db, int scale_d) {\n" % (ty, n))
-        out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 2))
-        out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1))
-        out.append('                 : %s\n' % cons)
-        out.append('                 : "l"(da), "l"(db), "r"(scale_d));\n}\n')
+        if want_ss:
+            out.append("/* D(64 x %d) (+)= A(desc, K-major) * B(desc, K-major), %s */\n" % (n, ty))
+            out.append("__device__ __forceinline__ void wgmma_ss_%s_n%d(float *d, uint64_t da, uint64_t db, int scale_d) {\n" % (ty, n))
+            out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 2))
+            out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1))
+            out.append('                 : %s\n' % cons)
+            out.append('                 : "l"(da), "l"(db), "r"(scale_d));\n}\n')
         # regs x smem, B MN-major (trans-b 1), accumulate
-        out.append("/* D(64 x %d) += A(registers) * B(desc, MN-major), %s */\n" % (n, ty))
-        out.append("__device__ __forceinline__ void wgmma_rs_%s_n%d(float *d, const uint32_t *a, uint64_t db, int scale_d) {\n" % (ty, n))
-        out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 5))
-        out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
-        out.append('                 : %s\n' % cons)
-        out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
+        if want_rs:
+            out.append("/* D(64 x %d) += A(registers) * B(desc, MN-major), %s */\n" % (n, ty))
+            out.append("__device__ __forceinline__ void wgmma_rs_%s_n%d(float *d, const uint32_t *a, uint64_t db, int scale_d) {\n" % (ty, n))
+            out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 5))
+            out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
+            out.append('                 : %s\n' % cons)
+            out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
 out.append("} /* namespace sf_wg */\n#endif\n#endif\n")
 import sys
 sys.stdout.write("".join(out))

@@ -5,10 +5,12 @@
  *                   TMA tensor maps, producer warpgroup + 2 or 3 consumer
  *                   warpgroups (setmaxnreg 24/240 or 32/160), K/V ring on
  *                   mbarriers, S_{j+1} issued before the softmax of S_j,
- *                   pingpong on named barriers.  Dense batches, d = 64 or
- *                   128, 16-byte aligned rows, scale > 0.  d = 128: 128 x 128
- *                   tiles, 2 stages; d = 64: 3 stages, 192 query rows (3
- *                   consumers) from L 512 (causal 1024), else 128.
+ *                   pingpong on named barriers.  Dense batches, d = 64,
+ *                   128, 192 or 256, 16-byte aligned rows, scale > 0.
+ *                   d = 128: 128 x 128 tiles, 2 stages; d = 64: 3 stages,
+ *                   192 query rows (3 consumers) from L 512 (causal 1024),
+ *                   else 128; d = 256: 128 x 80 tiles, 2 stages (224 KiB of
+ *                   shared memory); d = 192: 128 x 112, 2 stages.
  *   attn_fwd_wgmma  (attn_fwd_wgmma.cuh) sm_90a: wgmma with a cp.async
  *                   double buffer, no warp specialisation, 128 x 128 tiles;
  *                   d <= 128 with 16-byte aligned rows.  Serves what ws does
@@ -53,8 +55,26 @@
  *   d256  wgmma (64-key tiles)  L 1024 377, 4096 421, 16384 428; causal 276 356 427
  *         mma                        243       239        242;        192 226 245
  *         cuDNN                      626       676        661;        445 557 602
+ *   ws at d 256 / 192 (bench/gpu_attn.py, forced ws128, one run; cuDNN and
+ *   FA2 = torch SDPA backends in the same run):
+ *                       L 1024    4096   16384   causal 1024  4096  16384
+ *   d256  ws (128 x 80)    607     650     674           403   555    664
+ *         cuDNN            607     675     669           453   577    596
+ *         FA2              306     316     323           248   282    291
+ *   d192  ws (128 x 112)   525     649     674           373   557    659
+ *         cuDNN            594     661     649           440   551    609
+ *         FA2              289     315     325           227   274    293
+ *   (autotuned, same run, d256: 606 635 676, causal 399 553 672; cuDNN 609
+ *   652 676, causal 450 563 645.)  d256 with 64-key tiles (192 KiB, same
+ *   run, two repeats each): 546/542 621/618 631/637, causal 403/403
+ *   526/507 620/630, against 80 keys 604/563 715/652 661/604, causal
+ *   396/403 555/535 636/658: 80 kept.  d192 with 96-key tiles (another
+ *   run, L 1024 2048 4096 16384, two repeats): 534/525 574/576 619/563
+ *   642/650, causal 381/376 462/445 526/522 606/609, against 112 keys
+ *   555/525 608/588 635/605 655/662, causal 362/368 464/473 534/532
+ *   621/621: 112 kept.
  * Not done: persistent scheduling (short sequences still trail cuDNN:
- * L512, ViT), varlen through TMA, a warp-specialised kernel for d > 128.
+ * L512, ViT, d 192 / 256 at L 1024), varlen through TMA.
  *
  * f32 inputs are refused (SF_ERR_UNSUPPORTED): f32 attention is served by
  * the CPU backend on host memory.
@@ -70,6 +90,7 @@
                              through cudaGetDriverEntryPointByVersion, no -lcuda */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <type_traits>
 
@@ -81,6 +102,10 @@ using sf_attn::FwdTraits;
 int sf_attn_tuning_force_bm = 0;
 /* and the 2-CTA register cap (MINB 2) for the d<=64, 128-row tile (0: off). */
 int sf_attn_tuning_minb2 = 1;
+/* and the key tile of attn_fwd_ws at d 256 (64; 0 = the default 80) or
+ * d 192 (96; 0 = 112), or env SF_ATTN_TUNING_WS_BN; exported so a scratch
+ * script can set it through ctypes. */
+__attribute__((visibility("default"))) int sf_attn_tuning_ws_bn = 0;
 #endif
 /* The kernel (and the ws tile rows) is chosen per shape bucket by the
  * autotuner (src/core/autotune.h): SF_AUTOTUNE_FORCE=attn_fwd:NAME pins one
@@ -267,10 +292,10 @@ bool make_tmap(CUtensorMap *m, bool bf16, const void *ptr, int64_t d, int64_t ro
     return r == CUDA_SUCCESS;
 }
 
-template <typename T, int D, int BM, int NST> bool ws_available() {
+template <typename T, int D, int BM, int NST, int BN> bool ws_available() {
     static const bool avail = [] {
         cudaFuncAttributes fa;
-        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST>) ==
+        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST, BN>) ==
                       cudaSuccess &&
                   fa.binaryVersion >= 90 && fa.numRegs >= 64;
         (void)cudaGetLastError();
@@ -282,10 +307,10 @@ template <typename T, int D, int BM, int NST> bool ws_available() {
 /* 1: launched (status in *st); 0: not available (no sm_90a code, too
  * little shared memory, a tensor map the driver refuses): use another
  * kernel. */
-template <typename T, int D, int BM, int NST>
+template <typename T, int D, int BM, int NST, int BN = sf_attn::WsBn<D>::value>
 int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
-    typedef sf_attn::WsTraits<D, BM, NST> Tr;
-    if ((int64_t)Tr::SMEM > smem_optin || !ws_available<T, D, BM, NST>()) return 0;
+    typedef sf_attn::WsTraits<D, BM, NST, BN> Tr;
+    if ((int64_t)Tr::SMEM > smem_optin || !ws_available<T, D, BM, NST, BN>()) return 0;
     p.n_mtiles = (p.lq + BM - 1) / BM;
     const int64_t nx = (int64_t)p.batch * p.n_mtiles;
     if (nx > 0x7fffffffLL || p.nheads > 65535) return 0;
@@ -297,7 +322,7 @@ int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
         !make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, Tr::BN))
         return 0;
     void (*kern)(const FwdParams, const CUtensorMap, const CUtensorMap, const CUtensorMap) =
-        sf_attn::attn_fwd_ws<T, D, BM, NST>;
+        sf_attn::attn_fwd_ws<T, D, BM, NST, BN>;
     *st = SF_OK;
     cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM);
@@ -312,14 +337,28 @@ int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
     return 1;
 }
 
-/* attn_fwd_ws serves dense batches with d = 64 or 128, 16-byte aligned rows
- * and a positive scale on sm_90 (see attn_fwd_ws.cuh for why). */
+/* attn_fwd_ws serves dense batches with d = 64, 128, 192 or 256 exactly
+ * (the tensor maps and the epilogue span D columns: no padding), 16-byte
+ * aligned rows and a positive scale on sm_90 (see attn_fwd_ws.cuh for
+ * why). */
 template <typename T>
 int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int force_bm) {
-    if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen || (p.d != 64 && p.d != 128) ||
-        !(p.scale_log2 > 0.f))
+    if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen ||
+        (p.d != 64 && p.d != 128 && p.d != 192 && p.d != 256) || !(p.scale_log2 > 0.f))
         return 0;
     const int64_t optin = (int64_t)cs->smem_optin;
+#ifdef SF_ATTN_TUNING
+    {
+        const char *e = getenv("SF_ATTN_TUNING_WS_BN");
+        const int bn = e ? atoi(e) : sf_attn_tuning_ws_bn;
+        if (p.d == 256 && bn == 64)
+            return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2, 64>(ctx, p, optin, st);
+        if (p.d == 192 && bn == 96)
+            return force_bm == 192 ? 0 : launch_ws<T, 192, 128, 2, 96>(ctx, p, optin, st);
+    }
+#endif
+    if (p.d == 256) return force_bm == 192 ? 0 : launch_ws<T, 256, 128, 2>(ctx, p, optin, st);
+    if (p.d == 192) return force_bm == 192 ? 0 : launch_ws<T, 192, 128, 2>(ctx, p, optin, st);
     if (p.d == 128) return force_bm == 192 ? 0 : launch_ws<T, 128, 128, 2>(ctx, p, optin, st);
     /* d = 64: 3 consumers on 192-row tiles once sequences are long enough
      * that the padding of the last tile does not matter (H200, bf16,
@@ -370,7 +409,7 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
         if (try_ws<T>(ctx, p, cs, &st, cand == 1 ? 128 : 192)) return st;
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                        "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, d 64 (or "
-                       "128 for ws128), 16-byte aligned rows and a positive scale",
+                       "128, 192, 256 for ws128), 16-byte aligned rows and a positive scale",
                        attn_cand_names[cand]);
     case 3:
         if (try_wgmma<T>(ctx, p, p.nheads, cs, &st, true)) return st;

@@ -1,5 +1,6 @@
 /* attn_fwd_ws.cuh - Hopper (sm_90a) attention forward, warp-specialised
- * (the FlashAttention-3 structure), dense batches with d = 64 or 128.
+ * (the FlashAttention-3 structure), dense batches with d = 64, 128, 192
+ * or 256.
  *
  * CTA = 1 + NC warpgroups, one per (BM = 64 * NC query rows, head):
  *   WG0  producer: drops to 24 (NC 2) or 32 (NC 3) registers
@@ -10,7 +11,7 @@
  *        "full" mbarrier; it refills a stage once every consumer warp has
  *        released it ("empty" mbarrier, 4 * NC warp arrivals).
  *   WG1..WGNC  consumers (setmaxnreg.inc 240 or 160): 64 query rows each.
- *        S = Q K^T : wgmma m64n128k16, Q and K from shared memory;
+ *        S = Q K^T : wgmma m64n{BN}k16, Q and K from shared memory;
  *        O += P V  : wgmma m64n{D}k16, P from registers, V MN-major.
  * Intra-warpgroup overlap: the wgmma for S_j is issued before O += P_{j-1}
  * V_{j-1}; the softmax of S_j runs while P V is in flight (wait_group 1),
@@ -23,7 +24,11 @@
  * Tiles: BN = 128 keys.  d128: BM 128 (O 64 + S 64 + P 32 registers fit
  * 240), 2 stages (3 stages, 225 KiB of shared memory, measured slower);
  * d64: 3 stages, BM 128 or 192 (the launcher picks; 192 fits 160 registers
- * with no spill and measured +14% from L 2048).
+ * with no spill and measured +14% from L 2048).  d256: BM 128, BN 80,
+ * 2 stages (O 128 + S 40 + P 20 registers; Q 64 KiB + 4 x 40 KiB of K/V);
+ * d192: BM 128, BN 112, 2 stages (O 96 + S 56 + P 28; 48 + 4 x 42 KiB).
+ * Each row tile is D / 64 TMA boxes of 64 columns (the 128-byte swizzle
+ * takes 64 16-bit elements per row).
  *
  * TMA zero-fills rows past the tensor (dims are the dense lq / lk), so
  * padded K and V rows are 0, never garbage; varlen batches (rows of the
@@ -44,16 +49,26 @@
 
 namespace sf_attn {
 
-template <int D, int BM_, int NST> struct WsTraits {
-    static constexpr int BM = BM_, BN = 128, NC = BM_ / 64, NT = 128 * (NC + 1);
+/* keys per K/V tile: 128 up to d 128; d 192 and 256 take 112 and 80 so
+ * that O (D/2 registers) + S (BN/2) + P (BN/4) fit under 240 and Q + 2
+ * stages of K and V fit the 227 KiB of shared memory (d 256: 64 + 4 x 40 =
+ * 224 KiB; d 192: 48 + 4 x 42 = 216 KiB) */
+template <int D> struct WsBn { static constexpr int value = D <= 128 ? 128 : D == 192 ? 112 : 80; };
+
+template <int D, int BM_, int NST, int BN_ = WsBn<D>::value> struct WsTraits {
+    static constexpr int BN = BN_;
+    static constexpr int BM = BM_, NC = BM_ / 64, NT = 128 * (NC + 1);
     /* registers: 64K per SM shared by the producer and NC consumers */
     static constexpr int REG_P = NC == 2 ? 24 : 32, REG_C = NC == 2 ? 240 : 160;
     static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
     static constexpr int BAR_OFF = QBYTES + 2 * NST * KVBYTES;
     /* tiles, 1 + 4 * NST mbarriers, 1 KiB to align the base to 1024 */
     static constexpr size_t SMEM = (size_t)BAR_OFF + (1 + 4 * NST) * 8 + 1024;
-    static_assert(D == 64 || D == 128, "ws path: head dims 64 and 128");
+    static_assert(D == 64 || D == 128 || D == 192 || D == 256, "ws path: head dims 64, 128, 192, 256");
     static_assert(BM == 128 || BM == 192, "2 or 3 consumer warpgroups");
+    static_assert(D <= 128 || (BM == 128 && NST == 2), "d 192 / 256: 128 rows, 2 stages");
+    static_assert(BN % 16 == 0 && (BN * 128) % 1024 == 0, "k-steps of 16 keys, 1 KiB-aligned blocks");
+    static_assert(SMEM <= 227 * 1024, "over the opt-in shared memory of sm_90");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -166,12 +181,12 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&
 
 /* attn_fwd_ws: see the file comment.  tmq/tmk/tmv map (d, rows, heads,
  * batch) with 64 x 128-row boxes. */
-template <typename T, int D, int BM_, int NST>
+template <typename T, int D, int BM_, int NST, int BN_ = WsBn<D>::value>
 __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     attn_fwd_ws(const FwdParams p, const __grid_constant__ CUtensorMap tmq,
                 const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef WsTraits<D, BM_, NST> Tr;
+    typedef WsTraits<D, BM_, NST, BN_> Tr;
     constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;

@@ -92,6 +92,32 @@ template <> struct Wg<__half, 128> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n128(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n128(d, a, b, 1); }
 };
+/* S tiles of 80 / 96 / 112 keys (ss only) and O tiles of 192 / 256 columns (rs
+ * only): the head-dim 256 / 192 tiles of attn_fwd_ws */
+#define SF_WG_SS_ONLY(TY, NAME, N)                                                                  \
+    template <> struct Wg<TY, N> {                                                                  \
+        static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) {      \
+            wgmma_ss_##NAME##_n##N(d, a, b, sc);                                                    \
+        }                                                                                           \
+    };
+#define SF_WG_RS_ONLY(TY, NAME, N)                                                                  \
+    template <> struct Wg<TY, N> {                                                                  \
+        static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) {        \
+            wgmma_rs_##NAME##_n##N(d, a, b, 1);                                                     \
+        }                                                                                           \
+    };
+SF_WG_SS_ONLY(__nv_bfloat16, bf16, 80)
+SF_WG_SS_ONLY(__nv_bfloat16, bf16, 96)
+SF_WG_SS_ONLY(__nv_bfloat16, bf16, 112)
+SF_WG_SS_ONLY(__half, f16, 80)
+SF_WG_SS_ONLY(__half, f16, 96)
+SF_WG_SS_ONLY(__half, f16, 112)
+SF_WG_RS_ONLY(__nv_bfloat16, bf16, 192)
+SF_WG_RS_ONLY(__nv_bfloat16, bf16, 256)
+SF_WG_RS_ONLY(__half, f16, 192)
+SF_WG_RS_ONLY(__half, f16, 256)
+#undef SF_WG_SS_ONLY
+#undef SF_WG_RS_ONLY
 #endif
 
 } /* namespace sf_wg */
