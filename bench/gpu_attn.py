@@ -64,6 +64,7 @@ def main():
     ap.add_argument("--d", default="", help="comma-separated head dims (default: the sweep's)")
     ap.add_argument("--L", default="", help="comma-separated sequence lengths (default: the sweep's)")
     ap.add_argument("--no-vit", action="store_true", help="leave out the ViT point")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     a = ap.parse_args()
     gpu = torch.cuda.get_device_name()
     date = time.strftime("%Y-%m-%d")
@@ -74,19 +75,19 @@ def main():
     if a.L:
         Ls = [int(x) for x in a.L.split(",")]
     rows = []
-    print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}")
+    print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}, {a.dtype}")
     print(f"{'shape':34s} {'ours':>8s} {'cudnn':>8s} {'fa2':>8s}  TFLOP/s   ours/cudnn  err")
     points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in (False, True) for L in Ls]
     if not a.no_vit:
         points.append((256, 196, 12, 64, False))  # ViT-B/16
     for B, L, H, d, causal in points:
-        flops, r = run_point(B, L, H, d, causal)
+        flops, r = run_point(B, L, H, d, causal, dtype=getattr(torch, a.dtype))
         tf = {k: flops / (r[k] * 1e-3) / 1e12 for k in ("ours", "cudnn", "fa2")}
         shape = f"B{B} L{L} H{H} d{d} {'causal' if causal else 'full'}"
         ratio = r["cudnn"] / r["ours"]
         print(f"{shape:34s} {tf['ours']:8.1f} {tf['cudnn']:8.1f} {tf['fa2']:8.1f}"
               f"            {ratio:5.2f}x  {r.get('err_vs_cudnn', float('nan')):.1e}", flush=True)
-        rows.append(dict(date=date, gpu=gpu, B=B, L=L, H=H, d=d, causal=int(causal),
+        rows.append(dict(date=date, gpu=gpu, dtype=a.dtype, B=B, L=L, H=H, d=d, causal=int(causal),
                          ours_ms=r["ours"], cudnn_ms=r["cudnn"], fa2_ms=r["fa2"],
                          ours_tflops=tf["ours"], cudnn_tflops=tf["cudnn"], fa2_tflops=tf["fa2"],
                          ratio_vs_cudnn=ratio, err=r.get("err_vs_cudnn", float("nan")),
@@ -110,7 +111,7 @@ def main():
             ax.set_xscale("log", base=2)
             ax.set_title(f"d {d}, {'causal' if c else 'non-causal'}")
             ax.set_xlabel("sequence length")
-        axes[0].set_ylabel("TFLOP/s (bf16)")
+        axes[0].set_ylabel(f"TFLOP/s ({a.dtype})")
         axes[0].legend()
         fig.suptitle(f"attention forward, {gpu}, {date}")
         fig.tight_layout()
