@@ -131,12 +131,14 @@ def main():
                     help="comma-separated autotuner configurations of ours to time one by one "
                          "(SF_AUTOTUNE_FORCE=ssd_fwd:NAME), e.g. wg8,wg4,general")
     ap.add_argument("--profile", action="store_true",
-                    help="time every kernel of one forward (b8 L4096), ours and the peer")
+                    help="time every kernel of one forward, ours and the peer")
     ap.add_argument("--profile-dtype", default="bfloat16", choices=("bfloat16", "float32"),
                     help="the dtype --profile uses")
+    ap.add_argument("--profile-shape", default="8,4096", help="batch,seqlen for --profile")
     a = ap.parse_args()
     if a.profile:
-        profile_kernels(dtype=getattr(torch, a.profile_dtype))
+        pb, pL = (int(v) for v in a.profile_shape.split(","))
+        profile_kernels(b=pb, L=pL, dtype=getattr(torch, a.profile_dtype))
         return
     gpu = torch.cuda.get_device_name()
     date = time.strftime("%Y-%m-%d")
