@@ -156,7 +156,7 @@ int main(void) {
         }
     }
 
-    const char *cfgs[] = {"wg8", "wgp8", "general"};
+    const char *cfgs[] = {"wg8", "wgp8", "split", "general"};
     uint16_t *gout = xmalloc((size_t)Q * H * P * 2);
     float *gfin = xmalloc(finb);
     int ran = 0;

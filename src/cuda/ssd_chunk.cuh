@@ -272,6 +272,94 @@ __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
 }
 
 /* ------------------------------------------------------------------ */
+/* chunk states alone (the split path: then ssd_state_scan)             */
+/* ------------------------------------------------------------------ */
+/* S_c = X_c^T diag(w) B_c for every chunk at once, w_j = exp2(g'_last -
+ * g'_j) dt_j, in f32 to `cst` (P x N per (b, h, c)); the scan over chunks
+ * is ssd_state_scan's.  ssd_state_pass walks the chunks of a (b, h, state
+ * slice) in order with the state on chip, so its parallelism is batch x
+ * heads x slices (2.7B f32 b8 L4096: 1.50 ms, latency-bound); here every
+ * chunk is a block of its own.  Dense batches only (a chunk's tokens are
+ * one sequence).  Grid (flattened): state slice fastest (P / 32 x N / 64),
+ * then head, chunk, batch row.  Block 128 = 2 x 2 warps of 16 (P) x 32 (N),
+ * the same tiles and three-stage cp.async staging as ssd_state_pass. */
+template <typename T>
+__global__ void __launch_bounds__(128) ssd_chunk_state_mma(const ssd_fwd_args a, float *cst) {
+    using M = ssd_mma<T>;
+    constexpr int PS = 32, NS = 64, KT = sizeof(T) == 2 ? 64 : 32, ST = 3;
+    constexpr int LDX = PS + ssd_pad<T>::KMAJ, LDB = NS + ssd_pad<T>::KMAJ;
+    __shared__ __align__(16) T sX[ST][KT * LDX];
+    __shared__ __align__(16) T sB[ST][KT * LDB];
+    __shared__ __align__(16) float sw[256];
+
+    const int npsl = (a.P + PS - 1) / PS, nnsl = (a.N + NS - 1) / NS;
+    int64_t id = blockIdx.x;
+    const int sl = (int)(id % (npsl * nnsl));
+    id /= npsl * nnsl;
+    const int h = (int)(id % a.H);
+    id /= a.H;
+    const int c = (int)(id % a.nc);
+    const int b = (int)(id / a.nc);
+    const int p0 = (sl / nnsl) * PS, n0 = (sl % nnsl) * NS;
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int wm = warp & 1, wn = warp >> 1;
+    const int prow0 = p0 + wm * 16, ncol0 = n0 + wn * 32;
+    const int64_t t0 = (int64_t)c * a.Q, bh = (int64_t)b * a.H + h;
+    const int Lc = (int)min((int64_t)a.Q, a.L - t0);
+    const T *xb = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
+    const T *Bb = (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] +
+                  (int64_t)(h / a.hpg) * a.Bs[2] + n0;
+    const int pv = min(PS, a.P - p0), nv = min(NS, a.N - n0);
+    const int nit = (Lc + KT - 1) / KT;
+
+    /* sub-tile `it` -> buffer it % ST; always one (maybe empty) group */
+    auto issue = [&](int it) {
+        if (it < nit) {
+            const int k0 = it * KT, kv = min(KT, Lc - k0);
+            ssd_stage_async<T, 128>(sX[it % ST], LDX, xb + (int64_t)k0 * a.xs[1], a.xs[1], KT, PS, kv,
+                                    pv, a.vec_x);
+            ssd_stage_async<T, 128>(sB[it % ST], LDB, Bb + (int64_t)k0 * a.Bs[1], a.Bs[1], KT, NS, kv,
+                                    nv, a.vec_B);
+        }
+        ssd_cp_commit();
+    };
+    for (int u = 0; u < ST - 1; u++) issue(u);
+    const float *gwc = a.gw + (bh * a.nc + c) * a.Q, *dtc = a.dtw + (bh * a.nc + c) * a.Q;
+    const float glast = gwc[Lc - 1];
+    for (int i = tid; i < a.Q; i += 128)
+        sw[i] = i < Lc ? exp2f(fminf(glast - gwc[i], 0.0f)) * dtc[i] : 0.0f;
+
+    float S[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) S[nt][e] = 0.0f;
+    for (int it = 0; it < nit; it++) {
+        issue(it + ST - 1);
+        ssd_cp_wait<ST - 1>();
+        __syncthreads(); /* sub-tile `it` (and sw) visible to all warps */
+        const T *cX = sX[it % ST], *cB = sB[it % ST];
+        const int k0 = it * KT, kv = min(KT, Lc - k0);
+#pragma unroll 4
+        for (int kk = 0; kk < KT; kk += M::K) {
+            if (kk >= kv) break;
+            uint32_t af[4], bf[4];
+            M::load_a_t(af, cX, LDX, wm * 16, kk);
+            M::scale_a(af, sw + k0 + kk);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                M::load_b2_t(bf, cB, LDB, wn * 32 + np * 16, kk);
+                M::mma(S[2 * np], af, bf);
+                M::mma(S[2 * np + 1], af, bf + 2);
+            }
+        }
+        __syncthreads(); /* buffer it % ST free for sub-tile it + ST */
+    }
+    ssd_cp_wait<0>();
+    ssd_acc_store<4>(S, cst + (bh * a.nc + c) * (int64_t)a.P * a.N, a.N, 1, prow0, ncol0, a.P, a.N);
+}
+
+/* ------------------------------------------------------------------ */
 /* compute_out                                                          */
 /* ------------------------------------------------------------------ */
 /* 16-bit tiles are double-buffered (the next key tile's B and X are in

@@ -231,17 +231,58 @@ static int ssd_vec_ok(const sf_tensor *t, size_t esz, int nstrides) {
 
 static size_t ssd_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* The general path: any dtype, N <= 256, varlen, any alignment. */
+/* Why the split state path (warp cumsum, every chunk's state at once, then
+ * the scan) cannot serve the problem, or NULL if it can. */
+static const char *ssd_split_refusal(const ssd_fwd_args &a) {
+    if (a.varlen) return "it takes dense batches (no seq_idx / cu_seqlens)";
+    if (a.Q != 128 && a.Q != 256) return "it takes chunk_size 128 or 256";
+    if (a.N % 4) return "it takes dstate a multiple of 4";
+    return nullptr;
+}
+
+template <typename T, int Q>
+static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    const int64_t PN = (int64_t)a.P * a.N;
+    const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
+    const int64_t gst = (int64_t)a.batch * a.nc * a.H * ((a.P + 31) / 32) * ((a.N + 63) / 64);
+    const int64_t gsc = (int64_t)a.batch * a.H * ((PN + 1023) / 1024);
+    if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    if (gcum > 0) {
+        ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (gst > 0) {
+        ssd_chunk_state_mma<T><<<(unsigned)gst, 128, 0, stream>>>(a, cst);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (gsc > 0) {
+        ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
+
+/* The general path: any dtype, N <= 256, varlen, any alignment.  With
+ * `cst` (split path, ssd_split_refusal NULL) the states come from
+ * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass. */
 template <typename T>
 static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
-                                 int64_t grid_out) {
+                                 int64_t grid_out, float *cst = nullptr) {
     cudaStream_t stream = sf_cuda_stream(ctx);
+    if (cst) {
+        const sf_status st = a.Q == 256 ? ssd_split_states<T, 256>(ctx, a, cst)
+                                        : ssd_split_states<T, 128>(ctx, a, cst);
+        if (st != SF_OK) return st;
+        grid_state = 0;
+    }
     if (a.varlen && (int64_t)a.batch * a.L > 0) {
         const int64_t n = (int64_t)a.batch * a.L;
         ssd_seqid<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 127) / 128);
+    const int64_t gcum = cst ? 0 : (int64_t)a.batch * a.nc * ((a.H + 127) / 128);
     if (gcum > 0) {
         ssd_chunk_cumsum<T><<<(unsigned)gcum, 128, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
@@ -368,10 +409,13 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
 }
 
 /* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
- * output block, and the general path.  Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8", "wg4", "wg16", "wgp8", "wgp4", "wgp16", "general"};
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, 0};
-static const int SSD_NCAND = 7, SSD_GENERAL = 6;
+ * output block (plain or pipelined output kernel), the general path with
+ * split states (any dtype, dense batches) and the general path.
+ * Candidate 0 is the default. */
+static const char *const ssd_cand_names[] = {"wg8",  "wg4",  "wg16",  "wgp8",
+                                             "wgp4", "wgp16", "split", "general"};
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, 0}; /* -1 split, 0 general */
+static const int SSD_NCAND = 8, SSD_SPLIT = 6, SSD_GENERAL = 7;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -386,6 +430,11 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
+    if (hpc < 0) {
+        if (const char *why = ssd_split_refusal(a))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration split: %s", why);
+        return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out, tc->cst);
+    }
     if (const char *why = ssd_wg_refusal<T>(ctx, a))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
                        ssd_cand_names[cand], why);
@@ -415,13 +464,13 @@ template <typename T>
 static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     const ssd_fwd_args &a = *tc->a;
     const sf_cuda_state *cs = sf_cuda_st(ctx);
-    const char *why = ssd_wg_refusal<T>(ctx, a);
-    if (why && !sf_autotune_forced("ssd_fwd")) return ssd_run_cand<T>(ctx, tc, SSD_GENERAL);
+    const char *why = ssd_wg_refusal<T>(ctx, a), *why_split = ssd_split_refusal(a);
+    if (why && why_split && !sf_autotune_forced("ssd_fwd")) return ssd_run_cand<T>(ctx, tc, SSD_GENERAL);
     int64_t rows = (int64_t)a.batch * a.nc, pow2 = 1;
     while (pow2 < rows) pow2 <<= 1;
     char bucket[96];
     snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
-             (long long)pow2, why ? "general" : "wg");
+             (long long)pow2, !why ? "wg" : why_split ? "general" : "split");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -440,7 +489,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     if (st != SF_OK || ran) return st;
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
-    if (ssd_cand_hpc[choice] != 0 && why) choice = SSD_GENERAL;
+    if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split)) choice = SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 
@@ -502,11 +551,11 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const size_t b_dt = ssd_align(nvec * 4), b_st = ssd_align(nst * esz);
     const size_t b_s32 = need32 ? ssd_align(nst * 4) : 0;
     const size_t b_id = pr->varlen ? ssd_align((size_t)pr->batch * pr->seqlen * 4) : 0;
-    /* f32 chunk states of the sm_90a path, when it may serve */
+    /* f32 chunk states of the sm_90a or the split path, when one may serve */
     const char *wg_no = p->x.dtype == SF_BF16 ? ssd_wg_refusal<__nv_bfloat16>(ctx, a)
                         : p->x.dtype == SF_F16 ? ssd_wg_refusal<__half>(ctx, a)
                                                : "f32";
-    const size_t b_cst = wg_no ? 0 : ssd_align(nst * 4);
+    const size_t b_cst = wg_no && ssd_split_refusal(a) ? 0 : ssd_align(nst * 4);
     const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst;
     unsigned char *ws = (unsigned char *)sf_ws_get(ctx, total);
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;

@@ -132,8 +132,12 @@ __global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, cons
             gn = gl[(int64_t)(c + 1) * a.Q];
         }
         T *d = st + (int64_t)c * PN;
-        const uint32_t lo = ssd_pack(T{}, H.x, H.y), hi = ssd_pack(T{}, H.z, H.w);
-        *reinterpret_cast<uint2 *>(d) = make_uint2(lo, hi);
+        if constexpr (sizeof(T) == 4) {
+            *reinterpret_cast<float4 *>(d) = H;
+        } else {
+            const uint32_t lo = ssd_pack(T{}, H.x, H.y), hi = ssd_pack(T{}, H.z, H.w);
+            *reinterpret_cast<uint2 *>(d) = make_uint2(lo, hi);
+        }
         H = make_float4(fmaf(dec, H.x, S.x), fmaf(dec, H.y, S.y), fmaf(dec, H.z, S.z),
                         fmaf(dec, H.w, S.w));
     }
