@@ -33,6 +33,10 @@
  *     taken by consumer 0 after its last tile, so every barrier ends balanced.
  * Per-tile state (running max, sum, O, the row key ranges) is set up at the
  * top of each tile; fully masked rows write 0 and lse -inf as in attn_fwd_ws.
+ * Instantiated for d 64 (128 or 192 rows, 3 stages), 128 and 256 (128 rows,
+ * 2 stages); d 192 spills two registers (8 bytes a tile) and is not used.
+ * Registers: the producer's tile loop uses R0-R17 at most of its 24 / 32 (SASS),
+ * the consumers keep the limits of attn_fwd_ws (240 / 160), no spills.
  */
 #ifndef SF_ATTN_FWD_WSP_CUH
 #define SF_ATTN_FWD_WSP_CUH
