@@ -80,6 +80,12 @@ const sfc_case sfc_cases[] = {
     {"attn_varlen_window", SFC_ATTN_FWD, 3, .H = 2, .Hkv = 1, .d = 32, .wl = 8, .wr = 8,
      .attn_varlen = 1, .qlens = {33, 1, 64}, .klens = {33, 17, 64}},
     {"attn_strided", SFC_ATTN_FWD, 2, .H = 4, .Lq = 65, .Lk = 65, .Hkv = 2, .d = 64, .causal = 1, .strided = 1},
+    /* more queries than keys under the causal mask: whole query tiles see no
+     * key (0 output, lse -inf), and more work tiles than H200 SMs, so each
+     * CTA of the persistent kernel (attn_fwd_wsp) runs several tiles */
+    {"attn_causal_nokey_tiles", SFC_ATTN_FWD, 6, .H = 8, .Lq = 400, .Lk = 100, .Hkv = 2, .d = 64, .causal = 1},
+    {"attn_causal_nokey_d128", SFC_ATTN_FWD, 6, .H = 8, .Lq = 300, .Lk = 200, .Hkv = 4, .d = 128, .causal = 1},
+    {"attn_causal_nokey_d256", SFC_ATTN_FWD, 4, .H = 12, .Lq = 260, .Lk = 180, .Hkv = 4, .d = 256, .causal = 1},
     {"attn_llm", SFC_ATTN_FWD, 1, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128, .causal = 1, .big = 1},
     {"attn_vit", SFC_ATTN_FWD, 16, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1},
 

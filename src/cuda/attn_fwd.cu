@@ -73,8 +73,13 @@
  *   642/650, causal 381/376 462/445 526/522 606/609, against 112 keys
  *   555/525 608/588 635/605 655/662, causal 362/368 464/473 534/532
  *   621/621: 112 kept.
- * Not done: persistent scheduling (short sequences still trail cuDNN:
- * L512, ViT, d 192 / 256 at L 1024), varlen through TMA.
+ *   attn_fwd_wsp    (attn_fwd_wsp.cuh) attn_fwd_ws made persistent: one CTA
+ *                   per SM loops over the work tiles (longest causal tiles
+ *                   first, heads inner within L2-sized sections) and loads
+ *                   the next tile's Q and K/V during the current tile's last
+ *                   P V and epilogue.  Only the autotuner's wsp128 / wsp192
+ *                   configurations launch it.  NOT YET RUN ON A GPU.
+ * Not done: varlen through TMA.
  *
  * f32 inputs are refused (SF_ERR_UNSUPPORTED): f32 attention is served by
  * the CPU backend on host memory.
@@ -84,6 +89,7 @@
 #include "attn_fwd_mma.cuh"
 #include "attn_fwd_wgmma.cuh"
 #include "attn_fwd_ws.cuh"
+#include "attn_fwd_wsp.cuh"
 #include "autotune.h"
 
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled; the driver is reached
@@ -109,7 +115,7 @@ __attribute__((visibility("default"))) int sf_attn_tuning_ws_bn = 0;
 #endif
 /* The kernel (and the ws tile rows) is chosen per shape bucket by the
  * autotuner (src/core/autotune.h): SF_AUTOTUNE_FORCE=attn_fwd:NAME pins one
- * of auto, ws128, ws192, wgmma, mma. */
+ * of auto, ws128, ws192, wgmma, mma, wsp128, wsp192. */
 
 namespace {
 
@@ -372,6 +378,94 @@ int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *
     return launch_ws<T, 64, 128, 3>(ctx, p, optin, st);
 }
 
+/* ---- attn_fwd_wsp: the persistent variant ---- */
+
+template <typename T, int D, int BM, int NST, int BN> bool wsp_available() {
+    static const bool avail = [] {
+        cudaFuncAttributes fa;
+        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>) ==
+                      cudaSuccess &&
+                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
+        (void)cudaGetLastError();
+        return ok;
+    }();
+    return avail;
+}
+
+/* As launch_ws; the grid is min(tiles, SMs x resident CTAs per SM) and the
+ * schedule's L2 sections hold about half of L2 of K and V (FlashAttention-3
+ * sizes its swizzle the same way). */
+template <typename T, int D, int BM, int NST, int BN = sf_attn::WsBn<D>::value>
+int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st) {
+    typedef sf_attn::WspTraits<D, BM, NST, BN> Tr;
+    if ((int64_t)Tr::SMEM > (int64_t)cs->smem_optin || !wsp_available<T, D, BM, NST, BN>()) return 0;
+    p.n_mtiles = (p.lq + BM - 1) / BM;
+    const int64_t bh = (int64_t)p.batch * p.nheads;
+    const int64_t ntiles = bh * p.n_mtiles;
+    if (ntiles <= 0) { *st = SF_OK; return 1; }
+    /* tile indices t + grid must not overflow an int in the kernel's loop */
+    if (ntiles > 0x7fff0000LL) return 0;
+    const bool bf = std::is_same<T, __nv_bfloat16>::value;
+    const int64_t hkv = p.nheads / p.heads_per_kv;
+    CUtensorMap mq, mk, mv;
+    if (!make_tmap(&mq, bf, p.q, p.d, p.lq, p.nheads, p.batch, p.q_sr, p.q_sh, p.q_sb, BM) ||
+        !make_tmap(&mk, bf, p.k, p.d, p.lk, hkv, p.batch, p.k_sr, p.k_sh, p.k_sb, Tr::BN) ||
+        !make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, Tr::BN))
+        return 0;
+    void (*kern)(const FwdParams, const sf_attn::WspSched, const CUtensorMap, const CUtensorMap,
+                 const CUtensorMap) = sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>;
+    *st = SF_OK;
+    cudaError_t e = cudaFuncSetAttribute((const void *)kern,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM);
+    if (e != cudaSuccess) {
+        *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_fwd: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
+        return 1;
+    }
+    /* resident CTAs per SM (1 for every instantiation today: the consumers
+     * take 240 or 160 registers of the 64K); asked once, after the shared
+     * memory attribute is set */
+    static const int per_sm = [kern] {
+        int nb = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, (const void *)kern, Tr::NT, Tr::SMEM) !=
+            cudaSuccess)
+            nb = 1;
+        (void)cudaGetLastError();
+        return nb < 1 ? 1 : nb;
+    }();
+    const int64_t sms = cs->sm_count > 0 ? cs->sm_count : 132;
+    const int64_t grid = ntiles < sms * per_sm ? ntiles : sms * per_sm;
+    /* (batch, head) pairs per section: K and V of one pair are lk x d x 2
+     * tensors of 2-byte elements; half of L2 (25 MB on H200) for a section */
+    const int64_t l2 = cs->l2_bytes > 0 ? (int64_t)cs->l2_bytes : 50LL << 20;
+    const int64_t kv_pair = (int64_t)(p.lk > 0 ? p.lk : 1) * p.d * 4;
+    int64_t grp = (l2 / 2) / kv_pair;
+    if (grp < 1) grp = 1;
+    if (grp > bh) grp = bh;
+    sf_attn::WspSched sc;
+    sc.ntiles = (int)ntiles;
+    sc.group = (int)grp;
+    kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_fwd: attn_fwd_wsp launch: %s", cudaGetErrorString(e));
+    return 1;
+}
+
+/* The problems of try_ws but d 192: bm 128 (d 64, 128, 256) or 192 (d 64).
+ * d 192 is left out: its consumers spill two registers a tile (stored at
+ * the tile start, reloaded in the epilogue; 240 registers hold O 96 + S 56
+ * + P 28 and the loop state of attn_fwd_ws, not the persistent loop's). */
+template <typename T>
+int try_wsp(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int bm) {
+    if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen ||
+        (p.d != 64 && p.d != 128 && p.d != 256) || !(p.scale_log2 > 0.f))
+        return 0;
+    if (bm == 192) return p.d == 64 ? launch_wsp<T, 64, 192, 3>(ctx, p, cs, st) : 0;
+    if (p.d == 64) return launch_wsp<T, 64, 128, 3>(ctx, p, cs, st);
+    if (p.d == 128) return launch_wsp<T, 128, 128, 2>(ctx, p, cs, st);
+    return launch_wsp<T, 256, 128, 2>(ctx, p, cs, st);
+}
+
 template <typename T>
 sf_status dispatch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, int nheads) {
     switch (dpad) {
@@ -387,7 +481,8 @@ sf_status dispatch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, int nheads
 
 /* Candidate 0 is the heuristic chain (ws, else wgmma, else mma) and the
  * default without tuning; the others pin one kernel (and ws tile rows). */
-const char *const attn_cand_names[] = {"auto", "ws128", "ws192", "wgmma", "mma"};
+const char *const attn_cand_names[] = {"auto", "ws128", "ws192", "wgmma", "mma", "wsp128", "wsp192"};
+const int attn_ncand = (int)(sizeof attn_cand_names / sizeof attn_cand_names[0]);
 
 struct AttnTune {
     const FwdParams *p;
@@ -416,6 +511,13 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                        "sf_attn_fwd: configuration wgmma needs sm_90a code, d <= 256 and 16-byte "
                        "aligned rows");
+    case 5:
+    case 6:
+        if (try_wsp<T>(ctx, p, cs, &st, cand == 5 ? 128 : 192)) return st;
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, d 64 (or "
+                       "128, 256 for wsp128), 16-byte aligned rows and a positive scale",
+                       attn_cand_names[cand]);
     default: return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
     }
 }
@@ -453,7 +555,7 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     rq.op = "attn_fwd";
     rq.dtype = dt;
     rq.bucket = bucket;
-    rq.ncand = 5;
+    rq.ncand = attn_ncand;
     rq.names = attn_cand_names;
     rq.run = attn_tune_run<T>;
     rq.arg = &t;

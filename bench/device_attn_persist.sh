@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Validates and times the persistent attention kernel (attn_fwd_wsp, autotuner
+# configurations wsp128 / wsp192) on an H200, in about two minutes.
+# Run from the repository root with a CUDA build of this branch in build-gpu/
+# (libseqfuse.so* and tests/test_ops):
+#   bench/device_attn_persist.sh            (logs in $OUT, default ./out)
+# Phase 1 (concurrent, correctness only): every test case pinned to wsp128 and
+# to wsp192 (--all, so the ViT and LLM shapes with several tiles per CTA run);
+# compute-sanitizer memcheck and racecheck on the wsp128 quick set (its
+# attn_causal_nokey_* cases already give the CTAs more than one tile each).
+# Phase 2 (one at a time, timing): bench/gpu_attn.py pinned to wsp128, wsp192
+# (d 64 only: it serves nothing else) and ws128 (the non-persistent kernel),
+# ours vs cuDNN vs FA2 in TFLOP/s.
+set -uo pipefail
+B=build-gpu
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+T0=$SECONDS
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -2
+
+verdict() { # name rc log
+  case $2 in
+    0) echo "PASS $1 ($(tail -n 1 "$3"))" ;;
+    124|137) echo "FAIL $1: TIMEOUT (a hang is a deadlock candidate; see $3)" ;;
+    *) echo "FAIL $1: exit $2 ($(tail -n 1 "$3"))"; grep -E "FAIL|error" "$3" | head -8 ;;
+  esac
+}
+
+echo "== phase 1: correctness (concurrent) =="
+for cfg in wsp128 wsp192; do
+  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=attn_fwd:$cfg timeout -k 5 100 \
+      "$B/tests/test_ops" --op attn_fwd --backend cuda --all > "$OUT/persist_test_$cfg.log" 2>&1
+    echo $? > "$OUT/persist_test_$cfg.rc" ) &
+done
+for tool in memcheck racecheck; do
+  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=attn_fwd:wsp128 timeout -k 5 60 \
+      "$CS" --tool $tool --error-exitcode 9 "$B/tests/test_ops" --op attn_fwd --backend cuda \
+      > "$OUT/persist_${tool}_wsp128.log" 2>&1
+    echo $? > "$OUT/persist_${tool}_wsp128.rc" ) &
+done
+wait
+declare -A ok
+for cfg in wsp128 wsp192; do
+  rc=$(cat "$OUT/persist_test_$cfg.rc")
+  verdict "test_ops attn_fwd --all forced $cfg" "$rc" "$OUT/persist_test_$cfg.log"
+  ok[$cfg]=$rc
+  echo "  GPU case lines ok: $(grep -cE '^ +ok .* cuda ' "$OUT/persist_test_$cfg.log")"
+done
+for tool in memcheck racecheck; do
+  log="$OUT/persist_${tool}_wsp128.log"
+  rc=$(cat "$OUT/persist_${tool}_wsp128.rc")
+  clean=0
+  if [ "$tool" = memcheck ]; then
+    summ=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
+    echo "$summ" | grep -q "ERROR SUMMARY: 0 errors" && clean=1
+  else
+    summ=$(grep -E "RACECHECK SUMMARY" "$log" | tail -n 1)
+    echo "$summ" | grep -q "RACECHECK SUMMARY: 0 hazards" && clean=1
+  fi
+  if [ "$rc" = 0 ] && [ $clean = 1 ]; then
+    echo "PASS $tool wsp128 ($summ; test: $(grep -E "passed.*failed" "$log" | tail -n 1))"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "FAIL $tool wsp128: TIMEOUT after 60 s ($log)"
+  else
+    echo "FAIL $tool wsp128: exit $rc, $summ ($log)"
+    grep -E "Race reported|Invalid|ERROR" "$log" | head -6
+  fi
+done
+echo "phase 1: $((SECONDS - T0)) s"
+
+echo "== phase 2: timing (ours vs cuDNN vs FA2, TFLOP/s) =="
+bench() { # cfg dims
+  if [ "${ok[$1]:-0}" = 124 ] || [ "${ok[$1]:-0}" = 137 ]; then
+    echo "SKIP timing of $1: its test hung"; return
+  fi
+  echo "-- forced $1 (d $2) --"
+  SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=attn_fwd:$1 PYTHONPATH=python SEQFUSE_LIB=$PWD/$B/libseqfuse.so \
+    timeout -k 5 50 python3 bench/gpu_attn.py --d "$2" --L 512,1024,2048 --csv "$OUT/persist_bench_$1.csv" \
+    2>&1 | tee "$OUT/persist_bench_$1.txt"
+  r=${PIPESTATUS[0]}
+  [ "$r" = 0 ] && echo "PASS bench $1 ran" || echo "FAIL bench $1: exit $r"
+}
+bench wsp128 64,128
+bench wsp192 64
+bench ws128 64,128
+# the non-persistent 192-row d 64 kernel too, when the budget allows
+if [ $((SECONDS - T0)) -lt 115 ]; then bench ws192 64; else echo "SKIP timing of ws192 (time budget)"; fi
+echo "total: $((SECONDS - T0)) s"

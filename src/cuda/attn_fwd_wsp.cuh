@@ -1,0 +1,383 @@
+/* attn_fwd_wsp.cuh - attn_fwd_ws made persistent (sm_90a): one CTA per SM
+ * loops over (query tile, batch, head) work tiles, so short sequences do
+ * not pay the pipeline fill, drain and epilogue of every tile exposed.
+ * NOT YET RUN ON A GPU (branch next/attn-persist, notes/next-attn-persist.md).
+ *
+ * Grid = min(tiles, SMs x CTAs per SM); CTA x takes tiles x, x + grid, ...
+ * of a static order (wsp_tile): the (batch, head) pairs are cut into
+ * sections of G pairs whose K and V fit in about half of L2 (the host
+ * picks G); inside a section the query tile is the outer index, last
+ * (longest under a bottom-right causal mask) first, the pair inner, so the
+ * K/V of a section is read from HBM once and the long causal tiles start
+ * first (longest-processing-time order for the static schedule).
+ *
+ * Roles are those of attn_fwd_ws (see attn_fwd_ws.cuh); what persistence
+ * changes:
+ *   - the K/V ring's stage and phase come from a running load counter kv
+ *     (stage kv % NST, parity (kv / NST) & 1) that both sides advance by the
+ *     key-tile count n of every tile, never reset, so the producer streams
+ *     the next tile's K/V into stages the consumers free while they finish
+ *     the current one;
+ *   - Q has NQ buffers (2 when they fit in shared memory: d 64 and 128; 1
+ *     at d 192 / 256), each with a "full" mbarrier (count 1, the TMA bytes)
+ *     and an "empty" one (4 * NC warp arrivals after the epilogue, which
+ *     stages O in the Q buffer).  Tile number it (of this CTA) uses buffer
+ *     it % NQ, whose use count u = it / NQ gives the parity (u & 1).  A
+ *     tile with no keys (n == 0) still passes through both barriers (the
+ *     producer arrives on "full" without a copy) so the parities stay in step;
+ *   - the producer issues K_0, then Q, then V_0 of a tile: with one Q buffer
+ *     the first K tile still loads while the consumers finish the previous
+ *     tile's epilogue;
+ *   - the pingpong token (named barriers 1..NC) cycles across tiles without
+ *     a break; the last consumer's hand-over of the CTA's last turn is
+ *     taken by consumer 0 after its last tile, so every barrier ends balanced.
+ * Per-tile state (running max, sum, O, the row key ranges) is set up at the
+ * top of each tile; fully masked rows write 0 and lse -inf as in attn_fwd_ws.
+ * Instantiated for d 64 (128 or 192 rows, 3 stages), 128 and 256 (128 rows,
+ * 2 stages); d 192 spills two registers (8 bytes a tile) and is not used.
+ * Registers: the producer's tile loop uses R0-R17 at most of its 24 / 32 (SASS),
+ * the consumers keep the limits of attn_fwd_ws (240 / 160), no spills.
+ */
+#ifndef SF_ATTN_FWD_WSP_CUH
+#define SF_ATTN_FWD_WSP_CUH
+
+#include "attn_fwd_ws.cuh"
+
+namespace sf_attn {
+
+/* Static schedule of the persistent kernel, built by the host. */
+struct WspSched {
+    int ntiles;  /* n_mtiles * batch * nheads                                  */
+    int group;   /* (batch, head) pairs per L2 section, >= 1                   */
+};
+
+template <int D, int BM_, int NST, int BN_ = WsBn<D>::value>
+struct WspTraits : WsTraits<D, BM_, NST, BN_> {
+    typedef WsTraits<D, BM_, NST, BN_> B;
+    static constexpr size_t smem_for(int nq) {
+        return (size_t)nq * B::QBYTES + (size_t)2 * NST * B::KVBYTES + (size_t)(2 * nq + 4 * NST) * 8 + 1024;
+    }
+    /* a second Q buffer when it fits: d 64 (16 or 24 KiB more), d 128 (32) */
+    static constexpr int NQ = smem_for(2) <= 227 * 1024 ? 2 : 1;
+    static constexpr int KV_OFF = NQ * B::QBYTES;
+    static constexpr int BAR_OFF = KV_OFF + 2 * NST * B::KVBYTES;
+    static constexpr size_t SMEM = smem_for(NQ);
+    static_assert(SMEM <= 227 * 1024, "over the opt-in shared memory of sm_90");
+    static_assert(B::QBYTES % 1024 == 0 && B::KVBYTES % 1024 == 0, "1 KiB-aligned tiles (128-byte swizzle)");
+};
+
+/* One work tile: (batch, head) pair bh = batch * nheads + head, first query
+ * row m0, key tiles [t_end - n, t_end) and the key columns [full_lo,
+ * full_hi) that no row of the tile masks.  Batch, head and the row count
+ * are derived where they are used: kept across the key loop, they cost
+ * d 192 two spilled registers. */
+struct WspTile {
+    int bh, m0, t_end, n, full_lo, full_hi;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ WspTile wsp_tile(const FwdParams &p, const WspSched &sc, int t) {
+    const int nm = p.n_mtiles, bh_all = p.batch * p.nheads;
+    const int per = sc.group * nm;          /* tiles per full section */
+    const int sec = t / per;
+    const int w = t - sec * per;
+    const int g0 = sec * sc.group;
+    const int gsz = min(sc.group, bh_all - g0); /* the last section may be short */
+    const int mi = w / gsz;
+    const int bh = g0 + (w - mi * gsz);
+    WspTile r;
+    r.bh = bh;
+    r.m0 = (nm - 1 - mi) * BM;
+    const int mrows = min(BM, p.lq - r.m0);
+    int lo_first, hi_first, lo_last, hi_last;
+    key_range(r.m0, p.lq, p.lk, p.wl, p.wr, lo_first, hi_first);
+    key_range(r.m0 + mrows - 1, p.lq, p.lk, p.wl, p.wr, lo_last, hi_last);
+    const int t_begin = lo_first / BN;
+    r.t_end = hi_last > lo_first ? (hi_last + BN - 1) / BN : t_begin;
+    r.n = r.t_end - t_begin;
+    r.full_lo = lo_last;
+    r.full_hi = hi_first;
+    return r;
+}
+
+/* attn_fwd_wsp: see the file comment.  tmq/tmk/tmv as for attn_fwd_ws. */
+template <typename T, int D, int BM_, int NST, int BN_ = WsBn<D>::value>
+__global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
+    attn_fwd_wsp(const FwdParams p, const WspSched sc, const __grid_constant__ CUtensorMap tmq,
+                 const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef WspTraits<D, BM_, NST, BN_> Tr;
+    constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
+    constexpr int NQ = Tr::NQ;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sK = sbase + Tr::KV_OFF, sV = sK + NST * Tr::KVBYTES;
+    /* mbarriers: Q full [NQ], Q empty [NQ], then per stage K full, V full,
+     * K empty, V empty */
+    const uint32_t bQf = sbase + Tr::BAR_OFF, bQe = bQf + 8 * NQ;
+    const uint32_t bKf = bQe + 8 * NQ, bVf = bKf + 8 * NST, bKe = bVf + 8 * NST, bVe = bKe + 8 * NST;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+
+    if (tid == 0) {
+        for (int q = 0; q < NQ; q++) {
+            mbar_init(bQf + 8 * q, 1);
+            mbar_init(bQe + 8 * q, 4 * NC);
+        }
+        for (int s = 0; s < NST; s++) {
+            mbar_init(bKf + 8 * s, 1);
+            mbar_init(bVf + 8 * s, 1);
+            mbar_init(bKe + 8 * s, 4 * NC);
+            mbar_init(bVe + 8 * s, 4 * NC);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---- producer ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_P));
+        if (warp == 0 && lane == 0) {
+            uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
+            int it = 0;
+            for (int t = blockIdx.x; t < sc.ntiles; t += gridDim.x, it++) {
+                const WspTile w = wsp_tile<BM, BN>(p, sc, t);
+                const int qb = it % NQ;
+                /* use it / NQ of buffer qb waits for the release of use it / NQ - 1
+                 * (the first use passes: parity 1 of a fresh barrier) */
+                const uint32_t qpar = ((uint32_t)(it / NQ) & 1u) ^ 1u;
+                const int h = w.bh % p.nheads, b = w.bh / p.nheads;
+                const int hk = h / p.heads_per_kv;
+                for (int j = 0; j < w.n; j++, kv++) {
+                    const int st = (int)(kv % NST);
+                    const uint32_t ph = (kv / NST) & 1u;
+                    const int n0 = (w.t_end - 1 - j) * BN;
+                    mbar_wait(bKe + 8 * st, ph ^ 1u);
+                    mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
+#pragma unroll
+                    for (int c = 0; c < CB; c++)
+                        tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
+                                  bKf + 8 * st);
+                    if (j == 0) {
+                        const uint32_t sQ = sbase + qb * Tr::QBYTES;
+                        mbar_wait(bQe + 8 * qb, qpar);
+                        mbar_expect_tx(bQf + 8 * qb, Tr::QBYTES);
+#pragma unroll
+                        for (int c = 0; c < CB; c++)
+                            tma_load4(sQ + c * (BM * 128), &tmq, c * 64, w.m0, h, b, bQf + 8 * qb);
+                    }
+                    mbar_wait(bVe + 8 * st, ph ^ 1u);
+                    mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
+#pragma unroll
+                    for (int c = 0; c < CB; c++)
+                        tma_load4(sV + st * Tr::KVBYTES + c * (BN * 128), &tmv, c * 64, n0, hk, b,
+                                  bVf + 8 * st);
+                }
+                if (w.n == 0) {
+                    /* no keys: the consumers only stage zeros in the buffer;
+                     * complete its phase without a copy */
+                    mbar_wait(bQe + 8 * qb, qpar);
+                    mbar_arrive(bQf + 8 * qb);
+                }
+            }
+        }
+    } else {
+        /* ---- consumers ---- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_C));
+        const int cw = wg - 1, wq = warp & 3;
+        const int g = lane >> 2, tq = lane & 3;
+        const int lq = p.lq, lk = p.lk;
+        const float scale = p.scale_log2;
+        const uint32_t vlbo = BN * 128, vsbo = 1024;
+        /* pingpong turn: wait for mine (barrier 1 + cw), hand the next to
+         * the following consumer; the last one starts the cycle */
+        const int my_bar = 1 + cw, other_bar = 1 + (cw + 1) % NC;
+        if (cw == NC - 1) named_arrive(1, 256);
+
+        uint32_t kv = 0; /* K/V tiles consumed so far (all tiles) */
+        int it = 0;
+        for (int t = blockIdx.x; t < sc.ntiles; t += gridDim.x, it++) {
+            const WspTile w = wsp_tile<BM, BN>(p, sc, t);
+            const int qb = it % NQ;
+            const uint32_t sQ = sbase + qb * Tr::QBYTES;
+            const int r0 = w.m0 + cw * 64 + wq * 16 + g; /* sequence-relative row */
+            int rlo[2], rhi[2];
+            key_range(r0, lq, lk, p.wl, p.wr, rlo[0], rhi[0]);
+            key_range(r0 + 8, lq, lk, p.wl, p.wr, rlo[1], rhi[1]);
+
+            float o[NO][4];
+#pragma unroll
+            for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+            float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
+
+            /* Q landed (n > 0), or the producer marked the buffer handed over (n == 0) */
+            mbar_wait(bQf + 8 * qb, (uint32_t)(it / NQ) & 1u);
+            if (w.n > 0) {
+                const int n = w.n;
+                float s[NS][4];
+                uint32_t pa[NS / 2][4];
+                /* S_j = Q K_j^T (issue only) */
+                auto issue_s = [&](int st) {
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++) {
+                        const uint32_t koff = (kk & 3) * 32;
+                        const uint64_t da = wg_desc(sQ + (kk >> 2) * (BM * 128) + cw * (64 * 128) + koff, 16, 1024);
+                        const uint64_t db = wg_desc(sK + st * Tr::KVBYTES + (kk >> 2) * (BN * 128) + koff, 16, 1024);
+                        Wg<T, BN>::ss(&s[0][0], da, db, kk > 0);
+                    }
+                };
+                auto issue_pv = [&](int st) {
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; kk++)
+                        Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc(sV + st * Tr::KVBYTES + kk * 2048, vlbo, vsbo));
+                };
+                auto release = [&](uint32_t bar) {
+                    if (lane == 0) mbar_arrive(bar);
+                };
+
+                /* first key tile: S only */
+                {
+                    const int st = (int)(kv % NST);
+                    mbar_wait(bKf + 8 * st, (kv / NST) & 1u);
+                    named_sync(my_bar, 256);
+                    wg_fence();
+                    issue_s(st);
+                    wg_commit();
+                    named_arrive(other_bar, 256);
+                    wg_wait<0>();
+                    reg_fence(s);
+                    release(bKe + 8 * st);
+                    const int n0 = (w.t_end - 1) * BN;
+                    const bool need_mask = !(n0 >= w.full_lo && n0 + BN <= w.full_hi);
+                    ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                }
+                pack_p<T, NS>(pa, s);
+
+                for (int j = 1; j < n; j++) {
+                    const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
+                    const int st = (int)(c % NST), ps = (int)(pc % NST);
+                    const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
+                    mbar_wait(bKf + 8 * st, ph);
+                    named_sync(my_bar, 256);
+                    wg_fence();
+                    issue_s(st);
+                    wg_commit();
+#pragma unroll
+                    for (int i = 0; i < NO; i++) {
+                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                    }
+                    mbar_wait(bVf + 8 * ps, pph);
+                    wg_fence();
+                    issue_pv(ps);
+                    wg_commit();
+                    named_arrive(other_bar, 256);
+                    wg_wait<1>();
+                    reg_fence(s);
+                    release(bKe + 8 * st);
+                    const int n0 = (w.t_end - 1 - j) * BN;
+                    const bool need_mask = !(n0 >= w.full_lo && n0 + BN <= w.full_hi);
+                    ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                    wg_wait<0>();
+                    reg_fence(o);
+                    release(bVe + 8 * ps);
+                    pack_p<T, NS>(pa, s);
+                }
+                /* last P V; the hand-over always happens (the cycle goes on
+                 * into the next tile; the final one is absorbed below) */
+                {
+                    const uint32_t pc = kv + (uint32_t)(n - 1);
+                    const int ps = (int)(pc % NST);
+#pragma unroll
+                    for (int i = 0; i < NO; i++) {
+                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                    }
+                    mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
+                    named_sync(my_bar, 256);
+                    wg_fence();
+                    issue_pv(ps);
+                    wg_commit();
+                    named_arrive(other_bar, 256);
+                    wg_wait<0>();
+                    reg_fence(o);
+                    release(bVe + 8 * ps);
+                }
+                kv += (uint32_t)n;
+            }
+
+            /* ---- epilogue: normalise, lse, stage in this WG's Q slice ---- */
+            const int h = w.bh % p.nheads, b = w.bh / p.nheads;
+            const int mrows = min(BM, lq - w.m0);
+            float inv[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                float l = lrow[rr];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                inv[rr] = l > 0.f ? 1.f / l : 0.f;
+                if (p.lse && tq == 0) {
+                    const int r = r0 + rr * 8;
+                    if (r < lq) {
+                        const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
+                        p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)r * p.l_sr] = v;
+                    }
+                }
+            }
+            /* every wgmma of this warpgroup that read its Q slice has completed */
+            named_sync(1 + NC + cw, 128);
+            const int lr0 = cw * 64 + wq * 16 + g; /* tile row of fragment row g */
+#pragma unroll
+            for (int i = 0; i < NO; i++) {
+                const int col = i * 8 + 2 * tq;
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) {
+                    const int r = lr0 + rr * 8;
+                    const uint32_t a = sQ + (col >> 6) * (BM * 128) + r * 128 +
+                                       ((((col >> 3) & 7) ^ (r & 7)) << 4) + (col & 7) * 2;
+                    const uint32_t v = MmaOp<T>::pack(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+                }
+            }
+            named_sync(1 + NC + cw, 128);
+            T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)w.m0 * p.o_sr +
+                    (int64_t)h * p.o_sh;
+            const int t128 = tid - 128 * wg;
+#pragma unroll
+            for (int k = 0; k < 64 * (D / 8) / 128; k++) {
+                const int i = t128 + k * 128;
+                const int r = cw * 64 + i / (D / 8), c = i % (D / 8);
+                if (r < mrows) {
+                    const uint32_t a = sQ + (c >> 3) * (BM * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+                    uint4 v;
+                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                                 : "r"(a)
+                                 : "memory");
+                    *reinterpret_cast<uint4 *>(og + (int64_t)r * p.o_sr + c * 8) = v;
+                }
+            }
+            /* hand the Q buffer back: this thread's generic-proxy stores and
+             * loads of it are ordered before the next TMA write (async proxy)
+             * by the proxy fence, the warp's by __syncwarp, then one arrival
+             * per warp */
+            fence_async_smem();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bQe + 8 * qb);
+        }
+        /* the last consumer's final hand-over (or the opening one, if this
+         * CTA had no keys at all) is still pending on barrier 1 */
+        if (cw == 0) named_sync(1, 256);
+    }
+#else
+    (void)p;
+    (void)sc;
+    (void)tmq;
+    (void)tmk;
+    (void)tmv;
+#endif
+}
+
+} /* namespace sf_attn */
+
+#endif
