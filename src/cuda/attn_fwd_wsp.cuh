@@ -1,7 +1,7 @@
 /* attn_fwd_wsp.cuh - attn_fwd_ws made persistent (sm_90a): one CTA per SM
  * loops over (query tile, batch, head) work tiles, so short sequences do
  * not pay the pipeline fill, drain and epilogue of every tile exposed.
- * NOT YET RUN ON A GPU (branch next/attn-persist, notes/next-attn-persist.md).
+ * Design, budgets and validation: notes/attn_persist.md.
  *
  * Grid = min(tiles, SMs x CTAs per SM); CTA x takes tiles x, x + grid, ...
  * of a static order (wsp_tile): the (batch, head) pairs are cut into
