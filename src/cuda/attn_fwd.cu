@@ -150,14 +150,7 @@ sf_status launch_mma(sf_ctx *ctx, const FwdParams &p, dim3 grid) {
  * handful), checked once per instantiation. */
 template <typename T, int D> bool wgmma_available() {
     /* a function-local static initialiser runs once, thread-safely (C++11) */
-    static const bool avail = [] {
-        cudaFuncAttributes fa;
-        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_wgmma<T, D>) ==
-                      cudaSuccess &&
-                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
-        (void)cudaGetLastError();
-        return ok;
-    }();
+    static const bool avail = sf_cuda_sm90a_code((const void *)sf_attn::attn_fwd_wgmma<T, D>);
     return avail;
 }
 
@@ -301,15 +294,18 @@ bool make_tmap(CUtensorMap *m, bool bf16, const void *ptr, int64_t d, int64_t ro
     return r == CUDA_SUCCESS;
 }
 
+/* The Q, K and V maps of the ws kernels: boxes of 64 columns x bm (Q) or
+ * bn (K, V) rows. */
+bool make_tmaps_qkv(CUtensorMap *mq, CUtensorMap *mk, CUtensorMap *mv, bool bf16, const FwdParams &p,
+                    int bm, int bn) {
+    const int64_t hkv = p.nheads / p.heads_per_kv;
+    return make_tmap(mq, bf16, p.q, p.d, p.lq, p.nheads, p.batch, p.q_sr, p.q_sh, p.q_sb, bm) &&
+           make_tmap(mk, bf16, p.k, p.d, p.lk, hkv, p.batch, p.k_sr, p.k_sh, p.k_sb, bn) &&
+           make_tmap(mv, bf16, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, bn);
+}
+
 template <typename T, int D, int BM, int NST, int BN> bool ws_available() {
-    static const bool avail = [] {
-        cudaFuncAttributes fa;
-        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_ws<T, D, BM, NST, BN>) ==
-                      cudaSuccess &&
-                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
-        (void)cudaGetLastError();
-        return ok;
-    }();
+    static const bool avail = sf_cuda_sm90a_code((const void *)sf_attn::attn_fwd_ws<T, D, BM, NST, BN>);
     return avail;
 }
 
@@ -324,12 +320,8 @@ int launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *st) {
     const int64_t nx = (int64_t)p.batch * p.n_mtiles;
     if (nx > 0x7fffffffLL || p.nheads > 65535) return 0;
     const bool bf = std::is_same<T, __nv_bfloat16>::value;
-    const int64_t hkv = p.nheads / p.heads_per_kv;
     CUtensorMap mq, mk, mv;
-    if (!make_tmap(&mq, bf, p.q, p.d, p.lq, p.nheads, p.batch, p.q_sr, p.q_sh, p.q_sb, BM) ||
-        !make_tmap(&mk, bf, p.k, p.d, p.lk, hkv, p.batch, p.k_sr, p.k_sh, p.k_sb, Tr::BN) ||
-        !make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, Tr::BN))
-        return 0;
+    if (!make_tmaps_qkv(&mq, &mk, &mv, bf, p, BM, Tr::BN)) return 0;
     void (*kern)(const FwdParams, const CUtensorMap, const CUtensorMap, const CUtensorMap) =
         sf_attn::attn_fwd_ws<T, D, BM, NST, BN>;
     *st = SF_OK;
@@ -384,14 +376,7 @@ int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *
 /* ---- attn_fwd_wsp: the persistent variant ---- */
 
 template <typename T, int D, int BM, int NST, int BN> bool wsp_available() {
-    static const bool avail = [] {
-        cudaFuncAttributes fa;
-        bool ok = cudaFuncGetAttributes(&fa, (const void *)sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>) ==
-                      cudaSuccess &&
-                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
-        (void)cudaGetLastError();
-        return ok;
-    }();
+    static const bool avail = sf_cuda_sm90a_code((const void *)sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>);
     return avail;
 }
 
@@ -409,12 +394,8 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     /* tile indices t + grid must not overflow an int in the kernel's loop */
     if (ntiles > 0x7fff0000LL) return 0;
     const bool bf = std::is_same<T, __nv_bfloat16>::value;
-    const int64_t hkv = p.nheads / p.heads_per_kv;
     CUtensorMap mq, mk, mv;
-    if (!make_tmap(&mq, bf, p.q, p.d, p.lq, p.nheads, p.batch, p.q_sr, p.q_sh, p.q_sb, BM) ||
-        !make_tmap(&mk, bf, p.k, p.d, p.lk, hkv, p.batch, p.k_sr, p.k_sh, p.k_sb, Tr::BN) ||
-        !make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, Tr::BN))
-        return 0;
+    if (!make_tmaps_qkv(&mq, &mk, &mv, bf, p, BM, Tr::BN)) return 0;
     void (*kern)(const FwdParams, const sf_attn::WspSched, const CUtensorMap, const CUtensorMap,
                  const CUtensorMap) = sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>;
     *st = SF_OK;

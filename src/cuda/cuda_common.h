@@ -67,6 +67,17 @@ static inline int sf_cuda_capturing(sf_ctx *ctx) {
     }
     return cs != cudaStreamCaptureStatusNone;
 }
+/* Whether kernel `kern` holds sm_90a machine code (a plain sm_80 / sm_90
+ * pass compiles the wgmma kernels' bodies away: a handful of registers).
+ * Callers cache the answer per kernel in a function-local static. */
+static inline bool sf_cuda_sm90a_code(const void *kern) {
+    cudaFuncAttributes fa;
+    const bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess && fa.binaryVersion >= 90 &&
+                    fa.numRegs >= 64;
+    (void)cudaGetLastError();
+    return ok;
+}
+
 static inline void sf_cuda_events_free(cudaEvent_t ev[2]) {
     for (int i = 0; i < 2; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);

@@ -372,13 +372,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
  * plain sm_80 / sm_90 pass compiles their bodies away: a handful of
  * registers), checked once per instantiation. */
 template <typename T, int Q> static bool ssd_wg_available() {
-    static const bool avail = [] {
-        cudaFuncAttributes fa;
-        bool ok = cudaFuncGetAttributes(&fa, (const void *)ssd_out_wg<T, Q>) == cudaSuccess &&
-                  fa.binaryVersion >= 90 && fa.numRegs >= 64;
-        (void)cudaGetLastError();
-        return ok;
-    }();
+    static const bool avail = sf_cuda_sm90a_code((const void *)ssd_out_wg<T, Q>);
     return avail;
 }
 
