@@ -111,6 +111,28 @@ static __device__ __forceinline__ void ssd_acc_store_op(const float R[][4], T *b
         }
 }
 
+/* One staged sub-tile of a chunk's state product, S += X^T diag(w) B over
+ * its first kv tokens: the warp's 16 P rows (wm) x 32 N columns (wn); X
+ * token-major (ld LDX), B token-major (ld LDB), w the sub-tile's weights. */
+template <typename T, int KT, int LDX, int LDB>
+static __device__ __forceinline__ void ssd_state_subtile(float (&S)[4][4], const T *cX, const T *cB,
+                                                         const float *w, int kv, int wm, int wn) {
+    using M = ssd_mma<T>;
+#pragma unroll 4
+    for (int kk = 0; kk < KT; kk += M::K) {
+        if (kk >= kv) break;
+        uint32_t af[4], bf[4];
+        M::load_a_t(af, cX, LDX, wm * 16, kk);
+        M::scale_a(af, w + kk);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            M::load_b2_t(bf, cB, LDB, wn * 32 + np * 16, kk);
+            M::mma(S[2 * np], af, bf);
+            M::mma(S[2 * np + 1], af, bf + 2);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* fwd_pass_state                                                       */
 /* ------------------------------------------------------------------ */
@@ -129,7 +151,6 @@ static __device__ __forceinline__ void ssd_acc_store_op(const float R[][4], T *b
  * sub-tile per block: latency-bound. */
 template <typename T>
 __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
-    using M = ssd_mma<T>;
     constexpr int PS = 32, NS = 64, KT = sizeof(T) == 2 ? 64 : 32, ST = 3;
     constexpr int LDX = PS + ssd_pad<T>::KMAJ, LDB = NS + ssd_pad<T>::KMAJ;
     __shared__ __align__(16) T sX[ST][KT * LDX];
@@ -238,19 +259,7 @@ __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
             __syncthreads(); /* sub-tile `it` (and sw) visible to all warps */
             const T *cX = sX[it % ST], *cB = sB[it % ST];
             const int kv = min(KT, Lc - k0);
-#pragma unroll 4
-            for (int kk = 0; kk < KT; kk += M::K) {
-                if (kk >= kv) break;
-                uint32_t af[4], bf[4];
-                M::load_a_t(af, cX, LDX, wm * 16, kk);
-                M::scale_a(af, sw + k0 + kk);
-#pragma unroll
-                for (int np = 0; np < 2; np++) {
-                    M::load_b2_t(bf, cB, LDB, wn * 32 + np * 16, kk);
-                    M::mma(S[2 * np], af, bf);
-                    M::mma(S[2 * np + 1], af, bf + 2);
-                }
-            }
+            ssd_state_subtile<T, KT, LDX, LDB>(S, cX, cB, sw + k0, kv, wm, wn);
             __syncthreads(); /* buffer it % ST free for sub-tile it + ST */
         }
         /* a last sequence that started inside the chunk does not continue H_c */
@@ -285,7 +294,6 @@ __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
  * the same tiles and three-stage cp.async staging as ssd_state_pass. */
 template <typename T>
 __global__ void __launch_bounds__(128) ssd_chunk_state_mma(const ssd_fwd_args a, float *cst) {
-    using M = ssd_mma<T>;
     constexpr int PS = 32, NS = 64, KT = sizeof(T) == 2 ? 64 : 32, ST = 3;
     constexpr int LDX = PS + ssd_pad<T>::KMAJ, LDB = NS + ssd_pad<T>::KMAJ;
     __shared__ __align__(16) T sX[ST][KT * LDX];
@@ -340,19 +348,7 @@ __global__ void __launch_bounds__(128) ssd_chunk_state_mma(const ssd_fwd_args a,
         __syncthreads(); /* sub-tile `it` (and sw) visible to all warps */
         const T *cX = sX[it % ST], *cB = sB[it % ST];
         const int k0 = it * KT, kv = min(KT, Lc - k0);
-#pragma unroll 4
-        for (int kk = 0; kk < KT; kk += M::K) {
-            if (kk >= kv) break;
-            uint32_t af[4], bf[4];
-            M::load_a_t(af, cX, LDX, wm * 16, kk);
-            M::scale_a(af, sw + k0 + kk);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                M::load_b2_t(bf, cB, LDB, wn * 32 + np * 16, kk);
-                M::mma(S[2 * np], af, bf);
-                M::mma(S[2 * np + 1], af, bf + 2);
-            }
-        }
+        ssd_state_subtile<T, KT, LDX, LDB>(S, cX, cB, sw + k0, kv, wm, wn);
         __syncthreads(); /* buffer it % ST free for sub-tile it + ST */
     }
     ssd_cp_wait<0>();
