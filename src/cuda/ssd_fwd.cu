@@ -42,6 +42,7 @@
  */
 #include "cuda_common.h"
 #include "ssd_chunk.cuh"
+#include "ssd_out_f32.cuh"
 #include "ssd_out16.cuh"
 #include "ssd_hopper.cuh"
 #include "ssd_out_pipe.cuh"
@@ -264,12 +265,39 @@ static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
     return SF_OK;
 }
 
+/* ssd_out_sc32 (ssd_out_f32.cuh) for f32 inputs on the split path, with
+ * NP = dstate padded to 64 or 128. */
+template <int NP> static sf_status ssd_launch_sc32(sf_ctx *ctx, const ssd_fwd_args &a) {
+    const int64_t grid = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
+    if (grid > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    if (grid == 0) return SF_OK;
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_sc32<NP>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)SsdSc32<NP>::SMEM));
+    ssd_out_sc32<NP><<<(unsigned)grid, 256, SsdSc32<NP>::SMEM, sf_cuda_stream(ctx)>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+/* Why ssd_out_sc32 (configuration split32) cannot serve the problem, or NULL. */
+static const char *ssd_sc32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32) {
+    if (!f32) return "it takes f32 inputs";
+    if (const char *why = ssd_split_refusal(a)) return why;
+    if (a.P % 64 || a.N > 128) return "it takes headdim a multiple of 64 and dstate <= 128";
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    const size_t smem = a.N <= 64 ? SsdSc32<64>::SMEM : SsdSc32<128>::SMEM;
+    if (!cs || smem > cs->smem_optin) return "the GPU has too little shared memory per block";
+    return nullptr;
+}
+
 /* The general path: any dtype, N <= 256, varlen, any alignment.  With
  * `cst` (split path, ssd_split_refusal NULL) the states come from
- * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass. */
+ * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass; with `sc32`
+ * too (f32, ssd_sc32_refusal NULL) the output is ssd_out_sc32's. */
 template <typename T>
 static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
-                                 int64_t grid_out, float *cst = nullptr) {
+                                 int64_t grid_out, float *cst = nullptr, bool sc32 = false) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (cst) {
         const sf_status st = a.Q == 256 ? ssd_split_states<T, 256>(ctx, a, cst)
@@ -292,6 +320,14 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     bool done = false;
+    if constexpr (sizeof(T) == 4) {
+        if (cst && sc32 && grid_out > 0) {
+            const sf_status st =
+                a.N <= 64 ? ssd_launch_sc32<64>(ctx, a) : ssd_launch_sc32<128>(ctx, a);
+            if (st != SF_OK) return st;
+            done = true;
+        }
+    }
     if constexpr (sizeof(T) == 2) {
         if (grid_out > 0 && a.Npad <= SSD_O16_NK * 16) {
             /* 16-bit, N <= 128: two blocks per (chunk, head, P tile), Q / 2 threads */
@@ -404,12 +440,14 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
 
 /* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
  * output block (plain or pipelined output kernel), the general path with
- * split states (any dtype, dense batches) and the general path.
+ * split states (any dtype, dense batches), the same with ssd_out_sc32 as
+ * the output kernel (f32 only) and the general path.
  * Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8",  "wg4",  "wg16",  "wgp8",
-                                             "wgp4", "wgp16", "split", "general"};
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, 0}; /* -1 split, 0 general */
-static const int SSD_NCAND = 8, SSD_SPLIT = 6, SSD_GENERAL = 7;
+static const char *const ssd_cand_names[] = {"wg8",  "wg4",   "wg16",  "wgp8",   "wgp4",
+                                             "wgp16", "split", "split32", "general"};
+/* -1 split, -2 split32, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, 0};
+static const int SSD_NCAND = 9, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 8;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -424,6 +462,11 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
+    if (hpc == -2) {
+        if (const char *why = ssd_sc32_refusal(ctx, a, sizeof(T) == 4))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration split32: %s", why);
+        return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out, tc->cst, true);
+    }
     if (hpc < 0) {
         if (const char *why = ssd_split_refusal(a))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration split: %s", why);
@@ -483,7 +526,9 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     if (st != SF_OK || ran) return st;
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
-    if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split)) choice = SSD_GENERAL;
+    if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
+        (choice == SSD_SPLIT32 && ssd_sc32_refusal(ctx, a, sizeof(T) == 4)))
+        choice = SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 
