@@ -2,7 +2,7 @@
  * the decode step (sf_ssd_step).
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
- * configurations wg8, wg4, wg16 and general):
+ * configurations wg8 .. wgp16, split, split32 and general):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states, state scan, wgmma output kernel with 4, 8
@@ -16,6 +16,10 @@
  *                    per (chunk, head, P tile, half of the row-tile pairs)
  *   ssd_chunk_out    fused output otherwise (f32, N > 128): per (chunk, head,
  *                    P tile, 64-row tile)
+ *   ssd_out_sc32     fused output, f32 on the split path (configuration
+ *                    split32: dense, chunk 128 / 256, P % 64 == 0, N <= 128;
+ *                    ssd_out_f32.cuh): per (chunk, head, P tile), the 64-row
+ *                    blocks in order through sub-chunk states
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and

@@ -17,7 +17,7 @@
  * Grid (flattened): head fastest (neighbouring blocks share C / B in L2),
  * then P tile of 64, chunk, batch row.  Block 256 = 8 warps, walking r in
  * order with the running state Hs (64 P rows x NP state columns, f32) in
- * registers; warp w: wr = w & 3, wc = w >> 2.
+ * registers; warp w: wc = w >> 2, wr = w & 3 (wc 0) or 3 - (w & 3) (wc 1).
  *   phase 1  S  = C_r B_r^T      rows 16wr.., keys 32wc..   (k = N)
  *            O  = C_r Hs_r^T     rows 16wr.., P    32wc..   (same A fragments)
  *            P  = S .* decay .* dt (mask) -> shared, in A-fragment order
@@ -107,7 +107,11 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
     const int nr = (Lc + 63) >> 6; /* row blocks, >= 1 */
     const int p0 = pt * 64, grp = h / a.hpg;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int wr = warp & 3, wc = warp >> 2;
+    /* warps w and w + 4 share a scheduler (sub-partition w & 3): pairing row
+     * group wr with 3 - wr there evens out the causal work (S and P X grow
+     * with wr), 392 / 392 / 360 / 360 mma per block of 64 rows instead of
+     * 304 .. 448 with wr = w & 3 */
+    const int wc = warp >> 2, wr = wc ? 3 - (warp & 3) : (warp & 3);
     const int64_t bh = (int64_t)b * a.H + h;
     const float *Cg = (const float *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2];
     const float *Bg = (const float *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2];
