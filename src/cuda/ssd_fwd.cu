@@ -510,8 +510,11 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     int64_t rows = (int64_t)a.batch * a.nc, pow2 = 1;
     while (pow2 < rows) pow2 <<= 1;
     char bucket[96];
+    /* the tag names the best path that may serve, so a cache written before
+     * split32 existed is not reused for shapes it serves */
+    const bool sc32 = !ssd_sc32_refusal(ctx, a, sizeof(T) == 4);
     snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
-             (long long)pow2, !why ? "wg" : why_split ? "general" : "split");
+             (long long)pow2, !why ? "wg" : why_split ? "general" : sc32 ? "split32" : "split");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -531,7 +534,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
-        (choice == SSD_SPLIT32 && ssd_sc32_refusal(ctx, a, sizeof(T) == 4)))
+        (choice == SSD_SPLIT32 && !sc32))
         choice = SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
