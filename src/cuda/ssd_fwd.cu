@@ -2,7 +2,7 @@
  * the decode step (sf_ssd_step).
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
- * configurations wg8 .. wgp16, split, split32 and general):
+ * configurations wg8 .. wgp16, split, split32, split32l and general):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states, state scan, wgmma output kernel with 4, 8
@@ -16,8 +16,8 @@
  *                    per (chunk, head, P tile, half of the row-tile pairs)
  *   ssd_chunk_out    fused output otherwise (f32, N > 128): per (chunk, head,
  *                    P tile, 64-row tile)
- *   ssd_out_sc32     fused output, f32 on the split path (configuration
- *                    split32: dense, chunk 128 / 256, P % 64 == 0, N <= 128;
+ *   ssd_out_sc32     fused output, f32 on the split path (configurations
+ *                    split32 / split32l: dense, chunk 128 / 256, P % 64 == 0, N <= 128;
  *                    ssd_out_f32.cuh): per (chunk, head, P tile), the 64-row
  *                    blocks in order through sub-chunk states
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
@@ -270,21 +270,22 @@ static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
 }
 
 /* ssd_out_sc32 (ssd_out_f32.cuh) for f32 inputs on the split path, with
- * NP = dstate padded to 64 or 128. */
-template <int NP> static sf_status ssd_launch_sc32(sf_ctx *ctx, const ssd_fwd_args &a) {
+ * NP = dstate padded to 64 or 128; RL: C / B rounded in the fragment loads
+ * instead of in shared memory. */
+template <int NP, bool RL> static sf_status ssd_launch_sc32(sf_ctx *ctx, const ssd_fwd_args &a) {
     const int64_t grid = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
     if (grid > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     if (grid == 0) return SF_OK;
-    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_sc32<NP>,
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_sc32<NP, RL>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)SsdSc32<NP>::SMEM));
-    ssd_out_sc32<NP><<<(unsigned)grid, 256, SsdSc32<NP>::SMEM, sf_cuda_stream(ctx)>>>(a);
+    ssd_out_sc32<NP, RL><<<(unsigned)grid, 256, SsdSc32<NP>::SMEM, sf_cuda_stream(ctx)>>>(a);
     SF_CUDA_CHECK_LAUNCH(ctx);
     return SF_OK;
 }
 
-/* Why ssd_out_sc32 (configuration split32) cannot serve the problem, or NULL. */
+/* Why ssd_out_sc32 (configurations split32 / split32l) cannot serve the problem, or NULL. */
 static const char *ssd_sc32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32) {
     if (!f32) return "it takes f32 inputs";
     if (const char *why = ssd_split_refusal(a)) return why;
@@ -298,10 +299,11 @@ static const char *ssd_sc32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32
 /* The general path: any dtype, N <= 256, varlen, any alignment.  With
  * `cst` (split path, ssd_split_refusal NULL) the states come from
  * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass; with `sc32`
- * too (f32, ssd_sc32_refusal NULL) the output is ssd_out_sc32's. */
+ * too (f32, ssd_sc32_refusal NULL) the output is ssd_out_sc32's (sc32 1:
+ * rounding pass, 2: rounding in the fragment loads). */
 template <typename T>
 static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
-                                 int64_t grid_out, float *cst = nullptr, bool sc32 = false) {
+                                 int64_t grid_out, float *cst = nullptr, int sc32 = 0) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (cst) {
         const sf_status st = a.Q == 256 ? ssd_split_states<T, 256>(ctx, a, cst)
@@ -327,7 +329,10 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
     if constexpr (sizeof(T) == 4) {
         if (cst && sc32 && grid_out > 0) {
             const sf_status st =
-                a.N <= 64 ? ssd_launch_sc32<64>(ctx, a) : ssd_launch_sc32<128>(ctx, a);
+                sc32 == 2 ? (a.N <= 64 ? ssd_launch_sc32<64, true>(ctx, a)
+                                       : ssd_launch_sc32<128, true>(ctx, a))
+                          : (a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a)
+                                       : ssd_launch_sc32<128, false>(ctx, a));
             if (st != SF_OK) return st;
             done = true;
         }
@@ -445,13 +450,15 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
 /* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
  * output block (plain or pipelined output kernel), the general path with
  * split states (any dtype, dense batches), the same with ssd_out_sc32 as
- * the output kernel (f32 only) and the general path.
+ * the output kernel (f32 only; C / B rounded to TF32 in shared memory, or
+ * in the fragment loads: split32l) and the general path.
  * Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8",  "wg4",   "wg16",  "wgp8",   "wgp4",
-                                             "wgp16", "split", "split32", "general"};
-/* -1 split, -2 split32, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, 0};
-static const int SSD_NCAND = 9, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 8;
+static const char *const ssd_cand_names[] = {"wg8",     "wg4",      "wg16",   "wgp8",
+                                             "wgp4",    "wgp16",    "split",  "split32",
+                                             "split32l", "general"};
+/* -1 split, -2 split32, -3 split32l, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0};
+static const int SSD_NCAND = 10, SSD_SPLIT = 6, SSD_GENERAL = 9;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -466,10 +473,11 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
-    if (hpc == -2) {
+    if (hpc <= -2) {
         if (const char *why = ssd_sc32_refusal(ctx, a, sizeof(T) == 4))
-            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration split32: %s", why);
-        return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out, tc->cst, true);
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
+                           ssd_cand_names[cand], why);
+        return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out, tc->cst, -1 - hpc);
     }
     if (hpc < 0) {
         if (const char *why = ssd_split_refusal(a))
@@ -534,7 +542,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
-        (choice == SSD_SPLIT32 && !sc32))
+        (ssd_cand_hpc[choice] <= -2 && !sc32))
         choice = SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }

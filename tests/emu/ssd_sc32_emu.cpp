@@ -1,5 +1,5 @@
 /* ssd_sc32_emu.cpp - runs the ssd_out_sc32 kernel (src/cuda/ssd_out_f32.cuh)
- * on the CPU, one block at a time, with one std::thread per CUDA thread:
+ * on the CPU (both variants: split32 and split32l), one block at a time, with one std::thread per CUDA thread:
  * __syncthreads is a 256-thread barrier, ldmatrix and mma.sync are
  * emulated per warp through a 32-thread exchange (the PTX fragment layouts),
  * cp.async is a plain copy.  It checks the kernel's index and fragment
@@ -184,7 +184,7 @@ static inline void ssd_stage_async(T *s, int ld, const T *g, int64_t gstride, in
 /* ---- the harness ---- */
 alignas(16) unsigned char ssd_sc32_smem[SsdSc32<128>::SMEM];
 
-template <int NP> static void run_kernel(const ssd_fwd_args &a) {
+template <int NP, bool RL> static void run_kernel(const ssd_fwd_args &a) {
     const int64_t grid = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
     for (int64_t bid = 0; bid < grid; bid++) {
         std::barrier<> bb(256);
@@ -197,7 +197,7 @@ template <int NP> static void run_kernel(const ssd_fwd_args &a) {
             th.emplace_back([&a, i, bid] {
                 threadIdx = {i, 0, 0};
                 blockIdx = {(int)bid, 0, 0};
-                ssd_out_sc32<NP>(a);
+                ssd_out_sc32<NP, RL>(a);
             });
         for (auto &x : th) x.join();
     }
@@ -207,7 +207,7 @@ struct shape {
     int b, L, H, G, P, N, Q, D_pc, has_D, has_z, vec;
 };
 
-static int run_case(const shape &s, uint64_t seed) {
+static int run_case(const shape &s, uint64_t seed, bool rl) {
     const int nc = (s.L + s.Q - 1) / s.Q, hpg = s.H / s.G;
     std::mt19937_64 rng(seed);
     std::normal_distribution<double> nd(0.0, 1.0);
@@ -290,7 +290,11 @@ static int run_case(const shape &s, uint64_t seed) {
     g_not_tf32 = 0;
     g_misaligned = 0;
     g_mma = 0;
-    if (s.N <= 64) run_kernel<64>(a); else run_kernel<128>(a);
+    if (s.N <= 64) {
+        if (rl) run_kernel<64, true>(a); else run_kernel<64, false>(a);
+    } else {
+        if (rl) run_kernel<128, true>(a); else run_kernel<128, false>(a);
+    }
     double num = 0.0, den = 0.0;
     size_t nan = 0;
     for (size_t i = 0; i < nx; i++) {
@@ -300,9 +304,9 @@ static int run_case(const shape &s, uint64_t seed) {
     }
     const double err = std::sqrt(num / den);
     const bool ok = nan == 0 && err < 1e-3 && g_not_tf32 == 0 && g_misaligned == 0;
-    printf("%s b%d L%d H%d G%d P%d N%d Q%d D%s z%d vec%d: rel err %.2e, %zu non-finite, "
+    printf("%s %-8s b%d L%d H%d G%d P%d N%d Q%d D%s z%d vec%d: rel err %.2e, %zu non-finite, "
            "%ld non-TF32 operands, %ld misaligned ldmatrix rows, %ld warp mma\n",
-           ok ? "ok  " : "FAIL", s.b, s.L, s.H, s.G, s.P, s.N, s.Q,
+           ok ? "ok  " : "FAIL", rl ? "split32l" : "split32", s.b, s.L, s.H, s.G, s.P, s.N, s.Q,
            !s.has_D ? "-" : s.D_pc ? "hp" : "h", s.has_z, s.vec, err, nan, g_not_tf32.load(),
            g_misaligned.load(), g_mma.load());
     return ok ? 0 : 1;
@@ -324,9 +328,11 @@ int main(int argc, char **argv) {
     };
     int fails = 0;
     uint64_t seed = 12345;
-    for (const shape &s : quick_shapes) fails += run_case(s, seed++);
-    if (!quick)
-        for (const shape &s : full_shapes) fails += run_case(s, seed++);
+    for (int rl = 0; rl < 2; rl++) {
+        for (const shape &s : quick_shapes) fails += run_case(s, seed++, rl);
+        if (!quick)
+            for (const shape &s : full_shapes) fails += run_case(s, seed++, rl);
+    }
     printf("%s\n", fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;
 }
