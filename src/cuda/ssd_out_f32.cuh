@@ -71,16 +71,31 @@ template <int NP> struct SsdSc32 {
 };
 
 /* Rounds to TF32, in place, the 16-byte chunks that ssd_stage_async<float,
- * NT> gave this thread (same index walk): valid once this thread's copies
- * have completed (cp.async.wait_group), before the barrier that publishes. */
-template <int NT>
-static __device__ __forceinline__ void ssd_sc32_round_own(float *s, int ld, int rows, int cols) {
-    const int vpr = cols / 4;
-    for (int idx = threadIdx.x; idx < rows * vpr; idx += NT) {
-        const int r = idx / vpr, cv = (idx - r * vpr) * 4;
-        float4 *p = reinterpret_cast<float4 *>(s + r * ld + cv);
-        const float4 v = *p;
-        *p = make_float4(ssd_tf32(v.x), ssd_tf32(v.y), ssd_tf32(v.z), ssd_tf32(v.w));
+ * NT> gave this thread for a ROWS x COLS tile (same index walk): valid once
+ * this thread's copies have completed (cp.async.wait_group with a memory
+ * clobber), before the barrier that publishes.  All loads first, then the
+ * stores: one shared-memory latency per tile, not one per chunk (the
+ * compiler cannot tell the chunks apart and would serialise them). */
+template <int NT, int ROWS, int COLS>
+static __device__ __forceinline__ void ssd_sc32_round_own(float *s, int ld) {
+    constexpr int VPR = COLS / 4, TOTAL = ROWS * VPR, PER = (TOTAL + NT - 1) / NT;
+    float4 v[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int idx = threadIdx.x + u * NT;
+        if (idx < TOTAL) {
+            const int r = idx / VPR, cv = (idx - r * VPR) * 4;
+            v[u] = *reinterpret_cast<const float4 *>(s + r * ld + cv);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int idx = threadIdx.x + u * NT;
+        if (idx < TOTAL) {
+            const int r = idx / VPR, cv = (idx - r * VPR) * 4;
+            *reinterpret_cast<float4 *>(s + r * ld + cv) =
+                make_float4(ssd_tf32(v[u].x), ssd_tf32(v[u].y), ssd_tf32(v[u].z), ssd_tf32(v[u].w));
+        }
     }
 }
 
@@ -143,8 +158,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
     auto round_cb = [&](int r) {
         if (RL) return;
         const int buf = r & 1;
-        ssd_sc32_round_own<256>(sCb + buf * L::TN, LDN, 64, NP);
-        ssd_sc32_round_own<256>(sBb + buf * L::TN, LDN, 64, NP);
+        ssd_sc32_round_own<256, 64, NP>(sCb + buf * L::TN, LDN);
+        ssd_sc32_round_own<256, 64, NP>(sBb + buf * L::TN, LDN);
     };
 
     issue(0);
@@ -191,7 +206,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                                 ssd_tf32(Hs[q][0][2 * u + 1]), ssd_tf32(Hs[q][1][2 * u + 1]));
     };
     store_hs();
-    ssd_cp_wait<0>();
+    ssd_cp_wait_mem<0>(); /* clobber: round_cb's loads stay after the wait */
     round_cb(0);
     __syncthreads();
 
@@ -408,7 +423,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
             }
         }
         if (more) {
-            ssd_cp_wait<0>(); /* this thread's copies of block r + 1 */
+            ssd_cp_wait_mem<0>(); /* this thread's copies of block r + 1 */
             round_cb(r + 1);
         }
         __syncthreads(); /* block r + 1's tiles and Hs visible; block r's readers done */

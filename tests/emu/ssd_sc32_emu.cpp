@@ -156,6 +156,7 @@ template <> struct ssd_mma<float> {
 
 static inline void ssd_cp_commit() {}
 template <int N> static inline void ssd_cp_wait() {}
+template <int N> static inline void ssd_cp_wait_mem() {}
 
 /* ssd_stage_async with the copy done at once (same chunk walk) */
 template <typename T, int NT>
