@@ -127,6 +127,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default=None)
     ap.add_argument("--step-only", action="store_true", help="only the decode step")
+    ap.add_argument("--no-step", action="store_true", help="skip the decode step")
+    ap.add_argument("--dtypes", default="bfloat16,float32",
+                    help="comma-separated dtypes of the forward points")
     ap.add_argument("--configs", default="",
                     help="comma-separated autotuner configurations of ours to time one by one "
                          "(SF_AUTOTUNE_FORCE=ssd_fwd:NAME), e.g. wg8,wg4,general")
@@ -146,7 +149,8 @@ def main():
     print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}")
     print(f"{'SSD forward (H80 P64 N128 G1 chunk256, D, z)':48s} {'ours ms':>8s} {'peer ms':>8s}"
           f" {'speed-up':>8s} {'TFLOP/s':>8s} {'TB/s':>6s}  err")
-    for dtype in () if a.step_only else (torch.bfloat16, torch.float32):
+    dtypes = [getattr(torch, d) for d in a.dtypes.split(",") if d]
+    for dtype in () if a.step_only else dtypes:
         for b, L in ((8, 4096), (1, 16384)):
             for cfg in [c for c in a.configs.split(",") if c]:
                 os.environ["SF_AUTOTUNE_FORCE"] = "ssd_fwd:" + cfg
@@ -166,7 +170,7 @@ def main():
                              commit=commit()))
     print(f"{'decode step (H80 P64 N128, f32 state, bf16 x)':48s} {'ours ms':>8s} {'peer ms':>8s}"
           f" {'speed-up':>8s} {'TB/s':>8s} {'% copy':>6s}")
-    for batch in (1, 16, 64, 128, 256):
+    for batch in () if a.no_step else (1, 16, 64, 128, 256):
         t, tp, nbytes = step_point(batch, torch.bfloat16)
         tbs = nbytes / t / 1e9
         print(f"{'batch ' + str(batch):48s} {t:8.4f} {tp:8.4f} {tp / t:7.2f}x {tbs:8.2f}"

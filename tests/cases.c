@@ -48,6 +48,10 @@ const sfc_case sfc_cases[] = {
      * columns), partial last chunk, every option; and 20 heads of one group
      * (runs of 8, 8 and 4 heads per block) without z, with initial states */
     {SSD("ssd_wg_full", 2, 333, 6, 128, 2, 40, 128), .D = 2, ALL_OPTS, .dt_min = 0.001f, .dt_max = 0.3f},
+    /* the f32 split32 output kernel (ssd_out_sc32) at chunk 256: two P tiles,
+     * two groups of 3 heads, N 40 (zero-padded), a partial last chunk of 88
+     * tokens (a partial second row block), every option */
+    {SSD("ssd_sc32_full", 2, 600, 6, 128, 2, 40, 256), .D = 2, ALL_OPTS, .dt_min = 0.001f, .dt_max = 0.3f},
     {SSD("ssd_wg_heads", 1, 300, 20, 64, 1, 128, 256), .D = 1, .init = 1, .final = 1, .dt_bias = 1, .softplus = 1},
     {SSD("ssd_2p7b_small", 1, 512, 8, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .final = 1},
     {SSD("ssd_2p7b", 1, 4096, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .big = 1},

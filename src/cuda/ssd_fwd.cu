@@ -2,7 +2,7 @@
  * the decode step (sf_ssd_step).
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
- * configurations wg8, wg4, wg16 and general):
+ * configurations wg8 .. wgp16, split, split32, split32l and general):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states, state scan, wgmma output kernel with 4, 8
@@ -16,6 +16,10 @@
  *                    per (chunk, head, P tile, half of the row-tile pairs)
  *   ssd_chunk_out    fused output otherwise (f32, N > 128): per (chunk, head,
  *                    P tile, 64-row tile)
+ *   ssd_out_sc32     fused output, f32 on the split path (configurations
+ *                    split32 / split32l: dense, chunk 128 / 256, P % 64 == 0, N <= 128;
+ *                    ssd_out_f32.cuh): per (chunk, head, P tile), the 64-row
+ *                    blocks in order through sub-chunk states
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
@@ -42,6 +46,7 @@
  */
 #include "cuda_common.h"
 #include "ssd_chunk.cuh"
+#include "ssd_out_f32.cuh"
 #include "ssd_out16.cuh"
 #include "ssd_hopper.cuh"
 #include "ssd_out_pipe.cuh"
@@ -264,12 +269,41 @@ static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
     return SF_OK;
 }
 
+/* ssd_out_sc32 (ssd_out_f32.cuh) for f32 inputs on the split path, with
+ * NP = dstate padded to 64 or 128; RL: C / B rounded in the fragment loads
+ * instead of in shared memory. */
+template <int NP, bool RL> static sf_status ssd_launch_sc32(sf_ctx *ctx, const ssd_fwd_args &a) {
+    const int64_t grid = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
+    if (grid > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    if (grid == 0) return SF_OK;
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_sc32<NP, RL>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)SsdSc32<NP>::SMEM));
+    ssd_out_sc32<NP, RL><<<(unsigned)grid, 256, SsdSc32<NP>::SMEM, sf_cuda_stream(ctx)>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+/* Why ssd_out_sc32 (configurations split32 / split32l) cannot serve the problem, or NULL. */
+static const char *ssd_sc32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32) {
+    if (!f32) return "it takes f32 inputs";
+    if (const char *why = ssd_split_refusal(a)) return why;
+    if (a.P % 64 || a.N > 128) return "it takes headdim a multiple of 64 and dstate <= 128";
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    const size_t smem = a.N <= 64 ? SsdSc32<64>::SMEM : SsdSc32<128>::SMEM;
+    if (!cs || smem > cs->smem_optin) return "the GPU has too little shared memory per block";
+    return nullptr;
+}
+
 /* The general path: any dtype, N <= 256, varlen, any alignment.  With
  * `cst` (split path, ssd_split_refusal NULL) the states come from
- * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass. */
+ * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass; with `sc32`
+ * too (f32, ssd_sc32_refusal NULL) the output is ssd_out_sc32's (sc32 1:
+ * rounding pass, 2: rounding in the fragment loads). */
 template <typename T>
 static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
-                                 int64_t grid_out, float *cst = nullptr) {
+                                 int64_t grid_out, float *cst = nullptr, int sc32 = 0) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (cst) {
         const sf_status st = a.Q == 256 ? ssd_split_states<T, 256>(ctx, a, cst)
@@ -292,6 +326,17 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     bool done = false;
+    if constexpr (sizeof(T) == 4) {
+        if (cst && sc32 && grid_out > 0) {
+            const sf_status st =
+                sc32 == 2 ? (a.N <= 64 ? ssd_launch_sc32<64, true>(ctx, a)
+                                       : ssd_launch_sc32<128, true>(ctx, a))
+                          : (a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a)
+                                       : ssd_launch_sc32<128, false>(ctx, a));
+            if (st != SF_OK) return st;
+            done = true;
+        }
+    }
     if constexpr (sizeof(T) == 2) {
         if (grid_out > 0 && a.Npad <= SSD_O16_NK * 16) {
             /* 16-bit, N <= 128: two blocks per (chunk, head, P tile), Q / 2 threads */
@@ -404,12 +449,16 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
 
 /* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
  * output block (plain or pipelined output kernel), the general path with
- * split states (any dtype, dense batches) and the general path.
+ * split states (any dtype, dense batches), the same with ssd_out_sc32 as
+ * the output kernel (f32 only; C / B rounded to TF32 in shared memory, or
+ * in the fragment loads: split32l) and the general path.
  * Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8",  "wg4",  "wg16",  "wgp8",
-                                             "wgp4", "wgp16", "split", "general"};
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, 0}; /* -1 split, 0 general */
-static const int SSD_NCAND = 8, SSD_SPLIT = 6, SSD_GENERAL = 7;
+static const char *const ssd_cand_names[] = {"wg8",     "wg4",      "wg16",   "wgp8",
+                                             "wgp4",    "wgp16",    "split",  "split32",
+                                             "split32l", "general"};
+/* -1 split, -2 split32, -3 split32l, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0};
+static const int SSD_NCAND = 10, SSD_SPLIT = 6, SSD_GENERAL = 9;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -424,6 +473,12 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
+    if (hpc <= -2) {
+        if (const char *why = ssd_sc32_refusal(ctx, a, sizeof(T) == 4))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
+                           ssd_cand_names[cand], why);
+        return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out, tc->cst, -1 - hpc);
+    }
     if (hpc < 0) {
         if (const char *why = ssd_split_refusal(a))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration split: %s", why);
@@ -463,8 +518,11 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     int64_t rows = (int64_t)a.batch * a.nc, pow2 = 1;
     while (pow2 < rows) pow2 <<= 1;
     char bucket[96];
+    /* the tag names the best path that may serve, so a cache written before
+     * split32 existed is not reused for shapes it serves */
+    const bool sc32 = !ssd_sc32_refusal(ctx, a, sizeof(T) == 4);
     snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
-             (long long)pow2, !why ? "wg" : why_split ? "general" : "split");
+             (long long)pow2, !why ? "wg" : why_split ? "general" : sc32 ? "split32" : "split");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -483,7 +541,9 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     if (st != SF_OK || ran) return st;
     /* the cached or default choice; a default the shape does not allow
      * falls back to the general path */
-    if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split)) choice = SSD_GENERAL;
+    if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
+        (ssd_cand_hpc[choice] <= -2 && !sc32))
+        choice = SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 

@@ -364,6 +364,11 @@ static __device__ __forceinline__ void ssd_cp_commit() { asm volatile("cp.async.
 template <int N> static __device__ __forceinline__ void ssd_cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
+/* The same with a memory clobber, for a thread that reads its own copies
+ * right after the wait, with no barrier in between to order the loads. */
+template <int N> static __device__ __forceinline__ void ssd_cp_wait_mem() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 /* Raw copy of a rows x cols tile of T into shared memory with cp.async;
  * rows/columns past the valid ones are zero-filled with plain stores, and a

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Validates and times the f32 SSD output kernel ssd_out_sc32 (autotuner
+# configurations split32 and split32l, which differ only in where C / B are
+# rounded to TF32; branch next/ssd-f32-out) on an H200, in about two
+# minutes.  Run from the repository root with a CUDA build of this branch in
+# build-gpu/ (libseqfuse.so* and tests/test_ops):
+#   bench/device_ssd_f32.sh            (logs in $OUT, default ./out)
+# Phase 1 (concurrent, correctness only): every SSD test case pinned to
+# split32 and to split32l (--all: also ssd_2p7b, the full 2.7B layer at
+# L 4096; 16-bit cases are listed as skipped, split32 takes f32 only);
+# compute-sanitizer memcheck and racecheck on the quick set pinned to split32
+# (split32l has the same shared-memory accesses minus the rounding pass).
+# Phase 2 (one at a time, timing): bench/gpu_ssd.py on f32 (b8 L4096 and
+# b1 L16384) with split, split32 and split32l pinned one after the other, then the
+# autotuned forward against mamba_ssm; per-kernel times of one f32 forward
+# (torch.profiler, b8 L4096) with split32 pinned.
+# A failing forward line shows as "FAIL <case> f32 ..." (wrong answer) or as a
+# status line (error); both make the first verdict FAIL.
+set -uo pipefail
+B=build-gpu
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+T0=$SECONDS
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -2
+git log --oneline -1 2>/dev/null
+
+echo "== phase 1: correctness (concurrent) =="
+for cfg in split32 split32l; do
+  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=ssd_fwd:$cfg timeout -k 5 100 \
+      "$B/tests/test_ops" --op ssd_fwd --backend cuda --all > "$OUT/${cfg}_test.log" 2>&1
+    echo $? > "$OUT/${cfg}_test.rc" ) &
+done
+for tool in memcheck racecheck; do
+  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=ssd_fwd:split32 timeout -k 5 60 \
+      "$CS" --tool $tool --error-exitcode 9 "$B/tests/test_ops" --op ssd_fwd --backend cuda \
+      > "$OUT/sc32_$tool.log" 2>&1
+    echo $? > "$OUT/sc32_$tool.rc" ) &
+done
+wait
+hung=0
+for cfg in split32 split32l; do
+  rc=$(cat "$OUT/${cfg}_test.rc")
+  log="$OUT/${cfg}_test.log"
+  case $rc in
+    0) echo "PASS test_ops ssd_fwd --all forced $cfg ($(tail -n 1 "$log"))" ;;
+    124|137) echo "FAIL test_ops ssd_fwd --all forced $cfg: TIMEOUT after 100 s (a hang is a deadlock candidate)"
+       hung=1 ;;
+    *) echo "FAIL test_ops ssd_fwd --all forced $cfg: exit $rc ($(tail -n 1 "$log"))"
+       grep -E "FAIL|error" "$log" | head -8 ;;
+  esac
+  # the f32 lines are the ones split32 serves: show them with their errors
+  grep -E "^ +(ok|FAIL) .* f32 +cuda" "$log" | head -12
+  echo "  f32 GPU case lines ok: $(grep -cE '^ +ok .* f32 +cuda' "$log")," \
+       "skipped: $(grep -cE '^ +skip' "$log")"
+done
+for tool in memcheck racecheck; do
+  log="$OUT/sc32_$tool.log"
+  rc=$(cat "$OUT/sc32_$tool.rc")
+  clean=0
+  if [ "$tool" = memcheck ]; then
+    summ=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
+    echo "$summ" | grep -q "ERROR SUMMARY: 0 errors" && clean=1
+  else
+    summ=$(grep -E "RACECHECK SUMMARY" "$log" | tail -n 1)
+    echo "$summ" | grep -q "RACECHECK SUMMARY: 0 hazards" && clean=1
+  fi
+  if [ "$rc" = 0 ] && [ $clean = 1 ]; then
+    echo "PASS $tool split32 ($summ; test: $(grep -E "passed.*failed" "$log" | tail -n 1))"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "FAIL $tool split32: TIMEOUT after 60 s ($log)"
+  else
+    echo "FAIL $tool split32: exit $rc, $summ ($log)"
+    grep -E "Race reported|Invalid|ERROR|FAIL" "$log" | head -6
+  fi
+done
+echo "phase 1: $((SECONDS - T0)) s"
+
+echo "== phase 2: timing =="
+if [ $hung = 1 ]; then
+  echo "SKIP timing: a split32 test hung"
+  exit 1
+fi
+# split / split32 / split32l pinned (f32 only: split32 refuses 16-bit inputs),
+# then the autotuned forward (which now may pick split32 for f32) vs mamba_ssm
+SF_AUTOTUNE_CACHE= PYTHONPATH=python:.peer SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeout -k 5 150 \
+  python3 bench/gpu_ssd.py --configs split,split32,split32l --dtypes float32 --no-step > "$OUT/sc32_bench.log" 2>&1
+rc=$?
+grep -vE "^batch " "$OUT/sc32_bench.log" | head -40
+[ $rc = 0 ] && echo "PASS gpu_ssd.py" || echo "FAIL gpu_ssd.py: exit $rc"
+echo "-- per-kernel times, f32 b8 L4096, split32 pinned --"
+SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=ssd_fwd:split32 PYTHONPATH=python:.peer \
+  SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeout -k 5 90 \
+  python3 bench/gpu_ssd.py --profile --profile-dtype float32 > "$OUT/sc32_profile.log" 2>&1
+rc=$?
+head -30 "$OUT/sc32_profile.log"
+[ $rc = 0 ] && echo "PASS profile" || echo "FAIL profile: exit $rc"
+echo "total: $((SECONDS - T0)) s"
