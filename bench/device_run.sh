@@ -30,7 +30,7 @@ done
 echo "== every autotuner configuration pinned (in-memory choices) =="
 for cfg in ssd_fwd:wg8 ssd_fwd:wg4 ssd_fwd:wg16 ssd_fwd:wgp8 ssd_fwd:wgp4 ssd_fwd:wgp16 ssd_fwd:split ssd_fwd:general \
            attn_fwd:auto attn_fwd:ws128 attn_fwd:ws192 attn_fwd:wgmma attn_fwd:mma \
-           attn_fwd:wsp128 attn_fwd:wsp192; do
+           attn_fwd:wsp128 attn_fwd:wsp192 attn_fwd:wsp128k112; do
   log="$OUT/test_${cfg/:/_}.log"
   SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=$cfg "$B/tests/test_ops" --op "${cfg%%:*}" --backend cuda --all \
     > "$log" 2>&1

@@ -440,10 +440,14 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
  * the tile start, reloaded in the epilogue; 240 registers hold O 96 + S 56
  * + P 28 and the loop state of attn_fwd_ws, not the persistent loop's). */
 template <typename T>
-int try_wsp(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int bm) {
+int try_wsp(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int bm,
+            bool k112 = false) {
     if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen ||
         (p.d != 64 && p.d != 128 && p.d != 256) || !(p.scale_log2 > 0.f))
         return 0;
+    /* d 64 with 112-key tiles: short sequences pad less (ViT: 196 keys in
+     * 224 instead of 256) */
+    if (k112) return p.d == 64 && bm == 128 ? launch_wsp<T, 64, 128, 3, 112>(ctx, p, cs, st) : 0;
     if (bm == 192) return p.d == 64 ? launch_wsp<T, 64, 192, 3>(ctx, p, cs, st) : 0;
     if (p.d == 64) return launch_wsp<T, 64, 128, 3>(ctx, p, cs, st);
     if (p.d == 128) return launch_wsp<T, 128, 128, 2>(ctx, p, cs, st);
@@ -465,7 +469,8 @@ sf_status dispatch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, int nheads
 
 /* Candidate 0 is the heuristic chain (ws, else wgmma, else mma) and the
  * default without tuning; the others pin one kernel (and ws tile rows). */
-const char *const attn_cand_names[] = {"auto", "ws128", "ws192", "wgmma", "mma", "wsp128", "wsp192"};
+const char *const attn_cand_names[] = {"auto",   "ws128",  "ws192",     "wgmma",
+                                       "mma",    "wsp128", "wsp192",    "wsp128k112"};
 const int attn_ncand = (int)(sizeof attn_cand_names / sizeof attn_cand_names[0]);
 
 struct AttnTune {
@@ -502,6 +507,11 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
                        "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, d 64 (or "
                        "128, 256 for wsp128), 16-byte aligned rows and a positive scale",
                        attn_cand_names[cand]);
+    case 7:
+        if (try_wsp<T>(ctx, p, cs, &st, 128, true)) return st;
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_attn_fwd: configuration wsp128k112 needs sm_90a code, a dense batch, "
+                       "d 64, 16-byte aligned rows and a positive scale");
     default: return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
     }
 }
