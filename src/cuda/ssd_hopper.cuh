@@ -185,6 +185,51 @@ static __device__ __forceinline__ uint32_t ssd_lds32(uint32_t addr) {
     return v;
 }
 
+/* z of one thread's outputs in two rows of a 64-row block (row0, row0 + 8;
+ * 8 column pairs each), in flight while the products run; 0 past the
+ * chunk's end or without z.  zh: the head's z at the chunk's first token and
+ * the thread's first column. */
+template <typename T>
+static __device__ __forceinline__ void ssd_out_load_z(uint32_t (&zr)[2][8], const T *zh, int64_t zs1, int row0,
+                                                      int Lc, bool hz) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int row = row0 + 8 * u;
+        const unsigned int *zp = reinterpret_cast<const unsigned int *>(zh + (int64_t)row * zs1);
+        const bool ok = hz && row < Lc;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) zr[u][nt] = ok ? __ldg(zp + 4 * nt) : 0u;
+    }
+}
+
+/* The epilogue of one thread's two rows of a 64-row block: y = O + D x (x
+ * from the 128-byte-swizzled shared X tile at sX), gated by silu(z), stored
+ * as T.  Branch-free in has_D and has_z: dc is 0 without D and the gate
+ * becomes 1 without z, so one straight-line body serves every case; the
+ * shared address of column pair nt is one XOR (the swizzle's bits 4-6).
+ * oh: the head's output at the chunk's first token and the thread's first
+ * column. */
+template <typename T>
+static __device__ __forceinline__ void ssd_out_epilogue(const float (&O)[8][4], const float (&dc)[8][2],
+                                                        const uint32_t (&zr)[2][8], bool hz, uint32_t sX,
+                                                        int row0, int tt, int Lc, T *oh, int64_t os1) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int row = row0 + 8 * u;
+        const uint32_t xa = sX + row * 128 + 4 * tt + ((row & 7) << 4);
+        uint32_t *op = reinterpret_cast<uint32_t *>(oh + (int64_t)row * os1);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            const float2 xv = ssd_unpack(T{}, ssd_lds32(xa ^ (nt << 4)));
+            const float2 zv = ssd_unpack(T{}, zr[u][nt]);
+            const float s0 = hz ? ssd_silu(zv.x) : 1.0f, s1 = hz ? ssd_silu(zv.y) : 1.0f;
+            const float y0 = fmaf(dc[nt][0], xv.x, O[nt][2 * u]) * s0;
+            const float y1 = fmaf(dc[nt][1], xv.y, O[nt][2 * u + 1]) * s1;
+            if (row < Lc) op[4 * nt] = ssd_pack(T{}, y0, y1);
+        }
+    }
+}
+
 template <int Q> struct SsdWg {
     /* chunk_state, half a chunk at a time: B (swizzled, Q/2 x 128) + X
      * (Q/2 x 72 padded) + w (Q/2 f32) */
@@ -384,6 +429,9 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
         if (i + 1 < nh) issue_head(i + 1);
         ssd_cp_commit();
 
+        /* this head's z and output at the chunk's first token, thread's first column */
+        const T *zh = zbase + (int64_t)b * a.zs[0] + t0 * a.zs[1] + (int64_t)h * a.zs[2] + p0 + 2 * tt;
+        T *oh = obase + (int64_t)b * a.os[0] + t0 * a.os[1] + (int64_t)h * a.os[2] + p0 + 2 * tt;
         /* D of this thread's 16 output columns (per column or per head) */
         float dc[8][2];
         {
@@ -412,26 +460,16 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             }
             /* z of this thread's outputs, in flight during the products */
             uint32_t zr[2][8];
-            if (a.has_z) {
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int row = row0 + 8 * u;
-                    const T *zp = zbase + (int64_t)b * a.zs[0] + (t0 + row) * a.zs[1] +
-                                  (int64_t)h * a.zs[2] + p0 + 2 * tt;
-#pragma unroll
-                    for (int nt = 0; nt < 8; nt++)
-                        zr[u][nt] = row < Lc ? __ldg(reinterpret_cast<const unsigned int *>(zp + 8 * nt)) : 0u;
-                }
-            }
+            ssd_out_load_z(zr, zh, a.zs[1], row0, Lc, a.has_z);
+            const uint64_t dCm = wg_desc(sCi + m * 8192, 16, 1024);
             for (int k = 0; k <= m; k++) {
                 float S[8][4];
+                const uint64_t dBk = wg_desc(sCi + (Q * 256) + k * 8192, 16, 1024);
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++)
-                    Wg<T, 64>::ss(&S[0][0],
-                                  wg_desc(sCi + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
-                                  wg_desc(sCi + (Q * 256) + (kk >> 2) * (Q * 128) + k * 8192 + (kk & 3) * 32, 16, 1024),
-                                  kk > 0);
+                    Wg<T, 64>::ss(&S[0][0], wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
+                                  wg_desc_add(dBk, (kk >> 2) * (Q * 128) + (kk & 3) * 32), kk > 0);
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(S);
@@ -458,6 +496,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                             S[nt][2 + v] = j <= row1 ? S[nt][2 + v] * ssd_ex2(g1 - gj) * dj : 0.0f;
                         }
                 }
+                const uint64_t dXk = wg_desc(sX + 64 * k * 128, Q * 128, 1024);
                 uint32_t pa[4][4];
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++) {
@@ -469,35 +508,12 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
-                    Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc(sX + (64 * k + 16 * kk) * 128, Q * 128, 1024));
+                    Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc_add(dXk, 16 * kk * 128));
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(O[r]);
             }
-            /* epilogue: D x (x from the swizzled shared tile), z gate, store */
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const int row = row0 + 8 * u;
-                if (row >= Lc) continue;
-                T *op = obase + (int64_t)b * a.os[0] + (t0 + row) * a.os[1] + (int64_t)h * a.os[2] + p0;
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    const int col = 8 * nt + 2 * tt;
-                    float y0 = O[r][nt][2 * u], y1 = O[r][nt][2 * u + 1];
-                    if (a.has_D) {
-                        const float2 xv =
-                            ssd_unpack(T{}, ssd_lds32(sX + row * 128 + (((nt ^ row) & 7) << 4) + 4 * tt));
-                        y0 = fmaf(dc[nt][0], xv.x, y0);
-                        y1 = fmaf(dc[nt][1], xv.y, y1);
-                    }
-                    if (a.has_z) {
-                        const float2 zv = ssd_unpack(T{}, zr[u][nt]);
-                        y0 *= ssd_silu(zv.x);
-                        y1 *= ssd_silu(zv.y);
-                    }
-                    *reinterpret_cast<uint32_t *>(op + col) = ssd_pack(T{}, y0, y1);
-                }
-            }
+            ssd_out_epilogue(O[r], dc, zr, a.has_z, sX, row0, tt, Lc, oh, a.os[1]);
         }
     }
 #else

@@ -131,6 +131,9 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
             int rq = 16 * wl + g, tt = t;
             asm volatile("" : "+r"(sCi), "+r"(sBi), "+r"(sHi), "+r"(sX), "+r"(ag), "+r"(adt), "+r"(aw),
                          "+r"(rq), "+r"(tt));
+            /* this head's z and output at the chunk's first token, thread's first column */
+            const T *zh = (const T *)a.z + (int64_t)b * a.zs[0] + t0 * a.zs[1] + (int64_t)h * a.zs[2] + p0 + 2 * tt;
+            T *oh = obase + (int64_t)b * a.os[0] + t0 * a.os[1] + (int64_t)h * a.os[2] + p0 + 2 * tt;
             float dc[8][2];
             {
                 const int64_t d0 = (int64_t)h * a.Ds[0], ds = a.D_pc ? a.Ds[1] : 0;
@@ -147,32 +150,23 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                 const int row0 = 64 * m + rq, row1 = row0 + 8;
                 const float g0 = ssd_ldsf(ag + 4 * row0), g1 = ssd_ldsf(ag + 4 * row1);
                 uint32_t zr[2][8];
-                if (a.has_z) {
-#pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const int row = row0 + 8 * u;
-                        const T *zp = (const T *)a.z + (int64_t)b * a.zs[0] + (t0 + row) * a.zs[1] +
-                                      (int64_t)h * a.zs[2] + p0 + 2 * tt;
-#pragma unroll
-                        for (int nt = 0; nt < 8; nt++)
-                            zr[u][nt] = row < Lc ? __ldg(reinterpret_cast<const unsigned int *>(zp + 8 * nt)) : 0u;
-                    }
-                }
+                ssd_out_load_z(zr, zh, a.zs[1], row0, Lc, a.has_z);
                 float O[8][4], S[2][8][4];
                 uint32_t pa[2][4][4];
+                /* descriptors: C_m, B_0, H, X_0 (the others are offsets from these) */
+                const uint64_t dCm = wg_desc(sCi + m * 8192, 16, 1024), dB = wg_desc(sBi, 16, 1024);
+                const uint64_t dH = wg_desc(sHi, 16, 1024), dX = wg_desc(sX, Q * 128, 1024);
                 /* O = C_m H^T, then S_0 */
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++)
-                    Wg<T, 64>::ss(&O[0][0],
-                                  wg_desc(sCi + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
-                                  wg_desc(sHi + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+                    Wg<T, 64>::ss(&O[0][0], wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
+                                  wg_desc_add(dH, (kk >> 2) * 8192 + (kk & 3) * 32), kk > 0);
                 wg_commit();
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++)
-                    Wg<T, 64>::ss(&S[0][0][0],
-                                  wg_desc(sCi + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
-                                  wg_desc(sBi + (kk >> 2) * (Q * 128) + (kk & 3) * 32, 16, 1024), kk > 0);
+                    Wg<T, 64>::ss(&S[0][0][0], wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
+                                  wg_desc_add(dB, (kk >> 2) * (Q * 128) + (kk & 3) * 32), kk > 0);
                 wg_commit();
                 wg_wait<1>(); /* O done, S_0 may run */
                 reg_fence(O);
@@ -194,9 +188,8 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
 #pragma unroll
                         for (int kk = 0; kk < 8; kk++)
                             Wg<T, 64>::ss(&S[(k + 1) & 1][0][0],
-                                          wg_desc(sCi + (kk >> 2) * (Q * 128) + m * 8192 + (kk & 3) * 32, 16, 1024),
-                                          wg_desc(sBi + (kk >> 2) * (Q * 128) + (k + 1) * 8192 + (kk & 3) * 32,
-                                                  16, 1024),
+                                          wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
+                                          wg_desc_add(dB, (kk >> 2) * (Q * 128) + (k + 1) * 8192 + (kk & 3) * 32),
                                           kk > 0);
                         wg_commit();
                     }
@@ -239,35 +232,12 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                     wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++)
-                        Wg<T, 64>::rs(&O[0][0], Pk[kk], wg_desc(sX + (64 * k + 16 * kk) * 128, Q * 128, 1024));
+                        Wg<T, 64>::rs(&O[0][0], Pk[kk], wg_desc_add(dX, (64 * k + 16 * kk) * 128));
                     wg_commit();
                 }
                 wg_wait<0>();
                 reg_fence(O);
-                /* epilogue: D x from the swizzled shared X, z gate, store */
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int row = row0 + 8 * u;
-                    if (row >= Lc) continue;
-                    T *op = obase + (int64_t)b * a.os[0] + (t0 + row) * a.os[1] + (int64_t)h * a.os[2] + p0;
-#pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
-                        const int col = 8 * nt + 2 * tt;
-                        float y0 = O[nt][2 * u], y1 = O[nt][2 * u + 1];
-                        if (a.has_D) {
-                            const float2 xv =
-                                ssd_unpack(T{}, ssd_lds32(sX + row * 128 + (((nt ^ row) & 7) << 4) + 4 * tt));
-                            y0 = fmaf(dc[nt][0], xv.x, y0);
-                            y1 = fmaf(dc[nt][1], xv.y, y1);
-                        }
-                        if (a.has_z) {
-                            const float2 zv = ssd_unpack(T{}, zr[u][nt]);
-                            y0 *= ssd_silu(zv.x);
-                            y1 *= ssd_silu(zv.y);
-                        }
-                        *reinterpret_cast<uint32_t *>(op + col) = ssd_pack(T{}, y0, y1);
-                    }
-                }
+                ssd_out_epilogue(O, dc, zr, a.has_z, sX, row0, tt, Lc, oh, a.os[1]);
             }
         }
 #else

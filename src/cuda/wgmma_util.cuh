@@ -55,6 +55,13 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_
            ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
 }
 
+/* The descriptor of the address `bytes` past the one d describes: the start
+ * address is bits 0-13 in 16-byte units, and shared addresses stay below
+ * 256 KB, so the sum never carries out of the field (one 32-bit add). */
+__device__ __forceinline__ uint64_t wg_desc_add(uint64_t d, uint32_t bytes) {
+    return (d & 0xffffffff00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
