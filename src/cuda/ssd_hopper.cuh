@@ -185,6 +185,20 @@ static __device__ __forceinline__ uint32_t ssd_lds32(uint32_t addr) {
     return v;
 }
 
+/* D of one thread's 16 output columns (p0 + 8 nt + 2 tt + e; D per column
+ * or per head), 0 without D: a running pointer, no index products. */
+static __device__ __forceinline__ void ssd_out_load_d(float (&dc)[8][2], const ssd_fwd_args &a, int h, int p0,
+                                                      int tt) {
+    const int64_t ds = a.D_pc ? a.Ds[1] : 0;
+    const float *dp = a.D + (int64_t)h * a.Ds[0] + (int64_t)(p0 + 2 * tt) * ds;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        dc[nt][0] = a.has_D ? dp[0] : 0.0f;
+        dc[nt][1] = a.has_D ? dp[ds] : 0.0f;
+        dp += 8 * ds;
+    }
+}
+
 /* z of one thread's outputs in two rows of a 64-row block (row0, row0 + 8;
  * 8 column pairs each), in flight while the products run; 0 past the
  * chunk's end or without z.  zh: the head's z at the chunk's first token and
@@ -285,7 +299,7 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
     for (int half = 0; half < 2; half++) {
         const int j0 = half * QH, lv = Lc - j0; /* valid tokens of this half (may be <= 0) */
         if (half == 1) __syncthreads(); /* every read of the first half is done */
-        load_tile_sw<QH, 128, 128>(sB, Bg + (int64_t)j0 * a.Bs[1], a.Bs[1], lv, a.N / 8, tid);
+        load_tile_sw_rs<QH, 128, 128>(sB, Bg + (int64_t)j0 * a.Bs[1], a.Bs[1], lv, a.N / 8, tid);
 #pragma unroll
         for (int it = 0; it < QH * 8 / 128; it++) {
             const int i = tid + it * 128, r = i >> 3, cc = i & 7;
@@ -374,8 +388,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
         const int h = h_begin + i, buf = i & 1;
         const int64_t bh = (int64_t)b * a.H + h;
         const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
-        load_tile_sw<Q, 64, 256>(sX0 + buf * (Q * 128), Xg, a.xs[1], Lc, 8, tid);
-        load_tile_sw<64, 128, 256>(sH, (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
+        load_tile_sw_rs<Q, 64, 256>(sX0 + buf * (Q * 128), Xg, a.xs[1], Lc, 8, tid);
+        load_tile_sw_rs<64, 128, 256>(sH, (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
                                    a.N, 64, a.N / 8, tid);
         const float *gsrc = a.gw + (bh * a.nc + c) * Q, *dsrc = a.dtw + (bh * a.nc + c) * Q;
         if (tid < Q / 4) {
@@ -383,8 +397,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             cp_async16_u32(ssd_smem_addr(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
         }
     };
-    load_tile_sw<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
-    load_tile_sw<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+    load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
+    load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
     issue_head(0);
     ssd_cp_commit();
 
@@ -434,14 +448,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
         T *oh = obase + (int64_t)b * a.os[0] + t0 * a.os[1] + (int64_t)h * a.os[2] + p0 + 2 * tt;
         /* D of this thread's 16 output columns (per column or per head) */
         float dc[8][2];
-        {
-            const int64_t d0 = (int64_t)h * a.Ds[0], ds = a.D_pc ? a.Ds[1] : 0;
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    dc[nt][e] = a.has_D ? a.D[d0 + (int64_t)(p0 + 8 * nt + 2 * tt + e) * ds] : 0.0f;
-        }
+        ssd_out_load_d(dc, a, h, p0, tt);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             const int m = mblk[r];
@@ -471,18 +478,19 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                     Wg<T, 64>::ss(&S[0][0], wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
                                   wg_desc_add(dBk, (kk >> 2) * (Q * 128) + (kk & 3) * 32), kk > 0);
                 wg_commit();
-                wg_wait<0>();
-                reg_fence(S);
+                /* the decay factors do not depend on S: computed while the
+                 * product (and the previous tile's P X) run */
+                float fac[8][4];
                 if (k < m) {
                     const float gr = ssd_ldsf(ag + 4 * (64 * k + 63));
                     const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
 #pragma unroll
                     for (int nt = 0; nt < 8; nt++) {
                         const float2 w = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
-                        S[nt][0] *= f0 * w.x;
-                        S[nt][1] *= f0 * w.y;
-                        S[nt][2] *= f1 * w.x;
-                        S[nt][3] *= f1 * w.y;
+                        fac[nt][0] = f0 * w.x;
+                        fac[nt][1] = f0 * w.y;
+                        fac[nt][2] = f1 * w.x;
+                        fac[nt][3] = f1 * w.y;
                     }
                 } else {
 #pragma unroll
@@ -492,10 +500,16 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                             const int j = 64 * k + 8 * nt + 2 * tt + v;
                             const float gj = ssd_ldsf(ag + 4 * j), dj = ssd_ldsf(adt + 4 * j);
                             /* j <= row: g'_row - g'_j <= 0 (g' does not increase) */
-                            S[nt][v] = j <= row0 ? S[nt][v] * ssd_ex2(g0 - gj) * dj : 0.0f;
-                            S[nt][2 + v] = j <= row1 ? S[nt][2 + v] * ssd_ex2(g1 - gj) * dj : 0.0f;
+                            fac[nt][v] = j <= row0 ? ssd_ex2(g0 - gj) * dj : 0.0f;
+                            fac[nt][2 + v] = j <= row1 ? ssd_ex2(g1 - gj) * dj : 0.0f;
                         }
                 }
+                wg_wait<0>(); /* S_k and the previous P X */
+                reg_fence(S);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) S[nt][e] *= fac[nt][e];
                 const uint64_t dXk = wg_desc(sX + 64 * k * 128, Q * 128, 1024);
                 uint32_t pa[4][4];
 #pragma unroll
@@ -509,10 +523,10 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
                     Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc_add(dXk, 16 * kk * 128));
-                wg_commit();
-                wg_wait<0>();
-                reg_fence(O[r]);
+                wg_commit(); /* waited for with the next S, or below */
             }
+            wg_wait<0>();
+            reg_fence(O[r]);
             ssd_out_epilogue(O[r], dc, zr, a.has_z, sX, row0, tt, Lc, oh, a.os[1]);
         }
     }

@@ -93,8 +93,8 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
             const int h = h_begin + i, buf = i & 1;
             const int64_t bh = (int64_t)b * a.H + h;
             const int64_t xo = (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
-            load_tile_sw<Q, 64, 256>(sX0 + buf * (Q * 128), (const T *)a.x + xo, a.xs[1], Lc, 8, tq);
-            load_tile_sw<64, 128, 256>(sH0 + buf * 16384,
+            load_tile_sw_rs<Q, 64, 256>(sX0 + buf * (Q * 128), (const T *)a.x + xo, a.xs[1], Lc, 8, tq);
+            load_tile_sw_rs<64, 128, 256>(sH0 + buf * 16384,
                                        (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
                                        a.N, 64, a.N / 8, tq);
             if (tq < Q) {
@@ -104,8 +104,8 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                 vdt = a.dtw[(bh * a.nc + c) * Q + tq];
             }
         };
-        load_tile_sw<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
-        load_tile_sw<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+        load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
+        load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
         issue_head(0);
         ssd_cp_commit();
 
@@ -135,14 +135,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
             const T *zh = (const T *)a.z + (int64_t)b * a.zs[0] + t0 * a.zs[1] + (int64_t)h * a.zs[2] + p0 + 2 * tt;
             T *oh = obase + (int64_t)b * a.os[0] + t0 * a.os[1] + (int64_t)h * a.os[2] + p0 + 2 * tt;
             float dc[8][2];
-            {
-                const int64_t d0 = (int64_t)h * a.Ds[0], ds = a.D_pc ? a.Ds[1] : 0;
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        dc[nt][e] = a.has_D ? a.D[d0 + (int64_t)(p0 + 8 * nt + 2 * tt + e) * ds] : 0.0f;
-            }
+            ssd_out_load_d(dc, a, h, p0, tt);
 #pragma unroll
             for (int r = 0; r < NR; r++) {
                 const int m = r == 0 ? MA : MB;

@@ -49,6 +49,29 @@ __device__ __forceinline__ void load_tile_sw(uint32_t sbase, const T *g, int64_t
     }
 }
 
+/* load_tile_sw when every thread keeps one 16-byte column chunk (NT a
+ * multiple of the chunks per row) and steps a multiple of 8 rows per copy:
+ * the swizzle term is then the same for all of a thread's copies, so each
+ * copy costs one pointer step and an immediate shared offset instead of
+ * the index arithmetic per copy. */
+template <int ROWS, int D, int NT, typename T>
+__device__ __forceinline__ void load_tile_sw_rs(uint32_t sbase, const T *g, int64_t row_stride,
+                                                int rows, int d8, int tid) {
+    constexpr int CH = D / 8, RS = NT / CH, ITERS = ROWS / RS;
+    static_assert(NT % CH == 0 && RS % 8 == 0 && ROWS % RS == 0, "row-stepped tile / thread count");
+    const int c = tid % CH, r0 = tid / CH;
+    const bool cok = c < d8;
+    const T *src = g + (int64_t)r0 * row_stride + c * 8;
+    const int64_t step = (int64_t)RS * row_stride;
+    const uint32_t dst = sbase + (c >> 3) * (ROWS * 128) + r0 * 128 + (((c ^ r0) & 7) << 4);
+#pragma unroll
+    for (int it = 0; it < ITERS; it++) {
+        const bool ok = cok && r0 + it * RS < rows;
+        cp_async16_u32(dst + it * RS * 128, ok ? src : g, ok ? 16 : 0);
+        src += step;
+    }
+}
+
 /* Shared-memory matrix descriptor, 128-byte swizzle. */
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
