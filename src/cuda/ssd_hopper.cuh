@@ -472,6 +472,15 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             for (int k = 0; k <= m; k++) {
                 float S[8][4];
                 const uint64_t dBk = wg_desc(sCi + (Q * 256) + k * 8192, 16, 1024);
+                /* below the diagonal: the shared loads of the decay vectors
+                 * issued first, their latency hidden by the product's issue */
+                float gr = 0.0f;
+                float2 w[8];
+                if (k < m) {
+                    gr = ssd_ldsf(ag + 4 * (64 * k + 63));
+#pragma unroll
+                    for (int nt = 0; nt < 8; nt++) w[nt] = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
+                }
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++)
@@ -482,15 +491,13 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                  * product (and the previous tile's P X) run */
                 float fac[8][4];
                 if (k < m) {
-                    const float gr = ssd_ldsf(ag + 4 * (64 * k + 63));
                     const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
 #pragma unroll
                     for (int nt = 0; nt < 8; nt++) {
-                        const float2 w = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
-                        fac[nt][0] = f0 * w.x;
-                        fac[nt][1] = f0 * w.y;
-                        fac[nt][2] = f1 * w.x;
-                        fac[nt][3] = f1 * w.y;
+                        fac[nt][0] = f0 * w[nt].x;
+                        fac[nt][1] = f0 * w[nt].y;
+                        fac[nt][2] = f1 * w[nt].x;
+                        fac[nt][3] = f1 * w[nt].y;
                     }
                 } else {
 #pragma unroll
