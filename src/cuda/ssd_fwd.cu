@@ -2,7 +2,7 @@
  * the decode step (sf_ssd_step).
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
- * configurations wg8 .. wgp16, split, split32, split32l and general):
+ * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states, state scan, wgmma output kernel with 4, 8
@@ -451,14 +451,15 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * output block (plain or pipelined output kernel), the general path with
  * split states (any dtype, dense batches), the same with ssd_out_sc32 as
  * the output kernel (f32 only; C / B rounded to TF32 in shared memory, or
- * in the fragment loads: split32l) and the general path.
- * Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8",     "wg4",      "wg16",   "wgp8",
-                                             "wgp4",    "wgp16",    "split",  "split32",
-                                             "split32l", "general"};
+ * in the fragment loads: split32l), the general path, and the plain sm_90a
+ * output kernel with 20 or 40 heads per block (C and B loaded once for more
+ * heads).  Candidate 0 is the default. */
+static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
+                                             "wgp4",    "wgp16",   "split", "split32",
+                                             "split32l", "general", "wg20",  "wg40"};
 /* -1 split, -2 split32, -3 split32l, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0};
-static const int SSD_NCAND = 10, SSD_SPLIT = 6, SSD_GENERAL = 9;
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40};
+static const int SSD_NCAND = 12, SSD_SPLIT = 6, SSD_GENERAL = 9;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -488,7 +489,7 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
                        ssd_cand_names[cand], why);
     if constexpr (sizeof(T) == 2) {
-        const bool pipe = cand >= 3;
+        const bool pipe = cand >= 3 && cand < SSD_SPLIT;
         if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
