@@ -81,24 +81,7 @@ static emu_warp *g_warps;
 static std::atomic<long> g_not_tf32{0}, g_misaligned{0}, g_mma{0};
 
 /* ---- the pieces of ssd_chunk.cuh / ssd_mma.cuh the kernel uses ---- */
-struct ssd_fwd_args {
-    const void *x, *dt, *B, *C, *z;
-    void *out;
-    const float *A, *D, *dt_bias, *init;
-    float *fin;
-    const void *cu;
-    const int *seq_idx;
-    int64_t xs[3], dts[3], Bs[3], Cs[3], zs[3], os[3];
-    int64_t As, Ds[2], biass, ins[4], fis[4], sis[2], cus;
-    int batch, L, H, P, N, Npad, hpg, Q, nc, nseq;
-    int has_D, D_pc, has_z, has_bias, softplus, has_init, has_final, varlen, cu64;
-    float dt_min, dt_max;
-    int vec_x, vec_B, vec_C, vec_z, vec_o;
-    float *dtw, *gw;
-    void *states;
-    float *states32;
-    int *seqid;
-};
+#include "ssd_args.h"
 
 static inline float ssd_tf32(float x) { /* cvt.rna.tf32.f32 for finite x */
     uint32_t u = __float_as_uint(x);
