@@ -156,11 +156,11 @@ int main(void) {
         }
     }
 
-    const char *cfgs[] = {"wg8", "wgp8", "split", "general"};
+    const char *cfgs[] = {"wg8", "wgp8", "fu40", "split", "general"};
     uint16_t *gout = xmalloc((size_t)Q * H * P * 2);
     float *gfin = xmalloc(finb);
     int ran = 0;
-    for (int ci = 0; ci < 3; ci++) {
+    for (int ci = 0; ci < 4; ci++) {
         char env[64];
         snprintf(env, sizeof env, "ssd_fwd:%s", cfgs[ci]);
         setenv("SF_AUTOTUNE_FORCE", env, 1);

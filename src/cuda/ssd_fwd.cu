@@ -371,7 +371,7 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
 
 /* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe) {
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, bool fused) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
@@ -380,20 +380,28 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
     const int64_t gsc = (int64_t)a.batch * a.H * ((PN + 1023) / 1024);
     const int64_t nsub = (a.hpg + hpc - 1) / hpc;
     const int64_t gout = (int64_t)a.batch * a.nc * (a.P / 64) * (a.H / a.hpg) * nsub;
-    if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX || gout > INT32_MAX)
+    const int64_t gfu = (int64_t)a.batch * (a.P / 64) * a.H;
+    if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX || gout > INT32_MAX || gfu > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     if (gcum > 0) {
         ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (gst > 0) {
+    if (fused && gfu > 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_wg<T, Q>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)L::FU_SMEM));
+        ssd_state_fused_wg<T, Q><<<(unsigned)gfu, 128, L::FU_SMEM, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (!fused && gst > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::ST_SMEM));
         ssd_chunk_state_wg<T, Q><<<(unsigned)gst, 128, L::ST_SMEM, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (gsc > 0) {
+    if (!fused && gsc > 0) {
         ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
@@ -451,15 +459,18 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * output block (plain or pipelined output kernel), the general path with
  * split states (any dtype, dense batches), the same with ssd_out_sc32 as
  * the output kernel (f32 only; C / B rounded to TF32 in shared memory, or
- * in the fragment loads: split32l), the general path, and the plain sm_90a
+ * in the fragment loads: split32l), the general path, the plain sm_90a
  * output kernel with 20 or 40 heads per block (C and B loaded once for more
- * heads).  Candidate 0 is the default. */
+ * heads), and the same with 8 or 40 heads after the fused state pass
+ * ssd_state_fused_wg instead of chunk states + scan (fu8 / fu40).
+ * Candidate 0 is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
-                                             "split32l", "general", "wg20",  "wg40"};
+                                             "split32l", "general", "wg20",  "wg40",
+                                             "fu8",      "fu40"};
 /* -1 split, -2 split32, -3 split32l, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40};
-static const int SSD_NCAND = 12, SSD_SPLIT = 6, SSD_GENERAL = 9;
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40};
+static const int SSD_NCAND = 14, SSD_SPLIT = 6, SSD_GENERAL = 9, SSD_FUSED = 12;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -493,8 +504,9 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
-        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe)
-                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe);
+        const bool fused = cand >= SSD_FUSED;
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused);
     }
     return SF_ERR_UNSUPPORTED;
 }

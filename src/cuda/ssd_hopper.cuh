@@ -249,6 +249,10 @@ template <int Q> struct SsdWg {
      * (Q/2 x 72 padded) + w (Q/2 f32) */
     static constexpr int ST_LDX = 72;
     static constexpr size_t ST_SMEM = (size_t)Q * 128 + (size_t)(Q / 2) * ST_LDX * 2 + Q * 2 + 1024;
+    /* fused state pass: two stages of half a chunk, each B (swizzled,
+     * Q/2 x 128) + X (Q/2 x 72 padded) + w (Q/2 f32), 1024-aligned */
+    static constexpr uint32_t FU_STAGE = ((uint32_t)Q * 128 + (Q / 2) * ST_LDX * 2 + Q * 2 + 1023u) & ~1023u;
+    static constexpr size_t FU_SMEM = 2 * (size_t)FU_STAGE + 1024;
     /* output: C, B (Q x 128 each), X x 2 (Q x 64), H (64 x 128), then the
      * vectors g'[2][Q], dt[2][Q], sw[Q] */
     static constexpr int O_C = 0, O_B = Q * 256, O_X = 2 * Q * 256, O_H = O_X + 2 * Q * 128;
@@ -341,6 +345,145 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
 #else
     (void)a;
     (void)cst;
+#endif
+}
+
+/* Chunk states and the pass over chunks in one kernel, for dense batches
+ * (configurations fu8 / fu40): a block per (b, P tile, head), head fastest
+ * (the heads of a group read the same B tiles from L2 together), walks the
+ * chunks in order with the state H (64 P rows x 128 N columns, f32) in the
+ * wgmma accumulator: at chunk c it stores H (the state entering c, in T, for
+ * the output kernel), scales it by 2^(g'_last), then adds X_c^T diag(w) B_c
+ * (w_j = 2^(g'_last - g'_j) dt_j) half a chunk at a time.  The halves stream
+ * through two shared stages: the next half's copies are in flight while one
+ * is multiplied.  No f32 chunk-state round trip through HBM (the split
+ * kernels write and read 335 MB of it at the 2.7B b8 L4096 shape); the cost
+ * is parallelism: batch x heads x P tiles blocks. */
+template <typename T, int Q>
+__global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace sf_wg;
+    constexpr int LDX = SsdWg<Q>::ST_LDX, QH = Q / 2;
+    constexpr uint32_t SST = SsdWg<Q>::FU_STAGE, OX = QH * 256, OW = OX + QH * LDX * 2;
+    extern __shared__ __align__(16) unsigned char ssd_smem[];
+    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sbase = (sraw + 1023u) & ~1023u;
+    unsigned char *gbase = ssd_smem + (sbase - sraw);
+
+    const int ptiles = a.P / 64;
+    int64_t id = blockIdx.x;
+    const int h = (int)(id % a.H);
+    id /= a.H;
+    const int pt = (int)(id % ptiles);
+    const int b = (int)(id / ptiles);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t bh = (int64_t)b * a.H + h, PN = (int64_t)a.P * a.N;
+    const int p0 = pt * 64, nsub = 2 * a.nc;
+    const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + (int64_t)(h / a.hpg) * a.Bs[2];
+    const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + (int64_t)h * a.xs[2] + p0;
+
+    /* this thread's token of a sub-tile (s: chunk s / 2, half s % 2):
+     * g', dt and the chunk's last g', fetched one sub-tile ahead of use */
+    float pg = 0.0f, pd = 0.0f, pgl = 0.0f;
+    auto fetch = [&](int s) {
+        if (s < nsub && tid < QH) {
+            const int64_t v = (bh * a.nc + (s >> 1)) * Q;
+            pg = a.gw[v + (s & 1) * QH + tid];
+            pd = a.dtw[v + (s & 1) * QH + tid];
+            pgl = a.gw[v + Q - 1];
+        }
+    };
+    /* sub-tile s's copies into stage s % 2 (always one commit group) */
+    auto issue = [&](int s) {
+        if (s < nsub) {
+            const int64_t t0 = (int64_t)(s >> 1) * Q + (s & 1) * QH;
+            const int lv = (int)min((int64_t)QH, a.L - t0); /* valid tokens (may be <= 0) */
+            const uint32_t st = sbase + (s & 1) * SST;
+            load_tile_sw_rs<QH, 128, 128>(st, Bg + t0 * a.Bs[1], a.Bs[1], lv, a.N / 8, tid);
+#pragma unroll
+            for (int it = 0; it < QH * 8 / 128; it++) {
+                const int i = tid + it * 128, r = i >> 3, cc = i & 7;
+                const bool ok = r < lv;
+                cp_async16_u32(st + OX + (r * LDX + cc * 8) * 2, ok ? Xg + (t0 + r) * a.xs[1] + cc * 8 : Xg,
+                               ok ? 16 : 0);
+            }
+            if (tid < QH)
+                reinterpret_cast<float *>(gbase + (s & 1) * SST + OW)[tid] =
+                    exp2f(fminf(pgl - pg, 0.0f)) * pd;
+        }
+        ssd_cp_commit();
+    };
+
+    /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns 8 nt + 2 t (+ 1) */
+    float H[16][4];
+    const int pr = p0 + 16 * warp + g;
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+            H[nt][e] = a.has_init && n < a.N
+                           ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
+                                    (int64_t)n * a.ins[3]]
+                           : 0.0f;
+        }
+    fetch(0);
+    issue(0);
+    fetch(1);
+    for (int s = 0; s < nsub; s++) {
+        ssd_cp_wait<0>(); /* sub-tile s landed (the only group in flight) */
+        fence_async_smem();
+        __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (sub-tile s - 1 done) */
+        issue(s + 1);
+        fetch(s + 2);
+        if ((s & 1) == 0) {
+            /* H is the state entering chunk s / 2: store it, then decay it */
+            const int c = s >> 1;
+            T *dst = (T *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N;
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++) {
+                const int n = 8 * nt + 2 * t;
+                if (n < a.N) {
+                    *reinterpret_cast<uint32_t *>(dst + n) = ssd_pack(T{}, H[nt][0], H[nt][1]);
+                    *reinterpret_cast<uint32_t *>(dst + 8 * a.N + n) = ssd_pack(T{}, H[nt][2], H[nt][3]);
+                }
+            }
+            const float dec = exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f));
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) H[nt][e] *= dec;
+        }
+        const uint32_t st = sbase + (s & 1) * SST;
+        const T *sX = reinterpret_cast<const T *>(gbase + (s & 1) * SST + OX);
+        const float *sw = reinterpret_cast<const float *>(gbase + (s & 1) * SST + OW);
+        uint32_t af[QH / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < QH / 16; kk++) {
+            ssd_mma16<T>::load_a_t(af[kk], sX, LDX, 16 * warp, 16 * kk);
+            ssd_mma<T>::scale_a(af[kk], sw + 16 * kk);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < QH / 16; kk++)
+            Wg<T, 128>::rs(&H[0][0], af[kk], wg_desc(st + kk * 2048, QH * 128, 1024));
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(H);
+    }
+    if (a.has_final) {
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+                if (n < a.N)
+                    a.fin[(int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] + (int64_t)p * a.fis[2] +
+                          (int64_t)n * a.fis[3]] = H[nt][e];
+            }
+    }
+#else
+    (void)a;
 #endif
 }
 
