@@ -2,11 +2,14 @@
  * the decode step (sf_ssd_step).
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
- * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40):
+ * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
+ * fu8, fu40):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
- *     cumsum, wgmma chunk states, state scan, wgmma output kernel with 4
- *     to 40 heads per block.  H200 2.7B b8 L4096 bf16: 1.14 ms (stop 9).
+ *     cumsum, wgmma chunk states + state scan (or both in one pass,
+ *     ssd_state_fused_wg: configurations fu8 / fu40), wgmma output kernel
+ *     with 4 to 40 heads per block.  H200 2.7B bf16: b8 L4096 1.05 ms
+ *     (fu40), b1 L16384 0.585 ms (wg40) at stop 9.
  *   general path, everything else (f32 on TF32 mma.sync, varlen, N <= 256),
  *     five launches on the context's stream, no synchronisation:
  *   ssd_seqid        (varlen only) per-token sequence id from seq_idx / cu_seqlens
