@@ -260,6 +260,32 @@ template <int Q> struct SsdWg {
     static constexpr size_t OUT_SMEM = (size_t)O_V + 5 * Q * 4 + 1024;
 };
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* acc (+)= X^T diag(w) B over one staged half chunk (QH tokens): A = X^T
+ * from the padded token-major tile sX (ld LDX; the warp's 16 P rows)
+ * scaled by w per token, B the swizzled token-major tile at sB (NW columns);
+ * waits for the product. */
+template <typename T, int QH, int LDX, int NW>
+static __device__ __forceinline__ void ssd_state_half_wg(float (&acc)[NW / 8][4], const T *sX, const float *sw,
+                                                         uint32_t sB, int warp) {
+    using namespace sf_wg;
+    uint32_t af[QH / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < QH / 16; kk++) {
+        ssd_mma16<T>::load_a_t(af[kk], sX, LDX, 16 * warp, 16 * kk);
+        ssd_mma<T>::scale_a(af[kk], sw + 16 * kk);
+    }
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < QH / 16; kk++)
+        Wg<T, NW>::rs(&acc[0][0], af[kk], wg_desc(sB + kk * 2048, QH * 128, 1024));
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(acc);
+}
+
+#endif
+
 /* Grid (flattened): head fastest (heads of a group read the same B tile
  * from L2 together), then P tile, chunk, batch row.  Block 128 = one
  * warpgroup; warp w owns state rows p0 + 16w .. +15, all 128 columns.
@@ -318,19 +344,7 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
         fence_async_smem();
         __syncthreads();
 
-        uint32_t af[QH / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < QH / 16; kk++) {
-            ssd_mma16<T>::load_a_t(af[kk], sX, LDX, 16 * warp, 16 * kk);
-            ssd_mma<T>::scale_a(af[kk], sw + 16 * kk);
-        }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < QH / 16; kk++)
-            Wg<T, 128>::rs(&acc[0][0], af[kk], wg_desc(sB + kk * 2048, QH * 128, 1024));
-        wg_commit();
-        wg_wait<0>();
-        reg_fence(acc);
+        ssd_state_half_wg<T, QH, LDX, 128>(acc, sX, sw, sB, warp);
     }
 
     float *dst = cst + (bh * a.nc + c) * (int64_t)a.P * a.N + (int64_t)(p0 + 16 * warp + g) * a.N;
@@ -457,19 +471,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args 
         const uint32_t st = sbase + (s & 1) * SST;
         const T *sX = reinterpret_cast<const T *>(gbase + (s & 1) * SST + OX);
         const float *sw = reinterpret_cast<const float *>(gbase + (s & 1) * SST + OW);
-        uint32_t af[QH / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < QH / 16; kk++) {
-            ssd_mma16<T>::load_a_t(af[kk], sX, LDX, 16 * warp, 16 * kk);
-            ssd_mma<T>::scale_a(af[kk], sw + 16 * kk);
-        }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < QH / 16; kk++)
-            Wg<T, 128>::rs(&H[0][0], af[kk], wg_desc(st + kk * 2048, QH * 128, 1024));
-        wg_commit();
-        wg_wait<0>();
-        reg_fence(H);
+        ssd_state_half_wg<T, QH, LDX, 128>(H, sX, sw, st, warp);
     }
     if (a.has_final) {
 #pragma unroll
