@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
         const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
         load_tile_sw_rs<Q, 64, 256>(sX0 + buf * (Q * 128), Xg, a.xs[1], Lc, 8, tid);
         load_tile_sw_rs<64, 128, 256>(sH, (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
-                                   a.N, 64, a.N / 8, tid);
+                                      a.N, 64, a.N / 8, tid);
         const float *gsrc = a.gw + (bh * a.nc + c) * Q, *dsrc = a.dtw + (bh * a.nc + c) * Q;
         if (tid < Q / 4) {
             cp_async16_u32(ssd_smem_addr(sv + buf * Q) + 16 * tid, gsrc + 4 * tid, 16);

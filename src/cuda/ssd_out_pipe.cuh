@@ -95,8 +95,8 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
             const int64_t xo = (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
             load_tile_sw_rs<Q, 64, 256>(sX0 + buf * (Q * 128), (const T *)a.x + xo, a.xs[1], Lc, 8, tq);
             load_tile_sw_rs<64, 128, 256>(sH0 + buf * 16384,
-                                       (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
-                                       a.N, 64, a.N / 8, tq);
+                                          (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
+                                          a.N, 64, a.N / 8, tq);
             if (tq < Q) {
                 const float *gv = a.gw + (bh * a.nc + c) * Q;
                 vg = gv[tq];
