@@ -473,7 +473,7 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
                                              "fu8",      "fu40"};
 /* -1 split, -2 split32, -3 split32l, 0 general */
 static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40};
-static const int SSD_NCAND = 14, SSD_SPLIT = 6, SSD_GENERAL = 9, SSD_FUSED = 12;
+static const int SSD_NCAND = 14, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -555,11 +555,13 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
     sf_cuda_events_free(tc->ev);
     if (st != SF_OK || ran) return st;
-    /* the cached or default choice; a default the shape does not allow
-     * falls back to the general path */
+    /* the cached or default choice (tuning off, or capturing a graph); a
+     * default the shape does not allow falls back to split32 where it serves
+     * (f32, dense: half the time of the general path at the 2.7B shape),
+     * else to the general path */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32))
-        choice = SSD_GENERAL;
+        choice = sc32 ? SSD_SPLIT32 : SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 
