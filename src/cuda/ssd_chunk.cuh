@@ -24,6 +24,46 @@
 #include "ssd_args.h"
 #include "ssd_mma.cuh"
 
+/* The block of a grid with the head fastest, then P tile (of `ptiles`),
+ * chunk, batch row. */
+struct ssd_hpcb {
+    int h, pt, c, b;
+};
+static __device__ __forceinline__ ssd_hpcb ssd_block_hpcb(const ssd_fwd_args &a, int ptiles) {
+    int64_t id = blockIdx.x;
+    ssd_hpcb r;
+    r.h = (int)(id % a.H);
+    id /= a.H;
+    r.pt = (int)(id % ptiles);
+    id /= ptiles;
+    r.c = (int)(id % a.nc);
+    r.b = (int)(id / a.nc);
+    return r;
+}
+
+/* The block of the sm_90a output kernels (run of `hpc` heads fastest, then
+ * group, P tile, chunk, batch row): its heads h_begin .. h_begin + nh - 1
+ * (nh <= 0: no head; the block returns). */
+struct ssd_out_blk {
+    int grp, pt, c, b, h_begin, nh;
+};
+static __device__ __forceinline__ ssd_out_blk ssd_out_block(const ssd_fwd_args &a, int hpc) {
+    const int nsub = (a.hpg + hpc - 1) / hpc, G = a.H / a.hpg, ptiles = a.P / 64;
+    int64_t id = blockIdx.x;
+    ssd_out_blk r;
+    const int sub = (int)(id % nsub);
+    id /= nsub;
+    r.grp = (int)(id % G);
+    id /= G;
+    r.pt = (int)(id % ptiles);
+    id /= ptiles;
+    r.c = (int)(id % a.nc);
+    r.b = (int)(id / a.nc);
+    r.h_begin = r.grp * a.hpg + sub * hpc;
+    r.nh = min(hpc, (r.grp + 1) * a.hpg - r.h_begin);
+    return r;
+}
+
 /* Row of initial_states a sequence starting at chunk c begins from (-1: zeros).
  * With cu_seqlens every sequence has its own row; otherwise only the row's
  * first sequence (which starts at chunk 0) starts from initial_states[b]. */

@@ -307,13 +307,8 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
     const uint32_t sXa = ssd_smem_addr(sX);
 
     const int ptiles = a.P / 64;
-    int64_t id = blockIdx.x;
-    const int h = (int)(id % a.H);
-    id /= a.H;
-    const int pt = (int)(id % ptiles);
-    id /= ptiles;
-    const int c = (int)(id % a.nc);
-    const int b = (int)(id / a.nc);
+    const ssd_hpcb blk = ssd_block_hpcb(a, ptiles);
+    const int h = blk.h, pt = blk.pt, c = blk.c, b = blk.b;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t t0 = (int64_t)c * Q, bh = (int64_t)b * a.H + h;
     const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
@@ -507,18 +502,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
     float *sv = reinterpret_cast<float *>(gbase + L::O_V); /* g'[2][Q], dt[2][Q], sw[Q] */
     float *sw = sv + 4 * Q;
 
-    const int nsub = (a.hpg + hpc - 1) / hpc, G = a.H / a.hpg, ptiles = a.P / 64;
-    int64_t id = blockIdx.x;
-    const int sub = (int)(id % nsub);
-    id /= nsub;
-    const int grp = (int)(id % G);
-    id /= G;
-    const int pt = (int)(id % ptiles);
-    id /= ptiles;
-    const int c = (int)(id % a.nc);
-    const int b = (int)(id / a.nc);
-    const int h_begin = grp * a.hpg + sub * hpc;
-    const int nh = min(hpc, (grp + 1) * a.hpg - h_begin);
+    const ssd_out_blk blk = ssd_out_block(a, hpc);
+    const int grp = blk.grp, pt = blk.pt, c = blk.c, b = blk.b, h_begin = blk.h_begin, nh = blk.nh;
     if (nh <= 0) return;
     const int64_t t0 = (int64_t)c * Q;
     const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;

@@ -121,13 +121,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
     float *const sg = sm + L::O_V, *const sdt = sg + 256, *const sw = sg + 512;
 
     const int ptiles = a.P / 64;
-    int64_t id = blockIdx.x;
-    const int h = (int)(id % a.H);
-    id /= a.H;
-    const int pt = (int)(id % ptiles);
-    id /= ptiles;
-    const int c = (int)(id % a.nc);
-    const int b = (int)(id / a.nc);
+    const ssd_hpcb blk = ssd_block_hpcb(a, ptiles);
+    const int h = blk.h, pt = blk.pt, c = blk.c, b = blk.b;
     const int64_t t0 = (int64_t)c * a.Q;
     const int Lc = (int)min((int64_t)a.Q, a.L - t0);
     const int nr = (Lc + 63) >> 6; /* row blocks, >= 1 */

@@ -64,18 +64,8 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
         const uint32_t sC = base + L::O_C, sB = base + L::O_B, sX0 = base + L::O_X, sH0 = base + L::O_H;
         float *sg = reinterpret_cast<float *>(gbase + L::O_V), *sdt = sg + Q, *sw = sg + 2 * Q;
 
-        const int nsub = (a.hpg + hpc - 1) / hpc, G = a.H / a.hpg, ptiles = a.P / 64;
-        int64_t id = blockIdx.x;
-        const int sub = (int)(id % nsub);
-        id /= nsub;
-        const int grp = (int)(id % G);
-        id /= G;
-        const int pt = (int)(id % ptiles);
-        id /= ptiles;
-        const int c = (int)(id % a.nc);
-        const int b = (int)(id / a.nc);
-        const int h_begin = grp * a.hpg + sub * hpc;
-        const int nh = min(hpc, (grp + 1) * a.hpg - h_begin);
+        const ssd_out_blk blk = ssd_out_block(a, hpc);
+        const int grp = blk.grp, pt = blk.pt, c = blk.c, b = blk.b, h_begin = blk.h_begin, nh = blk.nh;
         if (nh <= 0) return; /* uniform over the block */
         const int64_t t0 = (int64_t)c * Q;
         const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
