@@ -12,6 +12,7 @@
 # (d 64 only: it serves nothing else) and ws128 (the non-persistent kernel),
 # ours vs cuDNN vs FA2 in TFLOP/s.
 set -uo pipefail
+. "$(dirname "$0")/sanitizer_verdict.sh"
 B=build-gpu
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -50,24 +51,7 @@ for cfg in wsp128 wsp192; do
   echo "  GPU case lines ok: $(grep -cE '^ +ok .* cuda ' "$OUT/persist_test_$cfg.log")"
 done
 for tool in memcheck racecheck; do
-  log="$OUT/persist_${tool}_wsp128.log"
-  rc=$(cat "$OUT/persist_${tool}_wsp128.rc")
-  clean=0
-  if [ "$tool" = memcheck ]; then
-    summ=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
-    echo "$summ" | grep -q "ERROR SUMMARY: 0 errors" && clean=1
-  else
-    summ=$(grep -E "RACECHECK SUMMARY" "$log" | tail -n 1)
-    echo "$summ" | grep -q "RACECHECK SUMMARY: 0 hazards" && clean=1
-  fi
-  if [ "$rc" = 0 ] && [ $clean = 1 ]; then
-    echo "PASS $tool wsp128 ($summ; test: $(grep -E "passed.*failed" "$log" | tail -n 1))"
-  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    echo "FAIL $tool wsp128: TIMEOUT after 60 s ($log)"
-  else
-    echo "FAIL $tool wsp128: exit $rc, $summ ($log)"
-    grep -E "Race reported|Invalid|ERROR" "$log" | head -6
-  fi
+  sanitizer_verdict $tool wsp128 "$OUT/persist_${tool}_wsp128.log" "$(cat "$OUT/persist_${tool}_wsp128.rc")"
 done
 echo "phase 1: $((SECONDS - T0)) s"
 

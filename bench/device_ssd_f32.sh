@@ -17,6 +17,7 @@
 # A failing forward line shows as "FAIL <case> f32 ..." (wrong answer) or as a
 # status line (error); both make the first verdict FAIL.
 set -uo pipefail
+. "$(dirname "$0")/sanitizer_verdict.sh"
 B=build-gpu
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -57,24 +58,7 @@ for cfg in split32 split32l; do
        "skipped: $(grep -cE '^ +skip' "$log")"
 done
 for tool in memcheck racecheck; do
-  log="$OUT/sc32_$tool.log"
-  rc=$(cat "$OUT/sc32_$tool.rc")
-  clean=0
-  if [ "$tool" = memcheck ]; then
-    summ=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
-    echo "$summ" | grep -q "ERROR SUMMARY: 0 errors" && clean=1
-  else
-    summ=$(grep -E "RACECHECK SUMMARY" "$log" | tail -n 1)
-    echo "$summ" | grep -q "RACECHECK SUMMARY: 0 hazards" && clean=1
-  fi
-  if [ "$rc" = 0 ] && [ $clean = 1 ]; then
-    echo "PASS $tool split32 ($summ; test: $(grep -E "passed.*failed" "$log" | tail -n 1))"
-  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    echo "FAIL $tool split32: TIMEOUT after 60 s ($log)"
-  else
-    echo "FAIL $tool split32: exit $rc, $summ ($log)"
-    grep -E "Race reported|Invalid|ERROR|FAIL" "$log" | head -6
-  fi
+  sanitizer_verdict $tool split32 "$OUT/sc32_$tool.log" "$(cat "$OUT/sc32_$tool.rc")"
 done
 echo "phase 1: $((SECONDS - T0)) s"
 
