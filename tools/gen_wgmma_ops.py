@@ -6,8 +6,9 @@ out = []
 out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one asm\n"
            " * statement per shape lists every f32 accumulator as an operand (written\n"
            " * out by a small script).  ss: A and B from shared memory, B K-major;\n"
-           " * rs: A from registers, B MN-major (transposed).  Only the sm_90a pass\n"
-           " * compiles them. */\n#ifndef SF_WGMMA_OPS_CUH\n#define SF_WGMMA_OPS_CUH\n\n"
+           " * rs: A from registers, B MN-major (transposed; K-major for TF32, which\n"
+           " * has no transposed operands).  Only the sm_90a pass compiles them. */\n"
+           "#ifndef SF_WGMMA_OPS_CUH\n#define SF_WGMMA_OPS_CUH\n\n"
            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_wg {\n")
 # (n, ss wanted, rs wanted): n 64 / 128 both; the head-dim-192/256 tiles of
 # attn_fwd_ws add S = Q K^T at 80, 96 and 112 keys (ss) and O += P V at 192 and
@@ -34,6 +35,18 @@ for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
             out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
             out.append('                 : %s\n' % cons)
             out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
+# TF32 (f32 inputs of the SSD state pass): A from registers, B K-major (TF32
+# has no transposed operands), k 8
+for n in (128,):
+    nreg = n // 2
+    dl = ",".join("%%%d" % i for i in range(nreg))
+    cons = ", ".join('"+f"(d[%d])' % i for i in range(nreg))
+    out.append("/* D(64 x %d) += A(registers, TF32) * B(desc, K-major, TF32), k 8 */\n" % n)
+    out.append("__device__ __forceinline__ void wgmma_rs_tf32_n%d(float *d, const uint32_t *a, uint64_t db, int scale_d) {\n" % n)
+    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 5))
+    out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1;\\n}\\n"\n' % (n, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
+    out.append('                 : %s\n' % cons)
+    out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
 out.append("} /* namespace sf_wg */\n#endif\n#endif\n")
 import sys
 sys.stdout.write("".join(out))

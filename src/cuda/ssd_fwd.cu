@@ -3,7 +3,7 @@
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
- * fu8, fu40):
+ * fu8, fu40, fs32):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states + state scan (or both in one pass,
@@ -24,6 +24,10 @@
  *                    ssd_out_f32.cuh): per (chunk, head, P tile), the 64-row
  *                    blocks in order through sub-chunk states
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
+ *   fs32 (f32, sm_90a; ssd_state32.cuh): the split path's cumsum, then B
+ *     rearranged once per (b, group, chunk) into TF32 wgmma operand images
+ *     (ssd_bimg_tf32), the state pass on TF32 wgmma (ssd_state_fused_tf32:
+ *     no f32 chunk-state array), then ssd_out_sc32.
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
@@ -52,6 +56,7 @@
 #include "ssd_out_f32.cuh"
 #include "ssd_out16.cuh"
 #include "ssd_hopper.cuh"
+#include "ssd_state32.cuh"
 #include "ssd_out_pipe.cuh"
 #include "ssd_step.cuh"
 #include "autotune.h"
@@ -299,6 +304,46 @@ static const char *ssd_sc32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32
     return nullptr;
 }
 
+/* Whether this build holds sm_90a code for the TF32 state pass (checked once). */
+static bool ssd_fs32_available() {
+    static const bool avail = sf_cuda_sm90a_code((const void *)ssd_state_fused_tf32<256>);
+    return avail;
+}
+
+/* Why configuration fs32 (TF32 wgmma state pass + ssd_out_sc32) cannot serve
+ * the problem, or NULL. */
+static const char *ssd_fs32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32) {
+    if (const char *why = ssd_sc32_refusal(ctx, a, f32)) return why;
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    if (!cs || cs->sm_major != 9) return "it needs an sm_90 GPU";
+    if (a.N % 8) return "it takes dstate a multiple of 8";
+    if (!a.vec_x) return "it needs 16-byte aligned rows of x (unit last stride, other strides multiples of 4)";
+    if (SsdS32::SMEM > cs->smem_optin) return "the GPU has too little shared memory per block";
+    if (!ssd_fs32_available()) return "this build has no sm_90a code (SF_CUDA_ARCHS without 90a)";
+    return nullptr;
+}
+
+/* Configuration fs32 (f32): warp-scan cumsum, the B images, the TF32 wgmma
+ * state pass, ssd_out_sc32.  `bimg`: b G nchunks Q 128 floats. */
+template <int Q> static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg) {
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
+    const int64_t gimg = (int64_t)a.batch * (a.H / a.hpg) * a.nc * (Q / SsdS32::QS);
+    const int64_t gst = (int64_t)a.batch * (a.P / 64) * a.H;
+    if (gcum > INT32_MAX || gimg > INT32_MAX || gst > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    if (gcum == 0 || gst == 0) return SF_OK;
+    ssd_cumsum_warp<float, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    ssd_bimg_tf32<Q><<<(unsigned)gimg, 256, 0, stream>>>(a, bimg);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)SsdS32::SMEM));
+    ssd_state_fused_tf32<Q><<<(unsigned)gst, 128, SsdS32::SMEM, stream>>>(a, bimg);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a) : ssd_launch_sc32<128, false>(ctx, a);
+}
+
 /* The general path: any dtype, N <= 256, varlen, any alignment.  With
  * `cst` (split path, ssd_split_refusal NULL) the states come from
  * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass; with `sc32`
@@ -465,19 +510,21 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * in the fragment loads: split32l), the general path, the plain sm_90a
  * output kernel with 20 or 40 heads per block (C and B loaded once for more
  * heads), and the same with 8 or 40 heads after the fused state pass
- * ssd_state_fused_wg instead of chunk states + scan (fu8 / fu40).
- * Candidate 0 is the default. */
+ * ssd_state_fused_wg instead of chunk states + scan (fu8 / fu40), and for
+ * f32 the TF32 wgmma state pass ssd_state_fused_tf32 ahead of ssd_out_sc32
+ * (fs32).  Candidate 0 is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
-                                             "fu8",      "fu40"};
-/* -1 split, -2 split32, -3 split32l, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40};
-static const int SSD_NCAND = 14, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12;
+                                             "fu8",      "fu40",    "fs32"};
+/* -1 split, -2 split32, -3 split32l, -4 fs32, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4};
+static const int SSD_NCAND = 15, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
+                 SSD_FS32 = 14;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
-    float *cst;
+    float *cst, *bimg; /* f32 chunk states (split paths), B images (fs32) */
     int64_t grid_state, grid_out;
     int dtype; /* sf_dtype of x */
     cudaEvent_t ev[2];
@@ -488,6 +535,13 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
+    if (hpc == -4) {
+        if (const char *why = ssd_fs32_refusal(ctx, a, sizeof(T) == 4))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration fs32: %s", why);
+        if constexpr (sizeof(T) == 4)
+            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg) : ssd_fwd_fs32<128>(ctx, a, tc->bimg);
+        return SF_ERR_UNSUPPORTED;
+    }
     if (hpc <= -2) {
         if (const char *why = ssd_sc32_refusal(ctx, a, sizeof(T) == 4))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s",
@@ -537,8 +591,10 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     /* the tag names the best path that may serve, so a cache written before
      * split32 existed is not reused for shapes it serves */
     const bool sc32 = !ssd_sc32_refusal(ctx, a, sizeof(T) == 4);
+    const bool fs32 = !ssd_fs32_refusal(ctx, a, sizeof(T) == 4);
     snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
-             (long long)pow2, !why ? "wg" : why_split ? "general" : sc32 ? "split32" : "split");
+             (long long)pow2,
+             !why ? "wg" : why_split ? "general" : fs32 ? "fs32" : sc32 ? "split32" : "split");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -560,7 +616,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * (f32, dense: half the time of the general path at the 2.7B shape),
      * else to the general path */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
-        (ssd_cand_hpc[choice] <= -2 && !sc32))
+        (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32))
         choice = sc32 ? SSD_SPLIT32 : SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
@@ -628,7 +684,12 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
                         : p->x.dtype == SF_F16 ? ssd_wg_refusal<__half>(ctx, a)
                                                : "f32";
     const size_t b_cst = wg_no && ssd_split_refusal(a) ? 0 : ssd_align(nst * 4);
-    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst;
+    /* B images of configuration fs32 (f32), when it may serve */
+    const size_t b_img = p->x.dtype == SF_F32 && !ssd_fs32_refusal(ctx, a, true)
+                             ? ssd_align((size_t)pr->batch * (pr->nheads / pr->heads_per_group) *
+                                         SsdS32::img_floats((int)nc, pr->chunk) * 4)
+                             : 0;
+    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img;
     unsigned char *ws = (unsigned char *)sf_ws_get(ctx, total);
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.dtw = (float *)ws;
@@ -637,6 +698,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     a.states32 = need32 ? (float *)(ws + 2 * b_dt + b_st) : nullptr;
     a.seqid = pr->varlen ? (int *)(ws + 2 * b_dt + b_st + b_s32) : nullptr;
     float *cst = b_cst ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id) : nullptr;
+    float *bimg = b_img ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id + b_cst) : nullptr;
 
     const int64_t grid_state = (int64_t)pr->batch * pr->nheads * ((pr->headdim + 31) / 32) *
                                ((pr->dstate + 63) / 64);
@@ -648,6 +710,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     memset(&tc, 0, sizeof tc);
     tc.a = &a;
     tc.cst = cst;
+    tc.bimg = bimg;
     tc.grid_state = grid_state;
     tc.grid_out = grid_out;
     tc.dtype = p->x.dtype;

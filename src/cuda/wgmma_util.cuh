@@ -122,6 +122,10 @@ template <> struct Wg<__half, 128> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n128(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n128(d, a, b, 1); }
 };
+/* TF32 (f32 operands rounded by the caller), rs only, B K-major */
+template <> struct Wg<float, 128> {
+    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_tf32_n128(d, a, b, 1); }
+};
 /* S tiles of 80 / 96 / 112 keys (ss only) and O tiles of 192 / 256 columns (rs
  * only): the head-dim 256 / 192 tiles of attn_fwd_ws */
 #define SF_WG_SS_ONLY(TY, NAME, N)                                                                  \

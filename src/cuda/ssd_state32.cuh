@@ -1,0 +1,218 @@
+/* ssd_state32.cuh - the state pass of the chunked SSD forward for f32 inputs
+ * on TF32 wgmma (sm_90a): configuration fs32, ahead of the f32 output kernel
+ * ssd_out_sc32.  Included only from ssd_fwd.cu, after ssd_hopper.cuh.
+ *
+ * The 16-bit fused pass (ssd_state_fused_wg) takes B as an MN-major wgmma
+ * operand straight from its token-major rows; TF32 wgmma has no transposed
+ * operands, so here B goes through an image first:
+ *   ssd_bimg_tf32        per (b, group, chunk, 64-token part): B of those
+ *                        tokens, rounded to TF32, written in the exact byte
+ *                        layout of a K-major, 128-byte-swizzled wgmma operand
+ *                        (rows = state column n, padded to 128 with zeros;
+ *                        K = token).  B is shared by the heads of a group, so
+ *                        the image is made once and read by every head.
+ *   ssd_state_fused_tf32 per (b, 64-row P tile, head): walks the chunks in
+ *                        64-token parts with the state H (64 x 128, f32) in
+ *                        the accumulator.  Per part: X (token-major, padded)
+ *                        and the part's image land by cp.async in a
+ *                        two-stage ring; A = X^T diag(w) from registers
+ *                        (w_j = exp2(g'_last - g'_j) dt_j, rounded to TF32),
+ *                        B = the image; at each chunk start H is stored as
+ *                        the state entering the chunk (f32) and decayed by
+ *                        exp2(g'_last).  The final state comes out at the end.
+ * Against the split states (ssd_chunk_state_mma on mma.sync + ssd_state_scan
+ * through an f32 chunk-state array of b H nchunks P N floats) this drops the
+ * chunk-state round trip and runs the products on wgmma.
+ *
+ * Image layout (one 64-token part, 32 KB): K-atom a = j / 32 of token j,
+ * row n: byte a * 16384 + n * 128 + (((j / 4) % 8) ^ (n % 8)) * 16 + (j % 4) * 4.
+ */
+#ifndef SF_SSD_STATE32_CUH
+#define SF_SSD_STATE32_CUH
+
+#include "ssd_chunk.cuh"
+#include "wgmma_util.cuh"
+
+struct SsdS32 {
+    static constexpr int QS = 64;       /* tokens per part */
+    static constexpr int LDX = 72;      /* X row pitch (floats): 8t + g banks in the A loads */
+    static constexpr uint32_t IMG = 128u * QS * 4u;            /* image bytes per part */
+    static constexpr uint32_t OX = IMG, OW = OX + QS * LDX * 4; /* stage: image, X, w */
+    static constexpr uint32_t STAGE = (OW + QS * 4 + 1023u) & ~1023u;
+    static constexpr size_t SMEM = 2 * (size_t)STAGE + 1024;   /* ~103 KB: two blocks per SM */
+    /* image floats of one (b, group) row of chunks */
+    static __host__ __device__ size_t img_floats(int nc, int Q) { return (size_t)nc * (Q / QS) * (IMG / 4); }
+};
+
+/* Grid (flattened): part fastest, then chunk, group, batch row; block 256.
+ * B rows of the part go through shared memory (coalesced reads along n),
+ * then every thread writes whole 16-byte chunks of the image. */
+template <int Q>
+__global__ void __launch_bounds__(256) ssd_bimg_tf32(const ssd_fwd_args a, float *img) {
+    constexpr int QS = SsdS32::QS, NPART = Q / QS, LDS = 129;
+    __shared__ float sb[QS * LDS];
+    const int G = a.H / a.hpg;
+    int64_t id = blockIdx.x;
+    const int part = (int)(id % NPART);
+    id /= NPART;
+    const int c = (int)(id % a.nc);
+    id /= a.nc;
+    const int grp = (int)(id % G);
+    const int b = (int)(id / G);
+    const int64_t t0 = (int64_t)c * Q + part * QS;
+    const int lv = (int)min((int64_t)QS, a.L - t0);
+    const float *Bg = (const float *)a.B + (int64_t)b * a.Bs[0] + (int64_t)grp * a.Bs[2];
+    const int tid = threadIdx.x;
+    for (int i = tid; i < QS * 128; i += 256) {
+        const int j = i >> 7, n = i & 127;
+        sb[j * LDS + n] = j < lv && n < a.N ? ssd_tf32(Bg[(t0 + j) * a.Bs[1] + n]) : 0.0f;
+    }
+    __syncthreads();
+    float4 *dst = reinterpret_cast<float4 *>(img + (blockIdx.x * (int64_t)(SsdS32::IMG / 4)));
+    for (int i = tid; i < (int)(SsdS32::IMG / 16); i += 256) {
+        const int at = i >> 10, n = (i >> 3) & 127, j0 = at * 32 + (((i & 7) ^ (n & 7)) << 2);
+        dst[i] = make_float4(sb[j0 * LDS + n], sb[(j0 + 1) * LDS + n], sb[(j0 + 2) * LDS + n],
+                             sb[(j0 + 3) * LDS + n]);
+    }
+}
+
+/* Grid (flattened): head fastest (the heads of a group read one image from
+ * L2 together), then P tile, batch row.  Block 128 = one warpgroup; warp w
+ * owns state rows p0 + 16w .. + 15, all 128 columns. */
+template <int Q>
+__global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace sf_wg;
+    typedef SsdS32 L;
+    constexpr int QS = L::QS, LDX = L::LDX, NPART = Q / QS, KS = QS / 8;
+    extern __shared__ __align__(16) unsigned char ssd_smem[];
+    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sbase = (sraw + 1023u) & ~1023u;
+    unsigned char *gbase = ssd_smem + (sbase - sraw);
+
+    const int ptiles = a.P / 64, G = a.H / a.hpg;
+    int64_t id = blockIdx.x;
+    const int h = (int)(id % a.H);
+    id /= a.H;
+    const int pt = (int)(id % ptiles);
+    const int b = (int)(id / ptiles);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t bh = (int64_t)b * a.H + h, PN = (int64_t)a.P * a.N;
+    const int p0 = pt * 64, nsub = NPART * a.nc;
+    const char *imgb = reinterpret_cast<const char *>(
+        img + ((int64_t)b * G + h / a.hpg) * (int64_t)SsdS32::img_floats(a.nc, Q));
+    const float *Xg = (const float *)a.x + (int64_t)b * a.xs[0] + (int64_t)h * a.xs[2] + p0;
+
+    /* this thread's token of part s (chunk s / NPART): g', dt and the
+     * chunk's last g', fetched one part ahead of use */
+    float pg = 0.0f, pd = 0.0f, pgl = 0.0f;
+    auto fetch = [&](int s) {
+        if (s < nsub && tid < QS) {
+            const int64_t v = (bh * a.nc + s / NPART) * Q;
+            pg = a.gw[v + (s % NPART) * QS + tid];
+            pd = a.dtw[v + (s % NPART) * QS + tid];
+            pgl = a.gw[v + Q - 1];
+        }
+    };
+    /* part s's copies into stage s % 2 (always one commit group) */
+    auto issue = [&](int s) {
+        if (s < nsub) {
+            const int64_t t0 = (int64_t)(s / NPART) * Q + (s % NPART) * QS;
+            const int lv = (int)min((int64_t)QS, a.L - t0); /* valid tokens (may be <= 0) */
+            const uint32_t st = sbase + (s & 1) * L::STAGE;
+            const char *src = imgb + (int64_t)s * L::IMG;
+#pragma unroll
+            for (int it = 0; it < (int)(L::IMG / 16 / 128); it++) {
+                const int i = tid + it * 128;
+                cp_async16_u32(st + 16 * i, src + 16 * i, 16);
+            }
+#pragma unroll
+            for (int it = 0; it < QS * 16 / 128; it++) {
+                const int i = tid + it * 128, r = i >> 4, cc = i & 15;
+                const bool ok = r < lv;
+                cp_async16_u32(st + L::OX + (r * LDX + cc * 4) * 4, ok ? Xg + (t0 + r) * a.xs[1] + cc * 4 : Xg,
+                               ok ? 16 : 0);
+            }
+            if (tid < QS)
+                reinterpret_cast<float *>(gbase + (s & 1) * L::STAGE + L::OW)[tid] =
+                    exp2f(fminf(pgl - pg, 0.0f)) * pd;
+        }
+        ssd_cp_commit();
+    };
+
+    /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns 8 nt + 2 t (+ 1) */
+    float H[16][4];
+    const int pr = p0 + 16 * warp + g;
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+            H[nt][e] = a.has_init && n < a.N
+                           ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
+                                    (int64_t)n * a.ins[3]]
+                           : 0.0f;
+        }
+    fetch(0);
+    issue(0);
+    fetch(1);
+    for (int s = 0; s < nsub; s++) {
+        ssd_cp_wait<0>(); /* part s landed (the only group in flight) */
+        fence_async_smem();
+        __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (part s - 1 done) */
+        issue(s + 1);
+        fetch(s + 2);
+        if (s % NPART == 0) {
+            /* H is the state entering chunk s / NPART: store it, then decay it */
+            const int c = s / NPART;
+            float *dst = (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N;
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++) {
+                const int n = 8 * nt + 2 * t;
+                if (n < a.N) {
+                    *reinterpret_cast<float2 *>(dst + n) = make_float2(H[nt][0], H[nt][1]);
+                    *reinterpret_cast<float2 *>(dst + 8 * a.N + n) = make_float2(H[nt][2], H[nt][3]);
+                }
+            }
+            const float dec = exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f));
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) H[nt][e] *= dec;
+        }
+        const uint32_t st = sbase + (s & 1) * L::STAGE;
+        const float *sX = reinterpret_cast<const float *>(gbase + (s & 1) * L::STAGE + L::OX);
+        const float *sw = reinterpret_cast<const float *>(gbase + (s & 1) * L::STAGE + L::OW);
+        /* H += X^T diag(w) B over the part: A from registers (TF32), B the image */
+        uint32_t af[KS][4];
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            ssd_mma<float>::load_a_t(af[kk], sX, LDX, 16 * warp, 8 * kk);
+            ssd_mma<float>::scale_a(af[kk], sw + 8 * kk);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+            Wg<float, 128>::rs(&H[0][0], af[kk], wg_desc(st + (kk >> 2) * 16384 + (kk & 3) * 32, 16, 1024));
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(H);
+    }
+    if (a.has_final) {
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+                if (n < a.N)
+                    a.fin[(int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] + (int64_t)p * a.fis[2] +
+                          (int64_t)n * a.fis[3]] = H[nt][e];
+            }
+    }
+#else
+    (void)a;
+    (void)img;
+#endif
+}
+
+#endif
