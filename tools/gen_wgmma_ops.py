@@ -35,13 +35,20 @@ for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
             out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))
             out.append('                 : %s\n' % cons)
             out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));\n}\n')
-# TF32 (f32 inputs of the SSD state pass): A from registers, B K-major (TF32
-# has no transposed operands), k 8
-for n in (128,):
+# TF32 (f32 inputs of the SSD kernels), k 8: rs (A from registers) at n 64 /
+# 128 and ss at n 64; B always K-major (TF32 has no transposed operands)
+for n in (64, 128):
     nreg = n // 2
     dl = ",".join("%%%d" % i for i in range(nreg))
     cons = ", ".join('"+f"(d[%d])' % i for i in range(nreg))
-    out.append("/* D(64 x %d) += A(registers, TF32) * B(desc, K-major, TF32), k 8 */\n" % n)
+    if n == 64:
+        out.append("/* D(64 x %d) (+)= A(desc, K-major) * B(desc, K-major), TF32, k 8 */\n" % n)
+        out.append("__device__ __forceinline__ void wgmma_ss_tf32_n%d(float *d, uint64_t da, uint64_t db, int scale_d) {\n" % n)
+        out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 2))
+        out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, %%%d, %%%d, p, 1, 1;\\n}\\n"\n' % (n, dl, nreg, nreg + 1))
+        out.append('                 : %s\n' % cons)
+        out.append('                 : "l"(da), "l"(db), "r"(scale_d));\n}\n')
+    out.append("/* D(64 x %d) (+)= A(registers, TF32) * B(desc, K-major, TF32), k 8 */\n" % n)
     out.append("__device__ __forceinline__ void wgmma_rs_tf32_n%d(float *d, const uint32_t *a, uint64_t db, int scale_d) {\n" % n)
     out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 5))
     out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1;\\n}\\n"\n' % (n, dl, nreg, nreg + 1, nreg + 2, nreg + 3, nreg + 4))

@@ -101,12 +101,8 @@ __device__ __forceinline__ void tma_load4(uint32_t dst, const void *map, int c0,
                  "r"(bar)
                  : "memory");
 }
-__device__ __forceinline__ void named_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
+using sf_wg::named_arrive;
+using sf_wg::named_sync;
 
 /* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
  * -inf (boundary tiles only), new running max m (log2 units), s -> P,

@@ -26,7 +26,7 @@
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
  *   fs32 (f32, sm_90a; ssd_state32.cuh): the split path's cumsum, then B
  *     rearranged once per (b, group, chunk) into TF32 wgmma operand images
- *     (ssd_bimg_tf32), the state pass on TF32 wgmma (ssd_state_fused_tf32:
+ *     (ssd_img_tf32), the state pass on TF32 wgmma (ssd_state_fused_tf32:
  *     no f32 chunk-state array), then ssd_out_sc32.
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
@@ -57,6 +57,7 @@
 #include "ssd_out16.cuh"
 #include "ssd_hopper.cuh"
 #include "ssd_state32.cuh"
+#include "ssd_out_tf32.cuh"
 #include "ssd_out_pipe.cuh"
 #include "ssd_step.cuh"
 #include "autotune.h"
@@ -323,9 +324,21 @@ static const char *ssd_fs32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32
     return nullptr;
 }
 
-/* Configuration fs32 (f32): warp-scan cumsum, the B images, the TF32 wgmma
- * state pass, ssd_out_sc32.  `bimg`: b G nchunks Q 128 floats. */
-template <int Q> static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg) {
+/* Why configuration fo32 (TF32 wgmma state pass + ssd_out_tf32) cannot
+ * serve the problem, or NULL. */
+static const char *ssd_fo32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32) {
+    if (const char *why = ssd_fs32_refusal(ctx, a, f32)) return why;
+    if (!a.vec_o || (a.has_z && !a.vec_z))
+        return "it needs 16-byte aligned rows of out and z (unit last stride, other strides multiples of 4)";
+    if (SsdO32::smem(a.Q) > sf_cuda_st(ctx)->smem_optin) return "the GPU has too little shared memory per block";
+    return nullptr;
+}
+
+/* Configurations fs32 / fo32 (f32): warp-scan cumsum, the B^T images, the
+ * TF32 wgmma state pass, then ssd_out_sc32 (fs32) or the C and B images and
+ * ssd_out_tf32 (fo32).  `bimg`: three image arrays of b G nchunks Q 128
+ * floats each (B^T, C, B). */
+template <int Q> static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, bool fo) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
     const int64_t gimg = (int64_t)a.batch * (a.H / a.hpg) * a.nc * (Q / SsdS32::QS);
@@ -335,13 +348,26 @@ template <int Q> static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, flo
     if (gcum == 0 || gst == 0) return SF_OK;
     ssd_cumsum_warp<float, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
     SF_CUDA_CHECK_LAUNCH(ctx);
-    ssd_bimg_tf32<Q><<<(unsigned)gimg, 256, 0, stream>>>(a, bimg);
+    ssd_img_tf32<Q, false><<<(unsigned)gimg, 256, 0, stream>>>(a, 0, bimg);
     SF_CUDA_CHECK_LAUNCH(ctx);
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)SsdS32::SMEM));
     ssd_state_fused_tf32<Q><<<(unsigned)gst, 128, SsdS32::SMEM, stream>>>(a, bimg);
     SF_CUDA_CHECK_LAUNCH(ctx);
-    return a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a) : ssd_launch_sc32<128, false>(ctx, a);
+    if (!fo) return a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a) : ssd_launch_sc32<128, false>(ctx, a);
+    const size_t nimg = (size_t)a.batch * (a.H / a.hpg) * SsdS32::img_floats(a.nc, Q);
+    float *cimg = bimg + nimg, *bnat = bimg + 2 * nimg;
+    ssd_img_tf32<Q, true><<<(unsigned)gimg, 256, 0, stream>>>(a, 1, cimg);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    ssd_img_tf32<Q, true><<<(unsigned)gimg, 256, 0, stream>>>(a, 0, bnat);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    const int64_t gout = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
+    if (gout > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_tf32<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)SsdO32::smem(Q)));
+    ssd_out_tf32<Q><<<(unsigned)gout, 256, SsdO32::smem(Q), stream>>>(a, cimg, bnat);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
 }
 
 /* The general path: any dtype, N <= 256, varlen, any alignment.  With
@@ -512,19 +538,21 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * heads), and the same with 8 or 40 heads after the fused state pass
  * ssd_state_fused_wg instead of chunk states + scan (fu8 / fu40), and for
  * f32 the TF32 wgmma state pass ssd_state_fused_tf32 ahead of ssd_out_sc32
- * (fs32).  Candidate 0 is the default. */
+ * (fs32) or of the TF32 wgmma output kernel ssd_out_tf32 (fo32).  Candidate
+ * 0 is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
-                                             "fu8",      "fu40",    "fs32"};
-/* -1 split, -2 split32, -3 split32l, -4 fs32, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4};
-static const int SSD_NCAND = 15, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
-                 SSD_FS32 = 14;
+                                             "fu8",      "fu40",    "fs32",  "fo32"};
+/* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5};
+static const int SSD_NCAND = 16, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FO32 = 15;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
-    float *cst, *bimg; /* f32 chunk states (split paths), B images (fs32) */
+    float *cst;  /* f32 chunk states (split paths) */
+    float *bimg; /* TF32 operand images (fs32, fo32): B^T, then C and B (fo32) */
     int64_t grid_state, grid_out;
     int dtype; /* sf_dtype of x */
     cudaEvent_t ev[2];
@@ -535,11 +563,12 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
-    if (hpc == -4) {
-        if (const char *why = ssd_fs32_refusal(ctx, a, sizeof(T) == 4))
-            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration fs32: %s", why);
+    if (hpc == -4 || hpc == -5) {
+        const bool fo = hpc == -5;
+        if (const char *why = fo ? ssd_fo32_refusal(ctx, a, sizeof(T) == 4) : ssd_fs32_refusal(ctx, a, sizeof(T) == 4))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s", ssd_cand_names[cand], why);
         if constexpr (sizeof(T) == 4)
-            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg) : ssd_fwd_fs32<128>(ctx, a, tc->bimg);
+            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg, fo) : ssd_fwd_fs32<128>(ctx, a, tc->bimg, fo);
         return SF_ERR_UNSUPPORTED;
     }
     if (hpc <= -2) {
@@ -592,9 +621,15 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * split32 existed is not reused for shapes it serves */
     const bool sc32 = !ssd_sc32_refusal(ctx, a, sizeof(T) == 4);
     const bool fs32 = !ssd_fs32_refusal(ctx, a, sizeof(T) == 4);
+    const bool fo32 = !ssd_fo32_refusal(ctx, a, sizeof(T) == 4);
     snprintf(bucket, sizeof bucket, "q%d_p%d_n%d_hpg%d_rows%lld_%s", a.Q, a.P, a.Npad, a.hpg,
              (long long)pow2,
-             !why ? "wg" : why_split ? "general" : fs32 ? "fs32" : sc32 ? "split32" : "split");
+             !why         ? "wg"
+             : why_split  ? "general"
+             : fo32       ? "fo32"
+             : fs32       ? "fs32"
+             : sc32       ? "split32"
+                          : "split");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -616,7 +651,8 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * (f32, dense: half the time of the general path at the 2.7B shape),
      * else to the general path */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
-        (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32))
+        (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
+        (choice == SSD_FO32 && !fo32))
         choice = sc32 ? SSD_SPLIT32 : SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
@@ -684,9 +720,9 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
                         : p->x.dtype == SF_F16 ? ssd_wg_refusal<__half>(ctx, a)
                                                : "f32";
     const size_t b_cst = wg_no && ssd_split_refusal(a) ? 0 : ssd_align(nst * 4);
-    /* B images of configuration fs32 (f32), when it may serve */
+    /* TF32 operand images of configurations fs32 / fo32 (f32), when one may serve */
     const size_t b_img = p->x.dtype == SF_F32 && !ssd_fs32_refusal(ctx, a, true)
-                             ? ssd_align((size_t)pr->batch * (pr->nheads / pr->heads_per_group) *
+                             ? ssd_align(3 * (size_t)pr->batch * (pr->nheads / pr->heads_per_group) *
                                          SsdS32::img_floats((int)nc, pr->chunk) * 4)
                              : 0;
     const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img;

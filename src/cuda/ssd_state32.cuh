@@ -5,7 +5,7 @@
  * The 16-bit fused pass (ssd_state_fused_wg) takes B as an MN-major wgmma
  * operand straight from its token-major rows; TF32 wgmma has no transposed
  * operands, so here B goes through an image first:
- *   ssd_bimg_tf32        per (b, group, chunk, 64-token part): B of those
+ *   ssd_img_tf32         per (b, group, chunk, 64-token part): B of those
  *                        tokens, rounded to TF32, written in the exact byte
  *                        layout of a K-major, 128-byte-swizzled wgmma operand
  *                        (rows = state column n, padded to 128 with zeros;
@@ -44,11 +44,16 @@ struct SsdS32 {
     static __host__ __device__ size_t img_floats(int nc, int Q) { return (size_t)nc * (Q / QS) * (IMG / 4); }
 };
 
-/* Grid (flattened): part fastest, then chunk, group, batch row; block 256.
- * B rows of the part go through shared memory (coalesced reads along n),
- * then every thread writes whole 16-byte chunks of the image. */
-template <int Q>
-__global__ void __launch_bounds__(256) ssd_bimg_tf32(const ssd_fwd_args a, float *img) {
+/* TF32 operand images of B or C (`src` 0 / 1), one 64-token part per block.
+ * NAT false: rows = state column n (128), K = token (the B operand of X^T B,
+ * layout above); NAT true: rows = token (64), K = n (the natural row-major
+ * operand of C B^T and C H^T in ssd_out_tf32): byte (n / 32) * 8192 + j * 128
+ * + (((n / 4) % 8) ^ (j % 8)) * 16 + (n % 4) * 4 for token j.
+ * Grid (flattened): part fastest, then chunk, group, batch row; block 256.
+ * The part goes through shared memory (coalesced reads along n), then
+ * every thread writes whole 16-byte chunks of the image. */
+template <int Q, bool NAT>
+__global__ void __launch_bounds__(256) ssd_img_tf32(const ssd_fwd_args a, int src, float *img) {
     constexpr int QS = SsdS32::QS, NPART = Q / QS, LDS = 129;
     __shared__ float sb[QS * LDS];
     const int G = a.H / a.hpg;
@@ -61,18 +66,25 @@ __global__ void __launch_bounds__(256) ssd_bimg_tf32(const ssd_fwd_args a, float
     const int b = (int)(id / G);
     const int64_t t0 = (int64_t)c * Q + part * QS;
     const int lv = (int)min((int64_t)QS, a.L - t0);
-    const float *Bg = (const float *)a.B + (int64_t)b * a.Bs[0] + (int64_t)grp * a.Bs[2];
+    const int64_t *st = src ? a.Cs : a.Bs;
+    const float *g0 = (const float *)(src ? a.C : a.B) + (int64_t)b * st[0] + (int64_t)grp * st[2];
     const int tid = threadIdx.x;
     for (int i = tid; i < QS * 128; i += 256) {
         const int j = i >> 7, n = i & 127;
-        sb[j * LDS + n] = j < lv && n < a.N ? ssd_tf32(Bg[(t0 + j) * a.Bs[1] + n]) : 0.0f;
+        sb[j * LDS + n] = j < lv && n < a.N ? ssd_tf32(g0[(t0 + j) * st[1] + n]) : 0.0f;
     }
     __syncthreads();
     float4 *dst = reinterpret_cast<float4 *>(img + (blockIdx.x * (int64_t)(SsdS32::IMG / 4)));
     for (int i = tid; i < (int)(SsdS32::IMG / 16); i += 256) {
-        const int at = i >> 10, n = (i >> 3) & 127, j0 = at * 32 + (((i & 7) ^ (n & 7)) << 2);
-        dst[i] = make_float4(sb[j0 * LDS + n], sb[(j0 + 1) * LDS + n], sb[(j0 + 2) * LDS + n],
-                             sb[(j0 + 3) * LDS + n]);
+        if (NAT) {
+            const int j = (i >> 3) & 63, n0 = (i >> 9) * 32 + (((i & 7) ^ (j & 7)) << 2);
+            const float *r = sb + j * LDS + n0;
+            dst[i] = make_float4(r[0], r[1], r[2], r[3]);
+        } else {
+            const int n = (i >> 3) & 127, j0 = (i >> 10) * 32 + (((i & 7) ^ (n & 7)) << 2);
+            dst[i] = make_float4(sb[j0 * LDS + n], sb[(j0 + 1) * LDS + n], sb[(j0 + 2) * LDS + n],
+                                 sb[(j0 + 3) * LDS + n]);
+        }
     }
 }
 

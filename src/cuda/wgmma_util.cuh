@@ -25,6 +25,14 @@
 
 namespace sf_wg {
 
+/* Named barrier `id` over `n` threads: wait for all, or only arrive. */
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void cp_async16_u32(uint32_t dst, const void *src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -122,7 +130,11 @@ template <> struct Wg<__half, 128> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n128(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n128(d, a, b, 1); }
 };
-/* TF32 (f32 operands rounded by the caller), rs only, B K-major */
+/* TF32 (f32 operands rounded by the caller), B K-major; rs takes scale_d */
+template <> struct Wg<float, 64> {
+    static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_tf32_n64(d, a, b, sc); }
+    static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b, int sc = 1) { wgmma_rs_tf32_n64(d, a, b, sc); }
+};
 template <> struct Wg<float, 128> {
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_tf32_n128(d, a, b, 1); }
 };
