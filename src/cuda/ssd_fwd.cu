@@ -3,7 +3,7 @@
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
- * fu8, fu40, fs32):
+ * fu8, fu40, fs32, fo32, fq32):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states + state scan (or both in one pass,
@@ -24,10 +24,14 @@
  *                    ssd_out_f32.cuh): per (chunk, head, P tile), the 64-row
  *                    blocks in order through sub-chunk states
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
- *   fs32 (f32, sm_90a; ssd_state32.cuh): the split path's cumsum, then B
- *     rearranged once per (b, group, chunk) into TF32 wgmma operand images
+ *   fs32 / fo32 / fq32 (f32, sm_90a; ssd_state32.cuh, ssd_out_tf32.cuh): the
+ *     split path's cumsum, then B (and for the output kernel C) rearranged
+ *     once per (b, group, chunk) into TF32 wgmma operand images
  *     (ssd_img_tf32), the state pass on TF32 wgmma (ssd_state_fused_tf32:
- *     no f32 chunk-state array), then ssd_out_sc32.
+ *     walking the chunks, or fq32: every chunk's own state in parallel +
+ *     ssd_state_scan), then ssd_out_sc32 (fs32) or the TF32 wgmma output
+ *     kernel ssd_out_tf32 (fo32, fq32).  H200 2.7B f32: b8 L4096 2.00 ms
+ *     (fo32; split32 4.22), b1 L16384 1.22 ms (fo32).
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
@@ -307,7 +311,7 @@ static const char *ssd_sc32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32
 
 /* Whether this build holds sm_90a code for the TF32 state pass (checked once). */
 static bool ssd_fs32_available() {
-    static const bool avail = sf_cuda_sm90a_code((const void *)ssd_state_fused_tf32<256>);
+    static const bool avail = sf_cuda_sm90a_code((const void *)ssd_state_fused_tf32<256, false>);
     return avail;
 }
 
@@ -334,11 +338,13 @@ static const char *ssd_fo32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32
     return nullptr;
 }
 
-/* Configurations fs32 / fo32 (f32): warp-scan cumsum, the B^T images, the
- * TF32 wgmma state pass, then ssd_out_sc32 (fs32) or the C and B images and
- * ssd_out_tf32 (fo32).  `bimg`: three image arrays of b G nchunks Q 128
+/* Configurations fs32 / fo32 / fq32 (f32): warp-scan cumsum, the B^T images,
+ * the TF32 wgmma state pass (fq32: chunk states in parallel + ssd_state_scan
+ * through `cst`), then ssd_out_sc32 (fs32) or the C and B images and
+ * ssd_out_tf32 (fo32, fq32).  `bimg`: three image arrays of b G nchunks Q 128
  * floats each (B^T, C, B). */
-template <int Q> static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, bool fo) {
+template <int Q>
+static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *cst, bool fo, bool split) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
     const int64_t gimg = (int64_t)a.batch * (a.H / a.hpg) * a.nc * (Q / SsdS32::QS);
@@ -350,10 +356,22 @@ template <int Q> static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, flo
     SF_CUDA_CHECK_LAUNCH(ctx);
     ssd_img_tf32<Q, false><<<(unsigned)gimg, 256, 0, stream>>>(a, 0, bimg);
     SF_CUDA_CHECK_LAUNCH(ctx);
-    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)SsdS32::SMEM));
-    ssd_state_fused_tf32<Q><<<(unsigned)gst, 128, SsdS32::SMEM, stream>>>(a, bimg);
-    SF_CUDA_CHECK_LAUNCH(ctx);
+    if (split) {
+        const int64_t gsp = gst * a.nc, gsc = (int64_t)a.batch * a.H * (((int64_t)a.P * a.N + 1023) / 1024);
+        if (gsp > INT32_MAX || gsc > INT32_MAX)
+            return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q, true>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SsdS32::SMEM));
+        ssd_state_fused_tf32<Q, true><<<(unsigned)gsp, 128, SsdS32::SMEM, stream>>>(a, bimg, cst);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+        ssd_state_scan<float><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q, false>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SsdS32::SMEM));
+        ssd_state_fused_tf32<Q, false><<<(unsigned)gst, 128, SsdS32::SMEM, stream>>>(a, bimg, nullptr);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
     if (!fo) return a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a) : ssd_launch_sc32<128, false>(ctx, a);
     const size_t nimg = (size_t)a.batch * (a.H / a.hpg) * SsdS32::img_floats(a.nc, Q);
     float *cimg = bimg + nimg, *bnat = bimg + 2 * nimg;
@@ -539,16 +557,18 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * heads), and the same with 8 or 40 heads after the fused state pass
  * ssd_state_fused_wg instead of chunk states + scan (fu8 / fu40), and for
  * f32 the TF32 wgmma state pass ssd_state_fused_tf32 ahead of ssd_out_sc32
- * (fs32) or of the TF32 wgmma output kernel ssd_out_tf32 (fo32).  Candidate
- * 0 is the default. */
+ * (fs32) or of the TF32 wgmma output kernel ssd_out_tf32 (fo32; fq32 with
+ * the chunk states in parallel and a scan, for small batches).  Candidate 0
+ * is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
-                                             "fu8",      "fu40",    "fs32",  "fo32"};
-/* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5};
-static const int SSD_NCAND = 16, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FO32 = 15;
+                                             "fu8",      "fu40",    "fs32",  "fo32",
+                                             "fq32"};
+/* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6};
+static const int SSD_NCAND = 17, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FO32 = 15, SSD_FQ32 = 16;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -564,12 +584,15 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     ssd_fwd_args &a = *tc->a;
     const int hpc = ssd_cand_hpc[cand];
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
-    if (hpc == -4 || hpc == -5) {
-        const bool fo = hpc == -5;
+    if (hpc <= -4) {
+        const bool fo = hpc <= -5, split = hpc == -6;
+        if (split && !tc->cst)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration fq32: %s", ssd_split_refusal(a));
         if (const char *why = fo ? ssd_fo32_refusal(ctx, a, sizeof(T) == 4) : ssd_fs32_refusal(ctx, a, sizeof(T) == 4))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s", ssd_cand_names[cand], why);
         if constexpr (sizeof(T) == 4)
-            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg, fo) : ssd_fwd_fs32<128>(ctx, a, tc->bimg, fo);
+            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg, tc->cst, fo, split)
+                              : ssd_fwd_fs32<128>(ctx, a, tc->bimg, tc->cst, fo, split);
         return SF_ERR_UNSUPPORTED;
     }
     if (hpc <= -2) {
@@ -653,7 +676,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * (4.2 ms), else to the general path (8.2 ms) */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
-        (choice == SSD_FO32 && !fo32))
+        ((choice == SSD_FO32 || choice == SSD_FQ32) && !fo32))
         choice = fo32 ? SSD_FO32 : sc32 ? SSD_SPLIT32 : SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }

@@ -89,10 +89,13 @@ __global__ void __launch_bounds__(256) ssd_img_tf32(const ssd_fwd_args a, int sr
 }
 
 /* Grid (flattened): head fastest (the heads of a group read one image from
- * L2 together), then P tile, batch row.  Block 128 = one warpgroup; warp w
- * owns state rows p0 + 16w .. + 15, all 128 columns. */
-template <int Q>
-__global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img) {
+ * L2 together), then P tile, (SPLIT: chunk,) batch row.  Block 128 = one
+ * warpgroup; warp w owns state rows p0 + 16w .. + 15, all 128 columns.
+ * SPLIT: one chunk per block, its own state X^T diag(w) B (from zero) to
+ * `cst` (f32, b H nchunks P N) for ssd_state_scan: many more blocks where
+ * the batch is small (b 1 L 16384: 5120 against 80). */
+template <int Q, bool SPLIT>
+__global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img, float *cst) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
     typedef SsdS32 L;
@@ -107,10 +110,12 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     const int h = (int)(id % a.H);
     id /= a.H;
     const int pt = (int)(id % ptiles);
-    const int b = (int)(id / ptiles);
+    id /= ptiles;
+    const int c0 = SPLIT ? (int)(id % a.nc) : 0; /* first chunk */
+    const int b = (int)(SPLIT ? id / a.nc : id);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t bh = (int64_t)b * a.H + h, PN = (int64_t)a.P * a.N;
-    const int p0 = pt * 64, nsub = NPART * a.nc;
+    const int p0 = pt * 64, nsub = SPLIT ? NPART : NPART * a.nc;
     const char *imgb = reinterpret_cast<const char *>(
         img + ((int64_t)b * G + h / a.hpg) * (int64_t)SsdS32::img_floats(a.nc, Q));
     const float *Xg = (const float *)a.x + (int64_t)b * a.xs[0] + (int64_t)h * a.xs[2] + p0;
@@ -120,6 +125,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     float pg = 0.0f, pd = 0.0f, pgl = 0.0f;
     auto fetch = [&](int s) {
         if (s < nsub && tid < QS) {
+            s += c0 * NPART;
             const int64_t v = (bh * a.nc + s / NPART) * Q;
             pg = a.gw[v + (s % NPART) * QS + tid];
             pd = a.dtw[v + (s % NPART) * QS + tid];
@@ -127,11 +133,12 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         }
     };
     /* part s's copies into stage s % 2 (always one commit group) */
-    auto issue = [&](int s) {
-        if (s < nsub) {
+    auto issue = [&](int sl) {
+        if (sl < nsub) {
+            const int s = sl + c0 * NPART; /* part index from the sequence start */
             const int64_t t0 = (int64_t)(s / NPART) * Q + (s % NPART) * QS;
             const int lv = (int)min((int64_t)QS, a.L - t0); /* valid tokens (may be <= 0) */
-            const uint32_t st = sbase + (s & 1) * L::STAGE;
+            const uint32_t st = sbase + (sl & 1) * L::STAGE;
             const char *src = imgb + (int64_t)s * L::IMG;
 #pragma unroll
             for (int it = 0; it < (int)(L::IMG / 16 / 128); it++) {
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
                                ok ? 16 : 0);
             }
             if (tid < QS)
-                reinterpret_cast<float *>(gbase + (s & 1) * L::STAGE + L::OW)[tid] =
+                reinterpret_cast<float *>(gbase + (sl & 1) * L::STAGE + L::OW)[tid] =
                     exp2f(fminf(pgl - pg, 0.0f)) * pd;
         }
         ssd_cp_commit();
@@ -160,7 +167,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-            H[nt][e] = a.has_init && n < a.N
+            H[nt][e] = !SPLIT && a.has_init && n < a.N
                            ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
                                     (int64_t)n * a.ins[3]]
                            : 0.0f;
@@ -174,7 +181,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (part s - 1 done) */
         issue(s + 1);
         fetch(s + 2);
-        if (s % NPART == 0) {
+        if (!SPLIT && s % NPART == 0) {
             /* H is the state entering chunk s / NPART: store it, then decay it */
             const int c = s / NPART;
             float *dst = (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N;
@@ -210,7 +217,17 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         wg_wait<0>();
         reg_fence(H);
     }
-    if (a.has_final) {
+    if (SPLIT) {
+        float *dst = cst + (bh * a.nc + c0) * PN + (int64_t)pr * a.N;
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++) {
+            const int n = 8 * nt + 2 * t;
+            if (n < a.N) {
+                *reinterpret_cast<float2 *>(dst + n) = make_float2(H[nt][0], H[nt][1]);
+                *reinterpret_cast<float2 *>(dst + 8 * a.N + n) = make_float2(H[nt][2], H[nt][3]);
+            }
+        }
+    } else if (a.has_final) {
 #pragma unroll
         for (int nt = 0; nt < 16; nt++)
 #pragma unroll
@@ -224,6 +241,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
 #else
     (void)a;
     (void)img;
+    (void)cst;
 #endif
 }
 
