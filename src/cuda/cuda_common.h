@@ -22,6 +22,12 @@
 /* After a launch: the launch error, if any (no synchronisation). */
 #define SF_CUDA_CHECK_LAUNCH(ctx) SF_CUDA_CHECK((ctx), cudaGetLastError())
 
+/* The first n strides of t into d (zeros for an absent tensor), for the
+ * argument blocks of the kernels. */
+static inline void sf_cuda_copy_strides(int64_t *d, const sf_tensor *t, int n) {
+    for (int i = 0; i < n; i++) d[i] = t->data ? t->stride[i] : 0;
+}
+
 /* Per-context CUDA state (ctx->cuda_state). */
 typedef struct sf_cuda_state {
     int sm_count;

@@ -1,5 +1,5 @@
-/* ssd_fwd.cu - Mamba-2 SSD on the GPU: the chunked forward (sf_ssd_fwd) and
- * the decode step (sf_ssd_step).
+/* ssd_fwd.cu - Mamba-2 SSD on the GPU: the chunked forward (sf_ssd_fwd; the
+ * decode step sf_ssd_step is in ssd_step.cu).
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
@@ -63,7 +63,6 @@
 #include "ssd_state32.cuh"
 #include "ssd_out_tf32.cuh"
 #include "ssd_out_pipe.cuh"
-#include "ssd_step.cuh"
 #include "autotune.h"
 
 #include <stdio.h>
@@ -681,10 +680,6 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     return ssd_run_cand<T>(ctx, tc, choice);
 }
 
-static void ssd_copy_strides(int64_t *d, const sf_tensor *t, int n) {
-    for (int i = 0; i < n; i++) d[i] = t->data ? t->stride[i] : 0;
-}
-
 extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const sf_ssd_fwd_params *p = pr->p;
     if (pr->dstate > 256)
@@ -704,18 +699,18 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     a.fin = (float *)p->final_states.data;
     a.cu = p->cu_seqlens.data;
     a.seq_idx = (const int *)p->seq_idx.data;
-    ssd_copy_strides(a.xs, &p->x, 3);
-    ssd_copy_strides(a.dts, &p->dt, 3);
-    ssd_copy_strides(a.Bs, &p->B, 3);
-    ssd_copy_strides(a.Cs, &p->C, 3);
-    ssd_copy_strides(a.zs, &p->z, 3);
-    ssd_copy_strides(a.os, &p->out, 3);
+    sf_cuda_copy_strides(a.xs, &p->x, 3);
+    sf_cuda_copy_strides(a.dts, &p->dt, 3);
+    sf_cuda_copy_strides(a.Bs, &p->B, 3);
+    sf_cuda_copy_strides(a.Cs, &p->C, 3);
+    sf_cuda_copy_strides(a.zs, &p->z, 3);
+    sf_cuda_copy_strides(a.os, &p->out, 3);
     a.As = p->A.stride[0];
-    ssd_copy_strides(a.Ds, &p->D, pr->has_D ? p->D.rank : 0);
+    sf_cuda_copy_strides(a.Ds, &p->D, pr->has_D ? p->D.rank : 0);
     a.biass = p->dt_bias.data ? p->dt_bias.stride[0] : 0;
-    ssd_copy_strides(a.ins, &p->initial_states, pr->has_init ? 4 : 0);
-    ssd_copy_strides(a.fis, &p->final_states, pr->has_final ? 4 : 0);
-    ssd_copy_strides(a.sis, &p->seq_idx, p->seq_idx.data ? 2 : 0);
+    sf_cuda_copy_strides(a.ins, &p->initial_states, pr->has_init ? 4 : 0);
+    sf_cuda_copy_strides(a.fis, &p->final_states, pr->has_final ? 4 : 0);
+    sf_cuda_copy_strides(a.sis, &p->seq_idx, p->seq_idx.data ? 2 : 0);
     a.cus = p->cu_seqlens.data ? p->cu_seqlens.stride[0] : 0;
     a.cu64 = p->cu_seqlens.data && p->cu_seqlens.dtype == SF_I64;
     a.batch = (int)pr->batch; a.L = (int)pr->seqlen; a.H = (int)pr->nheads; a.P = (int)pr->headdim;
@@ -779,65 +774,5 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     case SF_F16: return ssd_fwd_launch<__half>(ctx, &tc);
     case SF_BF16: return ssd_fwd_launch<__nv_bfloat16>(ctx, &tc);
     default: return sf_fail(ctx, SF_ERR_DTYPE, "sf_ssd_fwd: x must be f32, f16 or bf16");
-    }
-}
-
-/* ------------------------------------------------------------------ */
-/* Decode step                                                          */
-/* ------------------------------------------------------------------ */
-
-template <typename T>
-static sf_status ssd_step_launch(sf_ctx *ctx, const ssd_step_args &a, int kv) {
-    cudaStream_t stream = sf_cuda_stream(ctx);
-    const unsigned grid = (unsigned)((int64_t)a.batch * a.H);
-    switch (kv) {
-    case 1: ssd_step_kernel<T, 1><<<grid, 128, 0, stream>>>(a); break;
-    case 2: ssd_step_kernel<T, 2><<<grid, 128, 0, stream>>>(a); break;
-    case 4: ssd_step_kernel<T, 4><<<grid, 128, 0, stream>>>(a); break;
-    default: ssd_step_kernel<T, 0><<<grid, 128, 0, stream>>>(a); break;
-    }
-    SF_CUDA_CHECK_LAUNCH(ctx);
-    return SF_OK;
-}
-
-extern "C" sf_status sf_cuda_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
-    const sf_ssd_step_params *p = pr->p;
-    ssd_step_args a;
-    memset(&a, 0, sizeof(a));
-    a.state = (float *)p->state.data;
-    a.x = p->x.data; a.dt = p->dt.data; a.B = p->B.data; a.C = p->C.data; a.z = p->z.data;
-    a.out = p->out.data;
-    a.A = (const float *)p->A.data; a.D = (const float *)p->D.data;
-    a.dt_bias = (const float *)p->dt_bias.data; a.idx = (const int *)p->state_idx.data;
-    ssd_copy_strides(a.ss, &p->state, 4);
-    ssd_copy_strides(a.xs, &p->x, 2);
-    ssd_copy_strides(a.dts, &p->dt, 2);
-    ssd_copy_strides(a.Bs, &p->B, 2);
-    ssd_copy_strides(a.Cs, &p->C, 2);
-    ssd_copy_strides(a.zs, &p->z, pr->has_z ? 2 : 0);
-    ssd_copy_strides(a.os, &p->out, 2);
-    a.As = p->A.stride[0];
-    ssd_copy_strides(a.Ds, &p->D, pr->has_D ? p->D.rank : 0);
-    a.biass = pr->has_dt_bias ? p->dt_bias.stride[0] : 0;
-    a.idxs = pr->has_idx ? p->state_idx.stride[0] : 0;
-    a.batch = (int)pr->batch; a.H = (int)pr->nheads; a.P = (int)pr->headdim;
-    a.N = (int)pr->dstate; a.hpg = (int)pr->heads_per_group; a.nslots = (int)pr->nslots;
-    a.has_D = pr->has_D; a.D_pc = pr->D_per_channel; a.has_z = pr->has_z;
-    a.has_bias = pr->has_dt_bias; a.softplus = p->dt_softplus; a.has_idx = pr->has_idx;
-    a.dt_min = p->dt_min; a.dt_max = p->dt_max;
-    if ((int64_t)a.batch * a.H == 0) return SF_OK;
-    if ((int64_t)a.batch * a.H > INT32_MAX)
-        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_step: batch x nheads too large");
-    /* 16-byte state rows: unit column stride, every other stride and the base aligned */
-    const sf_tensor *s = &p->state;
-    int kv = 0;
-    if (s->stride[3] == 1 && s->stride[0] % 4 == 0 && s->stride[1] % 4 == 0 &&
-        s->stride[2] % 4 == 0 && ((uintptr_t)s->data & 15) == 0 && a.N % 4 == 0)
-        kv = a.N <= 128 ? 1 : a.N <= 256 ? 2 : a.N <= 512 ? 4 : 0;
-    switch (p->x.dtype) {
-    case SF_F32: return ssd_step_launch<float>(ctx, a, kv);
-    case SF_F16: return ssd_step_launch<__half>(ctx, a, kv);
-    case SF_BF16: return ssd_step_launch<__nv_bfloat16>(ctx, a, kv);
-    default: return sf_fail(ctx, SF_ERR_DTYPE, "sf_ssd_step: x must be f32, f16 or bf16");
     }
 }

@@ -1,5 +1,5 @@
 /* ssd_step.cuh - the Mamba-2 decode step (selective_state_update) on the GPU.
- * Included only from ssd_fwd.cu.
+ * Included only from ssd_step.cu.
  *
  * Memory-bound: per (token, head) the P x N f32 state is read and written once
  * (8 bytes per element); x, B, C, z, out are noise next to it.  One block per
