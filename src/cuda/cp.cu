@@ -51,10 +51,6 @@ struct cp_ssd_args {
     float dmin, dmax;
 };
 
-static void cp_strides(int64_t *dst, const sf_tensor *t, int n) {
-    for (int i = 0; i < n; i++) dst[i] = t->data ? t->stride[i] : 0;
-}
-
 /* min(dt A, 0) with dt processed exactly as ssd_chunk_cumsum does. */
 __device__ __forceinline__ float cp_decay(const cp_ssd_args &a, float raw, float A, float bias) {
     const float d = sf_dt_process(raw + bias, a.softplus, a.dmin, a.dmax);
@@ -191,14 +187,14 @@ static cp_ssd_args cp_ssd_fill(const sf_cp_ssd_problem *pr) {
     a.A = (const float *)p->A.data; a.bias = (const float *)p->dt_bias.data;
     a.hin = (const float *)pr->h_in.data; a.st = (const float *)pr->state_local.data;
     a.fin = (float *)p->final_states.data; a.ld = (float *)pr->logdecay.data;
-    cp_strides(a.dts, &p->dt, 3);
-    cp_strides(a.Cs, &p->C, 4);
-    cp_strides(a.zs, &p->z, 4);
-    cp_strides(a.os, &p->out, 4);
-    cp_strides(a.hs, &pr->h_in, 4);
-    cp_strides(a.sts, &pr->state_local, 4);
-    cp_strides(a.fs, &p->final_states, 4);
-    cp_strides(a.lds, &pr->logdecay, 2);
+    sf_cuda_copy_strides(a.dts, &p->dt, 3);
+    sf_cuda_copy_strides(a.Cs, &p->C, 4);
+    sf_cuda_copy_strides(a.zs, &p->z, 4);
+    sf_cuda_copy_strides(a.os, &p->out, 4);
+    sf_cuda_copy_strides(a.hs, &pr->h_in, 4);
+    sf_cuda_copy_strides(a.sts, &pr->state_local, 4);
+    sf_cuda_copy_strides(a.fs, &p->final_states, 4);
+    sf_cuda_copy_strides(a.lds, &pr->logdecay, 2);
     a.As = p->A.stride[0];
     a.biass = p->dt_bias.data ? p->dt_bias.stride[0] : 0;
     a.b = pr->batch; a.L = pr->seqlen; a.H = pr->nheads; a.P = pr->headdim; a.N = pr->dstate;
@@ -287,9 +283,9 @@ extern "C" sf_status sf_cuda_cp_combine(sf_ctx *ctx, const sf_cp_combine_problem
     a.S = (const float *)pr->states_all.data;
     a.ld = (const float *)pr->logdecay_all.data;
     a.hin = (float *)pr->h_in.data;
-    cp_strides(a.ss, &pr->states_all, 5);
-    cp_strides(a.ls, &pr->logdecay_all, 3);
-    cp_strides(a.hs, &pr->h_in, 4);
+    sf_cuda_copy_strides(a.ss, &pr->states_all, 5);
+    sf_cuda_copy_strides(a.ls, &pr->logdecay_all, 3);
+    sf_cuda_copy_strides(a.hs, &pr->h_in, 4);
     a.b = pr->batch; a.H = pr->nheads; a.P = pr->headdim; a.N = pr->dstate; a.rank = pr->rank;
     CP_GRID(g, ctx, a.b * a.H * a.P * a.N, 256);
     cp_combine_kernel<<<g, 256, 0, sf_cuda_stream(ctx)>>>(a);
@@ -347,12 +343,12 @@ extern "C" sf_status sf_cuda_cp_merge(sf_ctx *ctx, const sf_cp_merge_problem *pr
     a.ao = pr->a_out.data; a.bo = pr->b_out.data; a.dout = pr->dst_out.data;
     a.al = (const float *)pr->a_lse.data; a.bl = (const float *)pr->b_lse.data;
     a.dl = (float *)pr->dst_lse.data;
-    cp_strides(a.aos, &pr->a_out, 4);
-    cp_strides(a.bos, &pr->b_out, 4);
-    cp_strides(a.dos, &pr->dst_out, 4);
-    cp_strides(a.als, &pr->a_lse, 3);
-    cp_strides(a.bls, &pr->b_lse, 3);
-    cp_strides(a.dls, &pr->dst_lse, 3);
+    sf_cuda_copy_strides(a.aos, &pr->a_out, 4);
+    sf_cuda_copy_strides(a.bos, &pr->b_out, 4);
+    sf_cuda_copy_strides(a.dos, &pr->dst_out, 4);
+    sf_cuda_copy_strides(a.als, &pr->a_lse, 3);
+    sf_cuda_copy_strides(a.bls, &pr->b_lse, 3);
+    sf_cuda_copy_strides(a.dls, &pr->dst_lse, 3);
     a.b = pr->batch; a.L = pr->seqlen; a.H = pr->nheads; a.d = pr->headdim;
     a.adt = (int)pr->a_out.dtype; a.bdt = pr->b_out.data ? (int)pr->b_out.dtype : 0;
     a.ddt = (int)pr->dst_out.dtype;

@@ -244,6 +244,59 @@ static __device__ __forceinline__ void ssd_out_epilogue(const float (&O)[8][4], 
     }
 }
 
+/* The state H of a fused state pass in the m64n128 accumulator layout of one
+ * warpgroup: thread (warp, g, t) holds rows pr = p0 + 16 warp + g and pr + 8,
+ * columns 8 nt + 2 t (+ 1).  Shared by the 16-bit and the TF32 passes. */
+static __device__ __forceinline__ void ssd_h_init(float (&H)[16][4], const ssd_fwd_args &a, int b, int h, int pr,
+                                                  int t, bool init) {
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+            H[nt][e] = init && n < a.N
+                           ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
+                                    (int64_t)n * a.ins[3]]
+                           : 0.0f;
+        }
+}
+/* H's rows into a row-major (P, N) array of T at dst = row pr */
+template <typename T>
+static __device__ __forceinline__ void ssd_h_store(const float (&H)[16][4], T *dst, int N, int t) {
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++) {
+        const int n = 8 * nt + 2 * t;
+        if (n < N) {
+            if constexpr (sizeof(T) == 4) {
+                *reinterpret_cast<float2 *>(dst + n) = make_float2(H[nt][0], H[nt][1]);
+                *reinterpret_cast<float2 *>(dst + 8 * N + n) = make_float2(H[nt][2], H[nt][3]);
+            } else {
+                *reinterpret_cast<uint32_t *>(dst + n) = ssd_pack(T{}, H[nt][0], H[nt][1]);
+                *reinterpret_cast<uint32_t *>(dst + 8 * N + n) = ssd_pack(T{}, H[nt][2], H[nt][3]);
+            }
+        }
+    }
+}
+static __device__ __forceinline__ void ssd_h_scale(float (&H)[16][4], float d) {
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) H[nt][e] *= d;
+}
+/* H as the final state (f32, any strides) */
+static __device__ __forceinline__ void ssd_h_final(const float (&H)[16][4], const ssd_fwd_args &a, int b, int h,
+                                                   int pr, int t) {
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+            if (n < a.N)
+                a.fin[(int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] + (int64_t)p * a.fis[2] + (int64_t)n * a.fis[3]] =
+                    H[nt][e];
+        }
+}
+
 template <int Q> struct SsdWg {
     /* chunk_state, half a chunk at a time: B (swizzled, Q/2 x 128) + X
      * (Q/2 x 72 padded) + w (Q/2 f32) */
@@ -426,16 +479,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args 
     /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns 8 nt + 2 t (+ 1) */
     float H[16][4];
     const int pr = p0 + 16 * warp + g;
-#pragma unroll
-    for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-            H[nt][e] = a.has_init && n < a.N
-                           ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
-                                    (int64_t)n * a.ins[3]]
-                           : 0.0f;
-        }
+    ssd_h_init(H, a, b, h, pr, t, a.has_init);
     fetch(0);
     issue(0);
     fetch(1);
@@ -448,37 +492,15 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args 
         if ((s & 1) == 0) {
             /* H is the state entering chunk s / 2: store it, then decay it */
             const int c = s >> 1;
-            T *dst = (T *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N;
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++) {
-                const int n = 8 * nt + 2 * t;
-                if (n < a.N) {
-                    *reinterpret_cast<uint32_t *>(dst + n) = ssd_pack(T{}, H[nt][0], H[nt][1]);
-                    *reinterpret_cast<uint32_t *>(dst + 8 * a.N + n) = ssd_pack(T{}, H[nt][2], H[nt][3]);
-                }
-            }
-            const float dec = exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f));
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) H[nt][e] *= dec;
+            ssd_h_store(H, (T *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t);
+            ssd_h_scale(H, exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f)));
         }
         const uint32_t st = sbase + (s & 1) * SST;
         const T *sX = reinterpret_cast<const T *>(gbase + (s & 1) * SST + OX);
         const float *sw = reinterpret_cast<const float *>(gbase + (s & 1) * SST + OW);
         ssd_state_half_wg<T, QH, LDX, 128>(H, sX, sw, st, warp);
     }
-    if (a.has_final) {
-#pragma unroll
-        for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-                if (n < a.N)
-                    a.fin[(int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] + (int64_t)p * a.fis[2] +
-                          (int64_t)n * a.fis[3]] = H[nt][e];
-            }
-    }
+    if (a.has_final) ssd_h_final(H, a, b, h, pr, t);
 #else
     (void)a;
 #endif

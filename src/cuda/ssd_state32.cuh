@@ -30,8 +30,7 @@
 #ifndef SF_SSD_STATE32_CUH
 #define SF_SSD_STATE32_CUH
 
-#include "ssd_chunk.cuh"
-#include "wgmma_util.cuh"
+#include "ssd_hopper.cuh"
 
 struct SsdS32 {
     static constexpr int QS = 64;       /* tokens per part */
@@ -184,20 +183,8 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         if (!SPLIT && s % NPART == 0) {
             /* H is the state entering chunk s / NPART: store it, then decay it */
             const int c = s / NPART;
-            float *dst = (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N;
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++) {
-                const int n = 8 * nt + 2 * t;
-                if (n < a.N) {
-                    *reinterpret_cast<float2 *>(dst + n) = make_float2(H[nt][0], H[nt][1]);
-                    *reinterpret_cast<float2 *>(dst + 8 * a.N + n) = make_float2(H[nt][2], H[nt][3]);
-                }
-            }
-            const float dec = exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f));
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) H[nt][e] *= dec;
+            ssd_h_store(H, (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t);
+            ssd_h_scale(H, exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f)));
         }
         const uint32_t st = sbase + (s & 1) * L::STAGE;
         const float *sX = reinterpret_cast<const float *>(gbase + (s & 1) * L::STAGE + L::OX);
@@ -218,6 +205,8 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         reg_fence(H);
     }
     if (SPLIT) {
+        /* ssd_h_store<float> written out: through the helper this variant
+         * (validated on the H200 as it is) compiles to different SASS */
         float *dst = cst + (bh * a.nc + c0) * PN + (int64_t)pr * a.N;
 #pragma unroll
         for (int nt = 0; nt < 16; nt++) {
@@ -228,15 +217,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
             }
         }
     } else if (a.has_final) {
-#pragma unroll
-        for (int nt = 0; nt < 16; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-                if (n < a.N)
-                    a.fin[(int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] + (int64_t)p * a.fis[2] +
-                          (int64_t)n * a.fis[3]] = H[nt][e];
-            }
+        ssd_h_final(H, a, b, h, pr, t);
     }
 #else
     (void)a;
