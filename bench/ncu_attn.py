@@ -1,9 +1,12 @@
 """One attention forward at one shape, for Nsight Compute (ours, or the cuDNN peer).
 
-    ncu --clock-control none --kernel-name regex:attn_fwd --launch-skip 1 --launch-count 1 \\
+    ncu --profile-from-start off --clock-control none --kernel-name regex:attn_fwd \\
         --section SourceCounters -f -o rep python3 bench/ncu_attn.py 32 512 32 64 [causal] [cudnn]
 Arguments: B L H d, then the words `causal` and/or `cudnn` (the peer through SDPA, same
-layout as bench/gpu_attn.py gives it).  Two calls: the first may tune; skip it.
+layout as bench/gpu_attn.py gives it).  The first call runs outside the profiled range (it may
+time every candidate configuration: the autotuner), the second inside it
+(torch.cuda.profiler.start / stop), so ncu sees only the configuration that serves the
+shape.  (Stop 10 profiled with --launch-skip 1 instead and caught a tuning candidate.)
 """
 import sys
 
@@ -18,14 +21,21 @@ def main():
     words = sys.argv[5:]
     causal = "causal" in words
     q, k, v = (torch.randn(B, L, H, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    for _ in range(2):
+    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+
+    def call():
         if "cudnn" in words:
-            qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
         else:
             seqfuse.flash_attn_func(q, k, v, causal=causal)
+
+    call()
     torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
 
 
 if __name__ == "__main__":
