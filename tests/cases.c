@@ -53,6 +53,10 @@ const sfc_case sfc_cases[] = {
      * tokens (a partial second row block), every option */
     {SSD("ssd_sc32_full", 2, 600, 6, 128, 2, 40, 256), .D = 2, ALL_OPTS, .dt_min = 0.001f, .dt_max = 0.3f},
     {SSD("ssd_wg_heads", 1, 300, 20, 64, 1, 128, 256), .D = 1, .init = 1, .final = 1, .dt_bias = 1, .softplus = 1},
+    /* the sm_90a paths (16-bit, and f32 on TF32 wgmma: fs32 / fo32 / fq32) on
+     * padded-stride views: two groups of 2 heads (head pairs), N 32, a
+     * partial last chunk, every option */
+    {SSD("ssd_wg_strided", 2, 300, 4, 64, 2, 32, 128), .D = 2, ALL_OPTS, .strided = 1},
     {SSD("ssd_2p7b_small", 1, 512, 8, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .final = 1},
     {SSD("ssd_2p7b", 1, 4096, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .big = 1},
 
