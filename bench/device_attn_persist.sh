@@ -6,53 +6,25 @@
 #   bench/device_attn_persist.sh            (logs in $OUT, default ./out)
 # Phase 1 (concurrent, correctness only): every test case pinned to wsp128 and
 # to wsp192 (--all, so the ViT and LLM shapes with several tiles per CTA run);
-# compute-sanitizer memcheck and racecheck on the wsp128 quick set (its
-# attn_causal_nokey_* cases already give the CTAs more than one tile each).
+# compute-sanitizer memcheck and racecheck on the quick set pinned to each
+# (bench/device_validate.sh; the attn_causal_nokey_* cases already give the
+# CTAs more than one tile each).
 # Phase 2 (one at a time, timing): bench/gpu_attn.py pinned to wsp128, wsp192
 # (d 64 only: it serves nothing else) and ws128 (the non-persistent kernel),
 # ours vs cuDNN vs FA2 in TFLOP/s.
 set -uo pipefail
-. "$(dirname "$0")/sanitizer_verdict.sh"
 B=build-gpu
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1
 T0=$SECONDS
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -2
 
-verdict() { # name rc log
-  case $2 in
-    0) echo "PASS $1 ($(tail -n 1 "$3"))" ;;
-    124|137) echo "FAIL $1: TIMEOUT (a hang is a deadlock candidate; see $3)" ;;
-    *) echo "FAIL $1: exit $2 ($(tail -n 1 "$3"))"; grep -E "FAIL|error" "$3" | head -8 ;;
-  esac
-}
-
 echo "== phase 1: correctness (concurrent) =="
-for cfg in wsp128 wsp192; do
-  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=attn_fwd:$cfg timeout -k 5 100 \
-      "$B/tests/test_ops" --op attn_fwd --backend cuda --all > "$OUT/persist_test_$cfg.log" 2>&1
-    echo $? > "$OUT/persist_test_$cfg.rc" ) &
-done
-for tool in memcheck racecheck; do
-  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=attn_fwd:wsp128 timeout -k 5 60 \
-      "$CS" --tool $tool --error-exitcode 9 "$B/tests/test_ops" --op attn_fwd --backend cuda \
-      > "$OUT/persist_${tool}_wsp128.log" 2>&1
-    echo $? > "$OUT/persist_${tool}_wsp128.rc" ) &
-done
-wait
+LOGS=$OUT/validate bash "$(dirname "$0")/device_validate.sh" "$B" attn_fwd:wsp128 attn_fwd:wsp192
 declare -A ok
-for cfg in wsp128 wsp192; do
-  rc=$(cat "$OUT/persist_test_$cfg.rc")
-  verdict "test_ops attn_fwd --all forced $cfg" "$rc" "$OUT/persist_test_$cfg.log"
-  ok[$cfg]=$rc
-  echo "  GPU case lines ok: $(grep -cE '^ +ok .* cuda ' "$OUT/persist_test_$cfg.log")"
-done
-for tool in memcheck racecheck; do
-  sanitizer_verdict $tool wsp128 "$OUT/persist_${tool}_wsp128.log" "$(cat "$OUT/persist_${tool}_wsp128.rc")"
-done
+for cfg in wsp128 wsp192; do ok[$cfg]=$(cat "$OUT/validate/pin_attn_fwd_$cfg.rc"); done
 echo "phase 1: $((SECONDS - T0)) s"
 
 echo "== phase 2: timing (ours vs cuDNN vs FA2, TFLOP/s) =="

@@ -8,8 +8,8 @@
 # Phase 1 (concurrent, correctness only): every SSD test case pinned to
 # split32 and to split32l (--all: also ssd_2p7b, the full 2.7B layer at
 # L 4096; 16-bit cases are listed as skipped, split32 takes f32 only);
-# compute-sanitizer memcheck and racecheck on the quick set pinned to split32
-# (split32l has the same shared-memory accesses minus the rounding pass).
+# compute-sanitizer memcheck and racecheck on the quick set pinned to each
+# (bench/device_validate.sh).
 # Phase 2 (one at a time, timing): bench/gpu_ssd.py on f32 (b8 L4096 and
 # b1 L16384) with split, split32 and split32l pinned one after the other, then the
 # autotuned forward against mamba_ssm; per-kernel times of one f32 forward
@@ -17,48 +17,22 @@
 # A failing forward line shows as "FAIL <case> f32 ..." (wrong answer) or as a
 # status line (error); both make the first verdict FAIL.
 set -uo pipefail
-. "$(dirname "$0")/sanitizer_verdict.sh"
 B=build-gpu
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1
 T0=$SECONDS
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -2
 git log --oneline -1 2>/dev/null
 
 echo "== phase 1: correctness (concurrent) =="
-for cfg in split32 split32l; do
-  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=ssd_fwd:$cfg timeout -k 5 100 \
-      "$B/tests/test_ops" --op ssd_fwd --backend cuda --all > "$OUT/${cfg}_test.log" 2>&1
-    echo $? > "$OUT/${cfg}_test.rc" ) &
-done
-for tool in memcheck racecheck; do
-  ( SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=ssd_fwd:split32 timeout -k 5 60 \
-      "$CS" --tool $tool --error-exitcode 9 "$B/tests/test_ops" --op ssd_fwd --backend cuda \
-      > "$OUT/sc32_$tool.log" 2>&1
-    echo $? > "$OUT/sc32_$tool.rc" ) &
-done
-wait
+LOGS=$OUT/validate bash "$(dirname "$0")/device_validate.sh" "$B" ssd_fwd:split32 ssd_fwd:split32l
 hung=0
 for cfg in split32 split32l; do
-  rc=$(cat "$OUT/${cfg}_test.rc")
-  log="$OUT/${cfg}_test.log"
-  case $rc in
-    0) echo "PASS test_ops ssd_fwd --all forced $cfg ($(tail -n 1 "$log"))" ;;
-    124|137) echo "FAIL test_ops ssd_fwd --all forced $cfg: TIMEOUT after 100 s (a hang is a deadlock candidate)"
-       hung=1 ;;
-    *) echo "FAIL test_ops ssd_fwd --all forced $cfg: exit $rc ($(tail -n 1 "$log"))"
-       grep -E "FAIL|error" "$log" | head -8 ;;
-  esac
+  case $(cat "$OUT/validate/pin_ssd_fwd_$cfg.rc") in 124|137) hung=1 ;; esac
   # the f32 lines are the ones split32 serves: show them with their errors
-  grep -E "^ +(ok|FAIL) .* f32 +cuda" "$log" | head -12
-  echo "  f32 GPU case lines ok: $(grep -cE '^ +ok .* f32 +cuda' "$log")," \
-       "skipped: $(grep -cE '^ +skip' "$log")"
-done
-for tool in memcheck racecheck; do
-  sanitizer_verdict $tool split32 "$OUT/sc32_$tool.log" "$(cat "$OUT/sc32_$tool.rc")"
+  grep -E "^ +(ok|FAIL) .* f32 +cuda" "$OUT/validate/pin_ssd_fwd_$cfg.log" | head -12
 done
 echo "phase 1: $((SECONDS - T0)) s"
 

@@ -31,7 +31,7 @@
  *     walking the chunks, or fq32: every chunk's own state in parallel +
  *     ssd_state_scan), then ssd_out_sc32 (fs32) or the TF32 wgmma output
  *     kernel ssd_out_tf32 (fo32, fq32).  H200 2.7B f32: b8 L4096 2.00 ms
- *     (fo32; split32 4.22), b1 L16384 1.22 ms (fo32).
+ *     (fo32; split32 4.22), b1 L16384 1.09 ms (fq32; split32 2.14).
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
@@ -572,7 +572,7 @@ static const int SSD_NCAND = 17, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
     float *cst;  /* f32 chunk states (split paths) */
-    float *bimg; /* TF32 operand images (fs32, fo32): B^T, then C and B (fo32) */
+    float *bimg; /* TF32 operand images (fs32 / fo32 / fq32): B^T, then C and B (fo32, fq32) */
     int64_t grid_state, grid_out;
     int dtype; /* sf_dtype of x */
     cudaEvent_t ev[2];
@@ -585,10 +585,10 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
     if (hpc <= -4) {
         const bool fo = hpc <= -5, split = hpc == -6;
-        if (split && !tc->cst)
-            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration fq32: %s", ssd_split_refusal(a));
         if (const char *why = fo ? ssd_fo32_refusal(ctx, a, sizeof(T) == 4) : ssd_fs32_refusal(ctx, a, sizeof(T) == 4))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s", ssd_cand_names[cand], why);
+        /* (the refusals above include the split path's, which sizes cst) */
+        if (split && !tc->cst) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: fq32 without chunk-state workspace");
         if constexpr (sizeof(T) == 4)
             return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg, tc->cst, fo, split)
                               : ssd_fwd_fs32<128>(ctx, a, tc->bimg, tc->cst, fo, split);
@@ -671,7 +671,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     if (st != SF_OK || ran) return st;
     /* the cached or default choice (tuning off, or capturing a graph); a
      * default the shape does not allow falls back to fo32 where it serves
-     * (f32, dense, sm_90a: 2.2 ms at the 2.7B b8 shape), else to split32
+     * (f32, dense, sm_90a: 2.0 ms at the 2.7B b8 shape), else to split32
      * (4.2 ms), else to the general path (8.2 ms) */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||

@@ -185,6 +185,18 @@ static __device__ __forceinline__ uint32_t ssd_lds32(uint32_t addr) {
     return v;
 }
 
+/* The rows of one thread's 64-column accumulator block (rows g and g + 8 of
+ * its warp's 16) times f0 and f1: a per-row decay. */
+static __device__ __forceinline__ void ssd_scale_rows(float (&O)[8][4], float f0, float f1) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        O[nt][0] *= f0;
+        O[nt][1] *= f0;
+        O[nt][2] *= f1;
+        O[nt][3] *= f1;
+    }
+}
+
 /* D of one thread's 16 output columns (p0 + 8 nt + 2 tt + e; D per column
  * or per head), 0 without D: a running pointer, no index products. */
 static __device__ __forceinline__ void ssd_out_load_d(float (&dc)[8][2], const ssd_fwd_args &a, int h, int p0,
@@ -609,13 +621,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             const float g0 = ssd_ldsf(ag + 4 * row0), g1 = ssd_ldsf(ag + 4 * row1);
             {
                 const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    O[r][nt][0] *= f0;
-                    O[r][nt][1] *= f0;
-                    O[r][nt][2] *= f1;
-                    O[r][nt][3] *= f1;
-                }
+                ssd_scale_rows(O[r], f0, f1);
             }
             /* z of this thread's outputs, in flight during the products */
             uint32_t zr[2][8];

@@ -155,13 +155,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                 reg_fence(O);
                 {
                     const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
-#pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
-                        O[nt][0] *= f0;
-                        O[nt][1] *= f0;
-                        O[nt][2] *= f1;
-                        O[nt][3] *= f1;
-                    }
+                    ssd_scale_rows(O, f0, f1);
                 }
 #pragma unroll
                 for (int k = 0; k <= (r == 0 ? MA : MB); k++) {

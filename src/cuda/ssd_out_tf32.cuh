@@ -259,13 +259,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                 reg_fence(O);
                 reg_fence(S);
                 if (hsnext) named_arrive(2, 256); /* Hs_r read: the state warpgroup may replace it */
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    O[nt][0] *= f0;
-                    O[nt][1] *= f0;
-                    O[nt][2] *= f1;
-                    O[nt][3] *= f1;
-                }
+                ssd_scale_rows(O, f0, f1);
                 /* S column pair (2t, 2t+1) of 8-key group kk -> k slots (t, t + 4) */
                 uint32_t pa[8][4];
 #pragma unroll
