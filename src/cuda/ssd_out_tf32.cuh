@@ -32,7 +32,10 @@
  *   WG1 (state)   X_r -> X_r^T (TF32); Hs^T = d Hs^T + (B_r^T diag(w)) X_r
  *                 (rs, A from the B image through registers, two halves of
  *                 64 state columns); Hs_{r+1} -> shared memory once WG0 has
- *                 read Hs_r (named barrier 2).  X_r^T ready: barrier 1.
+ *                 read Hs_r (named barrier 2).  X_r^T ready: WG1 arrives
+ *                 at barrier 1 (WG0 waits there before P X_r) and syncs
+ *                 among itself (barrier 3), so its state product overlaps
+ *                 WG0's first products instead of following them.
  * The next row block's C, B and X are in flight during this one (two
  * stages), across units too: a unit's last row block loads the next unit's
  * first stage, vectors and entering state.  TF32 rounding by two integer
@@ -40,8 +43,10 @@
  *
  * Shared memory: 2 stages x (C 32 KB + B 32 KB + X 18 KB), X^T 16 KB,
  * Hs 32 KB, g' and dt of two units: 217 KB, one block per SM.
- * H200, 2.7B f32 b8 L4096: 1.51 ms (ssd_out_sc32: 2.89 ms; first version of
- * this kernel, one unit per block and cvt.rna rounding: 1.75 ms).
+ * H200, 2.7B f32 b8 L4096: 1.31 ms (ssd_out_sc32: 2.89 ms; first version of
+ * this kernel, one unit per block and cvt.rna rounding: 1.75 ms; WG1 synced
+ * with WG0 at barrier 1: 1.51 ms; swizzled addresses recomputed per element:
+ * 1.47 ms).
  */
 #ifndef SF_SSD_OUT_TF32_CUH
 #define SF_SSD_OUT_TF32_CUH
@@ -124,24 +129,25 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
         w.Xg = (const float *)a.x + (int64_t)b * a.xs[0] + w.t0 * a.xs[1] + (int64_t)w.h * a.xs[2] + w.p0;
     };
     /* row block r of unit w: C, B and X into stage sp (one commit group,
-     * empty without a unit) */
-    auto issue = [&](const SsdO32Unit *w, int r, int sp) {
-        if (w) {
-            const uint32_t st = sbase + sp * L::STAGE;
-            const char *cs = w->cim + (int64_t)r * L::IMG, *bs = w->bim + (int64_t)r * L::IMG;
+     * empty when !on); one base address per thread and operand, constant
+     * steps */
+    auto issue = [&](bool on, const SsdO32Unit &w, int r, int sp) {
+        if (on) {
+            const uint32_t st = sbase + sp * L::STAGE + 16 * tid;
+            const char *cs = w.cim + (int64_t)r * L::IMG + 16 * tid, *bs = w.bim + (int64_t)r * L::IMG + 16 * tid;
 #pragma unroll
             for (int it = 0; it < (int)(L::IMG / 16 / 256); it++) {
-                const int i = tid + it * 256;
-                cp_async16_u32(st + 16 * i, cs + 16 * i, 16);
-                cp_async16_u32(st + L::O_B + 16 * i, bs + 16 * i, 16);
+                cp_async16_u32(st + 4096 * it, cs + 4096 * it, 16);
+                cp_async16_u32(st + L::O_B + 4096 * it, bs + 4096 * it, 16);
             }
-            const int lv = w->Lc - 64 * r;
+            const int row = tid >> 4, cc = tid & 15, lv = w.Lc - 64 * r;
+            const float *xg = w.Xg + (int64_t)(64 * r + row) * a.xs[1] + cc * 4;
+            const int64_t xstep = 16 * a.xs[1];
+            const uint32_t sx = sbase + sp * L::STAGE + L::O_X + (row * LDX + cc * 4) * 4;
 #pragma unroll
             for (int it = 0; it < 4; it++) {
-                const int i = tid + it * 256, row = i >> 4, cc = i & 15;
-                const bool ok = row < lv;
-                cp_async16_u32(st + L::O_X + (row * LDX + cc * 4) * 4,
-                               ok ? w->Xg + (int64_t)(64 * r + row) * a.xs[1] + cc * 4 : w->Xg, ok ? 16 : 0);
+                const bool ok = row + 16 * it < lv;
+                cp_async16_u32(sx + 16 * LDX * 4 * it, ok ? xg + it * xstep : w.Xg, ok ? 16 : 0);
             }
         }
         ssd_cp_commit();
@@ -157,16 +163,23 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     /* WG1: Hs^T in the accumulator layout, half hf: rows (state columns)
      * n = 64 hf + 16 wl + g (+ 8), columns (P) 8 nt + 2 t (+ 1) */
     float HT[2][8][4];
+    /* ssd_sw64(8 i + 2 t + (e & 1), 64 j + 16 wl + g + 8 (e >> 1)) = so[e] +
+     * 1024 i + 16384 j: the 4 byte offsets of this thread's elements in the
+     * accumulator layout, for Hs (rows P, K = n) and the B image (rows
+     * token, K = n) alike; constant steps become immediate offsets */
+    const uint32_t so[4] = {ssd_sw64(2 * t, 16 * wl + g), ssd_sw64(2 * t + 1, 16 * wl + g),
+                            ssd_sw64(2 * t, 16 * wl + g + 8), ssd_sw64(2 * t + 1, 16 * wl + g + 8)};
     auto load_h = [&](const SsdO32Unit &w) {
-        const float *hg = (const float *)a.states + w.bh * (int64_t)a.P * a.N + (int64_t)w.p0 * a.N;
+        const int N = a.N, n0 = 16 * wl + g;
+        const float *hg = (const float *)a.states + w.bh * (int64_t)a.P * N + (int64_t)(w.p0 + 2 * t) * N + n0;
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int n = 64 * hf + 16 * wl + g + 8 * (e >> 1), p = 8 * nt + 2 * t + (e & 1);
-                    HT[hf][nt][e] = n < a.N ? hg[(int64_t)p * a.N + n] : 0.0f;
+                    const int n = 64 * hf + 8 * (e >> 1);
+                    HT[hf][nt][e] = n0 + n < N ? hg[(8 * nt + (e & 1)) * N + n] : 0.0f;
                 }
     };
     auto store_hs = [&]() {
@@ -175,9 +188,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    ssd_sts_tf32(sHs + ssd_sw64(8 * nt + 2 * t + (e & 1), 64 * hf + 16 * wl + g + 8 * (e >> 1)),
-                                 HT[hf][nt][e]);
+                for (int e = 0; e < 4; e++) ssd_sts_tf32(sHs + so[e] + 1024 * nt + 16384 * hf, HT[hf][nt][e]);
         fence_async_smem();
     };
 
@@ -186,7 +197,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     SsdO32Unit cu, nx;
     decode(u, cu);
     load_vec(cu, 0);
-    issue(&cu, 0, 0);
+    issue(true, cu, 0, 0);
     if (wgi == 1) {
         load_h(cu);
         store_hs();
@@ -207,9 +218,9 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
             /* Hs of the next row block comes from this unit's state product, or
              * is the next unit's entering state */
             const bool hsnext = more || has_next;
-            if (more) issue(&cu, r + 1, (k + 1) & 1);
+            if (more) issue(true, cu, r + 1, (k + 1) & 1);
             else {
-                issue(has_next ? &nx : nullptr, 0, (k + 1) & 1);
+                issue(has_next, nx, 0, (k + 1) & 1);
                 if (has_next) load_vec(nx, vb ^ 1);
             }
             const uint32_t st = sbase + (k & 1) * L::STAGE;
@@ -308,7 +319,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                                  : "memory");
                 }
                 fence_async_smem();
-                named_sync(1, 256);
+                named_arrive(1, 256); /* X_r^T for the output warpgroup's P X_r */
+                named_sync(3, 128);   /* and for this warpgroup's state product */
                 if (more) {
                     const float gl = sg[64 * r + 63];
                     const float d = ssd_ex2(fminf(gl - gq, 0.0f));
@@ -330,15 +342,14 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     const uint32_t sB = st + L::O_B;
 #pragma unroll
                     for (int hf = 0; hf < 2; hf++) {
-                        const int n0 = 64 * hf + 16 * wl + g;
                         uint32_t af[8][4];
 #pragma unroll
                         for (int kk = 0; kk < 8; kk++) {
-                            const int j0 = 8 * kk + 2 * t;
-                            af[kk][0] = __float_as_uint(ssd_tf32r(ssd_ldsf(sB + ssd_sw64(j0, n0)) * w[kk][0]));
-                            af[kk][1] = __float_as_uint(ssd_tf32r(ssd_ldsf(sB + ssd_sw64(j0, n0 + 8)) * w[kk][0]));
-                            af[kk][2] = __float_as_uint(ssd_tf32r(ssd_ldsf(sB + ssd_sw64(j0 + 1, n0)) * w[kk][1]));
-                            af[kk][3] = __float_as_uint(ssd_tf32r(ssd_ldsf(sB + ssd_sw64(j0 + 1, n0 + 8)) * w[kk][1]));
+                            const uint32_t sb = sB + 1024 * kk + 16384 * hf;
+                            af[kk][0] = __float_as_uint(ssd_tf32r(ssd_ldsf(sb + so[0]) * w[kk][0]));
+                            af[kk][1] = __float_as_uint(ssd_tf32r(ssd_ldsf(sb + so[2]) * w[kk][0]));
+                            af[kk][2] = __float_as_uint(ssd_tf32r(ssd_ldsf(sb + so[1]) * w[kk][1]));
+                            af[kk][3] = __float_as_uint(ssd_tf32r(ssd_ldsf(sb + so[3]) * w[kk][1]));
                         }
                         wg_fence();
 #pragma unroll
