@@ -30,8 +30,8 @@
  *     (ssd_img_tf32), the state pass on TF32 wgmma (ssd_state_fused_tf32:
  *     walking the chunks, or fq32: every chunk's own state in parallel +
  *     ssd_state_scan), then ssd_out_sc32 (fs32) or the TF32 wgmma output
- *     kernel ssd_out_tf32 (fo32, fq32).  H200 2.7B f32: b8 L4096 1.79 ms
- *     (fo32; split32 4.22), b1 L16384 0.99 ms (fq32; split32 2.14).
+ *     kernel ssd_out_tf32 (fo32, fq32).  H200 2.7B f32: b8 L4096 1.74 ms
+ *     (fo32; split32 4.22), b1 L16384 0.97 ms (fq32; split32 2.14).
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk

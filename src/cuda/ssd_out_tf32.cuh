@@ -43,10 +43,10 @@
  *
  * Shared memory: 2 stages x (C 32 KB + B 32 KB + X 18 KB), X^T 16 KB,
  * Hs 32 KB, g' and dt of two units: 217 KB, one block per SM.
- * H200, 2.7B f32 b8 L4096: 1.31 ms (ssd_out_sc32: 2.89 ms; first version of
+ * H200, 2.7B f32 b8 L4096: 1.27 ms (ssd_out_sc32: 2.89 ms; first version of
  * this kernel, one unit per block and cvt.rna rounding: 1.75 ms; WG1 synced
  * with WG0 at barrier 1: 1.51 ms; swizzled addresses recomputed per element:
- * 1.47 ms).
+ * 1.47 ms; descriptors rebuilt per wgmma: 1.31 ms).
  */
 #ifndef SF_SSD_OUT_TF32_CUH
 #define SF_SSD_OUT_TF32_CUH
@@ -107,6 +107,9 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     unsigned char *gbase = ssd_smem + (sbase - sraw);
     float *svec = reinterpret_cast<float *>(gbase + L::O_V); /* [2][g' Q, dt Q] */
     const uint32_t sXT = sbase + L::O_XT, sHs = sbase + L::O_HS;
+    /* wgmma descriptors of X^T, Hs and stage 0's C (+ STAGE for stage 1, +
+     * O_B for its B); each k-step one 32-bit add (wg_desc_add) */
+    const uint64_t dXT = wg_desc(sXT, 16, 1024), dHs = wg_desc(sHs, 16, 1024), dC0 = wg_desc(sbase, 16, 1024);
 
     const int ptiles = a.P / 64, G = a.H / a.hpg;
     const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2, wl = warp & 3;
@@ -224,32 +227,40 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                 if (has_next) load_vec(nx, vb ^ 1);
             }
             const uint32_t st = sbase + (k & 1) * L::STAGE;
+            const uint64_t dC = wg_desc_add(dC0, (k & 1) * L::STAGE);
             const float *sX = reinterpret_cast<const float *>(gbase + (k & 1) * L::STAGE + L::O_X);
             const float gq = r > 0 ? sg[64 * r - 1] : 0.0f;
             if (wgi == 0) {
                 const int rl0 = 16 * wl + g, i0 = 64 * r + rl0, i1 = i0 + 8;
-                /* z of this thread's outputs, in flight during the products */
-                const float *zh = (const float *)a.z + (int64_t)b * a.zs[0] + (t0 + i0) * a.zs[1] +
-                                  (int64_t)h * a.zs[2] + p0 + 2 * t;
+                /* z of this thread's outputs, in flight during the products; rows
+                 * past the chunk read the chunk's first row instead (not stored) */
                 float2 zr[2][8];
+                if (a.has_z) {
+                    const float *zc = (const float *)a.z + (int64_t)b * a.zs[0] + t0 * a.zs[1] +
+                                      (int64_t)h * a.zs[2] + p0 + 2 * t;
 #pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const bool ok = a.has_z && i0 + 8 * u < Lc;
+                    for (int u = 0; u < 2; u++) {
+                        const float2 *zu = reinterpret_cast<const float2 *>(
+                            i0 + 8 * u < Lc ? zc + (int64_t)(i0 + 8 * u) * a.zs[1] : zc);
 #pragma unroll
-                    for (int nt = 0; nt < 8; nt++)
-                        zr[u][nt] = ok ? __ldg(reinterpret_cast<const float2 *>(zh + 8 * u * a.zs[1] + 8 * nt))
-                                       : make_float2(0.0f, 0.0f);
+                        for (int nt = 0; nt < 8; nt++) zr[u][nt] = __ldg(zu + 4 * nt);
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++) zr[u][nt] = make_float2(0.0f, 0.0f);
                 }
                 float O[8][4], S[8][4];
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 16; kk++)
-                    Wg<float, 64>::ss(&O[0][0], wg_desc(st + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
-                                      wg_desc(sHs + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+                    Wg<float, 64>::ss(&O[0][0], wg_desc_add(dC, (kk >> 2) * 8192 + (kk & 3) * 32),
+                                      wg_desc_add(dHs, (kk >> 2) * 8192 + (kk & 3) * 32), kk > 0);
 #pragma unroll
                 for (int kk = 0; kk < 16; kk++)
-                    Wg<float, 64>::ss(&S[0][0], wg_desc(st + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024),
-                                      wg_desc(st + L::O_B + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+                    Wg<float, 64>::ss(&S[0][0], wg_desc_add(dC, (kk >> 2) * 8192 + (kk & 3) * 32),
+                                      wg_desc_add(dC, L::O_B + (kk >> 2) * 8192 + (kk & 3) * 32), kk > 0);
                 wg_commit();
                 /* while the products run: decay factors and D */
                 const float g0 = sg[i0], g1 = sg[i1];
@@ -284,7 +295,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < 8; kk++)
-                    Wg<float, 64>::rs(&O[0][0], pa[kk], wg_desc(sXT + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024));
+                    Wg<float, 64>::rs(&O[0][0], pa[kk], wg_desc_add(dXT, (kk >> 2) * 8192 + (kk & 3) * 32));
                 wg_commit();
                 wg_wait<0>();
                 reg_fence(O);
@@ -355,7 +366,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
 #pragma unroll
                         for (int kk = 0; kk < 8; kk++)
                             Wg<float, 64>::rs(&HT[hf][0][0], af[kk],
-                                              wg_desc(sXT + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024));
+                                              wg_desc_add(dXT, (kk >> 2) * 8192 + (kk & 3) * 32));
                         wg_commit();
                     }
                     wg_wait<0>();
