@@ -3,7 +3,7 @@
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
- * fu8, fu40, fs32, fo32, fq32):
+ * fu8, fu40, fs32, fo32, fq32, fg32, fg32s):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states + state scan (or both in one pass,
@@ -24,14 +24,16 @@
  *                    ssd_out_f32.cuh): per (chunk, head, P tile), the 64-row
  *                    blocks in order through sub-chunk states
  *   ssd_final_varlen (cu_seqlens + final_states) state after each sequence's end
- *   fs32 / fo32 / fq32 (f32, sm_90a; ssd_state32.cuh, ssd_out_tf32.cuh): the
- *     split path's cumsum, then B (and for the output kernel C) rearranged
- *     once per (b, group, chunk) into TF32 wgmma operand images
- *     (ssd_img_tf32), the state pass on TF32 wgmma (ssd_state_fused_tf32:
- *     walking the chunks, or fq32: every chunk's own state in parallel +
- *     ssd_state_scan), then ssd_out_sc32 (fs32) or the TF32 wgmma output
- *     kernel ssd_out_tf32 (fo32, fq32).  H200 2.7B f32: b8 L4096 1.74 ms
- *     (fo32; split32 4.22), b1 L16384 0.97 ms (fq32; split32 2.14).
+ *   fs32 / fo32 / fq32 / fg32 / fg32s (f32, sm_90a; ssd_state32.cuh,
+ *     ssd_out_tf32.cuh): one launch for the cumsum and B (and for the output
+ *     kernel C) rearranged once per (b, group, chunk) into TF32 wgmma
+ *     operand images (ssd_prologue_tf32), the state pass on TF32 wgmma
+ *     (ssd_state_fused_tf32: walking the chunks; fq32: every chunk's own
+ *     state in parallel + ssd_state_scan; fg32 / fg32s: walking segments of
+ *     8 / 4 chunks + ssd_seg_scan over the segments, the output kernel adding
+ *     each segment's entering state), then ssd_out_sc32 (fs32) or the TF32
+ *     wgmma output kernel ssd_out_tf32.  H200 2.7B f32 (stop 12): b8 L4096
+ *     1.72 ms (fo32; split32 4.22), b1 L16384 0.945 ms (fg32s; fq32 0.96).
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
@@ -337,13 +339,19 @@ static const char *ssd_fo32_refusal(sf_ctx *ctx, const ssd_fwd_args &a, bool f32
     return nullptr;
 }
 
-/* Configurations fs32 / fo32 / fq32 (f32): warp-scan cumsum, the B^T images,
- * the TF32 wgmma state pass (fq32: chunk states in parallel + ssd_state_scan
- * through `cst`), then ssd_out_sc32 (fs32) or the C and B images and
- * ssd_out_tf32 (fo32, fq32).  `bimg`: three image arrays of b G nchunks Q 128
- * floats each (B^T, C, B). */
+/* segments of configurations fg32 / fg32s at most (ssd_seg_scan holds them all) */
+static const int SSD_MAXSEG = 16;
+
+/* Configurations fs32 / fo32 / fq32 / fg32 / fg32s (f32): warp-scan cumsum
+ * and the B^T images (fo: also the C and B images) in one launch, the TF32
+ * wgmma state pass (fq32: chunk states in parallel + ssd_state_scan through
+ * `cst`; fg32 / fg32s: the walk in segments of `sl` = 8 / 4 chunks (at most
+ * SSD_MAXSEG segments) + ssd_seg_scan, E_s in `cst`), then ssd_out_sc32
+ * (fs32) or ssd_out_tf32 (fo: fo32, fq32, fg32, fg32s).  `bimg`: three image
+ * arrays of b G nchunks Q 128 floats each (B^T, C, B). */
+
 template <int Q>
-static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *cst, bool fo, bool split) {
+static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *cst, bool fo, bool split, int sl) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
     const int64_t gimg = (int64_t)a.batch * (a.H / a.hpg) * a.nc * (Q / SsdS32::QS);
@@ -351,9 +359,13 @@ static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *
     if (gcum > INT32_MAX || gimg > INT32_MAX || gst > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     if (gcum == 0 || gst == 0) return SF_OK;
-    ssd_cumsum_warp<float, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
-    SF_CUDA_CHECK_LAUNCH(ctx);
-    ssd_img_tf32<Q, false><<<(unsigned)gimg, 256, 0, stream>>>(a, 0, bimg);
+    float *gseg = nullptr; /* segment exponents (fg32): the local states need E_s added */
+    const size_t nimg = (size_t)a.batch * (a.H / a.hpg) * SsdS32::img_floats(a.nc, Q);
+    float *cimg = bimg + nimg, *bnat = bimg + 2 * nimg;
+    /* the cumsum and the B^T image (fo: also the C and B images) in one launch */
+    const int64_t gpro = gcum + (fo ? 3 : 1) * gimg;
+    if (gpro > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    ssd_prologue_tf32<Q><<<(unsigned)gpro, 256, 0, stream>>>(a, gcum, gimg, bimg, cimg, bnat);
     SF_CUDA_CHECK_LAUNCH(ctx);
     if (split) {
         const int64_t gsp = gst * a.nc, gsc = (int64_t)a.batch * a.H * (((int64_t)a.P * a.N + 1023) / 1024);
@@ -361,29 +373,38 @@ static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *
             return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q, true>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SsdS32::SMEM));
-        ssd_state_fused_tf32<Q, true><<<(unsigned)gsp, 128, SsdS32::SMEM, stream>>>(a, bimg, cst);
+        ssd_state_fused_tf32<Q, true><<<(unsigned)gsp, 128, SsdS32::SMEM, stream>>>(a, bimg, cst, 1, nullptr);
         SF_CUDA_CHECK_LAUNCH(ctx);
         ssd_state_scan<float><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     } else {
+        /* the walk in segments of sl chunks (fg32): segment states and
+         * exponents in cst, the scan over segments in place */
+        if (sl <= 0 || sl >= a.nc) sl = a.nc;
+        if ((a.nc + sl - 1) / sl > SSD_MAXSEG) sl = (a.nc + SSD_MAXSEG - 1) / SSD_MAXSEG;
+        const int64_t nseg = (a.nc + sl - 1) / sl, gsc = (int64_t)a.batch * a.H * (((int64_t)a.P * a.N + 1023) / 1024);
+        if (nseg > 1 && !cst) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: segments without workspace");
+        if (gst * nseg > INT32_MAX || gsc > INT32_MAX)
+            return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+        gseg = nseg > 1 ? cst + (size_t)a.batch * a.H * nseg * a.P * a.N : nullptr;
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q, false>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SsdS32::SMEM));
-        ssd_state_fused_tf32<Q, false><<<(unsigned)gst, 128, SsdS32::SMEM, stream>>>(a, bimg, nullptr);
+        ssd_state_fused_tf32<Q, false><<<(unsigned)(gst * nseg), 128, SsdS32::SMEM, stream>>>(a, bimg, cst, sl, gseg);
         SF_CUDA_CHECK_LAUNCH(ctx);
+        if (gseg) {
+            ssd_seg_scan<SSD_MAXSEG><<<(unsigned)gsc, 256, 0, stream>>>(a, cst, gseg, sl);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
     }
+    if (!fo && gseg) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: segments need ssd_out_tf32");
     if (!fo) return a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a) : ssd_launch_sc32<128, false>(ctx, a);
-    const size_t nimg = (size_t)a.batch * (a.H / a.hpg) * SsdS32::img_floats(a.nc, Q);
-    float *cimg = bimg + nimg, *bnat = bimg + 2 * nimg;
-    ssd_img_tf32<Q, true><<<(unsigned)gimg, 256, 0, stream>>>(a, 1, cimg);
-    SF_CUDA_CHECK_LAUNCH(ctx);
-    ssd_img_tf32<Q, true><<<(unsigned)gimg, 256, 0, stream>>>(a, 0, bnat);
-    SF_CUDA_CHECK_LAUNCH(ctx);
     const int64_t gout = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
     if (gout > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_tf32<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)SsdO32::smem(Q)));
     const int64_t gpers = gout < sf_cuda_st(ctx)->sm_count ? gout : sf_cuda_st(ctx)->sm_count;
-    ssd_out_tf32<Q><<<(unsigned)gpers, 256, SsdO32::smem(Q), stream>>>(a, cimg, bnat, gout);
+    ssd_out_tf32<Q><<<(unsigned)gpers, 256, SsdO32::smem(Q), stream>>>(a, cimg, bnat, gout, gseg ? cst : nullptr,
+                                                                         gseg, sl);
     SF_CUDA_CHECK_LAUNCH(ctx);
     return SF_OK;
 }
@@ -563,11 +584,12 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
-                                             "fq32"};
-/* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6};
-static const int SSD_NCAND = 17, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FO32 = 15, SSD_FQ32 = 16;
+                                             "fq32",     "fg32",    "fg32s"};
+/* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
+ * -8 fg32s, 0 general */
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8};
+static const int SSD_NCAND = 19, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FO32 = 15;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -585,13 +607,15 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
     if (hpc == 0) return ssd_fwd_general<T>(ctx, a, tc->grid_state, tc->grid_out);
     if (hpc <= -4) {
         const bool fo = hpc <= -5, split = hpc == -6;
+        const int sl = hpc == -7 ? 8 : hpc == -8 ? 4 : 0; /* chunks per segment (fg32 / fg32s) */
         if (const char *why = fo ? ssd_fo32_refusal(ctx, a, sizeof(T) == 4) : ssd_fs32_refusal(ctx, a, sizeof(T) == 4))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s", ssd_cand_names[cand], why);
         /* (the refusals above include the split path's, which sizes cst) */
-        if (split && !tc->cst) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: fq32 without chunk-state workspace");
+        if ((split || sl) && !tc->cst)
+            return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: %s without chunk-state workspace", ssd_cand_names[cand]);
         if constexpr (sizeof(T) == 4)
-            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg, tc->cst, fo, split)
-                              : ssd_fwd_fs32<128>(ctx, a, tc->bimg, tc->cst, fo, split);
+            return a.Q == 256 ? ssd_fwd_fs32<256>(ctx, a, tc->bimg, tc->cst, fo, split, sl)
+                              : ssd_fwd_fs32<128>(ctx, a, tc->bimg, tc->cst, fo, split, sl);
         return SF_ERR_UNSUPPORTED;
     }
     if (hpc <= -2) {
@@ -649,7 +673,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
              (long long)pow2,
              !why         ? "wg"
              : why_split  ? "general"
-             : fo32       ? "fo32"
+             : fo32       ? "fg32"
              : fs32       ? "fs32"
              : sc32       ? "split32"
                           : "split");
@@ -675,7 +699,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * (4.2 ms), else to the general path (8.2 ms) */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
-        ((choice == SSD_FO32 || choice == SSD_FQ32) && !fo32))
+        (ssd_cand_hpc[choice] <= -5 && !fo32))
         choice = fo32 ? SSD_FO32 : sc32 ? SSD_SPLIT32 : SSD_GENERAL;
     return ssd_run_cand<T>(ctx, tc, choice);
 }
@@ -738,7 +762,8 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const char *wg_no = p->x.dtype == SF_BF16 ? ssd_wg_refusal<__nv_bfloat16>(ctx, a)
                         : p->x.dtype == SF_F16 ? ssd_wg_refusal<__half>(ctx, a)
                                                : "f32";
-    const size_t b_cst = wg_no && ssd_split_refusal(a) ? 0 : ssd_align(nst * 4);
+    /* (+ the segment exponents of fg32: b H nchunks floats after the segment states) */
+    const size_t b_cst = wg_no && ssd_split_refusal(a) ? 0 : ssd_align((nst + nvec / pr->chunk) * 4);
     /* TF32 operand images of configurations fs32 / fo32 (f32), when one may serve */
     const size_t b_img = p->x.dtype == SF_F32 && !ssd_fs32_refusal(ctx, a, true)
                              ? ssd_align(3 * (size_t)pr->batch * (pr->nheads / pr->heads_per_group) *

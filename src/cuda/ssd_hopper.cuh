@@ -51,11 +51,9 @@
  * 256 = a warp per head; lane l owns the Q / 32 consecutive tokens from
  * l * Q / 32.  Entries past the end of a partial chunk get dt = 0 and the
  * last g' (their min(dt A, 0) is 0), as the general kernel writes them. */
-template <typename T, int Q>
-__global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
+template <typename T, int Q> static __device__ __forceinline__ void ssd_cumsum_block(const ssd_fwd_args &a, int64_t id) {
     constexpr int R = Q / 32;
     const int nhg = (a.H + 7) / 8;
-    int64_t id = blockIdx.x;
     const int hg = (int)(id % nhg);
     id /= nhg;
     const int c = (int)(id % a.nc);
@@ -96,6 +94,10 @@ __global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
             make_float4((excl + s[u]) * SSD_LOG2E, (excl + s[u + 1]) * SSD_LOG2E,
                         (excl + s[u + 2]) * SSD_LOG2E, (excl + s[u + 3]) * SSD_LOG2E);
     }
+}
+template <typename T, int Q>
+__global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
+    ssd_cumsum_block<T, Q>(a, blockIdx.x);
 }
 
 /* ------------------------------------------------------------------ */

@@ -94,9 +94,14 @@ struct SsdO32Unit {
     const float *Xg;
 };
 
+/* With `ebuf` (configuration fg32), a.states holds segment-local states
+ * (ssd_state_fused_tf32 in segments of `sl` chunks): the state entering
+ * chunk c of segment s > 0 is that plus exp2(gseg[(b H + h) nchunks + c])
+ * E_s, E_s = ebuf[(b H + h) nseg + s] (P N floats), added as it is loaded. */
 template <int Q>
 __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, const float *cimg,
-                                                      const float *bimg, int64_t nunits) {
+                                                      const float *bimg, int64_t nunits, const float *ebuf,
+                                                      const float *gseg, int sl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
     typedef SsdO32 L;
@@ -185,6 +190,31 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     HT[hf][nt][e] = n0 + n < N ? hg[(8 * nt + (e & 1)) * N + n] : 0.0f;
                 }
     };
+    /* with ebuf: HT += exp2(gseg) E_s for unit w (nothing in segment 0),
+     * half the state columns at a time (32 loads in flight, not 64: with HT
+     * that many would spill) */
+    auto add_e = [&](const SsdO32Unit &w) {
+        const int seg = ebuf ? (int)(w.t0 / Q) / sl : 0;
+        if (seg == 0) return;
+        const int N = a.N, n0 = 16 * wl + g, nseg = (a.nc + sl - 1) / sl;
+        const float *eg = ebuf + ((w.bh / a.nc) * nseg + seg) * (int64_t)a.P * N + (int64_t)(w.p0 + 2 * t) * N + n0;
+        const float fe = exp2f(gseg[w.bh]);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float ev[8][4];
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int n = 64 * hf + 8 * (e >> 1);
+                    ev[nt][e] = n0 + n < N ? eg[(8 * nt + (e & 1)) * N + n] : 0.0f;
+                }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) HT[hf][nt][e] = fmaf(fe, ev[nt][e], HT[hf][nt][e]);
+        }
+    };
     auto store_hs = [&]() {
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
@@ -195,6 +225,25 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
         fence_async_smem();
     };
 
+    /* WG1: X_r (stage at sX) -> X_r^T, then the barriers that publish it */
+    auto transpose = [&](const float *sX) {
+        /* X_r -> X_r^T (TF32, permuted k slots): 16-byte chunk c of P row p
+         * holds slots 4c .. 4c + 3 = tokens 8 (c / 2) + 2 i + c % 2; lane =
+         * P row within a half: conflict-free loads and stores */
+#pragma unroll
+        for (int it = 0; it < 8; it++) {
+            const int cb = it * 4 + wl, p = 32 * (cb & 1) + lane, cc = cb >> 1;
+            const float *xs = sX + (8 * (cc >> 1) + (cc & 1)) * LDX + p;
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sXT + ssd_sw64(p, 4 * cc)),
+                         "f"(ssd_tf32r(xs[0])), "f"(ssd_tf32r(xs[2 * LDX])), "f"(ssd_tf32r(xs[4 * LDX])),
+                         "f"(ssd_tf32r(xs[6 * LDX]))
+                         : "memory");
+        }
+        fence_async_smem();
+        named_arrive(1, 256); /* X_r^T for the output warpgroup's P X_r */
+        named_sync(3, 128);   /* and for this warpgroup's state product */
+    };
+
     int64_t u = blockIdx.x;
     if (u >= nunits) return;
     SsdO32Unit cu, nx;
@@ -203,6 +252,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     issue(true, cu, 0, 0);
     if (wgi == 1) {
         load_h(cu);
+        add_e(cu);
         store_hs();
     }
     int k = 0, vb = 0; /* row blocks done (stage parity), vector buffer */
@@ -316,23 +366,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     }
                 }
             } else {
-                if (last && has_next) load_h(nx); /* in flight during the transposition */
-                /* X_r -> X_r^T (TF32, permuted k slots): 16-byte chunk c of P row p
-                 * holds slots 4c .. 4c + 3 = tokens 8 (c / 2) + 2 i + c % 2; lane =
-                 * P row within a half: conflict-free loads and stores */
-#pragma unroll
-                for (int it = 0; it < 8; it++) {
-                    const int cb = it * 4 + wl, p = 32 * (cb & 1) + lane, cc = cb >> 1;
-                    const float *xs = sX + (8 * (cc >> 1) + (cc & 1)) * LDX + p;
-                    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sXT + ssd_sw64(p, 4 * cc)),
-                                 "f"(ssd_tf32r(xs[0])), "f"(ssd_tf32r(xs[2 * LDX])), "f"(ssd_tf32r(xs[4 * LDX])),
-                                 "f"(ssd_tf32r(xs[6 * LDX]))
-                                 : "memory");
-                }
-                fence_async_smem();
-                named_arrive(1, 256); /* X_r^T for the output warpgroup's P X_r */
-                named_sync(3, 128);   /* and for this warpgroup's state product */
                 if (more) {
+                    transpose(sX);
                     const float gl = sg[64 * r + 63];
                     const float d = ssd_ex2(fminf(gl - gq, 0.0f));
 #pragma unroll
@@ -372,10 +407,19 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     wg_wait<0>();
                     reg_fence(HT[0]);
                     reg_fence(HT[1]);
-                }
-                if (hsnext) {
                     named_sync(2, 256); /* the output warpgroup has read Hs_r */
                     store_hs();
+                } else if (has_next) {
+                    /* the next unit's entering state, in flight during the
+                     * transposition; then E_s (fg32), its latency hidden by
+                     * the output warpgroup's P X and epilogue */
+                    load_h(nx);
+                    transpose(sX);
+                    add_e(nx);
+                    named_sync(2, 256); /* the output warpgroup has read Hs_r */
+                    store_hs();
+                } else {
+                    transpose(sX);
                 }
             }
         }
@@ -389,6 +433,9 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     (void)cimg;
     (void)bimg;
     (void)nunits;
+    (void)ebuf;
+    (void)gseg;
+    (void)sl;
 #endif
 }
 

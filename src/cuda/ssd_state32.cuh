@@ -43,20 +43,21 @@ struct SsdS32 {
     static __host__ __device__ size_t img_floats(int nc, int Q) { return (size_t)nc * (Q / QS) * (IMG / 4); }
 };
 
-/* TF32 operand images of B or C (`src` 0 / 1), one 64-token part per block.
- * NAT false: rows = state column n (128), K = token (the B operand of X^T B,
- * layout above); NAT true: rows = token (64), K = n (the natural row-major
- * operand of C B^T and C H^T in ssd_out_tf32): byte (n / 32) * 8192 + j * 128
- * + (((n / 4) % 8) ^ (j % 8)) * 16 + (n % 4) * 4 for token j.
- * Grid (flattened): part fastest, then chunk, group, batch row; block 256.
- * The part goes through shared memory (coalesced reads along n), then
+/* TF32 operand images of B or C (`src` 0 / 1), one 64-token part per block
+ * `id`.  NAT false: rows = state column n (128), K = token (the B operand of
+ * X^T B, layout above); NAT true: rows = token (64), K = n (the natural
+ * row-major operand of C B^T and C H^T in ssd_out_tf32): byte (n / 32) *
+ * 8192 + j * 128 + (((n / 4) % 8) ^ (j % 8)) * 16 + (n % 4) * 4 for token j.
+ * Block ids (flattened): part fastest, then chunk, group, batch row; block
+ * 256.  The part goes through shared memory `sb` (QS x 129 floats;
+ * coalesced reads along n, all of a thread's loads in flight at once), then
  * every thread writes whole 16-byte chunks of the image. */
-template <int Q, bool NAT>
-__global__ void __launch_bounds__(256) ssd_img_tf32(const ssd_fwd_args a, int src, float *img) {
+template <int Q>
+static __device__ __forceinline__ void ssd_img_block(const ssd_fwd_args &a, int64_t id, int src, bool nat,
+                                                     float *img, float *sb) {
     constexpr int QS = SsdS32::QS, NPART = Q / QS, LDS = 129;
-    __shared__ float sb[QS * LDS];
     const int G = a.H / a.hpg;
-    int64_t id = blockIdx.x;
+    float *dstb = img + id * (int64_t)(SsdS32::IMG / 4);
     const int part = (int)(id % NPART);
     id /= NPART;
     const int c = (int)(id % a.nc);
@@ -68,14 +69,15 @@ __global__ void __launch_bounds__(256) ssd_img_tf32(const ssd_fwd_args a, int sr
     const int64_t *st = src ? a.Cs : a.Bs;
     const float *g0 = (const float *)(src ? a.C : a.B) + (int64_t)b * st[0] + (int64_t)grp * st[2];
     const int tid = threadIdx.x;
+#pragma unroll 16
     for (int i = tid; i < QS * 128; i += 256) {
         const int j = i >> 7, n = i & 127;
         sb[j * LDS + n] = j < lv && n < a.N ? ssd_tf32(g0[(t0 + j) * st[1] + n]) : 0.0f;
     }
     __syncthreads();
-    float4 *dst = reinterpret_cast<float4 *>(img + (blockIdx.x * (int64_t)(SsdS32::IMG / 4)));
+    float4 *dst = reinterpret_cast<float4 *>(dstb);
     for (int i = tid; i < (int)(SsdS32::IMG / 16); i += 256) {
-        if (NAT) {
+        if (nat) {
             const int j = (i >> 3) & 63, n0 = (i >> 9) * 32 + (((i & 7) ^ (j & 7)) << 2);
             const float *r = sb + j * LDS + n0;
             dst[i] = make_float4(r[0], r[1], r[2], r[3]);
@@ -87,14 +89,91 @@ __global__ void __launch_bounds__(256) ssd_img_tf32(const ssd_fwd_args a, int sr
     }
 }
 
+/* The f32 path's first launch: the cumsum (ssd_cumsum_block, blocks [0,
+ * gcum)), then `nimg` image arrays of `gimg` blocks each: B^T (img0, for
+ * the state pass), C and B natural (img1, img2, for ssd_out_tf32).  One
+ * launch instead of four: the pieces are small and latency-bound (b 1 L
+ * 16384: 12 + 3 x 9 us as separate launches). */
+template <int Q>
+__global__ void __launch_bounds__(256) ssd_prologue_tf32(const ssd_fwd_args a, int64_t gcum, int64_t gimg,
+                                                         float *img0, float *img1, float *img2) {
+    __shared__ float sb[SsdS32::QS * 129];
+    int64_t id = blockIdx.x;
+    if (id < gcum) {
+        ssd_cumsum_block<float, Q>(a, id);
+        return;
+    }
+    id -= gcum;
+    const int k = (int)(id / gimg);
+    id -= k * gimg;
+    ssd_img_block<Q>(a, id, k == 1, k > 0, k == 0 ? img0 : k == 1 ? img1 : img2, sb);
+}
+
+/* Scan over the segments of ssd_state_fused_tf32 (configuration fg32), in
+ * place: cst[(b H + h) nseg + s] holds segment s's own end state and
+ * becomes E_s, the state entering it (E_0 = 0 is not stored: the segment
+ * started from the initial state); the final state is the last E.  At most
+ * MS segments, all loaded at once (a handful of dependent steps, not one
+ * load latency each).  Segment s's decay exponent is gseg at its last
+ * chunk plus that chunk's min(g'_last, 0).  Grid as ssd_state_scan's. */
+template <int MS>
+__global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float *cst, const float *gseg, int sl) {
+    const int64_t PN = (int64_t)a.P * a.N;
+    const int64_t nblk = (PN + 1023) / 1024;
+    const int64_t bh = blockIdx.x / nblk;
+    const int64_t e = ((blockIdx.x - bh * nblk) * 256 + threadIdx.x) * 4;
+    if (e >= PN) return;
+    const int b = (int)(bh / a.H), h = (int)(bh - (int64_t)b * a.H);
+    const int p = (int)(e / a.N), n = (int)(e - (int64_t)p * a.N);
+    const int nseg = (a.nc + sl - 1) / sl;
+    float *sc = cst + bh * nseg * PN + e;
+    float4 S[MS];
+    float gd[MS];
+#pragma unroll
+    for (int s = 0; s < MS; s++)
+        if (s < nseg) {
+            S[s] = *reinterpret_cast<const float4 *>(sc + s * PN);
+            const int64_t cl = bh * a.nc + min(a.nc, (s + 1) * sl) - 1; /* the segment's last chunk */
+            gd[s] = gseg[cl] + fminf(a.gw[cl * a.Q + a.Q - 1], 0.0f);
+        }
+    float4 H = S[0];
+#pragma unroll
+    for (int s = 1; s < MS; s++)
+        if (s < nseg) {
+            *reinterpret_cast<float4 *>(sc + s * PN) = H;
+            const float dec = exp2f(gd[s]);
+            H = make_float4(fmaf(dec, H.x, S[s].x), fmaf(dec, H.y, S[s].y), fmaf(dec, H.z, S[s].z),
+                            fmaf(dec, H.w, S[s].w));
+        }
+    if (a.has_final) {
+        float *fo = a.fin + (int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] +
+                    (int64_t)p * a.fis[2] + (int64_t)n * a.fis[3];
+        fo[0] = H.x;
+        fo[a.fis[3]] = H.y;
+        fo[2 * a.fis[3]] = H.z;
+        fo[3 * a.fis[3]] = H.w;
+    }
+}
+
 /* Grid (flattened): head fastest (the heads of a group read one image from
- * L2 together), then P tile, (SPLIT: chunk,) batch row.  Block 128 = one
+ * L2 together), then P tile, segment (SPLIT: chunk), batch row.  Block 128 = one
  * warpgroup; warp w owns state rows p0 + 16w .. + 15, all 128 columns.
- * SPLIT: one chunk per block, its own state X^T diag(w) B (from zero) to
- * `cst` (f32, b H nchunks P N) for ssd_state_scan: many more blocks where
- * the batch is small (b 1 L 16384: 5120 against 80). */
+ * The chunks are walked in segments of `sl` (sl >= nchunks: one walk per
+ * (b, head, P tile), from the initial state, ending in the final state).
+ * SPLIT (sl 1): one chunk per block, its own state X^T diag(w) B (from zero)
+ * to `cst` (f32, b H nchunks P N) for ssd_state_scan: many more blocks where
+ * the batch is small (b 1 L 16384: 5120 against 80).
+ * Segments (!SPLIT, 1 < nseg = ceil(nchunks / sl)), grid (b, segment, P
+ * tile, head): a segment starts from zero (segment 0 from the initial
+ * state) and stores the *local* state entering each of its chunks; its end
+ * state goes to cst[(b H + h) nseg + s] (P N floats) and the exponent
+ * sum_{k = first chunk of the segment}^{c - 1} min(g'_last(k), 0) to
+ * gseg[(b H + h) nchunks + c].  ssd_state_scan over the segments then
+ * turns cst into the states entering the segments, E_s, and the output
+ * kernel adds exp2(gseg) E_s to each local state it loads. */
 template <int Q, bool SPLIT>
-__global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img, float *cst) {
+__global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img, float *cst,
+                                                               int sl, float *gseg) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
     typedef SsdS32 L;
@@ -110,11 +189,12 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     id /= a.H;
     const int pt = (int)(id % ptiles);
     id /= ptiles;
-    const int c0 = SPLIT ? (int)(id % a.nc) : 0; /* first chunk */
-    const int b = (int)(SPLIT ? id / a.nc : id);
+    const int nseg = (a.nc + sl - 1) / sl;
+    const int seg = (int)(id % nseg), c0 = seg * sl; /* first chunk */
+    const int b = (int)(id / nseg);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t bh = (int64_t)b * a.H + h, PN = (int64_t)a.P * a.N;
-    const int p0 = pt * 64, nsub = SPLIT ? NPART : NPART * a.nc;
+    const int p0 = pt * 64, nsub = NPART * min(sl, a.nc - c0);
     const char *imgb = reinterpret_cast<const char *>(
         img + ((int64_t)b * G + h / a.hpg) * (int64_t)SsdS32::img_floats(a.nc, Q));
     const float *Xg = (const float *)a.x + (int64_t)b * a.xs[0] + (int64_t)h * a.xs[2] + p0;
@@ -132,12 +212,12 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         }
     };
     /* part s's copies into stage s % 2 (always one commit group) */
-    auto issue = [&](int sl) {
-        if (sl < nsub) {
-            const int s = sl + c0 * NPART; /* part index from the sequence start */
+    auto issue = [&](int sp) {
+        if (sp < nsub) {
+            const int s = sp + c0 * NPART; /* part index from the sequence start */
             const int64_t t0 = (int64_t)(s / NPART) * Q + (s % NPART) * QS;
             const int lv = (int)min((int64_t)QS, a.L - t0); /* valid tokens (may be <= 0) */
-            const uint32_t st = sbase + (sl & 1) * L::STAGE;
+            const uint32_t st = sbase + (sp & 1) * L::STAGE;
             const char *src = imgb + (int64_t)s * L::IMG;
 #pragma unroll
             for (int it = 0; it < (int)(L::IMG / 16 / 128); it++) {
@@ -152,7 +232,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
                                ok ? 16 : 0);
             }
             if (tid < QS)
-                reinterpret_cast<float *>(gbase + (sl & 1) * L::STAGE + L::OW)[tid] =
+                reinterpret_cast<float *>(gbase + (sp & 1) * L::STAGE + L::OW)[tid] =
                     exp2f(fminf(pgl - pg, 0.0f)) * pd;
         }
         ssd_cp_commit();
@@ -166,11 +246,12 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-            H[nt][e] = !SPLIT && a.has_init && n < a.N
+            H[nt][e] = !SPLIT && c0 == 0 && a.has_init && n < a.N
                            ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
                                     (int64_t)n * a.ins[3]]
                            : 0.0f;
         }
+    float gacc = 0.0f; /* sum of min(g'_last, 0) over the segment's chunks so far */
     fetch(0);
     issue(0);
     fetch(1);
@@ -181,10 +262,13 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         issue(s + 1);
         fetch(s + 2);
         if (!SPLIT && s % NPART == 0) {
-            /* H is the state entering chunk s / NPART: store it, then decay it */
-            const int c = s / NPART;
+            /* H is the (segment-local) state entering chunk c: store it, then decay it */
+            const int c = c0 + s / NPART;
             ssd_h_store(H, (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t);
-            ssd_h_scale(H, exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f)));
+            const float gl = fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f);
+            if (nseg > 1 && pt == 0 && tid == 0) gseg[bh * a.nc + c] = gacc;
+            gacc += gl;
+            ssd_h_scale(H, exp2f(gl));
         }
         const uint32_t st = sbase + (s & 1) * L::STAGE;
         const float *sX = reinterpret_cast<const float *>(gbase + (s & 1) * L::STAGE + L::OX);
@@ -204,10 +288,11 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         wg_wait<0>();
         reg_fence(H);
     }
-    if (SPLIT) {
-        /* ssd_h_store<float> written out: through the helper this variant
-         * (validated on the H200 as it is) compiles to different SASS */
-        float *dst = cst + (bh * a.nc + c0) * PN + (int64_t)pr * a.N;
+    if (SPLIT || nseg > 1) {
+        /* the chunk's (SPLIT) or segment's own state; ssd_h_store<float>
+         * written out: through the helper the SPLIT variant (validated on
+         * the H200 as it is) compiles to different SASS */
+        float *dst = cst + (bh * nseg + seg) * PN + (int64_t)pr * a.N;
 #pragma unroll
         for (int nt = 0; nt < 16; nt++) {
             const int n = 8 * nt + 2 * t;
@@ -223,6 +308,8 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     (void)a;
     (void)img;
     (void)cst;
+    (void)sl;
+    (void)gseg;
 #endif
 }
 
