@@ -29,10 +29,10 @@
  *     kernel C) rearranged once per (b, group, chunk) into TF32 wgmma
  *     operand images (ssd_prologue_tf32), the state pass on TF32 wgmma
  *     (ssd_state_fused_tf32: walking the chunks; fq32: every chunk's own
- *     state in parallel + ssd_state_scan; fg32 / fg32s: walking segments of
- *     8 / 4 chunks + ssd_seg_scan over the segments, the output kernel adding
- *     each segment's entering state), then ssd_out_sc32 (fs32) or the TF32
- *     wgmma output kernel ssd_out_tf32.  H200 2.7B f32 (stop 12): b8 L4096
+ *     state in parallel + ssd_state_scan; fg32 / fg32s: the end states of
+ *     segments of 8 / 4 chunks + ssd_seg_scan over the segments, and the
+ *     output kernel walking each segment's chunks from its entering state),
+ *     then ssd_out_sc32 (fs32) or the TF32 wgmma output kernel ssd_out_tf32.  H200 2.7B f32 (stop 12): b8 L4096
  *     1.72 ms (fo32; split32 4.22), b1 L16384 0.945 ms (fg32s; fq32 0.96).
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
@@ -346,7 +346,8 @@ static const int SSD_MAXSEG = 16;
  * and the B^T images (fo: also the C and B images) in one launch, the TF32
  * wgmma state pass (fq32: chunk states in parallel + ssd_state_scan through
  * `cst`; fg32 / fg32s: the walk in segments of `sl` = 8 / 4 chunks (at most
- * SSD_MAXSEG segments) + ssd_seg_scan, E_s in `cst`), then ssd_out_sc32
+ * SSD_MAXSEG segments; end states only) + ssd_seg_scan, E_s in `cst`, the
+ * output kernel walking the segments), then ssd_out_sc32
  * (fs32) or ssd_out_tf32 (fo: fo32, fq32, fg32, fg32s).  `bimg`: three image
  * arrays of b G nchunks Q 128 floats each (B^T, C, B). */
 
@@ -359,13 +360,13 @@ static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *
     if (gcum > INT32_MAX || gimg > INT32_MAX || gst > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     if (gcum == 0 || gst == 0) return SF_OK;
-    float *gseg = nullptr; /* segment exponents (fg32): the local states need E_s added */
+    float *gseg = nullptr; /* segment decay exponents (fg32 / fg32s) */
     const size_t nimg = (size_t)a.batch * (a.H / a.hpg) * SsdS32::img_floats(a.nc, Q);
     float *cimg = bimg + nimg, *bnat = bimg + 2 * nimg;
     /* the cumsum and the B^T image (fo: also the C and B images) in one launch */
-    const int64_t gpro = gcum + (fo ? 3 : 1) * gimg;
+    const int64_t gpro = gcum + (fo ? 2 : 1) * gimg;
     if (gpro > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
-    ssd_prologue_tf32<Q><<<(unsigned)gpro, 256, 0, stream>>>(a, gcum, gimg, bimg, cimg, bnat);
+    ssd_prologue_tf32<Q><<<(unsigned)gpro, 256, 0, stream>>>(a, gcum, gimg, bimg, fo ? cimg : nullptr, bnat);
     SF_CUDA_CHECK_LAUNCH(ctx);
     if (split) {
         const int64_t gsp = gst * a.nc, gsc = (int64_t)a.batch * a.H * (((int64_t)a.P * a.N + 1023) / 1024);
@@ -378,33 +379,47 @@ static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *
         ssd_state_scan<float><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     } else {
-        /* the walk in segments of sl chunks (fg32): segment states and
+        /* fg32 / fg32s: segments of sl chunks, their end states and decay
          * exponents in cst, the scan over segments in place */
-        if (sl <= 0 || sl >= a.nc) sl = a.nc;
-        if ((a.nc + sl - 1) / sl > SSD_MAXSEG) sl = (a.nc + SSD_MAXSEG - 1) / SSD_MAXSEG;
-        const int64_t nseg = (a.nc + sl - 1) / sl, gsc = (int64_t)a.batch * a.H * (((int64_t)a.P * a.N + 1023) / 1024);
-        if (nseg > 1 && !cst) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: segments without workspace");
+        if (sl > 0 && (a.nc + sl - 1) / sl > SSD_MAXSEG) sl = (a.nc + SSD_MAXSEG - 1) / SSD_MAXSEG;
+        const int64_t nseg = sl > 0 ? (a.nc + sl - 1) / sl : 1;
+        const int64_t gsc = (int64_t)a.batch * a.H * (((int64_t)a.P * a.N + 1023) / 1024);
+        if (sl > 0 && !cst) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: segments without workspace");
         if (gst * nseg > INT32_MAX || gsc > INT32_MAX)
             return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
-        gseg = nseg > 1 ? cst + (size_t)a.batch * a.H * nseg * a.P * a.N : nullptr;
+        gseg = sl > 0 ? cst + (size_t)a.batch * a.H * nseg * a.P * a.N : nullptr;
+        /* segments: the last one's end state only with final states */
+        const int64_t nrun = gseg && !a.has_final ? nseg - 1 : nseg;
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_tf32<Q, false>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SsdS32::SMEM));
-        ssd_state_fused_tf32<Q, false><<<(unsigned)(gst * nseg), 128, SsdS32::SMEM, stream>>>(a, bimg, cst, sl, gseg);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+        if (nrun > 0) {
+            ssd_state_fused_tf32<Q, false><<<(unsigned)(gst * nrun), 128, SsdS32::SMEM, stream>>>(
+                a, bimg, cst, sl > 0 ? sl : a.nc, gseg);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
         if (gseg) {
-            ssd_seg_scan<SSD_MAXSEG><<<(unsigned)gsc, 256, 0, stream>>>(a, cst, gseg, sl);
+            /* registers for nseg states a thread, no more (occupancy) */
+            if (nseg <= 4)
+                ssd_seg_scan<4><<<(unsigned)gsc, 256, 0, stream>>>(a, cst, gseg, sl);
+            else if (nseg <= 8)
+                ssd_seg_scan<8><<<(unsigned)gsc, 256, 0, stream>>>(a, cst, gseg, sl);
+            else
+                ssd_seg_scan<SSD_MAXSEG><<<(unsigned)gsc, 256, 0, stream>>>(a, cst, gseg, sl);
             SF_CUDA_CHECK_LAUNCH(ctx);
         }
     }
     if (!fo && gseg) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: segments need ssd_out_tf32");
     if (!fo) return a.N <= 64 ? ssd_launch_sc32<64, false>(ctx, a) : ssd_launch_sc32<128, false>(ctx, a);
-    const int64_t gout = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
+    /* units: chunks (b, chunk, P tile, head), or with segments (b, segment,
+     * P tile, head) walks of sl chunks each */
+    const int64_t nwork = (int64_t)a.batch * (gseg ? (a.nc + sl - 1) / sl : a.nc) * (a.P / 64) * a.H;
+    const int64_t gout = gseg ? nwork * sl : nwork;
     if (gout > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_tf32<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)SsdO32::smem(Q)));
-    const int64_t gpers = gout < sf_cuda_st(ctx)->sm_count ? gout : sf_cuda_st(ctx)->sm_count;
+    const int64_t gpers = nwork < sf_cuda_st(ctx)->sm_count ? nwork : sf_cuda_st(ctx)->sm_count;
     ssd_out_tf32<Q><<<(unsigned)gpers, 256, SsdO32::smem(Q), stream>>>(a, cimg, bnat, gout, gseg ? cst : nullptr,
-                                                                         gseg, sl);
+                                                                         gseg ? sl : 0);
     SF_CUDA_CHECK_LAUNCH(ctx);
     return SF_OK;
 }
@@ -762,7 +777,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const char *wg_no = p->x.dtype == SF_BF16 ? ssd_wg_refusal<__nv_bfloat16>(ctx, a)
                         : p->x.dtype == SF_F16 ? ssd_wg_refusal<__half>(ctx, a)
                                                : "f32";
-    /* (+ the segment exponents of fg32: b H nchunks floats after the segment states) */
+    /* (+ the segment exponents of fg32: up to b H nchunks floats after the segment states) */
     const size_t b_cst = wg_no && ssd_split_refusal(a) ? 0 : ssd_align((nst + nvec / pr->chunk) * 4);
     /* TF32 operand images of configurations fs32 / fo32 (f32), when one may serve */
     const size_t b_img = p->x.dtype == SF_F32 && !ssd_fs32_refusal(ctx, a, true)

@@ -88,20 +88,24 @@ static __device__ __forceinline__ void ssd_sts_tf32(uint32_t addr, float v) {
  * stage, its g' / dt vectors (second buffer) and its entering state are
  * loaded, so no unit starts on an exposed load. */
 struct SsdO32Unit {
-    int h, p0, Lc, nrb;
+    int h, p0, Lc, nrb, b;
     int64_t t0, bh;
     const char *cim, *bim;
-    const float *Xg;
+    const float *Xg, *hs; /* hs: the state entering the unit (P N floats) */
 };
 
-/* With `ebuf` (configuration fg32), a.states holds segment-local states
- * (ssd_state_fused_tf32 in segments of `sl` chunks): the state entering
- * chunk c of segment s > 0 is that plus exp2(gseg[(b H + h) nchunks + c])
- * E_s, E_s = ebuf[(b H + h) nseg + s] (P N floats), added as it is loaded. */
+/* Walks (configurations fg32 / fg32s, wsl > 0): a unit is a segment of
+ * wsl chunks of one (b, head, P tile), u = walk * wsl + chunk in the
+ * segment (walks flattened like ssd_state_fused_tf32's grid: head fastest,
+ * P tile, segment, batch row); the block takes walks walk = blockIdx.x + k
+ * gridDim.x and their chunks in order.  A walk starts from E_s (`ebuf`,
+ * ssd_seg_scan's, P N floats per (b, h, segment)); at the last row block of
+ * a chunk the state warpgroup carries the state on to the next chunk's
+ * start instead of loading it, so no per-chunk state is read (or made). */
 template <int Q>
 __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, const float *cimg,
                                                       const float *bimg, int64_t nunits, const float *ebuf,
-                                                      const float *gseg, int sl) {
+                                                      int wsl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
     typedef SsdO32 L;
@@ -120,13 +124,42 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2, wl = warp & 3;
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
 
-    auto decode = [&](int64_t id, SsdO32Unit &w) {
-        w.h = (int)(id % a.H);
-        id /= a.H;
-        w.p0 = 64 * (int)(id % ptiles);
-        id /= ptiles;
-        const int c = (int)(id % a.nc);
-        const int b = (int)(id / a.nc);
+    const int nseg = wsl > 0 ? (a.nc + wsl - 1) / wsl : 1;
+    /* the unit after u in this block's order (walks: the next chunk of the
+     * segment, else the first of the block's next walk) */
+    /* unit indices are below nunits <= INT32_MAX (checked by the host):
+     * 32-bit division (a 64-bit one is a ~70-instruction call, and each unit
+     * took ten of them) */
+    const uint32_t uH = (uint32_t)a.H, uP = (uint32_t)ptiles, uS = (uint32_t)nseg, uW = (uint32_t)wsl;
+    auto next_unit = [&](int64_t u) -> int64_t {
+        if (wsl == 0) return u + gridDim.x;
+        const uint32_t wk = (uint32_t)u / uW, seg = wk / (uH * uP) % uS;
+        if ((uint32_t)u - wk * uW + 1 < (uint32_t)min(wsl, a.nc - (int)seg * wsl)) return u + 1;
+        return ((int64_t)wk + gridDim.x) * wsl;
+    };
+    auto decode = [&](int64_t id64, SsdO32Unit &w) {
+        uint32_t id = (uint32_t)id64, j = 0;
+        if (wsl > 0) {
+            j = id % uW;
+            id /= uW;
+        }
+        w.h = (int)(id % uH);
+        id /= uH;
+        w.p0 = 64 * (int)(id % uP);
+        id /= uP;
+        int c;
+        if (wsl > 0) {
+            const int seg = (int)(id % uS);
+            w.b = (int)(id / uS);
+            c = seg * wsl + (int)j;
+            /* the walk's entering state (only read at its first chunk) */
+            w.hs = ebuf + (((int64_t)w.b * a.H + w.h) * nseg + seg) * (int64_t)a.P * a.N;
+        } else {
+            c = (int)(id % (uint32_t)a.nc);
+            w.b = (int)(id / (uint32_t)a.nc);
+            w.hs = (const float *)a.states + (((int64_t)w.b * a.H + w.h) * a.nc + c) * (int64_t)a.P * a.N;
+        }
+        const int b = w.b;
         w.t0 = (int64_t)c * Q;
         w.Lc = (int)min((int64_t)Q, a.L - w.t0);
         w.nrb = (w.Lc + 63) >> 6;
@@ -179,7 +212,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                             ssd_sw64(2 * t, 16 * wl + g + 8), ssd_sw64(2 * t + 1, 16 * wl + g + 8)};
     auto load_h = [&](const SsdO32Unit &w) {
         const int N = a.N, n0 = 16 * wl + g;
-        const float *hg = (const float *)a.states + w.bh * (int64_t)a.P * N + (int64_t)(w.p0 + 2 * t) * N + n0;
+        const float *hg = w.hs + (int64_t)(w.p0 + 2 * t) * N + n0;
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
 #pragma unroll
@@ -189,31 +222,6 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     const int n = 64 * hf + 8 * (e >> 1);
                     HT[hf][nt][e] = n0 + n < N ? hg[(8 * nt + (e & 1)) * N + n] : 0.0f;
                 }
-    };
-    /* with ebuf: HT += exp2(gseg) E_s for unit w (nothing in segment 0),
-     * half the state columns at a time (32 loads in flight, not 64: with HT
-     * that many would spill) */
-    auto add_e = [&](const SsdO32Unit &w) {
-        const int seg = ebuf ? (int)(w.t0 / Q) / sl : 0;
-        if (seg == 0) return;
-        const int N = a.N, n0 = 16 * wl + g, nseg = (a.nc + sl - 1) / sl;
-        const float *eg = ebuf + ((w.bh / a.nc) * nseg + seg) * (int64_t)a.P * N + (int64_t)(w.p0 + 2 * t) * N + n0;
-        const float fe = exp2f(gseg[w.bh]);
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float ev[8][4];
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int n = 64 * hf + 8 * (e >> 1);
-                    ev[nt][e] = n0 + n < N ? eg[(8 * nt + (e & 1)) * N + n] : 0.0f;
-                }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) HT[hf][nt][e] = fmaf(fe, ev[nt][e], HT[hf][nt][e]);
-        }
     };
     auto store_hs = [&]() {
 #pragma unroll
@@ -244,7 +252,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
         named_sync(3, 128);   /* and for this warpgroup's state product */
     };
 
-    int64_t u = blockIdx.x;
+    int64_t u = wsl > 0 ? (int64_t)blockIdx.x * wsl : blockIdx.x;
     if (u >= nunits) return;
     SsdO32Unit cu, nx;
     decode(u, cu);
@@ -252,22 +260,25 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     issue(true, cu, 0, 0);
     if (wgi == 1) {
         load_h(cu);
-        add_e(cu);
         store_hs();
     }
     int k = 0, vb = 0; /* row blocks done (stage parity), vector buffer */
     for (;;) {
-        const bool has_next = u + gridDim.x < nunits;
-        if (has_next) decode(u + gridDim.x, nx);
-        const int64_t t0 = cu.t0, bh = cu.bh;
+        const int64_t un = next_unit(u);
+        const bool has_next = un < nunits;
+        if (has_next) decode(un, nx);
+        /* the next unit is this one's next chunk: its entering state comes
+         * from this unit's state product over its last row block */
+        const bool cont = wsl > 0 && un == u + 1;
+        const int64_t t0 = cu.t0;
         const int Lc = cu.Lc, nrb = cu.nrb, h = cu.h, p0 = cu.p0;
-        const int b = (int)(bh / a.nc / a.H);
+        const int b = cu.b;
         const float *sg = svec + vb * 2 * Q, *sdt = sg + Q;
         for (int r = 0; r < nrb; r++, k++) {
             ssd_cp_wait<0>();
             fence_async_smem();
             __syncthreads(); /* stage k landed, Hs stored, X^T free, vectors visible */
-            const bool last = r + 1 == nrb, more = !last;
+            const bool last = r + 1 == nrb, more = !last, step = more || cont;
             /* Hs of the next row block comes from this unit's state product, or
              * is the next unit's entering state */
             const bool hsnext = more || has_next;
@@ -366,7 +377,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     }
                 }
             } else {
-                if (more) {
+                if (step) {
                     transpose(sX);
                     const float gl = sg[64 * r + 63];
                     const float d = ssd_ex2(fminf(gl - gq, 0.0f));
@@ -411,11 +422,9 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     store_hs();
                 } else if (has_next) {
                     /* the next unit's entering state, in flight during the
-                     * transposition; then E_s (fg32), its latency hidden by
-                     * the output warpgroup's P X and epilogue */
+                     * transposition */
                     load_h(nx);
                     transpose(sX);
-                    add_e(nx);
                     named_sync(2, 256); /* the output warpgroup has read Hs_r */
                     store_hs();
                 } else {
@@ -424,7 +433,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
             }
         }
         if (!has_next) break;
-        u += gridDim.x;
+        u = un;
         cu = nx;
         vb ^= 1;
     }
@@ -434,8 +443,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     (void)bimg;
     (void)nunits;
     (void)ebuf;
-    (void)gseg;
-    (void)sl;
+    (void)wsl;
 #endif
 }
 

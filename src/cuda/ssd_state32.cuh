@@ -51,13 +51,14 @@ struct SsdS32 {
  * Block ids (flattened): part fastest, then chunk, group, batch row; block
  * 256.  The part goes through shared memory `sb` (QS x 129 floats;
  * coalesced reads along n, all of a thread's loads in flight at once), then
- * every thread writes whole 16-byte chunks of the image. */
+ * every thread writes whole 16-byte chunks of the image (with `img_nat`
+ * and !nat: both layouts, from one read of the part). */
 template <int Q>
 static __device__ __forceinline__ void ssd_img_block(const ssd_fwd_args &a, int64_t id, int src, bool nat,
-                                                     float *img, float *sb) {
+                                                     float *img, float *img_nat, float *sb) {
     constexpr int QS = SsdS32::QS, NPART = Q / QS, LDS = 129;
     const int G = a.H / a.hpg;
-    float *dstb = img + id * (int64_t)(SsdS32::IMG / 4);
+    const int64_t io = id * (int64_t)(SsdS32::IMG / 4);
     const int part = (int)(id % NPART);
     id /= NPART;
     const int c = (int)(id % a.nc);
@@ -75,25 +76,30 @@ static __device__ __forceinline__ void ssd_img_block(const ssd_fwd_args &a, int6
         sb[j * LDS + n] = j < lv && n < a.N ? ssd_tf32(g0[(t0 + j) * st[1] + n]) : 0.0f;
     }
     __syncthreads();
-    float4 *dst = reinterpret_cast<float4 *>(dstb);
-    for (int i = tid; i < (int)(SsdS32::IMG / 16); i += 256) {
-        if (nat) {
-            const int j = (i >> 3) & 63, n0 = (i >> 9) * 32 + (((i & 7) ^ (j & 7)) << 2);
-            const float *r = sb + j * LDS + n0;
-            dst[i] = make_float4(r[0], r[1], r[2], r[3]);
-        } else {
+    if (!nat) {
+        float4 *dst = reinterpret_cast<float4 *>(img + io);
+        for (int i = tid; i < (int)(SsdS32::IMG / 16); i += 256) {
             const int n = (i >> 3) & 127, j0 = (i >> 10) * 32 + (((i & 7) ^ (n & 7)) << 2);
             dst[i] = make_float4(sb[j0 * LDS + n], sb[(j0 + 1) * LDS + n], sb[(j0 + 2) * LDS + n],
                                  sb[(j0 + 3) * LDS + n]);
         }
     }
+    if (float *nimg = nat ? img : img_nat) {
+        float4 *dst = reinterpret_cast<float4 *>(nimg + io);
+        for (int i = tid; i < (int)(SsdS32::IMG / 16); i += 256) {
+            const int j = (i >> 3) & 63, n0 = (i >> 9) * 32 + (((i & 7) ^ (j & 7)) << 2);
+            const float *r = sb + j * LDS + n0;
+            dst[i] = make_float4(r[0], r[1], r[2], r[3]);
+        }
+    }
 }
 
 /* The f32 path's first launch: the cumsum (ssd_cumsum_block, blocks [0,
- * gcum)), then `nimg` image arrays of `gimg` blocks each: B^T (img0, for
- * the state pass), C and B natural (img1, img2, for ssd_out_tf32).  One
- * launch instead of four: the pieces are small and latency-bound (b 1 L
- * 16384: 12 + 3 x 9 us as separate launches). */
+ * gcum)), then the images in blocks of `gimg`: B^T (img0, for the state
+ * pass) and, when img1 (ssd_out_tf32's), B natural (img2) from the same
+ * read of B, then C natural (img1).  One launch instead of four: the
+ * pieces are small and latency-bound (b 1 L 16384: 12 + 3 x 9 us as
+ * separate launches, 27 together). */
 template <int Q>
 __global__ void __launch_bounds__(256) ssd_prologue_tf32(const ssd_fwd_args a, int64_t gcum, int64_t gimg,
                                                          float *img0, float *img1, float *img2) {
@@ -106,16 +112,18 @@ __global__ void __launch_bounds__(256) ssd_prologue_tf32(const ssd_fwd_args a, i
     id -= gcum;
     const int k = (int)(id / gimg);
     id -= k * gimg;
-    ssd_img_block<Q>(a, id, k == 1, k > 0, k == 0 ? img0 : k == 1 ? img1 : img2, sb);
+    if (k == 0) ssd_img_block<Q>(a, id, 0, false, img0, img1 ? img2 : nullptr, sb);
+    else ssd_img_block<Q>(a, id, 1, true, img1, nullptr, sb);
 }
 
-/* Scan over the segments of ssd_state_fused_tf32 (configuration fg32), in
- * place: cst[(b H + h) nseg + s] holds segment s's own end state and
- * becomes E_s, the state entering it (E_0 = 0 is not stored: the segment
- * started from the initial state); the final state is the last E.  At most
- * MS segments, all loaded at once (a handful of dependent steps, not one
- * load latency each).  Segment s's decay exponent is gseg at its last
- * chunk plus that chunk's min(g'_last, 0).  Grid as ssd_state_scan's. */
+/* Scan over the segments of ssd_state_fused_tf32 (configurations fg32 /
+ * fg32s), in place: cst[(b H + h) nseg + s] holds segment s's own end state
+ * (from zero; the last one only with final states) and becomes E_s, the
+ * state entering it (E_0 the initial state or 0); the final state is the
+ * last E.  gseg[(b H + h) nseg + s]:
+ * segment s's decay exponent.  At most MS segments, all loaded at once (a
+ * handful of dependent steps, not one load latency each).  Grid as
+ * ssd_state_scan's. */
 template <int MS>
 __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float *cst, const float *gseg, int sl) {
     const int64_t PN = (int64_t)a.P * a.N;
@@ -127,20 +135,26 @@ __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float 
     const int p = (int)(e / a.N), n = (int)(e - (int64_t)p * a.N);
     const int nseg = (a.nc + sl - 1) / sl;
     float *sc = cst + bh * nseg * PN + e;
+    const int nin = a.has_final ? nseg : nseg - 1; /* segment end states made */
     float4 S[MS];
     float gd[MS];
 #pragma unroll
     for (int s = 0; s < MS; s++)
-        if (s < nseg) {
+        if (s < nin) {
             S[s] = *reinterpret_cast<const float4 *>(sc + s * PN);
-            const int64_t cl = bh * a.nc + min(a.nc, (s + 1) * sl) - 1; /* the segment's last chunk */
-            gd[s] = gseg[cl] + fminf(a.gw[cl * a.Q + a.Q - 1], 0.0f);
+            gd[s] = gseg[bh * nseg + s];
         }
-    float4 H = S[0];
+    float4 H = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (a.has_init) {
+        const float *in = a.init + (int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] +
+                          (int64_t)p * a.ins[2] + (int64_t)n * a.ins[3];
+        H = make_float4(in[0], in[a.ins[3]], in[2 * a.ins[3]], in[3 * a.ins[3]]);
+    }
 #pragma unroll
-    for (int s = 1; s < MS; s++)
+    for (int s = 0; s < MS; s++)
         if (s < nseg) {
             *reinterpret_cast<float4 *>(sc + s * PN) = H;
+            if (s >= nin) break;
             const float dec = exp2f(gd[s]);
             H = make_float4(fmaf(dec, H.x, S[s].x), fmaf(dec, H.y, S[s].y), fmaf(dec, H.z, S[s].z),
                             fmaf(dec, H.w, S[s].w));
@@ -158,19 +172,19 @@ __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float 
 /* Grid (flattened): head fastest (the heads of a group read one image from
  * L2 together), then P tile, segment (SPLIT: chunk), batch row.  Block 128 = one
  * warpgroup; warp w owns state rows p0 + 16w .. + 15, all 128 columns.
- * The chunks are walked in segments of `sl` (sl >= nchunks: one walk per
- * (b, head, P tile), from the initial state, ending in the final state).
  * SPLIT (sl 1): one chunk per block, its own state X^T diag(w) B (from zero)
  * to `cst` (f32, b H nchunks P N) for ssd_state_scan: many more blocks where
  * the batch is small (b 1 L 16384: 5120 against 80).
- * Segments (!SPLIT, 1 < nseg = ceil(nchunks / sl)), grid (b, segment, P
- * tile, head): a segment starts from zero (segment 0 from the initial
- * state) and stores the *local* state entering each of its chunks; its end
- * state goes to cst[(b H + h) nseg + s] (P N floats) and the exponent
- * sum_{k = first chunk of the segment}^{c - 1} min(g'_last(k), 0) to
- * gseg[(b H + h) nchunks + c].  ssd_state_scan over the segments then
- * turns cst into the states entering the segments, E_s, and the output
- * kernel adds exp2(gseg) E_s to each local state it loads. */
+ * !SPLIT without `gseg` (fo32, fs32; sl = nchunks): one walk per (b, head,
+ * P tile) from the initial state, storing the state entering every chunk and
+ * the final state.
+ * !SPLIT with `gseg` (fg32 / fg32s): the chunks walked in segments of `sl`
+ * (grid: b, segment, P tile, head), each from zero, storing only its end
+ * state to cst[(b H + h) nseg + s] (P N floats) and its decay exponent
+ * (sum of min(g'_last, 0) over its chunks) to gseg[(b H + h) nseg + s]
+ * (the last segment only with final states: nothing else reads it);
+ * ssd_seg_scan turns them into the states entering the segments, from which
+ * ssd_out_tf32 walks each segment's chunks itself. */
 template <int Q, bool SPLIT>
 __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img, float *cst,
                                                                int sl, float *gseg) {
@@ -189,9 +203,10 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     id /= a.H;
     const int pt = (int)(id % ptiles);
     id /= ptiles;
-    const int nseg = (a.nc + sl - 1) / sl;
-    const int seg = (int)(id % nseg), c0 = seg * sl; /* first chunk */
-    const int b = (int)(id / nseg);
+    /* segments run: the last one's end state only feeds the final state */
+    const int nseg = (a.nc + sl - 1) / sl, nrun = gseg && !a.has_final ? nseg - 1 : nseg;
+    const int seg = (int)(id % nrun), c0 = seg * sl; /* first chunk */
+    const int b = (int)(id / nrun);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t bh = (int64_t)b * a.H + h, PN = (int64_t)a.P * a.N;
     const int p0 = pt * 64, nsub = NPART * min(sl, a.nc - c0);
@@ -246,12 +261,15 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-            H[nt][e] = !SPLIT && c0 == 0 && a.has_init && n < a.N
+            H[nt][e] = !SPLIT && !gseg && a.has_init && n < a.N
                            ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
                                     (int64_t)n * a.ins[3]]
                            : 0.0f;
         }
-    float gacc = 0.0f; /* sum of min(g'_last, 0) over the segment's chunks so far */
+    float gacc = 0.0f; /* sum of min(g'_last, 0) over the segment's chunks */
+    /* the next chunk's min(g'_last, 0), loaded a chunk ahead of its use */
+    const float *glp = a.gw + (bh * a.nc + c0) * Q + Q - 1;
+    float gln = fminf(glp[0], 0.0f);
     fetch(0);
     issue(0);
     fetch(1);
@@ -262,11 +280,12 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         issue(s + 1);
         fetch(s + 2);
         if (!SPLIT && s % NPART == 0) {
-            /* H is the (segment-local) state entering chunk c: store it, then decay it */
+            /* H is the state entering chunk c (segments: from the segment's
+             * start): store it (not in segments), then decay it */
             const int c = c0 + s / NPART;
-            ssd_h_store(H, (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t);
-            const float gl = fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f);
-            if (nseg > 1 && pt == 0 && tid == 0) gseg[bh * a.nc + c] = gacc;
+            if (!gseg) ssd_h_store(H, (float *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t);
+            const float gl = gln;
+            if (c + 1 < a.nc) gln = fminf(glp[(int64_t)(c + 1 - c0) * Q], 0.0f);
             gacc += gl;
             ssd_h_scale(H, exp2f(gl));
         }
@@ -288,7 +307,8 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         wg_wait<0>();
         reg_fence(H);
     }
-    if (SPLIT || nseg > 1) {
+    if (gseg && pt == 0 && tid == 0) gseg[bh * nseg + seg] = gacc;
+    if (SPLIT || gseg) {
         /* the chunk's (SPLIT) or segment's own state; ssd_h_store<float>
          * written out: through the helper the SPLIT variant (validated on
          * the H200 as it is) compiles to different SASS */
