@@ -32,8 +32,9 @@
  *     state in parallel + ssd_state_scan; fg32 / fg32s: the end states of
  *     segments of 8 / 4 chunks + ssd_seg_scan over the segments, and the
  *     output kernel walking each segment's chunks from its entering state),
- *     then ssd_out_sc32 (fs32) or the TF32 wgmma output kernel ssd_out_tf32.  H200 2.7B f32 (stop 12): b8 L4096
- *     1.72 ms (fo32; split32 4.22), b1 L16384 0.945 ms (fg32s; fq32 0.96).
+ *     then ssd_out_sc32 (fs32) or the TF32 wgmma output kernel ssd_out_tf32.
+ *     H200 2.7B f32 (stop 12): b8 L4096 1.58 ms (fg32; fo32 1.81, split32
+ *     4.22), b1 L16384 0.89 ms (fg32; fq32 1.00 in the same run).
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
@@ -347,10 +348,9 @@ static const int SSD_MAXSEG = 16;
  * wgmma state pass (fq32: chunk states in parallel + ssd_state_scan through
  * `cst`; fg32 / fg32s: the walk in segments of `sl` = 8 / 4 chunks (at most
  * SSD_MAXSEG segments; end states only) + ssd_seg_scan, E_s in `cst`, the
- * output kernel walking the segments), then ssd_out_sc32
- * (fs32) or ssd_out_tf32 (fo: fo32, fq32, fg32, fg32s).  `bimg`: three image
- * arrays of b G nchunks Q 128 floats each (B^T, C, B). */
-
+ * output kernel walking the segments), then ssd_out_sc32 (fs32) or
+ * ssd_out_tf32 (fo: fo32, fq32, fg32, fg32s).  `bimg`: three image arrays of
+ * b G nchunks Q 128 floats each (B^T, C, B). */
 template <int Q>
 static sf_status ssd_fwd_fs32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *cst, bool fo, bool split, int sl) {
     cudaStream_t stream = sf_cuda_stream(ctx);

@@ -125,12 +125,12 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
 
     const int nseg = wsl > 0 ? (a.nc + wsl - 1) / wsl : 1;
-    /* the unit after u in this block's order (walks: the next chunk of the
-     * segment, else the first of the block's next walk) */
     /* unit indices are below nunits <= INT32_MAX (checked by the host):
      * 32-bit division (a 64-bit one is a ~70-instruction call, and each unit
      * took ten of them) */
     const uint32_t uH = (uint32_t)a.H, uP = (uint32_t)ptiles, uS = (uint32_t)nseg, uW = (uint32_t)wsl;
+    /* the unit after u in this block's order (walks: the next chunk of the
+     * segment, else the first of the block's next walk) */
     auto next_unit = [&](int64_t u) -> int64_t {
         if (wsl == 0) return u + gridDim.x;
         const uint32_t wk = (uint32_t)u / uW, seg = wk / (uH * uP) % uS;
