@@ -106,21 +106,54 @@ __global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
 /* Grid (flattened): block of 1024 state elements fastest, then (b, head);
  * each thread 4 consecutive elements of one row (N % 4 == 0).  The next
  * chunk's S and decay are loaded before the current one is used. */
+/* A scan thread's 4 consecutive state elements (grid: block of 1024
+ * elements fastest, then (b, head)): the (b, h) row, the offset e within
+ * its P N states, and (p, n) of the first; ok false past the end. */
+struct SsdScanElem {
+    int64_t bh, e;
+    int b, h, p, n;
+    bool ok;
+};
+static __device__ __forceinline__ SsdScanElem ssd_scan_elem(const ssd_fwd_args &a) {
+    SsdScanElem s;
+    const int64_t PN = (int64_t)a.P * a.N, nblk = (PN + 1023) / 1024;
+    s.bh = blockIdx.x / nblk;
+    s.e = ((blockIdx.x - s.bh * nblk) * 256 + threadIdx.x) * 4;
+    s.ok = s.e < PN;
+    s.b = s.h = s.p = s.n = 0;
+    if (s.ok) {
+        s.b = (int)(s.bh / a.H);
+        s.h = (int)(s.bh - (int64_t)s.b * a.H);
+        s.p = (int)(s.e / a.N);
+        s.n = (int)(s.e - (int64_t)s.p * a.N);
+    }
+    return s;
+}
+/* the initial state's 4 elements (any strides), or 0 without one */
+static __device__ __forceinline__ float4 ssd_scan_init(const ssd_fwd_args &a, const SsdScanElem &s) {
+    if (!a.has_init) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float *in = a.init + (int64_t)s.b * a.ins[0] + (int64_t)s.h * a.ins[1] + (int64_t)s.p * a.ins[2] +
+                      (int64_t)s.n * a.ins[3];
+    return make_float4(in[0], in[a.ins[3]], in[2 * a.ins[3]], in[3 * a.ins[3]]);
+}
+/* H as the final state's 4 elements (any strides), when asked for */
+static __device__ __forceinline__ void ssd_scan_final(const ssd_fwd_args &a, const SsdScanElem &s, float4 H) {
+    if (!a.has_final) return;
+    float *fo = a.fin + (int64_t)s.b * a.fis[0] + (int64_t)s.h * a.fis[1] + (int64_t)s.p * a.fis[2] +
+                (int64_t)s.n * a.fis[3];
+    fo[0] = H.x;
+    fo[a.fis[3]] = H.y;
+    fo[2 * a.fis[3]] = H.z;
+    fo[3 * a.fis[3]] = H.w;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, const float *cst) {
     const int64_t PN = (int64_t)a.P * a.N;
-    const int64_t nblk = (PN + 1023) / 1024;
-    const int64_t bh = blockIdx.x / nblk;
-    const int64_t e = ((blockIdx.x - bh * nblk) * 256 + threadIdx.x) * 4;
-    if (e >= PN) return;
-    const int b = (int)(bh / a.H), h = (int)(bh - (int64_t)b * a.H);
-    const int p = (int)(e / a.N), n = (int)(e - (int64_t)p * a.N);
-    float4 H = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (a.has_init) {
-        const float *in = a.init + (int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] +
-                          (int64_t)p * a.ins[2] + (int64_t)n * a.ins[3];
-        H = make_float4(in[0], in[a.ins[3]], in[2 * a.ins[3]], in[3 * a.ins[3]]);
-    }
+    const SsdScanElem el = ssd_scan_elem(a);
+    if (!el.ok) return;
+    const int64_t bh = el.bh, e = el.e;
+    float4 H = ssd_scan_init(a, el);
     const float *sc = cst + bh * a.nc * PN + e;
     const float *gl = a.gw + bh * a.nc * a.Q + (a.Q - 1);
     T *st = (T *)a.states + bh * a.nc * PN + e;
@@ -143,14 +176,7 @@ __global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, cons
         H = make_float4(fmaf(dec, H.x, S.x), fmaf(dec, H.y, S.y), fmaf(dec, H.z, S.z),
                         fmaf(dec, H.w, S.w));
     }
-    if (a.has_final) {
-        float *fo = a.fin + (int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] +
-                    (int64_t)p * a.fis[2] + (int64_t)n * a.fis[3];
-        fo[0] = H.x;
-        fo[a.fis[3]] = H.y;
-        fo[2 * a.fis[3]] = H.z;
-        fo[3 * a.fis[3]] = H.w;
-    }
+    ssd_scan_final(a, el, H);
 }
 
 /* ------------------------------------------------------------------ */

@@ -122,17 +122,14 @@ __global__ void __launch_bounds__(256) ssd_prologue_tf32(const ssd_fwd_args a, i
  * state entering it (E_0 the initial state or 0); the final state is the
  * last E.  gseg[(b H + h) nseg + s]:
  * segment s's decay exponent.  At most MS segments, all loaded at once (a
- * handful of dependent steps, not one load latency each).  Grid as
- * ssd_state_scan's. */
+ * handful of dependent steps, not one load latency each).  Grid and
+ * elements as ssd_state_scan's (ssd_scan_elem). */
 template <int MS>
 __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float *cst, const float *gseg, int sl) {
     const int64_t PN = (int64_t)a.P * a.N;
-    const int64_t nblk = (PN + 1023) / 1024;
-    const int64_t bh = blockIdx.x / nblk;
-    const int64_t e = ((blockIdx.x - bh * nblk) * 256 + threadIdx.x) * 4;
-    if (e >= PN) return;
-    const int b = (int)(bh / a.H), h = (int)(bh - (int64_t)b * a.H);
-    const int p = (int)(e / a.N), n = (int)(e - (int64_t)p * a.N);
+    const SsdScanElem el = ssd_scan_elem(a);
+    if (!el.ok) return;
+    const int64_t bh = el.bh, e = el.e;
     const int nseg = (a.nc + sl - 1) / sl;
     float *sc = cst + bh * nseg * PN + e;
     const int nin = a.has_final ? nseg : nseg - 1; /* segment end states made */
@@ -144,12 +141,7 @@ __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float 
             S[s] = *reinterpret_cast<const float4 *>(sc + s * PN);
             gd[s] = gseg[bh * nseg + s];
         }
-    float4 H = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (a.has_init) {
-        const float *in = a.init + (int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] +
-                          (int64_t)p * a.ins[2] + (int64_t)n * a.ins[3];
-        H = make_float4(in[0], in[a.ins[3]], in[2 * a.ins[3]], in[3 * a.ins[3]]);
-    }
+    float4 H = ssd_scan_init(a, el);
 #pragma unroll
     for (int s = 0; s < MS; s++)
         if (s < nseg) {
@@ -159,14 +151,7 @@ __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float 
             H = make_float4(fmaf(dec, H.x, S[s].x), fmaf(dec, H.y, S[s].y), fmaf(dec, H.z, S[s].z),
                             fmaf(dec, H.w, S[s].w));
         }
-    if (a.has_final) {
-        float *fo = a.fin + (int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] +
-                    (int64_t)p * a.fis[2] + (int64_t)n * a.fis[3];
-        fo[0] = H.x;
-        fo[a.fis[3]] = H.y;
-        fo[2 * a.fis[3]] = H.z;
-        fo[3 * a.fis[3]] = H.w;
-    }
+    ssd_scan_final(a, el, H);
 }
 
 /* Grid (flattened): head fastest (the heads of a group read one image from
