@@ -14,9 +14,10 @@
  *   ssd_state_fused_tf32 per (b, 64-row P tile, head): walks the chunks in
  *                        64-token parts with the state H (64 x 128, f32) in
  *                        the accumulator.  Per part: X (token-major, padded)
- *                        and the part's image land by cp.async in a
- *                        two-stage ring; A = X^T diag(w) from registers
- *                        (w_j = exp2(g'_last - g'_j) dt_j, rounded to TF32),
+ *                        by cp.async and the part's image by one bulk copy
+ *                        in a two-stage ring (an mbarrier per stage); A = X^T
+ *                        diag(w) from registers (w_j = exp2(g'_last - g'_j)
+ *                        dt_j, rounded to TF32),
  *                        B = the image; at each chunk start H is stored as
  *                        the state entering the chunk (f32) and decayed by
  *                        exp2(g'_last).  The final state comes out at the end.
@@ -38,7 +39,8 @@ struct SsdS32 {
     static constexpr uint32_t IMG = 128u * QS * 4u;            /* image bytes per part */
     static constexpr uint32_t OX = IMG, OW = OX + QS * LDX * 4; /* stage: image, X, w */
     static constexpr uint32_t STAGE = (OW + QS * 4 + 1023u) & ~1023u;
-    static constexpr size_t SMEM = 2 * (size_t)STAGE + 1024;   /* ~103 KB: two blocks per SM */
+    static constexpr uint32_t OBAR = 2 * STAGE;                 /* the two stages' mbarriers */
+    static constexpr size_t SMEM = OBAR + 16 + 1024;            /* ~103 KB: two blocks per SM */
     /* image floats of one (b, group) row of chunks */
     static __host__ __device__ size_t img_floats(int nc, int Q) { return (size_t)nc * (Q / QS) * (IMG / 4); }
 };
@@ -211,18 +213,24 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
             pgl = a.gw[v + Q - 1];
         }
     };
-    /* part s's copies into stage s % 2 (always one commit group) */
+    /* part s into stage s % 2: the image (32 KB) by one bulk copy, completing
+     * on the stage's mbarrier; X by cp.async (always one commit group) */
+    const uint32_t bfull = sbase + L::OBAR;
+    if (tid == 0) {
+        mbar_init(bfull, 1);
+        mbar_init(bfull + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
     auto issue = [&](int sp) {
         if (sp < nsub) {
             const int s = sp + c0 * NPART; /* part index from the sequence start */
             const int64_t t0 = (int64_t)(s / NPART) * Q + (s % NPART) * QS;
             const int lv = (int)min((int64_t)QS, a.L - t0); /* valid tokens (may be <= 0) */
-            const uint32_t st = sbase + (sp & 1) * L::STAGE;
-            const char *src = imgb + (int64_t)s * L::IMG;
-#pragma unroll
-            for (int it = 0; it < (int)(L::IMG / 16 / 128); it++) {
-                const int i = tid + it * 128;
-                cp_async16_u32(st + 16 * i, src + 16 * i, 16);
+            const uint32_t st = sbase + (sp & 1) * L::STAGE, bar = bfull + 8 * (sp & 1);
+            if (tid == 0) {
+                mbar_expect_tx(bar, L::IMG);
+                bulk_copy_g2s(st, imgb + (int64_t)s * L::IMG, L::IMG, bar);
             }
 #pragma unroll
             for (int it = 0; it < QS * 16 / 128; it++) {
@@ -259,8 +267,8 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     issue(0);
     fetch(1);
     for (int s = 0; s < nsub; s++) {
-        ssd_cp_wait<0>(); /* part s landed (the only group in flight) */
-        fence_async_smem();
+        ssd_cp_wait<0>(); /* part s's X landed (the only group in flight) */
+        mbar_wait(bfull + 8 * (s & 1), (s >> 1) & 1); /* ... and its image */
         __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (part s - 1 done) */
         issue(s + 1);
         fetch(s + 2);

@@ -39,6 +39,38 @@ __device__ __forceinline__ void cp_async16_u32(uint32_t dst, const void *src, in
                  "r"(bytes));
 }
 
+/* mbarriers (shared::cta) and the bulk copy engine */
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
+ * memory to shared address dst by the bulk copy engine, completing as
+ * transaction bytes on mbarrier `bar` (async proxy: no fence before a wgmma
+ * that reads them once the mbarrier phase is seen complete) */
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 /* ROWS x D tile into the swizzled block layout at shared address sbase;
  * rows >= rows and 16-byte chunks >= d8 are zero-filled. */
 template <int ROWS, int D, int NT, typename T>
