@@ -14,7 +14,8 @@
  *
  * TF32 wgmma takes K-major operands only.  Here:
  *   C_r, B_r   TF32 images (ssd_img_tf32 with NAT: token rows, K = n), made
- *              once per (b, group, chunk) and copied here by cp.async;
+ *              once per (b, group, chunk) and copied here by the bulk
+ *              copy engine (one copy per image and row block);
  *   Hs_r       (P rows, K = n), stored to shared memory by the state warpgroup;
  *   X_r        as the B operand of P X_r and of the state product, transposed
  *              in shared memory to (P rows, K = token) by the state warpgroup;
@@ -60,8 +61,10 @@ struct SsdO32 {
     static constexpr uint32_t O_B = IMG, O_X = 2 * IMG; /* within a stage (C at 0) */
     static constexpr uint32_t STAGE = 2 * IMG + 64 * LDX * 4;
     static constexpr uint32_t O_XT = 2 * STAGE, O_HS = O_XT + 16384, O_V = O_HS + 32768;
-    /* two buffers of the g' and dt vectors (the next unit's load ahead) */
-    static __host__ __device__ size_t smem(int Q) { return (size_t)O_V + 4 * (size_t)Q * 4 + 1024; }
+    /* two buffers of the g' and dt vectors (the next unit's load ahead),
+     * then the two stages' mbarriers */
+    static __host__ __device__ uint32_t o_bar(int Q) { return O_V + 16u * (uint32_t)Q; }
+    static __host__ __device__ size_t smem(int Q) { return (size_t)o_bar(Q) + 16 + 1024; }
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -169,17 +172,17 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
         w.bim = reinterpret_cast<const char *>(bimg + imo);
         w.Xg = (const float *)a.x + (int64_t)b * a.xs[0] + w.t0 * a.xs[1] + (int64_t)w.h * a.xs[2] + w.p0;
     };
-    /* row block r of unit w: C, B and X into stage sp (one commit group,
-     * empty when !on); one base address per thread and operand, constant
-     * steps */
+    /* row block r of unit w into stage sp: the C and B images (32 KB each)
+     * by two bulk copies on the stage's mbarrier, X by cp.async (one commit
+     * group, empty when !on; one base address per thread, constant steps) */
+    const uint32_t sbar = sbase + L::o_bar(Q);
     auto issue = [&](bool on, const SsdO32Unit &w, int r, int sp) {
         if (on) {
-            const uint32_t st = sbase + sp * L::STAGE + 16 * tid;
-            const char *cs = w.cim + (int64_t)r * L::IMG + 16 * tid, *bs = w.bim + (int64_t)r * L::IMG + 16 * tid;
-#pragma unroll
-            for (int it = 0; it < (int)(L::IMG / 16 / 256); it++) {
-                cp_async16_u32(st + 4096 * it, cs + 4096 * it, 16);
-                cp_async16_u32(st + L::O_B + 4096 * it, bs + 4096 * it, 16);
+            if (tid == 0) {
+                const uint32_t st = sbase + sp * L::STAGE, bar = sbar + 8 * sp;
+                mbar_expect_tx(bar, 2 * L::IMG);
+                bulk_copy_g2s(st, w.cim + (int64_t)r * L::IMG, L::IMG, bar);
+                bulk_copy_g2s(st + L::O_B, w.bim + (int64_t)r * L::IMG, L::IMG, bar);
             }
             const int row = tid >> 4, cc = tid & 15, lv = w.Lc - 64 * r;
             const float *xg = w.Xg + (int64_t)(64 * r + row) * a.xs[1] + cc * 4;
@@ -254,6 +257,12 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
 
     int64_t u = wsl > 0 ? (int64_t)blockIdx.x * wsl : blockIdx.x;
     if (u >= nunits) return;
+    if (tid == 0) {
+        mbar_init(sbar, 1);
+        mbar_init(sbar + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
     SsdO32Unit cu, nx;
     decode(u, cu);
     load_vec(cu, 0);
@@ -275,7 +284,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
         const int b = cu.b;
         const float *sg = svec + vb * 2 * Q, *sdt = sg + Q;
         for (int r = 0; r < nrb; r++, k++) {
-            ssd_cp_wait<0>();
+            ssd_cp_wait<0>();                             /* stage k's X */
+            mbar_wait(sbar + 8 * (k & 1), (k >> 1) & 1); /* ... and images */
             fence_async_smem();
             __syncthreads(); /* stage k landed, Hs stored, X^T free, vectors visible */
             const bool last = r + 1 == nrb, more = !last, step = more || cont;
