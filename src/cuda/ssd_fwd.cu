@@ -34,7 +34,8 @@
  *     output kernel walking each segment's chunks from its entering state),
  *     then ssd_out_sc32 (fs32) or the TF32 wgmma output kernel ssd_out_tf32.
  *     H200 2.7B f32 (stop 12): b8 L4096 1.58 ms (fg32; fo32 1.81, split32
- *     4.22), b1 L16384 0.89 ms (fg32; fq32 1.00 in the same run).
+ *     4.22), b1 L16384 0.89 ms (fg32; fq32 1.00 in the same run); stop 13,
+ *     with the B / C images moved by bulk copies: 1.51 and 0.85 ms.
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
@@ -710,7 +711,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     if (st != SF_OK || ran) return st;
     /* the cached or default choice (tuning off, or capturing a graph); a
      * default the shape does not allow falls back to fg32 where it serves
-     * (f32, dense, sm_90a: 1.58 ms at the 2.7B b8 shape, 0.89 at b1 L16384),
+     * (f32, dense, sm_90a: 1.51 ms at the 2.7B b8 shape, 0.85 at b1 L16384),
      * else to split32 (4.2 ms at b8), else to the general path (8.2 ms) */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
