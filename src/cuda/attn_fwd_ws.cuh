@@ -75,6 +75,7 @@ template <int D, int BM_, int NST, int BN_ = WsBn<D>::value> struct WsTraits {
 using sf_wg::mbar_arrive;
 using sf_wg::mbar_expect_tx;
 using sf_wg::mbar_init;
+using sf_wg::mbar_init_fence;
 using sf_wg::mbar_wait;
 __device__ __forceinline__ void tma_load4(uint32_t dst, const void *map, int c0, int c1, int c2,
                                           int c3, uint32_t bar) {
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             mbar_init(bKe + 8 * s, 4 * NC);
             mbar_init(bVe + 8 * s, 4 * NC);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
 

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             mbar_init(bKe + 8 * s, 4 * NC);
             mbar_init(bVe + 8 * s, 4 * NC);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
 

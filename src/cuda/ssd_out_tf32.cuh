@@ -259,12 +259,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
 
     int64_t u = wsl > 0 ? (int64_t)blockIdx.x * wsl : blockIdx.x;
     if (u >= nunits) return;
-    if (tid == 0) {
-        mbar_init(sbar, 1);
-        mbar_init(sbar + 8, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    mbar_init_stages(sbar, 2);
     SsdO32Unit cu, nx;
     decode(u, cu);
     load_vec(cu, 0);

@@ -216,12 +216,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     /* part s into stage s % 2: the image (32 KB) by one bulk copy, completing
      * on the stage's mbarrier; X by cp.async (always one commit group) */
     const uint32_t bfull = sbase + L::OBAR;
-    if (tid == 0) {
-        mbar_init(bfull, 1);
-        mbar_init(bfull + 8, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    mbar_init_stages(bfull, 2);
     auto issue = [&](int sp) {
         if (sp < nsub) {
             const int s = sp + c0 * NPART; /* part index from the sequence start */

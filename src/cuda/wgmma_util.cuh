@@ -61,6 +61,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                      : "memory");
     } while (!done);
 }
+/* Makes mbarrier inits visible to the async proxy (copies completing on
+ * them): after the inits, before the block barrier that publishes them. */
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* The block's n stage mbarriers of count 1 at bar, bar + 8, ...: set up by
+ * thread 0, fenced, and published to every thread (a block barrier). */
+__device__ __forceinline__ void mbar_init_stages(uint32_t bar, int n) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; i++) mbar_init(bar + 8 * i, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+}
 /* `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
  * memory to shared address dst by the bulk copy engine, completing as
  * transaction bytes on mbarrier `bar` (async proxy: no fence before a wgmma
