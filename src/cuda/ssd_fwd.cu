@@ -68,6 +68,7 @@
 #include "ssd_out_tf32.cuh"
 #include "ssd_out_pipe.cuh"
 #include "autotune.h"
+#include "tmap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -500,7 +501,8 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
 
 /* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, bool fused) {
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, bool fused,
+                            bool mc = false) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
@@ -523,7 +525,20 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         ssd_state_fused_wg<T, Q><<<(unsigned)gfu, 128, L::FU_SMEM, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (!fused && gst > 0) {
+    /* wgm40: chunk states of head pairs with B multicast in a cluster of two */
+    CUtensorMap mb;
+    if (mc && !(a.H % 2 == 0 && a.hpg % 2 == 0 && gst % 2 == 0 &&
+                make_tmap(&mb, std::is_same<T, __nv_bfloat16>::value, a.B, a.N, a.L, a.H / a.hpg, a.batch,
+                          a.Bs[1], a.Bs[2], a.Bs[0], Q / 2)))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_ssd_fwd: configuration wgm40 needs an even number of heads per group and B rows "
+                       "a TMA tensor map takes");
+    if (!fused && gst > 0 && mc) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
+        ssd_chunk_state_mc<T, Q><<<(unsigned)gst, 128, L::MC_SMEM, stream>>>(a, cst, mb);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (!fused && gst > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::ST_SMEM));
@@ -600,12 +615,12 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
-                                             "fq32",     "fg32",    "fg32s"};
+                                             "fq32",     "fg32",    "fg32s", "wgm40"};
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8};
-static const int SSD_NCAND = 19, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FG32 = 17;
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40};
+static const int SSD_NCAND = 20, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -653,9 +668,9 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
-        const bool fused = cand >= SSD_FUSED;
-        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused)
-                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused);
+        const bool fused = cand == SSD_FUSED || cand == SSD_FUSED + 1, mc = cand == SSD_WGM40;
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused, mc)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused, mc);
     }
     return SF_ERR_UNSUPPORTED;
 }

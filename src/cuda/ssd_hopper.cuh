@@ -44,6 +44,8 @@
 #include "ssd_chunk.cuh"
 #include "wgmma_util.cuh"
 
+#include <cuda.h> /* CUtensorMap (a type only) */
+
 /* ------------------------------------------------------------------ */
 /* chunk_cumsum by warp scans                                            */
 /* ------------------------------------------------------------------ */
@@ -342,6 +344,7 @@ template <int Q> struct SsdWg {
      * (Q/2 x 72 padded) + w (Q/2 f32) */
     static constexpr int ST_LDX = 72;
     static constexpr size_t ST_SMEM = (size_t)Q * 128 + (size_t)(Q / 2) * ST_LDX * 2 + Q * 2 + 1024;
+    static constexpr size_t MC_SMEM = ST_SMEM + 16; /* ssd_chunk_state_mc: two mbarriers more */
     /* fused state pass: two stages of half a chunk, each B (swizzled,
      * Q/2 x 128) + X (Q/2 x 72 padded) + w (Q/2 f32), 1024-aligned */
     static constexpr uint32_t FU_STAGE = ((uint32_t)Q * 128 + (Q / 2) * ST_LDX * 2 + Q * 2 + 1023u) & ~1023u;
@@ -447,6 +450,83 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
 #else
     (void)a;
     (void)cst;
+#endif
+}
+
+/* ssd_chunk_state_wg for pairs of heads that share B (configuration wgm40):
+ * a cluster of two CTAs, heads h and h + 1 of one (b, chunk, P tile), each
+ * CTA loading one 64-column half of the B tile by TMA and multicasting it
+ * to both, so B leaves L2 once per pair instead of once per head (at b 1 L
+ * 16384 ssd_chunk_state_wg runs at 80% of L2 throughput, B being two thirds
+ * of what it reads).  X and w as in ssd_chunk_state_wg.  Per half chunk one
+ * mbarrier (expecting both 64-column boxes); a cluster barrier before the
+ * second half's copies, so neither CTA overwrites the other's B while it is
+ * still read.  Needs H and heads per group even (the host checks). */
+template <typename T, int Q>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 3)
+    ssd_chunk_state_mc(const ssd_fwd_args a, float *cst, const __grid_constant__ CUtensorMap mb) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace sf_wg;
+    constexpr int LDX = SsdWg<Q>::ST_LDX, QH = Q / 2;
+    extern __shared__ __align__(16) unsigned char ssd_smem[];
+    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sB = (sraw + 1023u) & ~1023u;
+    T *sX = reinterpret_cast<T *>(ssd_smem + (sB - sraw) + QH * 256);
+    float *sw = reinterpret_cast<float *>(sX + QH * LDX);
+    const uint32_t sXa = ssd_smem_addr(sX), bars = ssd_smem_addr(sw + QH); /* two mbarriers */
+
+    const int ptiles = a.P / 64;
+    const ssd_hpcb blk = ssd_block_hpcb(a, ptiles);
+    const int h = blk.h, pt = blk.pt, c = blk.c, b = blk.b;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t t0 = (int64_t)c * Q, bh = (int64_t)b * a.H + h;
+    const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
+    const uint32_t rank = cluster_rank();
+    const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
+    const float *gwc = a.gw + (bh * a.nc + c) * Q, *dtc = a.dtw + (bh * a.nc + c) * Q;
+    const float glast = gwc[Q - 1];
+    if (tid == 0) {
+        mbar_init(bars, 1);
+        mbar_init(bars + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_sync(); /* both CTAs' mbarriers initialised before any box lands */
+
+    float acc[16][4];
+#pragma unroll
+    for (int i = 0; i < 16; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int j0 = half * QH, lv = Lc - j0; /* valid tokens of this half (may be <= 0) */
+        const uint32_t bar = bars + 8 * half;
+        if (half == 1) cluster_sync(); /* both CTAs done with the first half's B (and X) */
+        if (tid == 0) {
+            /* both boxes (64 columns x QH tokens each) land here; rows past
+             * the sequence read as zeros */
+            mbar_expect_tx(bar, 2u * QH * 128u);
+            tma_load4_mc(sB + rank * (QH * 128), &mb, 64 * (int)rank, (int)(t0 + j0), h / a.hpg, b, bar, 0x3);
+        }
+#pragma unroll
+        for (int it = 0; it < QH * 8 / 128; it++) {
+            const int i = tid + it * 128, r = i >> 3, cc = i & 7;
+            const bool ok = r < lv;
+            cp_async16_u32(sXa + (r * LDX + cc * 8) * 2,
+                           ok ? Xg + (int64_t)(j0 + r) * a.xs[1] + cc * 8 : Xg, ok ? 16 : 0);
+        }
+        ssd_cp_commit();
+        for (int j = tid; j < QH; j += 128)
+            sw[j] = exp2f(fminf(glast - gwc[j0 + j], 0.0f)) * dtc[j0 + j];
+        ssd_cp_wait<0>();
+        mbar_wait(bar, 0);
+        __syncthreads(); /* X, w and B of this half visible to every thread */
+
+        ssd_state_half_wg<T, QH, LDX, 128>(acc, sX, sw, sB, warp);
+    }
+    ssd_h_store(acc, cst + (bh * a.nc + c) * (int64_t)a.P * a.N + (int64_t)(p0 + 16 * warp + g) * a.N, a.N, t);
+#else
+    (void)a;
+    (void)cst;
+    (void)mb;
 #endif
 }
 

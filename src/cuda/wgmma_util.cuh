@@ -85,6 +85,30 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
                  : "memory");
 }
 
+/* The CTA's rank in its cluster, and a barrier over every thread of the
+ * cluster.  The arrive is relaxed (a release at cluster scope costs a
+ * MEMBAR.ALL.GPU): it orders execution, not memory; what must be visible
+ * across it is published otherwise (mbarrier inits by
+ * fence.mbarrier_init.release.cluster, shared reads by having completed). */
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+/* A 4-D tensor-map box to shared address dst of every CTA of the cluster in
+ * `mask`, completing as transaction bytes on the mbarrier at shared address
+ * `bar` of each of them (dst and bar: the same offsets in every CTA). */
+__device__ __forceinline__ void tma_load4_mc(uint32_t dst, const void *map, int c0, int c1, int c2, int c3,
+                                             uint32_t bar, uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+                 : "memory");
+}
+
 /* ROWS x D tile into the swizzled block layout at shared address sbase;
  * rows >= rows and 16-byte chunks >= d8 are zero-filled. */
 template <int ROWS, int D, int NT, typename T>
