@@ -619,7 +619,7 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
 static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40};
-static const int SSD_NCAND = 20, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_FUSED = 12,
+static const int SSD_NCAND = 20, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
                  SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19;
 
 struct ssd_tune_ctx {
@@ -728,6 +728,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * default the shape does not allow falls back to fg32 where it serves
      * (f32, dense, sm_90a: 1.51 ms at the 2.7B b8 shape, 0.85 at b1 L16384),
      * else to split32 (4.2 ms at b8), else to the general path (8.2 ms) */
+    if (choice == SSD_WGM40 && a.hpg % 2) choice = SSD_WG40; /* a cached wgm40, odd head groups */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
         (ssd_cand_hpc[choice] <= -5 && !fo32))
