@@ -499,6 +499,26 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
     return SF_OK;
 }
 
+/* Launch with programmatic stream serialization (the kernel may start while
+ * the previous one in the stream drains; it calls ssd_griddep_wait before
+ * reading that kernel's output). */
+template <typename... KA, typename... A>
+static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned block, size_t smem,
+                                  cudaStream_t stream, A... args) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
 /* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
 template <typename T, int Q>
 static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, bool fused,
@@ -536,8 +556,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
     if (!fused && gst > 0 && mc) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
-        ssd_chunk_state_mc<T, Q><<<(unsigned)gst, 128, L::MC_SMEM, stream>>>(a, cst, mb);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_chunk_state_mc<T, Q>, (unsigned)gst, 128, L::MC_SMEM, stream, a, cst, mb));
     } else if (!fused && gst > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -546,7 +565,10 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (!fused && gsc > 0) {
-        ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
+        if (mc)
+            SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_state_scan<T>, (unsigned)gsc, 256, 0, stream, a, (const float *)cst));
+        else
+            ssd_state_scan<T><<<(unsigned)gsc, 256, 0, stream>>>(a, cst);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (gout > 0 && pipe) {
@@ -559,7 +581,10 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::OUT_SMEM));
-        ssd_out_wg<T, Q><<<(unsigned)gout, 256, L::OUT_SMEM, stream>>>(a, hpc);
+        if (mc)
+            SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_out_wg<T, Q>, (unsigned)gout, 256, L::OUT_SMEM, stream, a, hpc));
+        else
+            ssd_out_wg<T, Q><<<(unsigned)gout, 256, L::OUT_SMEM, stream>>>(a, hpc);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     return SF_OK;

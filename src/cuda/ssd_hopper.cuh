@@ -102,6 +102,16 @@ __global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
     ssd_cumsum_block<T, Q>(a, blockIdx.x);
 }
 
+/* Programmatic dependent launch (wgm40 launches the kernels after the
+ * cumsum with it): wait until the previous kernel of the stream has
+ * finished and its writes are visible.  A no-op for a normal launch and
+ * before sm_90. */
+static __device__ __forceinline__ void ssd_griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* state scan over chunks                                               */
 /* ------------------------------------------------------------------ */
@@ -151,6 +161,7 @@ static __device__ __forceinline__ void ssd_scan_final(const ssd_fwd_args &a, con
 
 template <typename T>
 __global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, const float *cst) {
+    ssd_griddep_wait();
     const int64_t PN = (int64_t)a.P * a.N;
     const SsdScanElem el = ssd_scan_elem(a);
     if (!el.ok) return;
@@ -484,13 +495,14 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 3)
     const uint32_t rank = cluster_rank();
     const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
     const float *gwc = a.gw + (bh * a.nc + c) * Q, *dtc = a.dtw + (bh * a.nc + c) * Q;
-    const float glast = gwc[Q - 1];
     if (tid == 0) {
         mbar_init(bars, 1);
         mbar_init(bars + 8, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    cluster_sync(); /* both CTAs' mbarriers initialised before any box lands */
+    cluster_sync();     /* both CTAs' mbarriers initialised before any box lands */
+    ssd_griddep_wait(); /* g' and dt come from the cumsum */
+    const float glast = gwc[Q - 1];
 
     float acc[16][4];
 #pragma unroll
@@ -671,6 +683,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
     };
     load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
     load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+    ssd_griddep_wait(); /* C and B are inputs; the states and vectors come from the scan */
     issue_head(0);
     ssd_cp_commit();
 
