@@ -117,7 +117,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     const uint32_t bQf = sbase + Tr::BAR_OFF, bQe = bQf + 8 * NQ;
     const uint32_t bKf = bQe + 8 * NQ, bVf = bKf + 8 * NST, bKe = bVf + 8 * NST, bVe = bKe + 8 * NST;
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    /* wg through a shuffle from lane 0: known warp-uniform, so the wgmma
+     * descriptors built from it stay in uniform registers (no R2UR) */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 
     if (tid == 0) {
         for (int q = 0; q < NQ; q++) {

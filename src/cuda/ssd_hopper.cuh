@@ -661,7 +661,9 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
     if (nh <= 0) return;
     const int64_t t0 = (int64_t)c * Q;
     const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
-    const int tid = threadIdx.x, warp = tid >> 5, wg = warp >> 2, wl = warp & 3;
+    /* the warpgroup index through a shuffle from lane 0: known warp-uniform,
+     * so descriptors built from it stay in uniform registers */
+    const int tid = threadIdx.x, warp = tid >> 5, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wl = warp & 3;
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const T *Cg = (const T *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2];
     const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2];
