@@ -522,7 +522,7 @@ static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned b
 /* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
 template <typename T, int Q>
 static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, bool fused,
-                            bool mc = false) {
+                            bool mc = false, float *cb = nullptr) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
@@ -538,6 +538,14 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
+    /* wgb40: the C B^T tiles once per (b, group, chunk) */
+    const int64_t gcb = (int64_t)a.batch * (a.H / a.hpg) * a.nc;
+    if (cb && gcb > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    if (cb && gcb > 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_cb_wg<T, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)L::CBK_SMEM));
+        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_cb_wg<T, Q>, (unsigned)gcb, 256, L::CBK_SMEM, stream, a, cb));
+    }
     if (fused && gfu > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -551,7 +559,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
                 make_tmap(&mb, std::is_same<T, __nv_bfloat16>::value, a.B, a.N, a.L, a.H / a.hpg, a.batch,
                           a.Bs[1], a.Bs[2], a.Bs[0], Q / 2)))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "sf_ssd_fwd: configuration wgm40 needs an even number of heads per group and B rows "
+                       "sf_ssd_fwd: configurations wgm40 / wgb40 need an even number of heads per group and B rows "
                        "a TMA tensor map takes");
     if (!fused && gst > 0 && mc) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q>,
@@ -577,14 +585,20 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
                                                 (int)SsdWgp<Q>::SMEM));
         ssd_out_wgp<T, Q><<<(unsigned)gout, 256, SsdWgp<Q>::SMEM, stream>>>(a, hpc);
         SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (gout > 0 && cb) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)L::CB_SMEM));
+        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_out_wg<T, Q, true>, (unsigned)gout, 256, L::CB_SMEM, stream, a, hpc,
+                                          (const float *)cb));
     } else if (gout > 0) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q>,
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q, false>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::OUT_SMEM));
         if (mc)
-            SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_out_wg<T, Q>, (unsigned)gout, 256, L::OUT_SMEM, stream, a, hpc));
+            SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_out_wg<T, Q, false>, (unsigned)gout, 256, L::OUT_SMEM, stream, a,
+                                              hpc, (const float *)nullptr));
         else
-            ssd_out_wg<T, Q><<<(unsigned)gout, 256, L::OUT_SMEM, stream>>>(a, hpc);
+            ssd_out_wg<T, Q, false><<<(unsigned)gout, 256, L::OUT_SMEM, stream>>>(a, hpc, nullptr);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     return SF_OK;
@@ -594,7 +608,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
  * plain sm_80 / sm_90 pass compiles their bodies away: a handful of
  * registers), checked once per instantiation. */
 template <typename T, int Q> static bool ssd_wg_available() {
-    static const bool avail = sf_cuda_sm90a_code((const void *)ssd_out_wg<T, Q>);
+    static const bool avail = sf_cuda_sm90a_code((const void *)ssd_out_wg<T, Q, false>);
     return avail;
 }
 
@@ -640,17 +654,19 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
-                                             "fq32",     "fg32",    "fg32s", "wgm40"};
+                                             "fq32",     "fg32",    "fg32s", "wgm40",
+                                             "wgb40"};
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40};
-static const int SSD_NCAND = 20, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19;
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40};
+static const int SSD_NCAND = 21, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
     float *cst;  /* f32 chunk states (split paths) */
     float *bimg; /* TF32 operand images (fs32 / fo32 / fq32): B^T, then C and B (fo32, fq32) */
+    float *cb;   /* C B^T tiles (wgb40) */
     int64_t grid_state, grid_out;
     int dtype; /* sf_dtype of x */
     cudaEvent_t ev[2];
@@ -693,9 +709,13 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
-        const bool fused = cand == SSD_FUSED || cand == SSD_FUSED + 1, mc = cand == SSD_WGM40;
-        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused, mc)
-                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused, mc);
+        const bool fused = cand == SSD_FUSED || cand == SSD_FUSED + 1;
+        const bool mc = cand == SSD_WGM40 || cand == SSD_WGB40;
+        float *cb = cand == SSD_WGB40 ? tc->cb : nullptr;
+        if (cand == SSD_WGB40 && !cb)
+            return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: wgb40 without C B^T workspace");
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb);
     }
     return SF_ERR_UNSUPPORTED;
 }
@@ -753,7 +773,8 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * default the shape does not allow falls back to fg32 where it serves
      * (f32, dense, sm_90a: 1.51 ms at the 2.7B b8 shape, 0.85 at b1 L16384),
      * else to split32 (4.2 ms at b8), else to the general path (8.2 ms) */
-    if (choice == SSD_WGM40 && a.hpg % 2) choice = SSD_WG40; /* a cached wgm40, odd head groups */
+    if ((choice == SSD_WGM40 || choice == SSD_WGB40) && a.hpg % 2)
+        choice = SSD_WG40; /* a cached wgm40 / wgb40, odd head groups */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
         (ssd_cand_hpc[choice] <= -5 && !fo32))
@@ -826,7 +847,13 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
                              ? ssd_align(3 * (size_t)pr->batch * (pr->nheads / pr->heads_per_group) *
                                          SsdS32::img_floats((int)nc, pr->chunk) * 4)
                              : 0;
-    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img;
+    /* C B^T tiles of configuration wgb40 (16-bit sm_90a path): 64 x 64 f32
+     * tiles on and below the diagonal, per (b, group, chunk) */
+    const int64_t nrb = pr->chunk / 64;
+    const size_t b_cb = wg_no ? 0
+                              : ssd_align((size_t)pr->batch * (pr->nheads / pr->heads_per_group) * nc *
+                                          (nrb * (nrb + 1) / 2) * 4096 * 4);
+    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img + b_cb;
     unsigned char *ws = (unsigned char *)sf_ws_get(ctx, total);
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.dtw = (float *)ws;
@@ -836,6 +863,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     a.seqid = pr->varlen ? (int *)(ws + 2 * b_dt + b_st + b_s32) : nullptr;
     float *cst = b_cst ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id) : nullptr;
     float *bimg = b_img ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id + b_cst) : nullptr;
+    float *cbw = b_cb ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img) : nullptr;
 
     const int64_t grid_state = (int64_t)pr->batch * pr->nheads * ((pr->headdim + 31) / 32) *
                                ((pr->dstate + 63) / 64);
@@ -848,6 +876,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     tc.a = &a;
     tc.cst = cst;
     tc.bimg = bimg;
+    tc.cb = cbw;
     tc.grid_state = grid_state;
     tc.grid_out = grid_out;
     tc.dtype = p->x.dtype;

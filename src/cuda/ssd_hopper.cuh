@@ -214,6 +214,14 @@ static __device__ __forceinline__ float ssd_ldsf(uint32_t addr) {
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
     return v;
 }
+static __device__ __forceinline__ float4 ssd_ldsf4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
 static __device__ __forceinline__ float2 ssd_ldsf2(uint32_t addr) {
     float2 v;
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
@@ -365,6 +373,15 @@ template <int Q> struct SsdWg {
     static constexpr int O_C = 0, O_B = Q * 256, O_X = 2 * Q * 256, O_H = O_X + 2 * Q * 128;
     static constexpr int O_V = O_H + 64 * 256;
     static constexpr size_t OUT_SMEM = (size_t)O_V + 5 * Q * 4 + 1024;
+    /* output with S = C B^T from ssd_cb_wg (CBG): no B; per warpgroup two
+     * 16 KB S slots (where B was at chunk 256, after the vectors at 128)
+     * and their two mbarriers after the vectors */
+    static constexpr int NTILE = (Q / 64) * (Q / 64 + 1) / 2; /* tiles (m, k <= m) */
+    static constexpr int O_BAR = O_V + 5 * Q * 4;
+    static constexpr int O_S = Q * 256 >= 4 * 16384 ? O_B : (O_BAR + 32 + 1023) & ~1023;
+    static constexpr size_t CB_SMEM = (size_t)(O_S == O_B ? O_BAR + 32 : O_S + 4 * 16384) + 1024;
+    /* ssd_cb_wg: C and B */
+    static constexpr size_t CBK_SMEM = (size_t)Q * 512 + 1024;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -638,11 +655,92 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args 
 #endif
 }
 
+/* S_mk = C_m B_k^T over the state dimension: the 64 x 64 tile (m, k) of a
+ * chunk for the output kernel, row block m (descriptor dCm) against B rows
+ * of block k, from the swizzled C / B tiles at sC (B at sC + Q * 256). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <typename T, int Q>
+static __device__ __forceinline__ void ssd_cb_tile(float (&S)[8][4], uint64_t dCm, uint32_t sC, int k) {
+    using namespace sf_wg;
+    const uint64_t dBk = wg_desc(sC + (Q * 256) + k * 8192, 16, 1024);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        Wg<T, 64>::ss(&S[0][0], wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
+                      wg_desc_add(dBk, (kk >> 2) * (Q * 128) + (kk & 3) * 32), kk > 0);
+    wg_commit();
+}
+#endif
+
+/* The tiles of C B^T on and below the diagonal, once per (b, group, chunk)
+ * for every head of the group (configuration wgb40): tile (m, k) at
+ * cb + ((b G + grp) nchunks + c) NTILE 4096 + (m (m + 1) / 2 + k) 4096 in
+ * accumulator-fragment order, float4 (nt 128 + thread of the warpgroup), so
+ * the output kernel's warpgroup reads its S fragments as they were computed
+ * here (the same products: the same values as ssd_out_wg's own).  Grid
+ * (flattened): chunk fastest, then group, batch row; block 256 = two
+ * warpgroups, row blocks split as in ssd_out_wg.  Launched with
+ * programmatic serialisation after the cumsum it does not read: it waits
+ * for its predecessor only at its end, so that the kernels after it may
+ * count on everything before it being complete. */
+template <typename T, int Q>
+__global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float *cb) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace sf_wg;
+    typedef SsdWg<Q> L;
+    constexpr int NRB = Q / 64, NR = NRB == 4 ? 2 : 1;
+    extern __shared__ __align__(16) unsigned char ssd_smem[];
+    const uint32_t sC = (ssd_smem_addr(ssd_smem) + 1023u) & ~1023u;
+    const int G = a.H / a.hpg;
+    int64_t id = blockIdx.x;
+    const int c = (int)(id % a.nc);
+    id /= a.nc;
+    const int grp = (int)(id % G), b = (int)(id / G);
+    const int64_t t0 = (int64_t)c * Q;
+    const int Lc = (int)min((int64_t)Q, a.L - t0);
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), lt = tid & 127;
+    load_tile_sw_rs<Q, 128, 256>(sC, (const T *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2],
+                                 a.Cs[1], Lc, a.N / 8, tid);
+    load_tile_sw_rs<Q, 128, 256>(sC + Q * 256,
+                                 (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2],
+                                 a.Bs[1], Lc, a.N / 8, tid);
+    ssd_cp_commit();
+    ssd_cp_wait<0>();
+    fence_async_smem();
+    __syncthreads();
+    float *dst = cb + (((int64_t)b * G + grp) * a.nc + c) * (L::NTILE * 4096) + 4 * lt;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const int m = r == 0 ? wg : NRB - 1 - wg;
+        if (64 * m >= Lc) continue;
+        const uint64_t dCm = wg_desc(sC + m * 8192, 16, 1024);
+        for (int k = 0; k <= m; k++) {
+            float S[8][4];
+            ssd_cb_tile<T, Q>(S, dCm, sC, k);
+            wg_wait<0>();
+            reg_fence(S);
+            float *d = dst + (m * (m + 1) / 2 + k) * 4096;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+                *reinterpret_cast<float4 *>(d + nt * 512) = make_float4(S[nt][0], S[nt][1], S[nt][2], S[nt][3]);
+        }
+    }
+    ssd_griddep_wait();
+#else
+    (void)a;
+    (void)cb;
+#endif
+}
+
 /* Grid (flattened): run of heads fastest (the runs of one chunk share C and
  * B through L2), then group, P tile, chunk, batch row.  Block 256 = two
- * warpgroups; `hpc` heads per run. */
-template <typename T, int Q>
-__global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int hpc) {
+ * warpgroups; `hpc` heads per run.  CBG (configuration wgb40): S = C B^T
+ * tiles from ssd_cb_wg's buffer `cb` instead of a product per head, each
+ * warpgroup's tiles in its order through a two-slot ring of bulk copies
+ * (one 16 KB copy a tile, issued two tiles ahead by the warpgroup's first
+ * thread); B is not loaded. */
+template <typename T, int Q, bool CBG>
+__global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int hpc, const float *cb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
     typedef SsdWg<Q> L;
@@ -683,16 +781,35 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             cp_async16_u32(ssd_smem_addr(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
         }
     };
-    load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
-    load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
-    ssd_griddep_wait(); /* C and B are inputs; the states and vectors come from the scan */
-    issue_head(0);
-    ssd_cp_commit();
-
     /* this warpgroup's row blocks */
     int mblk[NR];
     mblk[0] = wg;
     if (NR == 2) mblk[NR - 1] = NRB - 1 - wg;
+
+    /* CBG: the warpgroup's S tiles per head, in the order the loop below
+     * takes them (row block mblk[0]'s k = 0..m, then mblk[1]'s; a row block
+     * past the chunk's end has none), the ring's slots and mbarriers, and
+     * tile n of the block's sequence into slot n & 1 */
+    const int m0 = mblk[0], m1 = mblk[NR - 1];
+    const int tph = (64 * m0 < Lc ? m0 + 1 : 0) + (NR == 2 && 64 * m1 < Lc ? m1 + 1 : 0), ntile = nh * tph;
+    const uint32_t sS = base + L::O_S + wg * 32768, barS = base + L::O_BAR + wg * 16;
+    const float *cbc = CBG ? cb + (((int64_t)b * (a.H / a.hpg) + grp) * a.nc + c) * (L::NTILE * 4096) : nullptr;
+    auto issue_s = [&](int n) {
+        const int pos = n % tph, m = pos <= m0 ? m0 : m1, k = pos <= m0 ? pos : pos - m0 - 1;
+        const uint32_t bar = barS + 8 * (n & 1);
+        mbar_expect_tx(bar, 16384);
+        bulk_copy_g2s(sS + (n & 1) * 16384, cbc + (m * (m + 1) / 2 + k) * 4096, 16384, bar);
+    };
+    if (CBG) mbar_init_stages(base + L::O_BAR, 4);
+
+    load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
+    if (!CBG) load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+    ssd_griddep_wait(); /* C and B are inputs; the states, vectors and S tiles come from earlier kernels */
+    issue_head(0);
+    ssd_cp_commit();
+    if (CBG && (tid & 127) == 0)
+        for (int n = 0; n < 2 && n < ntile; n++) issue_s(n);
+    int ns = 0; /* CBG: the warpgroup's next tile in the sequence */
     const T *zbase = (const T *)a.z;
     T *obase = (T *)a.out;
 
@@ -752,7 +869,6 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             const uint64_t dCm = wg_desc(sCi + m * 8192, 16, 1024);
             for (int k = 0; k <= m; k++) {
                 float S[8][4];
-                const uint64_t dBk = wg_desc(sCi + (Q * 256) + k * 8192, 16, 1024);
                 /* below the diagonal: the shared loads of the decay vectors
                  * issued first, their latency hidden by the product's issue */
                 float gr = 0.0f;
@@ -762,12 +878,23 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
 #pragma unroll
                     for (int nt = 0; nt < 8; nt++) w[nt] = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
                 }
-                wg_fence();
+                if constexpr (CBG) {
+                    const uint32_t slot = sS + (ns & 1) * 16384 + 16 * (tid & 127);
+                    mbar_wait(barS + 8 * (ns & 1), (ns >> 1) & 1);
 #pragma unroll
-                for (int kk = 0; kk < 8; kk++)
-                    Wg<T, 64>::ss(&S[0][0], wg_desc_add(dCm, (kk >> 2) * (Q * 128) + (kk & 3) * 32),
-                                  wg_desc_add(dBk, (kk >> 2) * (Q * 128) + (kk & 3) * 32), kk > 0);
-                wg_commit();
+                    for (int nt = 0; nt < 8; nt++) {
+                        const float4 v = ssd_ldsf4(slot + nt * 2048);
+                        S[nt][0] = v.x;
+                        S[nt][1] = v.y;
+                        S[nt][2] = v.z;
+                        S[nt][3] = v.w;
+                    }
+                    named_sync(1 + wg, 128); /* the warpgroup is done with the slot */
+                    if ((tid & 127) == 0 && ns + 2 < ntile) issue_s(ns + 2);
+                    ns++;
+                } else {
+                    ssd_cb_tile<T, Q>(S, dCm, sCi, k);
+                }
                 /* the decay factors do not depend on S: computed while the
                  * product (and the previous tile's P X) run */
                 float fac[8][4];
@@ -821,6 +948,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
 #else
     (void)a;
     (void)hpc;
+    (void)cb;
 #endif
 }
 
