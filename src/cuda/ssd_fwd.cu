@@ -534,17 +534,21 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
     const int64_t gfu = (int64_t)a.batch * (a.P / 64) * a.H;
     if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX || gout > INT32_MAX || gfu > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
-    if (gcum > 0) {
-        ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
-        SF_CUDA_CHECK_LAUNCH(ctx);
-    }
-    /* wgb40: the C B^T tiles once per (b, group, chunk) */
+    /* wgb40: first the C B^T tiles once per (b, group, chunk), then the
+     * cumsum alongside (it waits for them only at its end) */
     const int64_t gcb = (int64_t)a.batch * (a.H / a.hpg) * a.nc;
     if (cb && gcb > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     if (cb && gcb > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_cb_wg<T, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::CBK_SMEM));
-        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_cb_wg<T, Q>, (unsigned)gcb, 256, L::CBK_SMEM, stream, a, cb));
+        ssd_cb_wg<T, Q><<<(unsigned)gcb, 256, L::CBK_SMEM, stream>>>(a, cb);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (gcum > 0 && cb) {
+        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_cumsum_warp<T, Q>, (unsigned)gcum, 256, 0, stream, a));
+    } else if (gcum > 0) {
+        ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (fused && gfu > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_wg<T, Q>,

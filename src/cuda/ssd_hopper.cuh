@@ -97,10 +97,6 @@ template <typename T, int Q> static __device__ __forceinline__ void ssd_cumsum_b
                         (excl + s[u + 2]) * SSD_LOG2E, (excl + s[u + 3]) * SSD_LOG2E);
     }
 }
-template <typename T, int Q>
-__global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
-    ssd_cumsum_block<T, Q>(a, blockIdx.x);
-}
 
 /* Programmatic dependent launch (wgm40 launches the kernels after the
  * cumsum with it): wait until the previous kernel of the stream has
@@ -110,6 +106,23 @@ static __device__ __forceinline__ void ssd_griddep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+/* Lets the next kernel of the stream, launched with programmatic
+ * serialisation, start now (it must not read this kernel's output before its
+ * own ssd_griddep_wait). */
+static __device__ __forceinline__ void ssd_griddep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <typename T, int Q>
+__global__ void __launch_bounds__(256) ssd_cumsum_warp(const ssd_fwd_args a) {
+    ssd_cumsum_block<T, Q>(a, blockIdx.x);
+    /* wgb40 launches it programmatically after ssd_cb_wg, whose output it
+     * does not read: it waits at its end only, so that the kernels after it
+     * may count on both being complete (a no-op for a plain launch) */
+    ssd_griddep_wait();
 }
 
 /* ------------------------------------------------------------------ */
@@ -679,10 +692,10 @@ static __device__ __forceinline__ void ssd_cb_tile(float (&S)[8][4], uint64_t dC
  * the output kernel's warpgroup reads its S fragments as they were computed
  * here (the same products: the same values as ssd_out_wg's own).  Grid
  * (flattened): chunk fastest, then group, batch row; block 256 = two
- * warpgroups, row blocks split as in ssd_out_wg.  Launched with
- * programmatic serialisation after the cumsum it does not read: it waits
- * for its predecessor only at its end, so that the kernels after it may
- * count on everything before it being complete. */
+ * warpgroups, row blocks split as in ssd_out_wg.  The forward's first
+ * kernel (a plain launch: the previous forward's output kernel is done with
+ * the tiles); it lets the cumsum, which does not read its output, start at
+ * once. */
 template <typename T, int Q>
 __global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float *cb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -699,6 +712,7 @@ __global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float 
     const int64_t t0 = (int64_t)c * Q;
     const int Lc = (int)min((int64_t)Q, a.L - t0);
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), lt = tid & 127;
+    ssd_griddep_launch();
     load_tile_sw_rs<Q, 128, 256>(sC, (const T *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2],
                                  a.Cs[1], Lc, a.N / 8, tid);
     load_tile_sw_rs<Q, 128, 256>(sC + Q * 256,
@@ -725,7 +739,6 @@ __global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float 
                 *reinterpret_cast<float4 *>(d + nt * 512) = make_float4(S[nt][0], S[nt][1], S[nt][2], S[nt][3]);
         }
     }
-    ssd_griddep_wait();
 #else
     (void)a;
     (void)cb;
@@ -890,7 +903,15 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                         S[nt][3] = v.w;
                     }
                     named_sync(1 + wg, 128); /* the warpgroup is done with the slot */
-                    if ((tid & 127) == 0 && ns + 2 < ntile) issue_s(ns + 2);
+                    if ((tid & 127) == 0 && ns + 2 < ntile) {
+                        /* the slot's reads (generic proxy) ordered before the
+                         * copy's writes (async proxy): without it one tile in
+                         * ~10^5 was read after its refill had landed (b 1
+                         * L 16384: outputs differed from wg40's in 2-5 K
+                         * elements a run; with it: bit for bit equal) */
+                        fence_async_smem();
+                        issue_s(ns + 2);
+                    }
                     ns++;
                 } else {
                     ssd_cb_tile<T, Q>(S, dCm, sCi, k);
