@@ -902,16 +902,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                         S[nt][2] = v.z;
                         S[nt][3] = v.w;
                     }
-                    named_sync(1 + wg, 128); /* the warpgroup is done with the slot */
-                    if ((tid & 127) == 0 && ns + 2 < ntile) {
-                        /* the slot's reads (generic proxy) ordered before the
-                         * copy's writes (async proxy): without it one tile in
-                         * ~10^5 was read after its refill had landed (b 1
-                         * L 16384: outputs differed from wg40's in 2-5 K
-                         * elements a run; with it: bit for bit equal) */
-                        fence_async_smem();
-                        issue_s(ns + 2);
-                    }
+                    named_sync(1 + wg, 128); /* the warpgroup is done with the slot (refilled below) */
                     ns++;
                 } else {
                     ssd_cb_tile<T, Q>(S, dCm, sCi, k);
@@ -960,6 +951,18 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                 for (int kk = 0; kk < 4; kk++)
                     Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc_add(dXk, 16 * kk * 128));
                 wg_commit(); /* waited for with the next S, or below */
+                if (CBG && (tid & 127) == 0 && ns + 1 < ntile) {
+                    /* the slot of the tile just read gets the tile after the
+                     * next, here where the fence's wait is covered by the
+                     * product just issued.  The fence orders the slot's
+                     * reads (generic proxy, before the warpgroup barrier)
+                     * before the copy's writes (async proxy): without it
+                     * about one tile in 10^5 was read after its refill had
+                     * landed (b 1 L 16384: 2-5 K outputs a run differed
+                     * from wg40's; with it every run is equal bit for bit) */
+                    fence_async_smem();
+                    issue_s(ns + 1);
+                }
             }
             wg_wait<0>();
             reg_fence(O[r]);
