@@ -3,13 +3,19 @@
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
- * fu8, fu40, fs32, fo32, fq32, fg32, fg32s):
+ * fu8, fu40, fs32, fo32, fq32, fg32, fg32s, wgm40, wgb40):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states + state scan (or both in one pass,
  *     ssd_state_fused_wg: configurations fu8 / fu40), wgmma output kernel
  *     with 4 to 40 heads per block.  H200 2.7B bf16: b8 L4096 1.05 ms
- *     (fu40), b1 L16384 0.585 ms (wg40) at stop 9.
+ *     (fu40), b1 L16384 0.585 ms (wg40) at stop 9.  wgm40: wg40 with the
+ *     chunk states of head pairs in a cluster of two (B multicast by TMA,
+ *     ssd_chunk_state_mc) and the kernels after the cumsum launched with
+ *     programmatic serialisation; wgb40: wgm40 with S = C B^T computed once
+ *     per (b, group, chunk) by ssd_cb_wg and read by the output kernel
+ *     instead of a product per head (b1 L16384: 0.569 ms against 0.577
+ *     for wgm40 and 0.590 for wg40, stop 14).
  *   general path, everything else (f32 on TF32 mma.sync, varlen, N <= 256),
  *     five launches on the context's stream, no synchronisation:
  *   ssd_seqid        (varlen only) per-token sequence id from seq_idx / cu_seqlens
@@ -39,7 +45,8 @@
  * Workspace: dt and g' (2 x b H nchunks Q f32), the state entering every chunk
  * (b H nchunks P N in the input dtype; plus an f32 copy with cu_seqlens and
  * final_states), sequence ids (b L i32); the sm_90a path adds the f32 chunk
- * states (b H nchunks P N).
+ * states (b H nchunks P N) and the C B^T tiles of wgb40 (b G nchunks, 10
+ * tiles of 64 x 64 f32 at chunk 256).
  *
  * Measured on the H200, general path (2.7B layer: H 80, P 64, N 128, G 1, Q 256, D and z):
  *   b8 L4096 bf16 3.75 ms (57 TFLOP/s), f32 8.47 ms; b1 L16384 bf16 1.97 ms,
@@ -652,8 +659,10 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * ssd_state_fused_wg instead of chunk states + scan (fu8 / fu40), and for
  * f32 the TF32 wgmma state pass ssd_state_fused_tf32 ahead of ssd_out_sc32
  * (fs32) or of the TF32 wgmma output kernel ssd_out_tf32 (fo32; fq32 with
- * the chunk states in parallel and a scan, for small batches).  Candidate 0
- * is the default. */
+ * the chunk states in parallel and a scan, for small batches; fg32 / fg32s
+ * in segments), then wg40 with the chunk states of head pairs sharing B by
+ * TMA multicast (wgm40) and that with C B^T computed once per chunk
+ * (wgb40).  Candidate 0 is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",

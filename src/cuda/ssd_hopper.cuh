@@ -528,7 +528,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 3)
     if (tid == 0) {
         mbar_init(bars, 1);
         mbar_init(bars + 8, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_fence();
     }
     cluster_sync();     /* both CTAs' mbarriers initialised before any box lands */
     ssd_griddep_wait(); /* g' and dt come from the cumsum */
