@@ -526,9 +526,22 @@ static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned b
     return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
-/* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block. */
+/* The fused state pass with NW state columns per block and NST stages. */
+template <typename T, int Q, int NW, int NST>
+static sf_status ssd_fused_launch(sf_ctx *ctx, const ssd_fwd_args &a, int64_t grid) {
+    typedef SsdFu<Q, NW, NST> F;
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_wg<T, Q, NW, NST>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F::SMEM));
+    ssd_state_fused_wg<T, Q, NW, NST><<<(unsigned)grid, 128, F::SMEM, sf_cuda_stream(ctx)>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+/* The sm_90a path (ssd_hopper.cuh) with `hpc` heads per output block; the
+ * states by chunk states + scan (fused 0) or by the fused pass with 128
+ * (fused 1) or 64 (fused 2) state columns per block. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, bool fused,
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, int fused,
                             bool mc = false, float *cb = nullptr) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
@@ -538,7 +551,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
     const int64_t gsc = (int64_t)a.batch * a.H * ((PN + 1023) / 1024);
     const int64_t nsub = (a.hpg + hpc - 1) / hpc;
     const int64_t gout = (int64_t)a.batch * a.nc * (a.P / 64) * (a.H / a.hpg) * nsub;
-    const int64_t gfu = (int64_t)a.batch * (a.P / 64) * a.H;
+    const int64_t gfu = (int64_t)a.batch * (a.P / 64) * a.H * (fused == 2 ? (a.N + 63) / 64 : 1);
     if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX || gout > INT32_MAX || gfu > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     /* wgb40: first the C B^T tiles once per (b, group, chunk), then the
@@ -558,11 +571,9 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (fused && gfu > 0) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_wg<T, Q>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)L::FU_SMEM));
-        ssd_state_fused_wg<T, Q><<<(unsigned)gfu, 128, L::FU_SMEM, stream>>>(a);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+        const sf_status st = fused == 2 ? ssd_fused_launch<T, Q, 64, 3>(ctx, a, gfu)
+                                        : ssd_fused_launch<T, Q, 128, 2>(ctx, a, gfu);
+        if (st != SF_OK) return st;
     }
     /* wgm40: chunk states of head pairs with B multicast in a cluster of two */
     CUtensorMap mb;
@@ -668,12 +679,14 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
                                              "fq32",     "fg32",    "fg32s", "wgm40",
-                                             "wgb40"};
+                                             "wgb40",    "fn40",    "fub40", "fnb40"};
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40};
-static const int SSD_NCAND = 21, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20;
+static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40,
+                                   40, 40, 40};
+static const int SSD_NCAND = 24, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20, SSD_FN40 = 21, SSD_FUB40 = 22,
+                 SSD_FNB40 = 23;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -722,11 +735,15 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
         if (pipe && (a.Q == 256 ? SsdWgp<256>::SMEM : SsdWgp<128>::SMEM) > sf_cuda_st(ctx)->smem_optin)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
-        const bool fused = cand == SSD_FUSED || cand == SSD_FUSED + 1;
+        /* fused state pass: 1 (128 state columns a block), 2 (64) */
+        const int fused = cand == SSD_FUSED || cand == SSD_FUSED + 1 || cand == SSD_FUB40 ? 1
+                          : cand == SSD_FN40 || cand == SSD_FNB40                         ? 2
+                                                                                          : 0;
         const bool mc = cand == SSD_WGM40 || cand == SSD_WGB40;
-        float *cb = cand == SSD_WGB40 ? tc->cb : nullptr;
-        if (cand == SSD_WGB40 && !cb)
-            return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: wgb40 without C B^T workspace");
+        const bool want_cb = cand == SSD_WGB40 || cand == SSD_FUB40 || cand == SSD_FNB40;
+        float *cb = want_cb ? tc->cb : nullptr;
+        if (want_cb && !cb)
+            return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: %s without C B^T workspace", ssd_cand_names[cand]);
         return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb)
                           : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb);
     }

@@ -318,16 +318,18 @@ static __device__ __forceinline__ void ssd_out_epilogue(const float (&O)[8][4], 
     }
 }
 
-/* The state H of a fused state pass in the m64n128 accumulator layout of one
- * warpgroup: thread (warp, g, t) holds rows pr = p0 + 16 warp + g and pr + 8,
- * columns 8 nt + 2 t (+ 1).  Shared by the 16-bit and the TF32 passes. */
-static __device__ __forceinline__ void ssd_h_init(float (&H)[16][4], const ssd_fwd_args &a, int b, int h, int pr,
-                                                  int t, bool init) {
+/* The state H of a fused state pass in the m64nN accumulator layout of one
+ * warpgroup (NT = N / 8 column groups of its slice from column n0): thread
+ * (warp, g, t) holds rows pr = p0 + 16 warp + g and pr + 8, columns
+ * n0 + 8 nt + 2 t (+ 1).  Shared by the 16-bit and the TF32 passes. */
+template <int NT>
+static __device__ __forceinline__ void ssd_h_init(float (&H)[NT][4], const ssd_fwd_args &a, int b, int h, int pr,
+                                                  int t, bool init, int n0 = 0) {
 #pragma unroll
-    for (int nt = 0; nt < 16; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+            const int p = pr + (e >> 1) * 8, n = n0 + 8 * nt + 2 * t + (e & 1);
             H[nt][e] = init && n < a.N
                            ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
                                     (int64_t)n * a.ins[3]]
@@ -335,11 +337,11 @@ static __device__ __forceinline__ void ssd_h_init(float (&H)[16][4], const ssd_f
         }
 }
 /* H's rows into a row-major (P, N) array of T at dst = row pr */
-template <typename T>
-static __device__ __forceinline__ void ssd_h_store(const float (&H)[16][4], T *dst, int N, int t) {
+template <typename T, int NT>
+static __device__ __forceinline__ void ssd_h_store(const float (&H)[NT][4], T *dst, int N, int t, int n0 = 0) {
 #pragma unroll
-    for (int nt = 0; nt < 16; nt++) {
-        const int n = 8 * nt + 2 * t;
+    for (int nt = 0; nt < NT; nt++) {
+        const int n = n0 + 8 * nt + 2 * t;
         if (n < N) {
             if constexpr (sizeof(T) == 4) {
                 *reinterpret_cast<float2 *>(dst + n) = make_float2(H[nt][0], H[nt][1]);
@@ -351,20 +353,21 @@ static __device__ __forceinline__ void ssd_h_store(const float (&H)[16][4], T *d
         }
     }
 }
-static __device__ __forceinline__ void ssd_h_scale(float (&H)[16][4], float d) {
+template <int NT> static __device__ __forceinline__ void ssd_h_scale(float (&H)[NT][4], float d) {
 #pragma unroll
-    for (int nt = 0; nt < 16; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) H[nt][e] *= d;
 }
 /* H as the final state (f32, any strides) */
-static __device__ __forceinline__ void ssd_h_final(const float (&H)[16][4], const ssd_fwd_args &a, int b, int h,
-                                                   int pr, int t) {
+template <int NT>
+static __device__ __forceinline__ void ssd_h_final(const float (&H)[NT][4], const ssd_fwd_args &a, int b, int h,
+                                                   int pr, int t, int n0 = 0) {
 #pragma unroll
-    for (int nt = 0; nt < 16; nt++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
+            const int p = pr + (e >> 1) * 8, n = n0 + 8 * nt + 2 * t + (e & 1);
             if (n < a.N)
                 a.fin[(int64_t)b * a.fis[0] + (int64_t)h * a.fis[1] + (int64_t)p * a.fis[2] + (int64_t)n * a.fis[3]] =
                     H[nt][e];
@@ -377,10 +380,6 @@ template <int Q> struct SsdWg {
     static constexpr int ST_LDX = 72;
     static constexpr size_t ST_SMEM = (size_t)Q * 128 + (size_t)(Q / 2) * ST_LDX * 2 + Q * 2 + 1024;
     static constexpr size_t MC_SMEM = ST_SMEM + 16; /* ssd_chunk_state_mc: two mbarriers more */
-    /* fused state pass: two stages of half a chunk, each B (swizzled,
-     * Q/2 x 128) + X (Q/2 x 72 padded) + w (Q/2 f32), 1024-aligned */
-    static constexpr uint32_t FU_STAGE = ((uint32_t)Q * 128 + (Q / 2) * ST_LDX * 2 + Q * 2 + 1023u) & ~1023u;
-    static constexpr size_t FU_SMEM = 2 * (size_t)FU_STAGE + 1024;
     /* output: C, B (Q x 128 each), X x 2 (Q x 64), H (64 x 128), then the
      * vectors g'[2][Q], dt[2][Q], sw[Q] */
     static constexpr int O_C = 0, O_B = Q * 256, O_X = 2 * Q * 256, O_H = O_X + 2 * Q * 128;
@@ -395,6 +394,16 @@ template <int Q> struct SsdWg {
     static constexpr size_t CB_SMEM = (size_t)(O_S == O_B ? O_BAR + 32 : O_S + 4 * 16384) + 1024;
     /* ssd_cb_wg: C and B */
     static constexpr size_t CBK_SMEM = (size_t)Q * 512 + 1024;
+};
+
+/* fused state pass with NW state columns per block and NST stages of half a
+ * chunk, each B (swizzled, Q/2 x NW) + X (Q/2 x 72 padded) + w (Q/2 f32),
+ * 1024-aligned */
+template <int Q, int NW, int NST> struct SsdFu {
+    static constexpr int QH = Q / 2, LDX = SsdWg<Q>::ST_LDX;
+    static constexpr uint32_t OX = QH * NW * 2, OW = OX + QH * LDX * 2;
+    static constexpr uint32_t STAGE = (OW + QH * 4 + 1023u) & ~1023u;
+    static constexpr size_t SMEM = NST * (size_t)STAGE + 1024;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -573,41 +582,48 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 3)
 }
 
 /* Chunk states and the pass over chunks in one kernel, for dense batches
- * (configurations fu8 / fu40): a block per (b, P tile, head), head fastest
- * (the heads of a group read the same B tiles from L2 together), walks the
- * chunks in order with the state H (64 P rows x 128 N columns, f32) in the
- * wgmma accumulator: at chunk c it stores H (the state entering c, in T, for
- * the output kernel), scales it by 2^(g'_last), then adds X_c^T diag(w) B_c
+ * (configurations fu8 / fu40 / fub40 with NW 128, fn40 / fnb40 with NW 64): a
+ * block per (b, P tile, NW-column state slice, head), head fastest (the
+ * heads of a group read the same B tiles from L2 together), walks the
+ * chunks in order with its 64 x NW slice of the state H (f32) in the wgmma
+ * accumulator: at chunk c it stores H (the state entering c, in T, for the
+ * output kernel), scales it by 2^(g'_last), then adds X_c^T diag(w) B_c
  * (w_j = 2^(g'_last - g'_j) dt_j) half a chunk at a time.  The halves stream
- * through two shared stages: the next half's copies are in flight while one
- * is multiplied.  No f32 chunk-state round trip through HBM (the split
- * kernels write and read 335 MB of it at the 2.7B b8 L4096 shape); the cost
- * is parallelism: batch x heads x P tiles blocks. */
-template <typename T, int Q>
-__global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args a) {
+ * through NST shared stages: the next NST - 1 halves' copies are in flight
+ * while one is multiplied.  No f32 chunk-state round trip through HBM (the
+ * split kernels write and read 335 MB of it at the 2.7B b8 L4096 shape);
+ * the cost is parallelism: batch x heads x P tiles x N / NW blocks, each
+ * walking every chunk (NW 64 doubles the blocks for small batches and reads
+ * X twice). */
+template <typename T, int Q, int NW, int NST>
+__global__ void __launch_bounds__(128, NW == 128 ? 2 : 3) ssd_state_fused_wg(const ssd_fwd_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
-    constexpr int LDX = SsdWg<Q>::ST_LDX, QH = Q / 2;
-    constexpr uint32_t SST = SsdWg<Q>::FU_STAGE, OX = QH * 256, OW = OX + QH * LDX * 2;
+    typedef SsdFu<Q, NW, NST> F;
+    constexpr int LDX = F::LDX, QH = F::QH, NT8 = NW / 8;
+    static_assert(NST >= 2, "two stages at least");
     extern __shared__ __align__(16) unsigned char ssd_smem[];
     const uint32_t sraw = ssd_smem_addr(ssd_smem);
     const uint32_t sbase = (sraw + 1023u) & ~1023u;
     unsigned char *gbase = ssd_smem + (sbase - sraw);
 
-    const int ptiles = a.P / 64;
+    const int ptiles = a.P / 64, nsl = (a.N + NW - 1) / NW;
     int64_t id = blockIdx.x;
     const int h = (int)(id % a.H);
     id /= a.H;
+    const int sl = (int)(id % nsl);
+    id /= nsl;
     const int pt = (int)(id % ptiles);
     const int b = (int)(id / ptiles);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t bh = (int64_t)b * a.H + h, PN = (int64_t)a.P * a.N;
-    const int p0 = pt * 64, nsub = 2 * a.nc;
-    const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + (int64_t)(h / a.hpg) * a.Bs[2];
+    const int p0 = pt * 64, n0 = sl * NW, nsub = 2 * a.nc;
+    const int nv8 = min(NW / 8, (a.N - n0) / 8); /* this slice's 16-byte chunks of a B row */
+    const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + (int64_t)(h / a.hpg) * a.Bs[2] + n0;
     const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + (int64_t)h * a.xs[2] + p0;
 
     /* this thread's token of a sub-tile (s: chunk s / 2, half s % 2):
-     * g', dt and the chunk's last g', fetched one sub-tile ahead of use */
+     * g', dt and the chunk's last g', fetched one issue ahead of use */
     float pg = 0.0f, pd = 0.0f, pgl = 0.0f;
     auto fetch = [&](int s) {
         if (s < nsub && tid < QH) {
@@ -617,52 +633,55 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_wg(const ssd_fwd_args 
             pgl = a.gw[v + Q - 1];
         }
     };
-    /* sub-tile s's copies into stage s % 2 (always one commit group) */
+    /* sub-tile s's copies into stage s % NST (always one commit group) */
     auto issue = [&](int s) {
         if (s < nsub) {
             const int64_t t0 = (int64_t)(s >> 1) * Q + (s & 1) * QH;
             const int lv = (int)min((int64_t)QH, a.L - t0); /* valid tokens (may be <= 0) */
-            const uint32_t st = sbase + (s & 1) * SST;
-            load_tile_sw_rs<QH, 128, 128>(st, Bg + t0 * a.Bs[1], a.Bs[1], lv, a.N / 8, tid);
+            const uint32_t st = sbase + (s % NST) * F::STAGE;
+            load_tile_sw_rs<QH, NW, 128>(st, Bg + t0 * a.Bs[1], a.Bs[1], lv, nv8, tid);
 #pragma unroll
             for (int it = 0; it < QH * 8 / 128; it++) {
                 const int i = tid + it * 128, r = i >> 3, cc = i & 7;
                 const bool ok = r < lv;
-                cp_async16_u32(st + OX + (r * LDX + cc * 8) * 2, ok ? Xg + (t0 + r) * a.xs[1] + cc * 8 : Xg,
+                cp_async16_u32(st + F::OX + (r * LDX + cc * 8) * 2, ok ? Xg + (t0 + r) * a.xs[1] + cc * 8 : Xg,
                                ok ? 16 : 0);
             }
             if (tid < QH)
-                reinterpret_cast<float *>(gbase + (s & 1) * SST + OW)[tid] =
+                reinterpret_cast<float *>(gbase + (s % NST) * F::STAGE + F::OW)[tid] =
                     exp2f(fminf(pgl - pg, 0.0f)) * pd;
         }
         ssd_cp_commit();
     };
 
-    /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns 8 nt + 2 t (+ 1) */
-    float H[16][4];
+    /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns n0 + 8 nt + 2 t (+ 1) */
+    float H[NT8][4];
     const int pr = p0 + 16 * warp + g;
-    ssd_h_init(H, a, b, h, pr, t, a.has_init);
-    fetch(0);
-    issue(0);
-    fetch(1);
+    ssd_h_init(H, a, b, h, pr, t, a.has_init, n0);
+#pragma unroll
+    for (int u = 0; u < NST - 1; u++) {
+        fetch(u);
+        issue(u);
+    }
+    fetch(NST - 1);
     for (int s = 0; s < nsub; s++) {
-        ssd_cp_wait<0>(); /* sub-tile s landed (the only group in flight) */
+        ssd_cp_wait<NST - 2>(); /* sub-tile s landed (s + 1 .. s + NST - 2 may be in flight) */
         fence_async_smem();
-        __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (sub-tile s - 1 done) */
-        issue(s + 1);
-        fetch(s + 2);
+        __syncthreads(); /* ... for every thread; stage (s - 1) % NST free (sub-tile s - 1 done) */
+        issue(s + NST - 1);
+        fetch(s + NST);
         if ((s & 1) == 0) {
             /* H is the state entering chunk s / 2: store it, then decay it */
             const int c = s >> 1;
-            ssd_h_store(H, (T *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t);
+            ssd_h_store(H, (T *)a.states + (bh * a.nc + c) * PN + (int64_t)pr * a.N, a.N, t, n0);
             ssd_h_scale(H, exp2f(fminf(a.gw[(bh * a.nc + c) * Q + Q - 1], 0.0f)));
         }
-        const uint32_t st = sbase + (s & 1) * SST;
-        const T *sX = reinterpret_cast<const T *>(gbase + (s & 1) * SST + OX);
-        const float *sw = reinterpret_cast<const float *>(gbase + (s & 1) * SST + OW);
-        ssd_state_half_wg<T, QH, LDX, 128>(H, sX, sw, st, warp);
+        const int stg = s % NST;
+        ssd_state_half_wg<T, QH, LDX, NW>(H, reinterpret_cast<const T *>(gbase + stg * F::STAGE + F::OX),
+                                          reinterpret_cast<const float *>(gbase + stg * F::STAGE + F::OW),
+                                          sbase + stg * F::STAGE, warp);
     }
-    if (a.has_final) ssd_h_final(H, a, b, h, pr, t);
+    if (a.has_final) ssd_h_final(H, a, b, h, pr, t, n0);
 #else
     (void)a;
 #endif
