@@ -3,7 +3,7 @@
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
- * fu8, fu40, fs32, fo32, fq32, fg32, fg32s, wgm40, wgb40):
+ * fu8, fu40, fs32, fo32, fq32, fg32, fg32s, wgm40, wgb40, fub40, fnb40):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states + state scan (or both in one pass,
@@ -15,7 +15,9 @@
  *     programmatic serialisation; wgb40: wgm40 with S = C B^T computed once
  *     per (b, group, chunk) by ssd_cb_wg and read by the output kernel
  *     instead of a product per head (b1 L16384: 0.569 ms against 0.577
- *     for wgm40 and 0.590 for wg40, stop 14).
+ *     for wgm40 and 0.590 for wg40, stop 14); fub40 / fnb40: the fused
+ *     state pass (128 / 64 state columns a block) ahead of that output
+ *     kernel (b8 L4096: fub40 1.030 ms against fu40 1.056, stop 14).
  *   general path, everything else (f32 on TF32 mma.sync, varlen, N <= 256),
  *     five launches on the context's stream, no synchronisation:
  *   ssd_seqid        (varlen only) per-token sequence id from seq_idx / cu_seqlens
@@ -673,20 +675,21 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * the chunk states in parallel and a scan, for small batches; fg32 / fg32s
  * in segments), then wg40 with the chunk states of head pairs sharing B by
  * TMA multicast (wgm40) and that with C B^T computed once per chunk
- * (wgb40).  Candidate 0 is the default. */
+ * (wgb40), and the fused state pass ahead of that output kernel with 128
+ * or 64 state columns per block (fub40, fnb40: the 64-column slices give
+ * small batches twice the blocks).  Candidate 0 is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
                                              "fq32",     "fg32",    "fg32s", "wgm40",
-                                             "wgb40",    "fn40",    "fub40", "fnb40"};
+                                             "wgb40",    "fub40",   "fnb40"};
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
 static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40,
-                                   40, 40, 40};
-static const int SSD_NCAND = 24, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20, SSD_FN40 = 21, SSD_FUB40 = 22,
-                 SSD_FNB40 = 23;
+                                   40, 40};
+static const int SSD_NCAND = 23, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20, SSD_FUB40 = 21, SSD_FNB40 = 22;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -737,7 +740,7 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
                            ssd_cand_names[cand]);
         /* fused state pass: 1 (128 state columns a block), 2 (64) */
         const int fused = cand == SSD_FUSED || cand == SSD_FUSED + 1 || cand == SSD_FUB40 ? 1
-                          : cand == SSD_FN40 || cand == SSD_FNB40                         ? 2
+                          : cand == SSD_FNB40                                             ? 2
                                                                                           : 0;
         const bool mc = cand == SSD_WGM40 || cand == SSD_WGB40;
         const bool want_cb = cand == SSD_WGB40 || cand == SSD_FUB40 || cand == SSD_FNB40;

@@ -582,7 +582,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 3)
 }
 
 /* Chunk states and the pass over chunks in one kernel, for dense batches
- * (configurations fu8 / fu40 / fub40 with NW 128, fn40 / fnb40 with NW 64): a
+ * (configurations fu8 / fu40 / fub40 with NW 128, fnb40 with NW 64): a
  * block per (b, P tile, NW-column state slice, head), head fastest (the
  * heads of a group read the same B tiles from L2 together), walks the
  * chunks in order with its 64 x NW slice of the state H (f32) in the wgmma
