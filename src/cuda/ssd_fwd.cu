@@ -510,22 +510,34 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
 
 /* Launch with programmatic stream serialization (the kernel may start while
  * the previous one in the stream drains; it calls ssd_griddep_wait before
- * reading that kernel's output). */
+ * reading that kernel's output), in clusters of `cluster` blocks when > 1
+ * (a launch attribute rather than __cluster_dims__, which the sm_80 pass of
+ * the same kernel would reject). */
 template <typename... KA, typename... A>
-static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned block, size_t smem,
-                                  cudaStream_t stream, A... args) {
+static cudaError_t ssd_launch_ex(void (*kern)(KA...), unsigned grid, unsigned block, size_t smem,
+                                 cudaStream_t stream, unsigned cluster, A... args) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
+    memset(at, 0, sizeof at);
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = cluster;
+    at[1].val.clusterDim.y = 1;
+    at[1].val.clusterDim.z = 1;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = cluster > 1 ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+template <typename... KA, typename... A>
+static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned block, size_t smem,
+                                  cudaStream_t stream, A... args) {
+    return ssd_launch_ex(kern, grid, block, smem, stream, 1u, args...);
 }
 
 /* The fused state pass with NW state columns per block and NST stages. */
@@ -590,13 +602,13 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
     if (!fused && gst > 0 && cs_inline) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q, true>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
-        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_chunk_state_mc<T, Q, true>, (unsigned)gst, 128, L::MC_SMEM, stream, a,
-                                          cst, mb));
+        SF_CUDA_CHECK(ctx, ssd_launch_ex(ssd_chunk_state_mc<T, Q, true>, (unsigned)gst, 128, L::MC_SMEM, stream, 2u,
+                                         a, cst, mb));
     } else if (!fused && gst > 0 && mc) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q, false>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
-        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_chunk_state_mc<T, Q, false>, (unsigned)gst, 128, L::MC_SMEM, stream, a,
-                                          cst, mb));
+        SF_CUDA_CHECK(ctx, ssd_launch_ex(ssd_chunk_state_mc<T, Q, false>, (unsigned)gst, 128, L::MC_SMEM, stream,
+                                         2u, a, cst, mb));
     } else if (!fused && gst > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,

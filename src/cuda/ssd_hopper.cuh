@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
  * place of the cumsum kernel; it then reads nothing an earlier kernel
  * writes, so it waits for its predecessor only at its end. */
 template <typename T, int Q, bool CS>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 3)
+__global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_launch_ex) */
     ssd_chunk_state_mc(const ssd_fwd_args a, float *cst, const __grid_constant__ CUtensorMap mb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
