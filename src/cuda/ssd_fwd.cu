@@ -578,11 +578,9 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         ssd_cb_wg<T, Q><<<(unsigned)gcb, 256, L::CBK_SMEM, stream>>>(a, cb);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    /* wgb40 computes the cumsum in its chunk-state kernel */
-    const bool cs_inline = cb && mc && !fused;
-    if (gcum > 0 && cb && !cs_inline) {
+    if (gcum > 0 && cb) {
         SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_cumsum_warp<T, Q>, (unsigned)gcum, 256, 0, stream, a));
-    } else if (gcum > 0 && !cs_inline) {
+    } else if (gcum > 0) {
         ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
@@ -599,16 +597,11 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                        "sf_ssd_fwd: configurations wgm40 / wgb40 need an even number of heads per group and B rows "
                        "a TMA tensor map takes");
-    if (!fused && gst > 0 && cs_inline) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q, true>,
+    if (!fused && gst > 0 && mc) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
-        SF_CUDA_CHECK(ctx, ssd_launch_ex(ssd_chunk_state_mc<T, Q, true>, (unsigned)gst, 128, L::MC_SMEM, stream, 2u,
-                                         a, cst, mb));
-    } else if (!fused && gst > 0 && mc) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q, false>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
-        SF_CUDA_CHECK(ctx, ssd_launch_ex(ssd_chunk_state_mc<T, Q, false>, (unsigned)gst, 128, L::MC_SMEM, stream,
-                                         2u, a, cst, mb));
+        SF_CUDA_CHECK(ctx, ssd_launch_ex(ssd_chunk_state_mc<T, Q>, (unsigned)gst, 128, L::MC_SMEM, stream, 2u, a,
+                                         cst, mb));
     } else if (!fused && gst > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_wg<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,

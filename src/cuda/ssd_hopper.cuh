@@ -53,12 +53,15 @@
  * 256 = a warp per head; lane l owns the Q / 32 consecutive tokens from
  * l * Q / 32.  Entries past the end of a partial chunk get dt = 0 and the
  * last g' (their min(dt A, 0) is 0), as the general kernel writes them. */
-/* One warp's (b, chunk c, head h): dt and g' into the workspace when
- * `store`, and into the shared arrays sg / sd (Q floats each) when given. */
-template <typename T, int Q>
-static __device__ __forceinline__ void ssd_cumsum_at(const ssd_fwd_args &a, int b, int c, int h, int lane, bool store,
-                                                     float *sg, float *sd) {
+template <typename T, int Q> static __device__ __forceinline__ void ssd_cumsum_block(const ssd_fwd_args &a, int64_t id) {
     constexpr int R = Q / 32;
+    const int nhg = (a.H + 7) / 8;
+    const int hg = (int)(id % nhg);
+    id /= nhg;
+    const int c = (int)(id % a.nc);
+    const int b = (int)(id / a.nc);
+    const int lane = threadIdx.x & 31, h = hg * 8 + (threadIdx.x >> 5);
+    if (h >= a.H) return;
     const T *dt = (const T *)a.dt + (int64_t)b * a.dts[0] + (int64_t)h * a.dts[2];
     const float A = a.A[h * a.As], bias = a.has_bias ? a.dt_bias[h * a.biass] : 0.0f;
     const int64_t t0 = (int64_t)c * Q;
@@ -88,28 +91,11 @@ static __device__ __forceinline__ void ssd_cumsum_at(const ssd_fwd_args &a, int 
     const int64_t off = (((int64_t)b * a.H + h) * a.nc + c) * Q + i0;
 #pragma unroll
     for (int u = 0; u < R; u += 4) { /* off is a multiple of 4 floats: 16-byte stores */
-        const float4 dv = make_float4(d[u], d[u + 1], d[u + 2], d[u + 3]);
-        const float4 gv = make_float4((excl + s[u]) * SSD_LOG2E, (excl + s[u + 1]) * SSD_LOG2E,
-                                      (excl + s[u + 2]) * SSD_LOG2E, (excl + s[u + 3]) * SSD_LOG2E);
-        if (store) {
-            *reinterpret_cast<float4 *>(a.dtw + off + u) = dv;
-            *reinterpret_cast<float4 *>(a.gw + off + u) = gv;
-        }
-        if (sg) {
-            *reinterpret_cast<float4 *>(sd + i0 + u) = dv;
-            *reinterpret_cast<float4 *>(sg + i0 + u) = gv;
-        }
+        *reinterpret_cast<float4 *>(a.dtw + off + u) = make_float4(d[u], d[u + 1], d[u + 2], d[u + 3]);
+        *reinterpret_cast<float4 *>(a.gw + off + u) =
+            make_float4((excl + s[u]) * SSD_LOG2E, (excl + s[u + 1]) * SSD_LOG2E,
+                        (excl + s[u + 2]) * SSD_LOG2E, (excl + s[u + 3]) * SSD_LOG2E);
     }
-}
-template <typename T, int Q> static __device__ __forceinline__ void ssd_cumsum_block(const ssd_fwd_args &a, int64_t id) {
-    const int nhg = (a.H + 7) / 8;
-    const int hg = (int)(id % nhg);
-    id /= nhg;
-    const int c = (int)(id % a.nc);
-    const int b = (int)(id / a.nc);
-    const int h = hg * 8 + (threadIdx.x >> 5);
-    if (h >= a.H) return;
-    ssd_cumsum_at<T, Q>(a, b, c, h, threadIdx.x & 31, true, nullptr, nullptr);
 }
 
 /* Programmatic dependent launch (wgm40 launches the kernels after the
@@ -393,8 +379,7 @@ template <int Q> struct SsdWg {
      * (Q/2 x 72 padded) + w (Q/2 f32) */
     static constexpr int ST_LDX = 72;
     static constexpr size_t ST_SMEM = (size_t)Q * 128 + (size_t)(Q / 2) * ST_LDX * 2 + Q * 2 + 1024;
-    /* ssd_chunk_state_mc: two mbarriers more, then g' and dt of the chunk (CS) */
-    static constexpr size_t MC_SMEM = ST_SMEM + 16 + 2 * Q * 4;
+    static constexpr size_t MC_SMEM = ST_SMEM + 16; /* ssd_chunk_state_mc: two mbarriers more */
     /* output: C, B (Q x 128 each), X x 2 (Q x 64), H (64 x 128), then the
      * vectors g'[2][Q], dt[2][Q], sw[Q] */
     static constexpr int O_C = 0, O_B = Q * 256, O_X = 2 * Q * 256, O_H = O_X + 2 * Q * 128;
@@ -526,12 +511,8 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
  * of what it reads).  X and w as in ssd_chunk_state_wg.  Per half chunk one
  * mbarrier (expecting both 64-column boxes); a cluster barrier before the
  * second half's copies, so neither CTA overwrites the other's B while it is
- * still read.  Needs H and heads per group even (the host checks).  CS
- * (configuration wgb40): the chunk's cumsum by warp 0 while the first half's
- * copies are in flight (written to the workspace by the P tile 0 CTA), in
- * place of the cumsum kernel; it then reads nothing an earlier kernel
- * writes, so it waits for its predecessor only at its end. */
-template <typename T, int Q, bool CS>
+ * still read.  Needs H and heads per group even (the host checks). */
+template <typename T, int Q>
 __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_launch_ex) */
     ssd_chunk_state_mc(const ssd_fwd_args a, float *cst, const __grid_constant__ CUtensorMap mb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -552,17 +533,15 @@ __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_la
     const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
     const uint32_t rank = cluster_rank();
     const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
-    /* g' and dt of the chunk: the cumsum kernel's (workspace), or CS's own (shared) */
-    float *sgv = sw + QH + 4, *sdv = sgv + Q;
-    const float *gwc = CS ? sgv : a.gw + (bh * a.nc + c) * Q, *dtc = CS ? sdv : a.dtw + (bh * a.nc + c) * Q;
+    const float *gwc = a.gw + (bh * a.nc + c) * Q, *dtc = a.dtw + (bh * a.nc + c) * Q;
     if (tid == 0) {
         mbar_init(bars, 1);
         mbar_init(bars + 8, 1);
         mbar_init_fence();
     }
-    cluster_sync(); /* both CTAs' mbarriers initialised before any box lands */
-    if (!CS) ssd_griddep_wait(); /* g' and dt come from the cumsum */
-    float glast = CS ? 0.0f : gwc[Q - 1];
+    cluster_sync();     /* both CTAs' mbarriers initialised before any box lands */
+    ssd_griddep_wait(); /* g' and dt come from the cumsum */
+    const float glast = gwc[Q - 1];
 
     float acc[16][4];
 #pragma unroll
@@ -586,11 +565,6 @@ __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_la
                            ok ? Xg + (int64_t)(j0 + r) * a.xs[1] + cc * 8 : Xg, ok ? 16 : 0);
         }
         ssd_cp_commit();
-        if (CS && half == 0) {
-            if (warp == 0) ssd_cumsum_at<T, Q>(a, b, c, h, lane, pt == 0, sgv, sdv);
-            __syncthreads();
-            glast = sgv[Q - 1];
-        }
         for (int j = tid; j < QH; j += 128)
             sw[j] = exp2f(fminf(glast - gwc[j0 + j], 0.0f)) * dtc[j0 + j];
         ssd_cp_wait<0>();
@@ -600,7 +574,6 @@ __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_la
         ssd_state_half_wg<T, QH, LDX, 128>(acc, sX, sw, sB, warp);
     }
     ssd_h_store(acc, cst + (bh * a.nc + c) * (int64_t)a.P * a.N + (int64_t)(p0 + 16 * warp + g) * a.N, a.N, t);
-    if (CS) ssd_griddep_wait(); /* complete only once the kernel before it is */
 #else
     (void)a;
     (void)cst;
