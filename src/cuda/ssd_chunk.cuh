@@ -64,6 +64,25 @@ static __device__ __forceinline__ ssd_out_blk ssd_out_block(const ssd_fwd_args &
     return r;
 }
 
+/* Balanced output grids (configurations wgq / fuq): the units are (b, chunk,
+ * P tile, head), head fastest, then group, P tile, chunk, batch row; a block
+ * takes a contiguous range of them as runs of heads of one (b, chunk, P tile,
+ * group).  The run from unit u, ending at uend or at the group's last head. */
+static __device__ __forceinline__ ssd_out_blk ssd_out_unit(const ssd_fwd_args &a, int64_t u, int64_t uend) {
+    const int G = a.H / a.hpg, ptiles = a.P / 64, hi = (int)(u % a.hpg);
+    int64_t id = u / a.hpg;
+    ssd_out_blk r;
+    r.grp = (int)(id % G);
+    id /= G;
+    r.pt = (int)(id % ptiles);
+    id /= ptiles;
+    r.c = (int)(id % a.nc);
+    r.b = (int)(id / a.nc);
+    r.h_begin = r.grp * a.hpg + hi;
+    r.nh = (int)min((int64_t)(a.hpg - hi), uend - u);
+    return r;
+}
+
 /* Row of initial_states a sequence starting at chunk c begins from (-1: zeros).
  * With cu_seqlens every sequence has its own row; otherwise only the row's
  * first sequence (which starts at chunk 0) starts from initial_states[b]. */

@@ -556,7 +556,7 @@ static sf_status ssd_fused_launch(sf_ctx *ctx, const ssd_fwd_args &a, int64_t gr
  * (fused 1) or 64 (fused 2) state columns per block. */
 template <typename T, int Q>
 static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, bool pipe, int fused,
-                            bool mc = false, float *cb = nullptr) {
+                            bool mc = false, float *cb = nullptr, bool bal = false) {
     typedef SsdWg<Q> L;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
@@ -595,8 +595,8 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
                 make_tmap(&mb, std::is_same<T, __nv_bfloat16>::value, a.B, a.N, a.L, a.H / a.hpg, a.batch,
                           a.Bs[1], a.Bs[2], a.Bs[0], Q / 2)))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "sf_ssd_fwd: configurations wgm40 / wgb40 need an even number of heads per group and B rows "
-                       "a TMA tensor map takes");
+                       "sf_ssd_fwd: configurations wgm40 / wgb40 / wgq need an even number of heads per group and "
+                       "B rows a TMA tensor map takes");
     if (!fused && gst > 0 && mc) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
@@ -622,6 +622,13 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
                                                 (int)SsdWgp<Q>::SMEM));
         ssd_out_wgp<T, Q><<<(unsigned)gout, 256, SsdWgp<Q>::SMEM, stream>>>(a, hpc);
         SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (gout > 0 && cb && bal) {
+        /* wgq / fuq: one block per SM over the (b, chunk, P tile, head) units */
+        const int64_t units = (int64_t)a.batch * a.nc * (a.P / 64) * a.H, nsm = sf_cuda_st(ctx)->sm_count;
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q, true, true>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::CB_SMEM));
+        SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_out_wg<T, Q, true, true>, (unsigned)(units < nsm ? units : nsm), 256,
+                                          L::CB_SMEM, stream, a, hpc, (const float *)cb));
     } else if (gout > 0 && cb) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_out_wg<T, Q, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)L::CB_SMEM));
@@ -696,13 +703,15 @@ static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
                                              "fq32",     "fg32",    "fg32s", "wgm40",
-                                             "wgb40",    "fub40",   "fnb40"};
+                                             "wgb40",    "fub40",   "fnb40", "wgq",
+                                             "fuq"};
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
 static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40,
-                                   40, 40};
-static const int SSD_NCAND = 23, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
-                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20, SSD_FUB40 = 21, SSD_FNB40 = 22;
+                                   40, 40, 40, 40};
+static const int SSD_NCAND = 25, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
+                 SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20, SSD_FUB40 = 21, SSD_FNB40 = 22,
+                 SSD_WGQ = 23, SSD_FUQ = 24;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -752,16 +761,17 @@ static sf_status ssd_run_cand(sf_ctx *ctx, ssd_tune_ctx *tc, int cand) {
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: too little shared memory",
                            ssd_cand_names[cand]);
         /* fused state pass: 1 (128 state columns a block), 2 (64) */
-        const int fused = cand == SSD_FUSED || cand == SSD_FUSED + 1 || cand == SSD_FUB40 ? 1
-                          : cand == SSD_FNB40                                             ? 2
-                                                                                          : 0;
-        const bool mc = cand == SSD_WGM40 || cand == SSD_WGB40;
-        const bool want_cb = cand == SSD_WGB40 || cand == SSD_FUB40 || cand == SSD_FNB40;
+        const int fused = cand == SSD_FUSED || cand == SSD_FUSED + 1 || cand == SSD_FUB40 || cand == SSD_FUQ ? 1
+                          : cand == SSD_FNB40                                                                ? 2
+                                                                                                             : 0;
+        const bool mc = cand == SSD_WGM40 || cand == SSD_WGB40 || cand == SSD_WGQ;
+        const bool bal = cand == SSD_WGQ || cand == SSD_FUQ;
+        const bool want_cb = cand == SSD_WGB40 || cand == SSD_FUB40 || cand == SSD_FNB40 || bal;
         float *cb = want_cb ? tc->cb : nullptr;
         if (want_cb && !cb)
             return sf_fail(ctx, SF_ERR_INTERNAL, "sf_ssd_fwd: %s without C B^T workspace", ssd_cand_names[cand]);
-        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb)
-                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb);
+        return a.Q == 256 ? ssd_fwd_wg<T, 256>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb, bal)
+                          : ssd_fwd_wg<T, 128>(ctx, a, tc->cst, hpc, pipe, fused, mc, cb, bal);
     }
     return SF_ERR_UNSUPPORTED;
 }
@@ -819,8 +829,8 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
      * default the shape does not allow falls back to fg32 where it serves
      * (f32, dense, sm_90a: 1.51 ms at the 2.7B b8 shape, 0.85 at b1 L16384),
      * else to split32 (4.2 ms at b8), else to the general path (8.2 ms) */
-    if ((choice == SSD_WGM40 || choice == SSD_WGB40) && a.hpg % 2)
-        choice = SSD_WG40; /* a cached wgm40 / wgb40, odd head groups */
+    if ((choice == SSD_WGM40 || choice == SSD_WGB40 || choice == SSD_WGQ) && a.hpg % 2)
+        choice = SSD_WG40; /* a cached wgm40 / wgb40 / wgq, odd head groups */
     if ((ssd_cand_hpc[choice] > 0 && why) || (choice == SSD_SPLIT && why_split) ||
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
         (ssd_cand_hpc[choice] <= -5 && !fo32))

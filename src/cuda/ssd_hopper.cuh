@@ -770,8 +770,12 @@ __global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float 
  * tiles from ssd_cb_wg's buffer `cb` instead of a product per head, each
  * warpgroup's tiles in its order through a two-slot ring of bulk copies
  * (one 16 KB copy a tile, issued two tiles ahead by the warpgroup's first
- * thread); B is not loaded. */
-template <typename T, int Q, bool CBG>
+ * thread); B is not loaded.  BAL (CBG only; configurations wgq / fuq): one
+ * block per SM, each taking a contiguous range of the (b, chunk, P tile,
+ * head) units (ssd_out_unit) as runs of heads, so no SM has more than one
+ * unit above the average (40 heads a block leave 4 of 132 SMs idle at b 1
+ * L 16384 and give the others 40 units against 38.8). */
+template <typename T, int Q, bool CBG, bool BAL = false>
 __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int hpc, const float *cb) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sf_wg;
@@ -786,208 +790,232 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
     float *sv = reinterpret_cast<float *>(gbase + L::O_V); /* g'[2][Q], dt[2][Q], sw[Q] */
     float *sw = sv + 4 * Q;
 
-    const ssd_out_blk blk = ssd_out_block(a, hpc);
-    const int grp = blk.grp, pt = blk.pt, c = blk.c, b = blk.b, h_begin = blk.h_begin, nh = blk.nh;
-    if (nh <= 0) return;
-    const int64_t t0 = (int64_t)c * Q;
-    const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
-    /* the warpgroup index through a shuffle from lane 0: known warp-uniform,
-     * so descriptors built from it stay in uniform registers */
-    const int tid = threadIdx.x, warp = tid >> 5, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wl = warp & 3;
-    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const T *Cg = (const T *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2];
-    const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2];
-    const int64_t PN = (int64_t)a.P * a.N;
-
-    /* head i's X, H and vectors; X / vectors into buffer i & 1 */
-    auto issue_head = [&](int i) {
-        const int h = h_begin + i, buf = i & 1;
-        const int64_t bh = (int64_t)b * a.H + h;
-        const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
-        load_tile_sw_rs<Q, 64, 256>(sX0 + buf * (Q * 128), Xg, a.xs[1], Lc, 8, tid);
-        load_tile_sw_rs<64, 128, 256>(sH, (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
-                                      a.N, 64, a.N / 8, tid);
-        const float *gsrc = a.gw + (bh * a.nc + c) * Q, *dsrc = a.dtw + (bh * a.nc + c) * Q;
-        if (tid < Q / 4) {
-            cp_async16_u32(ssd_smem_addr(sv + buf * Q) + 16 * tid, gsrc + 4 * tid, 16);
-            cp_async16_u32(ssd_smem_addr(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
-        }
-    };
-    /* this warpgroup's row blocks */
-    int mblk[NR];
-    mblk[0] = wg;
-    if (NR == 2) mblk[NR - 1] = NRB - 1 - wg;
-
-    /* CBG: the warpgroup's S tiles per head, in the order the loop below
-     * takes them (row block mblk[0]'s k = 0..m, then mblk[1]'s; a row block
-     * past the chunk's end has none), the ring's slots and mbarriers, and
-     * tile n of the block's sequence into slot n & 1 */
-    const int m0 = mblk[0], m1 = mblk[NR - 1];
-    const int tph = (64 * m0 < Lc ? m0 + 1 : 0) + (NR == 2 && 64 * m1 < Lc ? m1 + 1 : 0), ntile = nh * tph;
-    const uint32_t sS = base + L::O_S + wg * 32768, barS = base + L::O_BAR + wg * 16;
-    const float *cbc = CBG ? cb + (((int64_t)b * (a.H / a.hpg) + grp) * a.nc + c) * (L::NTILE * 4096) : nullptr;
-    auto issue_s = [&](int n) {
-        const int pos = n % tph, m = pos <= m0 ? m0 : m1, k = pos <= m0 ? pos : pos - m0 - 1;
-        const uint32_t bar = barS + 8 * (n & 1);
-        mbar_expect_tx(bar, 16384);
-        bulk_copy_g2s(sS + (n & 1) * 16384, cbc + (m * (m + 1) / 2 + k) * 4096, 16384, bar);
-    };
+    static_assert(CBG || !BAL, "the balanced grid takes the C B^T tiles");
+    /* BAL: this block's units */
+    int64_t u = 0, uend = 0;
+    if constexpr (BAL) {
+        const int64_t U = (int64_t)a.batch * a.nc * (a.P / 64) * a.H;
+        u = blockIdx.x * U / gridDim.x;
+        uend = (blockIdx.x + 1) * U / gridDim.x;
+    }
     if (CBG) mbar_init_stages(base + L::O_BAR, 4);
+    int nbase = 0; /* CBG: S tiles of the block's earlier runs (the ring's slots and phases go on) */
+    for (bool first = true;; first = false) {
+        ssd_out_blk blk;
+        if constexpr (BAL) {
+            if (u >= uend) break;
+            blk = ssd_out_unit(a, u, uend);
+            u += blk.nh;
+            if (!first) __syncthreads(); /* the last run's buffers and S slots are read */
+        } else {
+            if (!first) break;
+            blk = ssd_out_block(a, hpc);
+        }
+        const int grp = blk.grp, pt = blk.pt, c = blk.c, b = blk.b, h_begin = blk.h_begin, nh = blk.nh;
+        if (nh <= 0) return;
+        const int64_t t0 = (int64_t)c * Q;
+        const int Lc = (int)min((int64_t)Q, a.L - t0), p0 = pt * 64;
+        /* the warpgroup index through a shuffle from lane 0: known warp-uniform,
+         * so descriptors built from it stay in uniform registers */
+        const int tid = threadIdx.x, warp = tid >> 5, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wl = warp & 3;
+        const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+        const T *Cg = (const T *)a.C + (int64_t)b * a.Cs[0] + t0 * a.Cs[1] + (int64_t)grp * a.Cs[2];
+        const T *Bg = (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2];
+        const int64_t PN = (int64_t)a.P * a.N;
 
-    load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
-    if (!CBG) load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
-    ssd_griddep_wait(); /* C and B are inputs; the states, vectors and S tiles come from earlier kernels */
-    issue_head(0);
-    ssd_cp_commit();
-    if (CBG && (tid & 127) == 0)
-        for (int n = 0; n < 2 && n < ntile; n++) issue_s(n);
-    int ns = 0; /* CBG: the warpgroup's next tile in the sequence */
-    const T *zbase = (const T *)a.z;
-    T *obase = (T *)a.out;
-
-    for (int i = 0; i < nh; i++) {
-        const int h = h_begin + i, buf = i & 1;
-        /* shared addresses and thread coordinates made opaque per head, so
-         * the compiler does not hoist every unrolled descriptor and address
-         * out of the loop and keep (spill) them all */
-        uint32_t sX = sX0 + buf * (Q * 128), sCi = sC, sHi = sH;
-        const float *sg = sv + buf * Q, *sdt = sv + (2 + buf) * Q;
-        /* the same vectors as shared-space addresses, for ld.shared */
-        uint32_t ag = ssd_smem_addr(sg), adt = ssd_smem_addr(sdt), aw = ssd_smem_addr(sw);
-        int rq = 16 * wl + g, tt = t; /* the thread's row in a 64-row block, its column pair */
-        asm volatile("" : "+r"(sX), "+r"(sCi), "+r"(sHi), "+r"(ag), "+r"(adt), "+r"(aw), "+r"(rq), "+r"(tt));
-        ssd_cp_wait<0>();
-        fence_async_smem();
-        __syncthreads(); /* head i's tiles visible; head i - 1 fully done */
-
-        /* carried state: O = C_m H^T for both row blocks */
-        float O[NR][8][4];
-        wg_fence();
-#pragma unroll
-        for (int r = 0; r < NR; r++)
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++)
-                Wg<T, 64>::ss(&O[r][0][0],
-                              wg_desc(sCi + (kk >> 2) * (Q * 128) + mblk[r] * 8192 + (kk & 3) * 32, 16, 1024),
-                              wg_desc(sHi + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
-        wg_commit();
-        if (tid < Q) sw[tid] = ssd_ex2(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
-        wg_wait<0>();
-#pragma unroll
-        for (int r = 0; r < NR; r++) reg_fence(O[r]);
-        __syncthreads(); /* sH free, sw visible */
-        if (i + 1 < nh) issue_head(i + 1);
-        ssd_cp_commit();
-
-        /* this head's z and output at the chunk's first token, thread's first column */
-        const T *zh = zbase + (int64_t)b * a.zs[0] + t0 * a.zs[1] + (int64_t)h * a.zs[2] + p0 + 2 * tt;
-        T *oh = obase + (int64_t)b * a.os[0] + t0 * a.os[1] + (int64_t)h * a.os[2] + p0 + 2 * tt;
-        /* D of this thread's 16 output columns (per column or per head) */
-        float dc[8][2];
-        ssd_out_load_d(dc, a, h, p0, tt);
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const int m = mblk[r];
-            if (64 * m >= Lc) continue;
-            const int row0 = 64 * m + rq, row1 = row0 + 8;
-            const float g0 = ssd_ldsf(ag + 4 * row0), g1 = ssd_ldsf(ag + 4 * row1);
-            {
-                const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
-                ssd_scale_rows(O[r], f0, f1);
+        /* head i's X, H and vectors; X / vectors into buffer i & 1 */
+        auto issue_head = [&](int i) {
+            const int h = h_begin + i, buf = i & 1;
+            const int64_t bh = (int64_t)b * a.H + h;
+            const T *Xg = (const T *)a.x + (int64_t)b * a.xs[0] + t0 * a.xs[1] + (int64_t)h * a.xs[2] + p0;
+            load_tile_sw_rs<Q, 64, 256>(sX0 + buf * (Q * 128), Xg, a.xs[1], Lc, 8, tid);
+            load_tile_sw_rs<64, 128, 256>(sH, (const T *)a.states + (bh * a.nc + c) * PN + (int64_t)p0 * a.N,
+                                          a.N, 64, a.N / 8, tid);
+            const float *gsrc = a.gw + (bh * a.nc + c) * Q, *dsrc = a.dtw + (bh * a.nc + c) * Q;
+            if (tid < Q / 4) {
+                cp_async16_u32(ssd_smem_addr(sv + buf * Q) + 16 * tid, gsrc + 4 * tid, 16);
+                cp_async16_u32(ssd_smem_addr(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
             }
-            /* z of this thread's outputs, in flight during the products */
-            uint32_t zr[2][8];
-            ssd_out_load_z(zr, zh, a.zs[1], row0, Lc, a.has_z);
-            const uint64_t dCm = wg_desc(sCi + m * 8192, 16, 1024);
-            for (int k = 0; k <= m; k++) {
-                float S[8][4];
-                /* below the diagonal: the shared loads of the decay vectors
-                 * issued first, their latency hidden by the product's issue */
-                float gr = 0.0f;
-                float2 w[8];
-                if (k < m) {
-                    gr = ssd_ldsf(ag + 4 * (64 * k + 63));
+        };
+        /* this warpgroup's row blocks */
+        int mblk[NR];
+        mblk[0] = wg;
+        if (NR == 2) mblk[NR - 1] = NRB - 1 - wg;
+
+        /* CBG: the warpgroup's S tiles per head, in the order the loop below
+         * takes them (row block mblk[0]'s k = 0..m, then mblk[1]'s; a row block
+         * past the chunk's end has none), the ring's slots and mbarriers, and
+         * tile n of the block's sequence into slot n & 1 */
+        const int m0 = mblk[0], m1 = mblk[NR - 1];
+        const int tph = (64 * m0 < Lc ? m0 + 1 : 0) + (NR == 2 && 64 * m1 < Lc ? m1 + 1 : 0), ntile = nh * tph;
+        const uint32_t sS = base + L::O_S + wg * 32768, barS = base + L::O_BAR + wg * 16;
+        const float *cbc = CBG ? cb + (((int64_t)b * (a.H / a.hpg) + grp) * a.nc + c) * (L::NTILE * 4096) : nullptr;
+        auto issue_s = [&](int n) {
+            const int pos = n % tph, m = pos <= m0 ? m0 : m1, k = pos <= m0 ? pos : pos - m0 - 1;
+            const uint32_t bar = barS + 8 * ((nbase + n) & 1);
+            mbar_expect_tx(bar, 16384);
+            bulk_copy_g2s(sS + ((nbase + n) & 1) * 16384, cbc + (m * (m + 1) / 2 + k) * 4096, 16384, bar);
+        };
+
+        load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
+        if (!CBG) load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
+        ssd_griddep_wait(); /* C and B are inputs; the states, vectors and S tiles come from earlier kernels */
+        issue_head(0);
+        ssd_cp_commit();
+        if (CBG && (tid & 127) == 0) {
+            if (nbase > 0) fence_async_smem(); /* the slots' reads in the last run, then the copies */
+            for (int n = 0; n < 2 && n < ntile; n++) issue_s(n);
+        }
+        int ns = 0; /* CBG: the warpgroup's next tile in the sequence */
+        const T *zbase = (const T *)a.z;
+        T *obase = (T *)a.out;
+
+        for (int i = 0; i < nh; i++) {
+            const int h = h_begin + i, buf = i & 1;
+            /* shared addresses and thread coordinates made opaque per head, so
+             * the compiler does not hoist every unrolled descriptor and address
+             * out of the loop and keep (spill) them all */
+            uint32_t sX = sX0 + buf * (Q * 128), sCi = sC, sHi = sH;
+            const float *sg = sv + buf * Q, *sdt = sv + (2 + buf) * Q;
+            /* the same vectors as shared-space addresses, for ld.shared */
+            uint32_t ag = ssd_smem_addr(sg), adt = ssd_smem_addr(sdt), aw = ssd_smem_addr(sw);
+            int rq = 16 * wl + g, tt = t; /* the thread's row in a 64-row block, its column pair */
+            asm volatile("" : "+r"(sX), "+r"(sCi), "+r"(sHi), "+r"(ag), "+r"(adt), "+r"(aw), "+r"(rq), "+r"(tt));
+            ssd_cp_wait<0>();
+            fence_async_smem();
+            __syncthreads(); /* head i's tiles visible; head i - 1 fully done */
+
+            /* carried state: O = C_m H^T for both row blocks */
+            float O[NR][8][4];
+            wg_fence();
 #pragma unroll
-                    for (int nt = 0; nt < 8; nt++) w[nt] = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
+            for (int r = 0; r < NR; r++)
+#pragma unroll
+                for (int kk = 0; kk < 8; kk++)
+                    Wg<T, 64>::ss(&O[r][0][0],
+                                  wg_desc(sCi + (kk >> 2) * (Q * 128) + mblk[r] * 8192 + (kk & 3) * 32, 16, 1024),
+                                  wg_desc(sHi + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
+            wg_commit();
+            if (tid < Q) sw[tid] = ssd_ex2(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
+            wg_wait<0>();
+#pragma unroll
+            for (int r = 0; r < NR; r++) reg_fence(O[r]);
+            __syncthreads(); /* sH free, sw visible */
+            if (i + 1 < nh) issue_head(i + 1);
+            ssd_cp_commit();
+
+            /* this head's z and output at the chunk's first token, thread's first column */
+            const T *zh = zbase + (int64_t)b * a.zs[0] + t0 * a.zs[1] + (int64_t)h * a.zs[2] + p0 + 2 * tt;
+            T *oh = obase + (int64_t)b * a.os[0] + t0 * a.os[1] + (int64_t)h * a.os[2] + p0 + 2 * tt;
+            /* D of this thread's 16 output columns (per column or per head) */
+            float dc[8][2];
+            ssd_out_load_d(dc, a, h, p0, tt);
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const int m = mblk[r];
+                if (64 * m >= Lc) continue;
+                const int row0 = 64 * m + rq, row1 = row0 + 8;
+                const float g0 = ssd_ldsf(ag + 4 * row0), g1 = ssd_ldsf(ag + 4 * row1);
+                {
+                    const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
+                    ssd_scale_rows(O[r], f0, f1);
                 }
-                if constexpr (CBG) {
-                    const uint32_t slot = sS + (ns & 1) * 16384 + 16 * (tid & 127);
-                    mbar_wait(barS + 8 * (ns & 1), (ns >> 1) & 1);
+                /* z of this thread's outputs, in flight during the products */
+                uint32_t zr[2][8];
+                ssd_out_load_z(zr, zh, a.zs[1], row0, Lc, a.has_z);
+                const uint64_t dCm = wg_desc(sCi + m * 8192, 16, 1024);
+                for (int k = 0; k <= m; k++) {
+                    float S[8][4];
+                    /* below the diagonal: the shared loads of the decay vectors
+                     * issued first, their latency hidden by the product's issue */
+                    float gr = 0.0f;
+                    float2 w[8];
+                    if (k < m) {
+                        gr = ssd_ldsf(ag + 4 * (64 * k + 63));
 #pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
-                        const float4 v = ssd_ldsf4(slot + nt * 2048);
-                        S[nt][0] = v.x;
-                        S[nt][1] = v.y;
-                        S[nt][2] = v.z;
-                        S[nt][3] = v.w;
+                        for (int nt = 0; nt < 8; nt++) w[nt] = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
                     }
-                    named_sync(1 + wg, 128); /* the warpgroup is done with the slot (refilled below) */
-                    ns++;
-                } else {
-                    ssd_cb_tile<T, Q>(S, dCm, sCi, k);
-                }
-                /* the decay factors do not depend on S: computed while the
-                 * product (and the previous tile's P X) run */
-                float fac[8][4];
-                if (k < m) {
-                    const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
+                    if constexpr (CBG) {
+                        const int nsg = nbase + ns;
+                        const uint32_t slot = sS + (nsg & 1) * 16384 + 16 * (tid & 127);
+                        mbar_wait(barS + 8 * (nsg & 1), (nsg >> 1) & 1);
 #pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
-                        fac[nt][0] = f0 * w[nt].x;
-                        fac[nt][1] = f0 * w[nt].y;
-                        fac[nt][2] = f1 * w[nt].x;
-                        fac[nt][3] = f1 * w[nt].y;
+                        for (int nt = 0; nt < 8; nt++) {
+                            const float4 v = ssd_ldsf4(slot + nt * 2048);
+                            S[nt][0] = v.x;
+                            S[nt][1] = v.y;
+                            S[nt][2] = v.z;
+                            S[nt][3] = v.w;
+                        }
+                        named_sync(1 + wg, 128); /* the warpgroup is done with the slot (refilled below) */
+                        ns++;
+                    } else {
+                        ssd_cb_tile<T, Q>(S, dCm, sCi, k);
                     }
-                } else {
+                    /* the decay factors do not depend on S: computed while the
+                     * product (and the previous tile's P X) run */
+                    float fac[8][4];
+                    if (k < m) {
+                        const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++) {
+                            fac[nt][0] = f0 * w[nt].x;
+                            fac[nt][1] = f0 * w[nt].y;
+                            fac[nt][2] = f1 * w[nt].x;
+                            fac[nt][3] = f1 * w[nt].y;
+                        }
+                    } else {
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                            for (int v = 0; v < 2; v++) {
+                                const int j = 64 * k + 8 * nt + 2 * tt + v;
+                                const float gj = ssd_ldsf(ag + 4 * j), dj = ssd_ldsf(adt + 4 * j);
+                                /* j <= row: g'_row - g'_j <= 0 (g' does not increase) */
+                                fac[nt][v] = j <= row0 ? ssd_ex2(g0 - gj) * dj : 0.0f;
+                                fac[nt][2 + v] = j <= row1 ? ssd_ex2(g1 - gj) * dj : 0.0f;
+                            }
+                    }
+                    wg_wait<0>(); /* S_k and the previous P X */
+                    reg_fence(S);
 #pragma unroll
                     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                        for (int v = 0; v < 2; v++) {
-                            const int j = 64 * k + 8 * nt + 2 * tt + v;
-                            const float gj = ssd_ldsf(ag + 4 * j), dj = ssd_ldsf(adt + 4 * j);
-                            /* j <= row: g'_row - g'_j <= 0 (g' does not increase) */
-                            fac[nt][v] = j <= row0 ? ssd_ex2(g0 - gj) * dj : 0.0f;
-                            fac[nt][2 + v] = j <= row1 ? ssd_ex2(g1 - gj) * dj : 0.0f;
-                        }
+                        for (int e = 0; e < 4; e++) S[nt][e] *= fac[nt][e];
+                    const uint64_t dXk = wg_desc(sX + 64 * k * 128, Q * 128, 1024);
+                    uint32_t pa[4][4];
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        pa[kk][0] = ssd_pack(T{}, S[2 * kk][0], S[2 * kk][1]);
+                        pa[kk][1] = ssd_pack(T{}, S[2 * kk][2], S[2 * kk][3]);
+                        pa[kk][2] = ssd_pack(T{}, S[2 * kk + 1][0], S[2 * kk + 1][1]);
+                        pa[kk][3] = ssd_pack(T{}, S[2 * kk + 1][2], S[2 * kk + 1][3]);
+                    }
+                    wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+                        Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc_add(dXk, 16 * kk * 128));
+                    wg_commit(); /* waited for with the next S, or below */
+                    if (CBG && (tid & 127) == 0 && ns + 1 < ntile) {
+                        /* the slot of the tile just read gets the tile after the
+                         * next, here where the fence's wait is covered by the
+                         * product just issued.  The fence orders the slot's
+                         * reads (generic proxy, before the warpgroup barrier)
+                         * before the copy's writes (async proxy): without it
+                         * about one tile in 10^5 was read after its refill had
+                         * landed (b 1 L 16384: 2-5 K outputs a run differed
+                         * from wg40's; with it every run is equal bit for bit) */
+                        fence_async_smem();
+                        issue_s(ns + 1);
+                    }
                 }
-                wg_wait<0>(); /* S_k and the previous P X */
-                reg_fence(S);
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) S[nt][e] *= fac[nt][e];
-                const uint64_t dXk = wg_desc(sX + 64 * k * 128, Q * 128, 1024);
-                uint32_t pa[4][4];
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    pa[kk][0] = ssd_pack(T{}, S[2 * kk][0], S[2 * kk][1]);
-                    pa[kk][1] = ssd_pack(T{}, S[2 * kk][2], S[2 * kk][3]);
-                    pa[kk][2] = ssd_pack(T{}, S[2 * kk + 1][0], S[2 * kk + 1][1]);
-                    pa[kk][3] = ssd_pack(T{}, S[2 * kk + 1][2], S[2 * kk + 1][3]);
-                }
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    Wg<T, 64>::rs(&O[r][0][0], pa[kk], wg_desc_add(dXk, 16 * kk * 128));
-                wg_commit(); /* waited for with the next S, or below */
-                if (CBG && (tid & 127) == 0 && ns + 1 < ntile) {
-                    /* the slot of the tile just read gets the tile after the
-                     * next, here where the fence's wait is covered by the
-                     * product just issued.  The fence orders the slot's
-                     * reads (generic proxy, before the warpgroup barrier)
-                     * before the copy's writes (async proxy): without it
-                     * about one tile in 10^5 was read after its refill had
-                     * landed (b 1 L 16384: 2-5 K outputs a run differed
-                     * from wg40's; with it every run is equal bit for bit) */
-                    fence_async_smem();
-                    issue_s(ns + 1);
-                }
+                wg_wait<0>();
+                reg_fence(O[r]);
+                ssd_out_epilogue(O[r], dc, zr, a.has_z, sX, row0, tt, Lc, oh, a.os[1]);
             }
-            wg_wait<0>();
-            reg_fence(O[r]);
-            ssd_out_epilogue(O[r], dc, zr, a.has_z, sX, row0, tt, Lc, oh, a.os[1]);
         }
-    }
+        nbase += ntile;
+    } /* runs */
 #else
     (void)a;
     (void)hpc;
