@@ -251,10 +251,10 @@ int main(void) {
     sf_ctx_set_backend(cpu, SF_BACKEND_REF);
     /* the configurations checked here (the general path, as before, only
      * through the case table of test_ops) */
-    static const char *const c16[] = {"wg8", "wgp8", "fu40", "fnb40", "wgb40", "split"};
+    static const char *const c16[] = {"wg8", "wgp8", "fu40", "fnb40", "wgb40", "wgq", "split"};
     static const char *const c32[] = {"fg32", "fg32s", "fo32", "fq32", "fs32", "split32"};
     int ran = 0;
-    const int f16 = run_dtype(gpu, cpu, SF_BF16, c16, 6, &ran);
+    const int f16 = run_dtype(gpu, cpu, SF_BF16, c16, 7, &ran);
     const int f32 = f16 < 0 ? -1 : run_dtype(gpu, cpu, SF_F32, c32, 6, &ran);
     sf_ctx_destroy(gpu);
     sf_ctx_destroy(cpu);

@@ -3,7 +3,8 @@
  *
  * Two paths, chosen per shape bucket by the autotuner (src/core/autotune.h;
  * configurations wg8 .. wgp16, split, split32, split32l, general, wg20, wg40,
- * fu8, fu40, fs32, fo32, fq32, fg32, fg32s, wgm40, wgb40, fub40, fnb40):
+ * fu8, fu40, fs32, fo32, fq32, fg32, fg32s, wgm40, wgb40, fub40, fnb40, wgq,
+ * fuq):
  *   sm_90a path (ssd_hopper.cuh): 16-bit, dense batches, chunk 128 / 256,
  *     N <= 128 (multiple of 8), P a multiple of 64, aligned rows: warp-scan
  *     cumsum, wgmma chunk states + state scan (or both in one pass,
@@ -17,7 +18,10 @@
  *     instead of a product per head (b1 L16384: 0.569 ms against 0.577
  *     for wgm40 and 0.590 for wg40, stop 14); fub40 / fnb40: the fused
  *     state pass (128 / 64 state columns a block) ahead of that output
- *     kernel (b8 L4096: fub40 1.030 ms against fu40 1.056, stop 14).
+ *     kernel (b8 L4096: fub40 1.030 ms against fu40 1.056, stop 14);
+ *     wgq / fuq: wgb40 / fub40 with the output kernel on one block per SM,
+ *     each over a contiguous range of (b, chunk, P tile, head) units (b1
+ *     L16384 wgq 0.556 ms, b8 L4096 fuq 1.002, stop 14).
  *   general path, everything else (f32 on TF32 mma.sync, varlen, N <= 256),
  *     five launches on the context's stream, no synchronisation:
  *   ssd_seqid        (varlen only) per-token sequence id from seq_idx / cu_seqlens
@@ -697,7 +701,8 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * TMA multicast (wgm40) and that with C B^T computed once per chunk
  * (wgb40), and the fused state pass ahead of that output kernel with 128
  * or 64 state columns per block (fub40, fnb40: the 64-column slices give
- * small batches twice the blocks).  Candidate 0 is the default. */
+ * small batches twice the blocks), and wgb40 / fub40 with the output kernel
+ * balanced over one block per SM (wgq, fuq).  Candidate 0 is the default. */
 static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
