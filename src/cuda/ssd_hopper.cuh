@@ -406,6 +406,38 @@ template <int Q, int NW, int NST> struct SsdFu {
     static constexpr size_t SMEM = NST * (size_t)STAGE + 1024;
 };
 
+/* A chunk-state kernel's half chunk from token j0 (lv valid, zeros past
+ * the sequence's end): X rows by cp.async into the padded tile at shared
+ * address sXa (one commit group), and w_j = 2^(g'_last - g'_j) dt_j into sw. */
+template <int QH, int LDX, typename T>
+static __device__ __forceinline__ void ssd_state_half_xw(uint32_t sXa, const T *Xg, int64_t xs1, int j0, int lv,
+                                                         float *sw, float glast, const float *gwc, const float *dtc,
+                                                         int tid) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma unroll
+    for (int it = 0; it < QH * 8 / 128; it++) {
+        const int i = tid + it * 128, r = i >> 3, cc = i & 7;
+        const bool ok = r < lv;
+        sf_wg::cp_async16_u32(sXa + (r * LDX + cc * 8) * 2, ok ? Xg + (int64_t)(j0 + r) * xs1 + cc * 8 : Xg,
+                              ok ? 16 : 0);
+    }
+    ssd_cp_commit();
+    for (int j = tid; j < QH; j += 128) sw[j] = exp2f(fminf(glast - gwc[j0 + j], 0.0f)) * dtc[j0 + j];
+#endif
+}
+
+/* The 16-bit A fragments of P X from the f32 accumulator S of P (m64n64) */
+template <typename T>
+static __device__ __forceinline__ void ssd_pack_p(uint32_t (&pa)[4][4], const float (&S)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        pa[kk][0] = ssd_pack(T{}, S[2 * kk][0], S[2 * kk][1]);
+        pa[kk][1] = ssd_pack(T{}, S[2 * kk][2], S[2 * kk][3]);
+        pa[kk][2] = ssd_pack(T{}, S[2 * kk + 1][0], S[2 * kk + 1][1]);
+        pa[kk][3] = ssd_pack(T{}, S[2 * kk + 1][2], S[2 * kk + 1][3]);
+    }
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* acc (+)= X^T diag(w) B over one staged half chunk (QH tokens): A = X^T
  * from the padded token-major tile sX (ld LDX; the warp's 16 P rows)
@@ -471,16 +503,7 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
         const int j0 = half * QH, lv = Lc - j0; /* valid tokens of this half (may be <= 0) */
         if (half == 1) __syncthreads(); /* every read of the first half is done */
         load_tile_sw_rs<QH, 128, 128>(sB, Bg + (int64_t)j0 * a.Bs[1], a.Bs[1], lv, a.N / 8, tid);
-#pragma unroll
-        for (int it = 0; it < QH * 8 / 128; it++) {
-            const int i = tid + it * 128, r = i >> 3, cc = i & 7;
-            const bool ok = r < lv;
-            cp_async16_u32(sXa + (r * LDX + cc * 8) * 2,
-                           ok ? Xg + (int64_t)(j0 + r) * a.xs[1] + cc * 8 : Xg, ok ? 16 : 0);
-        }
-        ssd_cp_commit();
-        for (int j = tid; j < QH; j += 128)
-            sw[j] = exp2f(fminf(glast - gwc[j0 + j], 0.0f)) * dtc[j0 + j];
+        ssd_state_half_xw<QH, LDX>(sXa, Xg, a.xs[1], j0, lv, sw, glast, gwc, dtc, tid);
         ssd_cp_wait<0>();
         fence_async_smem();
         __syncthreads();
@@ -557,16 +580,7 @@ __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_la
             mbar_expect_tx(bar, 2u * QH * 128u);
             tma_load4_mc(sB + rank * (QH * 128), &mb, 64 * (int)rank, (int)(t0 + j0), h / a.hpg, b, bar, 0x3);
         }
-#pragma unroll
-        for (int it = 0; it < QH * 8 / 128; it++) {
-            const int i = tid + it * 128, r = i >> 3, cc = i & 7;
-            const bool ok = r < lv;
-            cp_async16_u32(sXa + (r * LDX + cc * 8) * 2,
-                           ok ? Xg + (int64_t)(j0 + r) * a.xs[1] + cc * 8 : Xg, ok ? 16 : 0);
-        }
-        ssd_cp_commit();
-        for (int j = tid; j < QH; j += 128)
-            sw[j] = exp2f(fminf(glast - gwc[j0 + j], 0.0f)) * dtc[j0 + j];
+        ssd_state_half_xw<QH, LDX>(sXa, Xg, a.xs[1], j0, lv, sw, glast, gwc, dtc, tid);
         ssd_cp_wait<0>();
         mbar_wait(bar, 0);
         __syncthreads(); /* X, w and B of this half visible to every thread */
@@ -984,13 +998,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                         for (int e = 0; e < 4; e++) S[nt][e] *= fac[nt][e];
                     const uint64_t dXk = wg_desc(sX + 64 * k * 128, Q * 128, 1024);
                     uint32_t pa[4][4];
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) {
-                        pa[kk][0] = ssd_pack(T{}, S[2 * kk][0], S[2 * kk][1]);
-                        pa[kk][1] = ssd_pack(T{}, S[2 * kk][2], S[2 * kk][3]);
-                        pa[kk][2] = ssd_pack(T{}, S[2 * kk + 1][0], S[2 * kk + 1][1]);
-                        pa[kk][3] = ssd_pack(T{}, S[2 * kk + 1][2], S[2 * kk + 1][3]);
-                    }
+                    ssd_pack_p<T>(pa, S);
                     wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++)

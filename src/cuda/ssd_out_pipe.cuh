@@ -199,13 +199,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                     }
                     /* P buffer k & 1 was last read by P_{k-2} X_{k-2}: done */
                     uint32_t(&Pk)[4][4] = pa[k & 1];
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) {
-                        Pk[kk][0] = ssd_pack(T{}, Sk[2 * kk][0], Sk[2 * kk][1]);
-                        Pk[kk][1] = ssd_pack(T{}, Sk[2 * kk][2], Sk[2 * kk][3]);
-                        Pk[kk][2] = ssd_pack(T{}, Sk[2 * kk + 1][0], Sk[2 * kk + 1][1]);
-                        Pk[kk][3] = ssd_pack(T{}, Sk[2 * kk + 1][2], Sk[2 * kk + 1][3]);
-                    }
+                    ssd_pack_p<T>(Pk, Sk);
                     wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++)
