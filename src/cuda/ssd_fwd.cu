@@ -572,6 +572,15 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
     const int64_t gfu = (int64_t)a.batch * (a.P / 64) * a.H * (fused == 2 ? (a.N + 63) / 64 : 1);
     if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX || gout > INT32_MAX || gfu > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+    /* wgm40: chunk states of head pairs with B multicast in a cluster of two
+     * (checked before anything is launched) */
+    CUtensorMap mb;
+    if (mc && !(a.H % 2 == 0 && a.hpg % 2 == 0 && gst % 2 == 0 &&
+                make_tmap(&mb, std::is_same<T, __nv_bfloat16>::value, a.B, a.N, a.L, a.H / a.hpg, a.batch,
+                          a.Bs[1], a.Bs[2], a.Bs[0], Q / 2)))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_ssd_fwd: configurations wgm40 / wgb40 / wgq need an even number of heads per group and "
+                       "B rows a TMA tensor map takes");
     /* wgb40: first the C B^T tiles once per (b, group, chunk), then the
      * cumsum alongside (it waits for them only at its end) */
     const int64_t gcb = (int64_t)a.batch * (a.H / a.hpg) * a.nc;
@@ -593,14 +602,6 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, float *cst, int hpc, b
                                         : ssd_fused_launch<T, Q, 128, 2>(ctx, a, gfu);
         if (st != SF_OK) return st;
     }
-    /* wgm40: chunk states of head pairs with B multicast in a cluster of two */
-    CUtensorMap mb;
-    if (mc && !(a.H % 2 == 0 && a.hpg % 2 == 0 && gst % 2 == 0 &&
-                make_tmap(&mb, std::is_same<T, __nv_bfloat16>::value, a.B, a.N, a.L, a.H / a.hpg, a.batch,
-                          a.Bs[1], a.Bs[2], a.Bs[0], Q / 2)))
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "sf_ssd_fwd: configurations wgm40 / wgb40 / wgq need an even number of heads per group and "
-                       "B rows a TMA tensor map takes");
     if (!fused && gst > 0 && mc) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_chunk_state_mc<T, Q>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::MC_SMEM));
@@ -686,7 +687,8 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
     return "it takes f16 / bf16 inputs";
 }
 
-/* Candidates of the autotuner: the sm_90a path with 8, 4 or 16 heads per
+/* Candidates of the autotuner (in this order, but for wg8 and wgq, which
+ * swapped places at stop 14): the sm_90a path with 8, 4 or 16 heads per
  * output block (plain or pipelined output kernel), the general path with
  * split states (any dtype, dense batches), the same with ssd_out_sc32 as
  * the output kernel (f32 only; C / B rounded to TF32 in shared memory, or
@@ -702,21 +704,24 @@ static const char *ssd_wg_refusal(sf_ctx *ctx, const ssd_fwd_args &a) {
  * (wgb40), and the fused state pass ahead of that output kernel with 128
  * or 64 state columns per block (fub40, fnb40: the 64-column slices give
  * small batches twice the blocks), and wgb40 / fub40 with the output kernel
- * balanced over one block per SM (wgq, fuq).  Candidate 0 is the default. */
-static const char *const ssd_cand_names[] = {"wg8",     "wg4",     "wg16",  "wgp8",
+ * balanced over one block per SM (wgq, fuq).  Candidate 0 is the default
+ * (no timing, or a graph capture with nothing cached): wgq since stop 14
+ * (H200 2.7B bf16: b1 L16384 0.556 ms, b8 L4096 1.074; wg8, the default
+ * before, took 0.66 / 1.29 at stop 8). */
+static const char *const ssd_cand_names[] = {"wgq",     "wg4",     "wg16",  "wgp8",
                                              "wgp4",    "wgp16",   "split", "split32",
                                              "split32l", "general", "wg20",  "wg40",
                                              "fu8",      "fu40",    "fs32",  "fo32",
                                              "fq32",     "fg32",    "fg32s", "wgm40",
-                                             "wgb40",    "fub40",   "fnb40", "wgq",
+                                             "wgb40",    "fub40",   "fnb40", "wg8",
                                              "fuq"};
 /* -1 split, -2 split32, -3 split32l, -4 fs32, -5 fo32, -6 fq32, -7 fg32,
  * -8 fg32s, 0 general */
-static const int ssd_cand_hpc[] = {8, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40,
-                                   40, 40, 40, 40};
+static const int ssd_cand_hpc[] = {40, 4, 16, 8, 4, 16, -1, -2, -3, 0, 20, 40, 8, 40, -4, -5, -6, -7, -8, 40, 40,
+                                   40, 40, 8, 40};
 static const int SSD_NCAND = 25, SSD_SPLIT = 6, SSD_SPLIT32 = 7, SSD_GENERAL = 9, SSD_WG40 = 11, SSD_FUSED = 12,
                  SSD_FS32 = 14, SSD_FG32 = 17, SSD_WGM40 = 19, SSD_WGB40 = 20, SSD_FUB40 = 21, SSD_FNB40 = 22,
-                 SSD_WGQ = 23, SSD_FUQ = 24;
+                 SSD_WGQ = 0, SSD_FUQ = 24;
 
 struct ssd_tune_ctx {
     ssd_fwd_args *a;
@@ -840,7 +845,12 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
         (ssd_cand_hpc[choice] <= -2 && !sc32) || (choice == SSD_FS32 && !fs32) ||
         (ssd_cand_hpc[choice] <= -5 && !fo32))
         choice = fo32 ? SSD_FG32 : sc32 ? SSD_SPLIT32 : SSD_GENERAL;
-    return ssd_run_cand<T>(ctx, tc, choice);
+    st = ssd_run_cand<T>(ctx, tc, choice);
+    /* the multicast configurations refuse B rows a tensor map cannot take
+     * (before launching anything): the plain wg40 serves those */
+    if (st == SF_ERR_UNSUPPORTED && (choice == SSD_WGM40 || choice == SSD_WGB40 || choice == SSD_WGQ))
+        st = ssd_run_cand<T>(ctx, tc, SSD_WG40);
+    return st;
 }
 
 extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
