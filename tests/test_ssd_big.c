@@ -19,40 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "seqfuse.h"
+#include "gpu_test.h"
 
 enum { H = 64, P = 64, N = 128, Q = 256 };
 static const int64_t L = 524800; /* 2050 chunks; L * H * P > 2^31 */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static double urand(double lo, double hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (finite inputs) */
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) {
-        printf("FAIL host out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
 
 /* Fills `bytes` of device memory with the byte `v` from a host buffer. */
 static sf_status dev_fill(sf_ctx *ctx, void *d, size_t bytes, int v) {
@@ -117,14 +87,6 @@ static int run_dtype(sf_ctx *gpu, sf_ctx *cpu, sf_dtype dt, const char *const *c
         return -1;
     }
     int fails = 0;
-#define CK(call)                                                                        \
-    do {                                                                                \
-        sf_status s_ = (call);                                                          \
-        if (s_ != SF_OK) {                                                              \
-            printf("FAIL %s: %s: %s\n", #call, sf_status_string(s_), sf_ctx_last_error(gpu)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
     CK(sf_malloc(gpu, &ddt, (size_t)L * H * es));
     CK(sf_malloc(gpu, &dB, (size_t)L * N * es));
     CK(sf_malloc(gpu, &dC, (size_t)L * N * es));
@@ -232,7 +194,6 @@ static int run_dtype(sf_ctx *gpu, sf_ctx *cpu, sf_dtype dt, const char *const *c
                ok ? "ok  " : "FAIL", cfgs[ci], err, ferr, (long long)bad, (long long)nonzero);
         fails += !ok;
     }
-#undef CK
     unsetenv("SF_AUTOTUNE_FORCE");
     free(hdt), free(hB), free(hC), free(hx), free(rout), free(rfin), free(gout), free(gfin);
     void *bufs[] = {dx, ddt, dB, dC, dout, dA, dD, dbias, dfin};

@@ -21,48 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "seqfuse.h"
+#include "gpu_test.h"
 
 enum { H = 80, P = 64, N = 128, Q = 256, REPS = 3 };
 static const int64_t L = 16384;
 
-static uint64_t rng = 0x2545f4914f6cdd1dULL;
-static float urand(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((double)(rng >> 11) / 9007199254740992.0);
-}
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) {
-        printf("FAIL host out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
 static sf_ctx *gpu;
-#define CK(call)                                                                                     \
-    do {                                                                                             \
-        sf_status s_ = (call);                                                                       \
-        if (s_ != SF_OK) {                                                                           \
-            printf("FAIL %s: %s: %s\n", #call, sf_status_string(s_), sf_ctx_last_error(gpu));        \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 
 /* n random bf16 values in [lo, hi) on the device */
 static void *dev_rand(size_t n, float lo, float hi) {
     uint16_t *h = xmalloc(n * 2);
-    for (size_t i = 0; i < n; i++) h[i] = to_bf16(urand(lo, hi));
+    for (size_t i = 0; i < n; i++) h[i] = to_bf16((float)urand(lo, hi));
     void *d = NULL;
     CK(sf_malloc(gpu, &d, n * 2));
     CK(sf_memcpy(gpu, d, h, n * 2));
@@ -85,15 +54,16 @@ int main(void) {
         printf("SKIP test_ssd_same: no CUDA device\n");
         return 77;
     }
+    rng = 0x2545f4914f6cdd1dULL;
     const size_t nx = (size_t)L * H * P, nfin = (size_t)H * P * N;
     void *dx = dev_rand(nx, -1.0f, 1.0f), *dz = dev_rand(nx, -2.0f, 2.0f);
     void *ddt = dev_rand((size_t)L * H, -3.0f, 0.5f);
     void *dB = dev_rand((size_t)L * N, -1.0f, 1.0f), *dC = dev_rand((size_t)L * N, -1.0f, 1.0f);
     float hA[H], hD[H], hbias[H];
     for (int h = 0; h < H; h++) {
-        hA[h] = -urand(0.5f, 8.0f);
-        hD[h] = urand(0.5f, 1.5f);
-        hbias[h] = urand(-1.0f, 0.5f);
+        hA[h] = -(float)urand(0.5, 8.0);
+        hD[h] = (float)urand(0.5, 1.5);
+        hbias[h] = (float)urand(-1.0, 0.5);
     }
     void *dA = dev_f32(hA, H), *dD = dev_f32(hD, H), *dbias = dev_f32(hbias, H);
     void *dout = NULL, *dfin = NULL;

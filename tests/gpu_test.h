@@ -1,0 +1,54 @@
+/* gpu_test.h - host helpers of the stand-alone GPU tests (test_ssd_big,
+ * test_ssd_same): a seeded xorshift generator, bf16 conversions, an
+ * allocation that fails the test, and CK, which fails it on any status but
+ * SF_OK (it names the call and the error of the context `gpu` in scope). */
+#ifndef SF_GPU_TEST_H
+#define SF_GPU_TEST_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "seqfuse.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static inline double urand(double lo, double hi) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (finite inputs) */
+    return (uint16_t)(u >> 16);
+}
+static inline float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) {
+        printf("FAIL host out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+#define CK(call)                                                                                     \
+    do {                                                                                             \
+        sf_status s_ = (call);                                                                       \
+        if (s_ != SF_OK) {                                                                           \
+            printf("FAIL %s: %s: %s\n", #call, sf_status_string(s_), sf_ctx_last_error(gpu));        \
+            exit(1);                                                                                 \
+        }                                                                                            \
+    } while (0)
+
+#endif
