@@ -223,9 +223,11 @@ static __device__ __forceinline__ float ssd_silu(float z) {
     return z * __fdividef(1.0f, 1.0f + ssd_ex2(-z * SSD_LOG2E));
 }
 /* The same by one SFU instruction, z sigmoid(z) = h + h tanh(h) with h = z / 2
- * (tanh.approx: absolute error below 2^-10.9, so the gate's error is below
- * |z| 2^-11.9, under a bf16 output's rounding for |z| < 8; used for bf16
- * outputs only: f16 keeps the two-instruction form) */
+ * (tanh.approx: relative error about 2^-11 by the PTX ISA, so an absolute
+ * error below that as |tanh| <= 1, and the gate's below |z| 2^-12: under a
+ * bf16 output's rounding for moderate |z|.  bf16 outputs only: f16 keeps the
+ * two-instruction form.  On the H200 it took the output kernel from 346 to
+ * 308 µs at b 1 L 16384: the epilogue was bound by the SFU) */
 static __device__ __forceinline__ float ssd_silu_tanh(float z) {
     const float h = 0.5f * z;
     float th;
