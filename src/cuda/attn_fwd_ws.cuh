@@ -105,13 +105,15 @@ __device__ __forceinline__ float ex2_poly(float x) {
     return __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
 }
 
-template <int NS>
+/* NV <= NS: only the first NV column groups count (a half tile of
+ * attn_fwd_wsp); the others are neither read nor written. */
+template <int NS, int NV = NS>
 __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
                                            float *alpha, int n0, bool need_mask, const int *rlo,
                                            const int *rhi, int tq, float scale) {
     if (need_mask) {
 #pragma unroll
-        for (int i = 0; i < NS; i++)
+        for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int j = n0 + i * 8 + 2 * tq + (e & 1);
@@ -124,7 +126,7 @@ __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float
     for (int rr = 0; rr < 2; rr++) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < NS; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+        for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         mx = fmaxf(mrow[rr], mx * scale);
@@ -136,21 +138,21 @@ __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
 #pragma unroll
-        for (int i = 0; i < NS; i++)
+        for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
                 s[i][2 * rr + e] = ex2(fmaf(s[i][2 * rr + e], scale, -base[rr]));
         float sum = 0.f;
 #pragma unroll
-        for (int i = 0; i < NS; i++) sum += s[i][2 * rr] + s[i][2 * rr + 1];
+        for (int i = 0; i < NV; i++) sum += s[i][2 * rr] + s[i][2 * rr + 1];
         lrow[rr] = lrow[rr] * alpha[rr] + sum;
     }
 }
 
-template <typename T, int NS>
+template <typename T, int NS, int NV = NS>
 __device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&s)[NS][4]) {
 #pragma unroll
-    for (int kk = 0; kk < NS / 2; kk++) {
+    for (int kk = 0; kk < NV / 2; kk++) {
         pa[kk][0] = MmaOp<T>::pack(s[2 * kk][0], s[2 * kk][1]);
         pa[kk][1] = MmaOp<T>::pack(s[2 * kk][2], s[2 * kk][3]);
         pa[kk][2] = MmaOp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);

@@ -43,6 +43,8 @@
 
 #include "attn_fwd_ws.cuh"
 
+#include <type_traits>
+
 namespace sf_attn {
 
 /* Static schedule of the persistent kernel, built by the host. */
@@ -108,6 +110,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WspTraits<D, BM_, NST, BN_> Tr;
     constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
+    /* half tiles (below): 128-key tiles, d 128, and d 64 with 128-row tiles
+     * (wsp128, the causal choice there).  On the H200 they gave causal d 128
+     * +2-6% and d 64 +1-4%, but the two-bodied loop cost the 192-row d 64
+     * kernel (wsp192, the non-causal choice) 6-9% without any half tile to
+     * take, so it keeps the plain loop. */
+    constexpr bool HD = BN == 128 && (D == 128 || BM == 128);
     constexpr int NQ = Tr::NQ;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -218,6 +226,20 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 const int n = w.n;
                 float s[NS][4];
                 uint32_t pa[NS / 2][4];
+                /* Half tiles (HD): a key tile whose second BN / 2 keys are
+                 * masked for every row of this warpgroup (the causal
+                 * diagonal's upper half for the first 64 rows of a 128-row
+                 * tile) takes the softmax and P V over its first half only:
+                 * the skipped P would be 0, so the output is the same bit for
+                 * bit.  (S stays a full product: a branch between m64n64 and
+                 * m64n128 made ptxas serialise the wgmma pipeline.)  hw: the
+                 * key bound of the warpgroup's last row, the largest of its
+                 * rows (the bounds grow with the row). */
+                int hw = 0;
+                if constexpr (HD) {
+                    int lw;
+                    key_range(min(w.m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
+                }
                 /* S_j = Q K_j^T (issue only) */
                 auto issue_s = [&](int st) {
 #pragma unroll
@@ -228,16 +250,31 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         Wg<T, BN>::ss(&s[0][0], da, db, kk > 0);
                     }
                 };
-                auto issue_pv = [&](int st) {
+                auto issue_pv = [&](int st, auto hp) { /* hp true: P's second half is zero, its keys skipped */
+                    constexpr int KS = decltype(hp)::value && HD ? BN / 32 : BN / 16;
 #pragma unroll
-                    for (int kk = 0; kk < BN / 16; kk++)
+                    for (int kk = 0; kk < KS; kk++)
                         Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc(sV + st * Tr::KVBYTES + kk * 2048, vlbo, vsbo));
+                };
+                auto softmax = [&](int n0, bool hf) {
+                    const bool need_mask = !(n0 >= w.full_lo && n0 + BN <= w.full_hi);
+                    if (HD && hf)
+                        ws_softmax<NS, HD ? NS / 2 : NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                    else
+                        ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                };
+                auto pack = [&](bool hf) {
+                    if (HD && hf)
+                        pack_p<T, NS, HD ? NS / 2 : NS>(pa, s);
+                    else
+                        pack_p<T, NS>(pa, s);
                 };
                 auto release = [&](uint32_t bar) {
                     if (lane == 0) mbar_arrive(bar);
                 };
 
                 /* first key tile: S only */
+                bool hprev; /* the half flag of the tile whose P is in pa */
                 {
                     const int st = (int)(kv % NST);
                     mbar_wait(bKf + 8 * st, (kv / NST) & 1u);
@@ -250,12 +287,17 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     reg_fence(s);
                     release(bKe + 8 * st);
                     const int n0 = (w.t_end - 1) * BN;
-                    const bool need_mask = !(n0 >= w.full_lo && n0 + BN <= w.full_hi);
-                    ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                    const bool hf = HD && hw <= n0 + BN / 2;
+                    softmax(n0, hf);
+                    pack(hf);
+                    hprev = hf;
                 }
-                pack_p<T, NS>(pa, s);
 
-                for (int j = 1; j < n; j++) {
+                /* one pingpong turn: S_j issued, P_{j-1} V_{j-1} (over half the
+                 * keys when hp is true_type: a straight-line body of its own, as
+                 * ptxas serialises wgmma stages that span a branch), the
+                 * softmax of S_j */
+                auto step = [&](auto hp, int j) {
                     const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
                     const int st = (int)(c % NST), ps = (int)(pc % NST);
                     const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
@@ -271,23 +313,30 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     }
                     mbar_wait(bVf + 8 * ps, pph);
                     wg_fence();
-                    issue_pv(ps);
+                    issue_pv(ps, hp);
                     wg_commit();
                     named_arrive(other_bar, 256);
                     wg_wait<1>();
                     reg_fence(s);
                     release(bKe + 8 * st);
                     const int n0 = (w.t_end - 1 - j) * BN;
-                    const bool need_mask = !(n0 >= w.full_lo && n0 + BN <= w.full_hi);
-                    ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                    const bool hf = HD && hw <= n0 + BN / 2;
+                    softmax(n0, hf);
                     wg_wait<0>();
                     reg_fence(o);
                     release(bVe + 8 * ps);
-                    pack_p<T, NS>(pa, s);
+                    pack(hf);
+                    hprev = hf;
+                };
+                for (int j = 1; j < n; j++) {
+                    if (HD && hprev)
+                        step(std::true_type{}, j);
+                    else
+                        step(std::false_type{}, j);
                 }
                 /* last P V; the hand-over always happens (the cycle goes on
                  * into the next tile; the final one is absorbed below) */
-                {
+                auto last_pv = [&](auto hp) {
                     const uint32_t pc = kv + (uint32_t)(n - 1);
                     const int ps = (int)(pc % NST);
 #pragma unroll
@@ -298,13 +347,17 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
                     named_sync(my_bar, 256);
                     wg_fence();
-                    issue_pv(ps);
+                    issue_pv(ps, hp);
                     wg_commit();
                     named_arrive(other_bar, 256);
                     wg_wait<0>();
                     reg_fence(o);
                     release(bVe + 8 * ps);
-                }
+                };
+                if (HD && hprev)
+                    last_pv(std::true_type{});
+                else
+                    last_pv(std::false_type{});
                 kv += (uint32_t)n;
             }
 
