@@ -90,23 +90,10 @@ using sf_wg::named_sync;
 
 /* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
  * -inf (boundary tiles only), new running max m (log2 units), s -> P,
- * partial row sums; returns the rescale factors of O in alpha. */
-/* 2^x on the FMA pipes, for x <= 0 finite (unmasked tiles only: -inf
- * would give ~2^-126, not 0): round x to j + f, |f| <= 1/2, by the 1.5 * 2^23
- * trick, cubic for 2^f (max rel. error 2.1e-4, under the bf16 / f16
- * rounding of P), j added to the exponent field. */
-__device__ __forceinline__ float ex2_poly(float x) {
-    x = fmaxf(x, -126.f); /* keeps the exponent field >= 0 */
-    const float t = x + 12582912.f;
-    const float f = x - (t - 12582912.f);
-    float q = fmaf(0.0548508893f, f, 0.241813799f);
-    q = fmaf(q, f, 0.693248375f);
-    q = fmaf(q, f, 0.999988209f);
-    return __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
-}
-
-/* NV <= NS: only the first NV column groups count (a half tile of
- * attn_fwd_wsp); the others are neither read nor written. */
+ * partial row sums; returns the rescale factors of O in alpha.  NV <= NS:
+ * only the first NV column groups count (a half tile of attn_fwd_wsp); the
+ * others are neither read nor written.  (A quarter of the exponentials by
+ * a cubic on the FMA pipes was tried and measured slower: attn_fwd.cu.) */
 template <int NS, int NV = NS>
 __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
                                            float *alpha, int n0, bool need_mask, const int *rlo,
