@@ -383,6 +383,16 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     const int64_t l2 = cs->l2_bytes > 0 ? (int64_t)cs->l2_bytes : 50LL << 20;
     const int64_t kv_pair = (int64_t)(p.lk > 0 ? p.lk : 1) * p.d * 4;
     int64_t grp = (l2 / 2) / kv_pair;
+    /* Full attention (no causal mask, no window): every query tile of a pair
+     * has the same work, so there is nothing to gain from ordering the
+     * longest tiles first across many pairs, and two pairs a section put the
+     * query tiles of a pair on neighbouring CTAs, which read its K and V
+     * from L2 at the same time.  H200, session 15 (bench/RESULTS.md): d 128
+     * L 512 427 -> 460 TFLOP/s, d 64 L 1024-2048 +3-5%; ncu had the L2-sized
+     * sections at 48% of DRAM throughput over 153 µs against cuDNN's 41%
+     * over 130 µs (K and V read from HBM more than once).  Causal keeps the
+     * L2 rule: two pairs a section cost it 7-11% at L 512-1024. */
+    if (p.wl < 0 && p.wr < 0 && grp > 2) grp = 2;
     if (grp < 1) grp = 1;
     if (grp > bh) grp = bh;
     sf_attn::WspSched sc;

@@ -9,7 +9,9 @@
  * picks G); inside a section the query tile is the outer index, last
  * (longest under a bottom-right causal mask) first, the pair inner, so the
  * K/V of a section is read from HBM once and the long causal tiles start
- * first (longest-processing-time order for the static schedule).
+ * first (longest-processing-time order for the static schedule).  Full
+ * attention (no mask) takes sections of two pairs: its tiles are equal,
+ * and a pair's query tiles then run on neighbouring CTAs at once.
  *
  * Roles are those of attn_fwd_ws (see attn_fwd_ws.cuh); what persistence
  * changes:
