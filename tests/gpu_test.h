@@ -1,5 +1,5 @@
 /* gpu_test.h - host helpers of the stand-alone GPU tests (test_ssd_big,
- * test_ssd_same): a seeded xorshift generator, bf16 conversions, an
+ * test_ssd_same, test_attn_same): a seeded xorshift generator, bf16 conversions, an
  * allocation that fails the test, and CK, which fails it on any status but
  * SF_OK (it names the call and the error of the context `gpu` in scope). */
 #ifndef SF_GPU_TEST_H
