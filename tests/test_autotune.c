@@ -43,6 +43,24 @@ static sf_status run_fake(sf_ctx *ctx, int c, void *arg, double *ms) {
     return SF_OK;
 }
 
+/* two candidates, 1.1 and 1.0 ms, on a machine that gets 0.05 ms slower at
+ * every run (a clock or temperature drift): timed one candidate after the
+ * other, the first would look faster; timed in rounds, the second wins */
+typedef struct {
+    int runs;
+    int seq[64], nseq; /* candidates of the timed runs, in order */
+} drift;
+static sf_status run_drift(sf_ctx *ctx, int c, void *arg, double *ms) {
+    (void)ctx;
+    drift *d = (drift *)arg;
+    const double t = (c == 0 ? 1.1 : 1.0) + 0.05 * d->runs++;
+    if (ms) {
+        *ms = t;
+        if (d->nseq < 64) d->seq[d->nseq++] = c;
+    }
+    return SF_OK;
+}
+
 int main(void) {
     char path[] = "/tmp/sf_autotune_XXXXXX";
     int fd = mkstemp(path);
@@ -131,6 +149,24 @@ int main(void) {
     CHECK(s == SF_ERR_INVALID_ARG && strstr(sf_ctx_last_error(ctx), "t64x2"),
           "an unknown forced name must list the configurations: %s", sf_ctx_last_error(ctx));
     unsetenv("SF_AUTOTUNE_FORCE");
+
+    /* timed runs go in rounds (warm-ups first), so drift does not pick */
+    drift dr;
+    memset(&dr, 0, sizeof dr);
+    const char *dnames[] = {"slow", "fast"};
+    sf_tune_request rd = {"FakeGPU", "attn_fwd", SF_BF16, "drift", 2, dnames, run_drift, &dr, 3, 0};
+    s = sf_autotune(ctx, &rd, &choice, &ran);
+    CHECK(s == SF_OK && choice == 1, "under drift the 1.0 ms candidate must win, chose %d", choice);
+    static const int want[] = {0, 1, 0, 1, 0, 1, 0, 1};
+    int order_ok = dr.nseq == 8;
+    for (int i = 0; order_ok && i < 8; i++) order_ok = dr.seq[i] == want[i];
+    CHECK(order_ok, "timed runs must alternate between the candidates (%d timed runs)", dr.nseq);
+    sf_tune_request big = rd;
+    big.ncand = SF_TUNE_MAX_CAND + 1;
+    big.bucket = "too_many";
+    s = sf_autotune(ctx, &big, &choice, &ran);
+    CHECK(s == SF_ERR_INTERNAL, "more than SF_TUNE_MAX_CAND candidates must be refused: %s",
+          sf_status_string(s));
     sf_ctx_destroy(ctx);
     remove(path);
     printf("%s\n", failures ? "autotune: FAILED" : "autotune: ok");

@@ -126,6 +126,8 @@ int sf_autotune_forced(const char *op) {
 sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *ran) {
     *choice = 0;
     *ran = 0;
+    if (rq->ncand < 1 || rq->ncand > SF_TUNE_MAX_CAND)
+        return sf_fail(ctx, SF_ERR_INTERNAL, "autotune: %d candidates (1 to %d)", rq->ncand, SF_TUNE_MAX_CAND);
     char fb[64];
     const char *force = forced_name(rq->op, fb, sizeof fb);
     if (force) {
@@ -177,20 +179,37 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
     }
     if (rq->no_timing) return SF_OK;
 
+    /* One warm-up run per candidate (its time discarded; it also finds
+     * those that cannot serve), then the timed runs in rounds, one run of
+     * every serving candidate a round, so that a drift of the clock or the
+     * temperature during tuning weighs on all of them alike; the median of
+     * each.  (Until stop 15 each candidate's runs came one after the other;
+     * at d 128 L 2048 attention the tuner's pick then measured ~5% below
+     * the other candidate in bench/gpu_attn.py, notes/attn_persist.md.) */
     int reps = rq->reps < 1 ? 1 : rq->reps > 32 ? 32 : rq->reps;
-    double best = -1, times[32];
-    int best_i = -1;
+    double times[SF_TUNE_MAX_CAND][32];
+    unsigned char serves[SF_TUNE_MAX_CAND];
+    int nserve = 0;
     for (int c = 0; c < rq->ncand; c++) {
         double ms = 0;
-        sf_status st = rq->run(ctx, c, rq->arg, &ms); /* warm-up */
+        sf_status st = rq->run(ctx, c, rq->arg, &ms);
+        serves[c] = st == SF_OK;
         if (st == SF_ERR_UNSUPPORTED) continue;
         if (st != SF_OK) return st;
-        for (int r = 0; r < reps; r++) {
-            st = rq->run(ctx, c, rq->arg, &times[r]);
+        nserve++;
+    }
+    for (int r = 0; r < reps && nserve > 0; r++)
+        for (int c = 0; c < rq->ncand; c++) {
+            if (!serves[c]) continue;
+            sf_status st = rq->run(ctx, c, rq->arg, &times[c][r]);
             if (st != SF_OK) return st;
         }
-        qsort(times, (size_t)reps, sizeof(double), cmp_d);
-        double med = times[reps / 2];
+    double best = -1;
+    int best_i = -1;
+    for (int c = 0; c < rq->ncand; c++) {
+        if (!serves[c]) continue;
+        qsort(times[c], (size_t)reps, sizeof(double), cmp_d);
+        const double med = times[c][reps / 2];
         if (best_i < 0 || med < best) best = med, best_i = c;
     }
     if (best_i < 0)

@@ -27,16 +27,20 @@ extern "C" {
  * Returns SF_OK; SF_ERR_UNSUPPORTED when the candidate cannot serve the
  * problem (the reason on the context: tuning skips it); anything else is a
  * real failure, which ends tuning with that status.  While tuning, every
- * serving candidate runs 1 + reps times; the last run made is always the
+ * serving candidate runs 1 + reps times (an untimed warm-up each, then reps
+ * rounds of one timed run per candidate); the last run made is always the
  * chosen candidate's, untimed, so its outputs are the op's result. */
 typedef sf_status (*sf_tune_run_fn)(sf_ctx *ctx, int cand, void *arg, double *ms);
+
+/* most candidates a request may list (the SSD has 25) */
+#define SF_TUNE_MAX_CAND 64
 
 typedef struct sf_tune_request {
     const char *device;      /* model name, e.g. "NVIDIA H200"            */
     const char *op;          /* e.g. "ssd_fwd"                            */
     sf_dtype dtype;
     const char *bucket;
-    int ncand;
+    int ncand;               /* 1 to SF_TUNE_MAX_CAND                     */
     const char *const *names; /* ncand configuration names (no tabs)      */
     sf_tune_run_fn run;
     void *arg;
