@@ -47,18 +47,23 @@ static __device__ __forceinline__ ssd_hpcb ssd_block_hpcb(const ssd_fwd_args &a,
 struct ssd_out_blk {
     int grp, pt, c, b, h_begin, nh;
 };
-static __device__ __forceinline__ ssd_out_blk ssd_out_block(const ssd_fwd_args &a, int hpc) {
-    const int nsub = (a.hpg + hpc - 1) / hpc, G = a.H / a.hpg, ptiles = a.P / 64;
-    int64_t id = blockIdx.x;
-    ssd_out_blk r;
-    const int sub = (int)(id % nsub);
-    id /= nsub;
+/* group, P tile, chunk and batch row of an output block or unit from its
+ * index over (group, P tile, chunk, batch row), group fastest */
+static __device__ __forceinline__ void ssd_out_gpcb(ssd_out_blk &r, const ssd_fwd_args &a, int64_t id, int G,
+                                                    int ptiles) {
     r.grp = (int)(id % G);
     id /= G;
     r.pt = (int)(id % ptiles);
     id /= ptiles;
     r.c = (int)(id % a.nc);
     r.b = (int)(id / a.nc);
+}
+static __device__ __forceinline__ ssd_out_blk ssd_out_block(const ssd_fwd_args &a, int hpc) {
+    const int nsub = (a.hpg + hpc - 1) / hpc, G = a.H / a.hpg, ptiles = a.P / 64;
+    int64_t id = blockIdx.x;
+    ssd_out_blk r;
+    const int sub = (int)(id % nsub);
+    ssd_out_gpcb(r, a, id / nsub, G, ptiles);
     r.h_begin = r.grp * a.hpg + sub * hpc;
     r.nh = min(hpc, (r.grp + 1) * a.hpg - r.h_begin);
     return r;
@@ -72,12 +77,7 @@ static __device__ __forceinline__ ssd_out_blk ssd_out_unit(const ssd_fwd_args &a
     const int G = a.H / a.hpg, ptiles = a.P / 64, hi = (int)(u % a.hpg);
     int64_t id = u / a.hpg;
     ssd_out_blk r;
-    r.grp = (int)(id % G);
-    id /= G;
-    r.pt = (int)(id % ptiles);
-    id /= ptiles;
-    r.c = (int)(id % a.nc);
-    r.b = (int)(id / a.nc);
+    ssd_out_gpcb(r, a, id, G, ptiles);
     r.h_begin = r.grp * a.hpg + hi;
     r.nh = (int)min((int64_t)(a.hpg - hi), uend - u);
     return r;
