@@ -189,16 +189,14 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
     int reps = rq->reps < 1 ? 1 : rq->reps > 32 ? 32 : rq->reps;
     double times[SF_TUNE_MAX_CAND][32];
     unsigned char serves[SF_TUNE_MAX_CAND];
-    int nserve = 0;
     for (int c = 0; c < rq->ncand; c++) {
         double ms = 0;
         sf_status st = rq->run(ctx, c, rq->arg, &ms);
         serves[c] = st == SF_OK;
         if (st == SF_ERR_UNSUPPORTED) continue;
         if (st != SF_OK) return st;
-        nserve++;
     }
-    for (int r = 0; r < reps && nserve > 0; r++)
+    for (int r = 0; r < reps; r++)
         for (int c = 0; c < rq->ncand; c++) {
             if (!serves[c]) continue;
             sf_status st = rq->run(ctx, c, rq->arg, &times[c][r]);

@@ -388,7 +388,7 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * longest tiles first across many pairs, and two pairs a section put the
      * query tiles of a pair on neighbouring CTAs, which read its K and V
      * from L2 at the same time.  H200, session 15 (bench/RESULTS.md): d 128
-     * L 512 427 -> 460 TFLOP/s, d 64 L 1024-2048 +3-5%; ncu had the L2-sized
+     * L 512 427 -> 449-460 TFLOP/s, d 64 L 1024-2048 +2-5%; ncu had the L2-sized
      * sections at 48% of DRAM throughput over 153 µs against cuDNN's 41%
      * over 130 µs (K and V read from HBM more than once).  Causal keeps the
      * L2 rule: two pairs a section cost it 7-11% at L 512-1024. */
