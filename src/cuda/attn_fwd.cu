@@ -354,10 +354,13 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     /* tile indices t + grid must not overflow an int in the kernel's loop */
     if (ntiles > 0x7fff0000LL) return 0;
     const bool bf = std::is_same<T, __nv_bfloat16>::value;
-    CUtensorMap mq, mk, mv;
-    if (!make_tmaps_qkv(&mq, &mk, &mv, bf, p, BM, Tr::BN)) return 0;
+    /* O: the consumers store their 16-row slices by TMA */
+    CUtensorMap mq, mk, mv, mo;
+    if (!make_tmaps_qkv(&mq, &mk, &mv, bf, p, BM, Tr::BN) ||
+        !make_tmap(&mo, bf, p.o, p.d, p.lq, p.nheads, p.batch, p.o_sr, p.o_sh, p.o_sb, 16))
+        return 0;
     void (*kern)(const FwdParams, const sf_attn::WspSched, const CUtensorMap, const CUtensorMap,
-                 const CUtensorMap) = sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>;
+                 const CUtensorMap, const CUtensorMap) = sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>;
     *st = SF_OK;
     cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM);
@@ -398,7 +401,11 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     sf_attn::WspSched sc;
     sc.ntiles = (int)ntiles;
     sc.group = (int)grp;
-    kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv);
+    sc.d_per = sf_attn::FastDiv::make((uint32_t)(grp * p.n_mtiles));
+    sc.d_group = sf_attn::FastDiv::make((uint32_t)grp);
+    sc.d_heads = sf_attn::FastDiv::make((uint32_t)p.nheads);
+    sc.d_hkv = sf_attn::FastDiv::make((uint32_t)p.heads_per_kv);
+    kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv, mo);
     e = cudaGetLastError();
     if (e != cudaSuccess)
         *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_fwd: attn_fwd_wsp launch: %s", cudaGetErrorString(e));

@@ -35,6 +35,15 @@
  *     taken by consumer 0 after its last tile, so every barrier ends balanced.
  * Per-tile state (running max, sum, O, the row key ranges) is set up at the
  * top of each tile; fully masked rows write 0 and lse -inf as in attn_fwd_ws.
+ * Epilogue: each consumer warp writes its 16 rows of O into the Q buffer by
+ * stmatrix and stores them by TMA (tmo: 16-row boxes), then hands the buffer
+ * back once the store has read it.  The producer's waits sleep in the
+ * try_wait (mbar_wait_sleep) rather than spin.  These three, with the
+ * k-step descriptors by addition and the schedule's divisions by
+ * multiplication (FastDiv), took ~20% of the instructions of d 128 L 512
+ * (ncu: 851 warp instructions a key tile against cuDNN's 662) and gave
+ * d 128 L 512 +11%, L 1024-2048 +4-5%, causal +3-6%, d 64 +1-5% (H200,
+ * bench/RESULTS.md "Stop 16").
  * Instantiated for d 64 (128 or 192 rows, 3 stages), 128 and 256 (128 rows,
  * 2 stages); d 192 spills two registers (8 bytes a tile) and is not used.
  * Registers: the producer's tile loop uses R0-R17 at most of its 24 / 32 (SASS),
@@ -49,10 +58,42 @@
 
 namespace sf_attn {
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using sf_wg::bulk_commit;
+using sf_wg::bulk_wait_read0;
+using sf_wg::mbar_wait_sleep;
+using sf_wg::stmatrix_x4;
+using sf_wg::tma_store4;
+using sf_wg::wg_desc_add;
+#endif
+
+/* n / d for 0 <= n < 2^31 by a multiply and a shift (the magic number of
+ * Granlund and Montgomery, rounded up: mul = ceil(2^(31 + l) / d), l =
+ * ceil(log2 d)); set up on the host.  A division by a runtime int is ~25
+ * instructions, and every warp of the persistent kernel did several per
+ * work tile. */
+struct FastDiv {
+    uint32_t mul, shr; /* mul 0: d is 1 */
+    static FastDiv make(uint32_t d) {
+        FastDiv f{0u, 0u};
+        if (d > 1) {
+            uint32_t l = 0;
+            while ((1ull << l) < d) l++;
+            f.mul = (uint32_t)(((1ull << (31 + l)) + d - 1) / d);
+            f.shr = l - 1;
+        }
+        return f;
+    }
+    __device__ __forceinline__ int div(int n) const {
+        return mul ? (int)(__umulhi((uint32_t)n, mul) >> shr) : n;
+    }
+};
+
 /* Static schedule of the persistent kernel, built by the host. */
 struct WspSched {
     int ntiles;  /* n_mtiles * batch * nheads                                  */
     int group;   /* (batch, head) pairs per L2 section, >= 1                   */
+    FastDiv d_per, d_group, d_heads, d_hkv; /* by group * n_mtiles, group, nheads, heads_per_kv */
 };
 
 template <int D, int BM_, int NST, int BN_ = WsBn<D>::value>
@@ -83,11 +124,11 @@ template <int BM, int BN>
 __device__ __forceinline__ WspTile wsp_tile(const FwdParams &p, const WspSched &sc, int t) {
     const int nm = p.n_mtiles, bh_all = p.batch * p.nheads;
     const int per = sc.group * nm;          /* tiles per full section */
-    const int sec = t / per;
+    const int sec = sc.d_per.div(t);
     const int w = t - sec * per;
     const int g0 = sec * sc.group;
     const int gsz = min(sc.group, bh_all - g0); /* the last section may be short */
-    const int mi = w / gsz;
+    const int mi = gsz == sc.group ? sc.d_group.div(w) : w / gsz;
     const int bh = g0 + (w - mi * gsz);
     WspTile r;
     r.bh = bh;
@@ -108,7 +149,8 @@ __device__ __forceinline__ WspTile wsp_tile(const FwdParams &p, const WspSched &
 template <typename T, int D, int BM_, int NST, int BN_ = WsBn<D>::value>
 __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     attn_fwd_wsp(const FwdParams p, const WspSched sc, const __grid_constant__ CUtensorMap tmq,
-                 const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv) {
+                 const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
+                 const __grid_constant__ CUtensorMap tmo) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WspTraits<D, BM_, NST, BN_> Tr;
     constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
@@ -158,13 +200,13 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 /* use it / NQ of buffer qb waits for the release of use it / NQ - 1
                  * (the first use passes: parity 1 of a fresh barrier) */
                 const uint32_t qpar = ((uint32_t)(it / NQ) & 1u) ^ 1u;
-                const int h = w.bh % p.nheads, b = w.bh / p.nheads;
-                const int hk = h / p.heads_per_kv;
+                const int b = sc.d_heads.div(w.bh), h = w.bh - b * p.nheads;
+                const int hk = sc.d_hkv.div(h);
                 for (int j = 0; j < w.n; j++, kv++) {
                     const int st = (int)(kv % NST);
                     const uint32_t ph = (kv / NST) & 1u;
                     const int n0 = (w.t_end - 1 - j) * BN;
-                    mbar_wait(bKe + 8 * st, ph ^ 1u);
+                    mbar_wait_sleep(bKe + 8 * st, ph ^ 1u);
                     mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
 #pragma unroll
                     for (int c = 0; c < CB; c++)
@@ -172,13 +214,13 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                                   bKf + 8 * st);
                     if (j == 0) {
                         const uint32_t sQ = sbase + qb * Tr::QBYTES;
-                        mbar_wait(bQe + 8 * qb, qpar);
+                        mbar_wait_sleep(bQe + 8 * qb, qpar);
                         mbar_expect_tx(bQf + 8 * qb, Tr::QBYTES);
 #pragma unroll
                         for (int c = 0; c < CB; c++)
                             tma_load4(sQ + c * (BM * 128), &tmq, c * 64, w.m0, h, b, bQf + 8 * qb);
                     }
-                    mbar_wait(bVe + 8 * st, ph ^ 1u);
+                    mbar_wait_sleep(bVe + 8 * st, ph ^ 1u);
                     mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
 #pragma unroll
                     for (int c = 0; c < CB; c++)
@@ -188,7 +230,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 if (w.n == 0) {
                     /* no keys: the consumers only stage zeros in the buffer;
                      * complete its phase without a copy */
-                    mbar_wait(bQe + 8 * qb, qpar);
+                    mbar_wait_sleep(bQe + 8 * qb, qpar);
                     mbar_arrive(bQf + 8 * qb);
                 }
             }
@@ -242,21 +284,25 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     int lw;
                     key_range(min(w.m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
                 }
-                /* S_j = Q K_j^T (issue only) */
+                /* S_j = Q K_j^T (issue only).  The descriptors of the k-steps
+                 * are the tile's first plus a constant (wg_desc_add: one add on
+                 * the address field) rather than built per k-step: ncu counted
+                 * ~100 uniform-datapath instructions a key tile for them. */
+                const uint64_t dq0 = wg_desc(sQ + cw * (64 * 128), 16, 1024);
                 auto issue_s = [&](int st) {
+                    const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
 #pragma unroll
                     for (int kk = 0; kk < D / 16; kk++) {
-                        const uint32_t koff = (kk & 3) * 32;
-                        const uint64_t da = wg_desc(sQ + (kk >> 2) * (BM * 128) + cw * (64 * 128) + koff, 16, 1024);
-                        const uint64_t db = wg_desc(sK + st * Tr::KVBYTES + (kk >> 2) * (BN * 128) + koff, 16, 1024);
-                        Wg<T, BN>::ss(&s[0][0], da, db, kk > 0);
+                        const uint32_t off = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+                        const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+                        Wg<T, BN>::ss(&s[0][0], wg_desc_add(dq0, qoff), wg_desc_add(dk0, off), kk > 0);
                     }
                 };
                 auto issue_pv = [&](int st, auto hp) { /* hp true: P's second half is zero, its keys skipped */
                     constexpr int KS = decltype(hp)::value && HD ? BN / 32 : BN / 16;
+                    const uint64_t dv0 = wg_desc(sV + st * Tr::KVBYTES, vlbo, vsbo);
 #pragma unroll
-                    for (int kk = 0; kk < KS; kk++)
-                        Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc(sV + st * Tr::KVBYTES + kk * 2048, vlbo, vsbo));
+                    for (int kk = 0; kk < KS; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc_add(dv0, kk * 2048));
                 };
                 auto softmax = [&](int n0, bool hf) {
                     const bool need_mask = !(n0 >= w.full_lo && n0 + BN <= w.full_hi);
@@ -363,9 +409,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 kv += (uint32_t)n;
             }
 
-            /* ---- epilogue: normalise, lse, stage in this WG's Q slice ---- */
-            const int h = w.bh % p.nheads, b = w.bh / p.nheads;
-            const int mrows = min(BM, lq - w.m0);
+            /* ---- epilogue: normalise, lse, O through this WG's Q slice ---- */
+            const int b = sc.d_heads.div(w.bh), h = w.bh - b * p.nheads;
             float inv[2];
 #pragma unroll
             for (int rr = 0; rr < 2; rr++) {
@@ -383,44 +428,42 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             }
             /* every wgmma of this warpgroup that read its Q slice has completed */
             named_sync(1 + NC + cw, 128);
-            const int lr0 = cw * 64 + wq * 16 + g; /* tile row of fragment row g */
+            /* O (normalised, 16-bit) into this warp's 16 rows of the Q buffer
+             * by stmatrix, in the swizzled layout of the tensor maps: x4 k
+             * takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15;
+             * lane l addresses row l % 8 of matrix l / 8 (matrix m: rows
+             * 8 (m % 2) + .., block 2k + m / 2) */
+            {
+                const int mi = lane >> 3, rr8 = lane & 7;
+                const int row = cw * 64 + wq * 16 + (mi & 1) * 8 + rr8;
+                const uint32_t lb = sQ + row * 128;
 #pragma unroll
-            for (int i = 0; i < NO; i++) {
-                const int col = i * 8 + 2 * tq;
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++) {
-                    const int r = lr0 + rr * 8;
-                    const uint32_t a = sQ + (col >> 6) * (BM * 128) + r * 128 +
-                                       ((((col >> 3) & 7) ^ (r & 7)) << 4) + (col & 7) * 2;
-                    const uint32_t v = MmaOp<T>::pack(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+                for (int k = 0; k < NO / 2; k++) {
+                    const int cb = 2 * k + (mi >> 1);
+                    const uint32_t a = lb + (cb >> 3) * (BM * 128) + (((cb & 7) ^ rr8) << 4);
+                    stmatrix_x4(a, MmaOp<T>::pack(o[2 * k][0] * inv[0], o[2 * k][1] * inv[0]),
+                                MmaOp<T>::pack(o[2 * k][2] * inv[1], o[2 * k][3] * inv[1]),
+                                MmaOp<T>::pack(o[2 * k + 1][0] * inv[0], o[2 * k + 1][1] * inv[0]),
+                                MmaOp<T>::pack(o[2 * k + 1][2] * inv[1], o[2 * k + 1][3] * inv[1]));
                 }
             }
-            named_sync(1 + NC + cw, 128);
-            T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)w.m0 * p.o_sr +
-                    (int64_t)h * p.o_sh;
-            const int t128 = tid - 128 * wg;
-#pragma unroll
-            for (int k = 0; k < 64 * (D / 8) / 128; k++) {
-                const int i = t128 + k * 128;
-                const int r = cw * 64 + i / (D / 8), c = i % (D / 8);
-                if (r < mrows) {
-                    const uint32_t a = sQ + (c >> 3) * (BM * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-                    uint4 v;
-                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                                 : "r"(a)
-                                 : "memory");
-                    *reinterpret_cast<uint4 *>(og + (int64_t)r * p.o_sr + c * 8) = v;
-                }
-            }
-            /* hand the Q buffer back: this thread's generic-proxy stores and
-             * loads of it are ordered before the next TMA write (async proxy)
-             * by the proxy fence, the warp's by __syncwarp, then one arrival
-             * per warp */
+            /* the warp's rows to global memory by TMA (rows past lq are not
+             * written), then the Q buffer back to the producer once the copy
+             * has read it: the stores are made visible to the async proxy
+             * (fence, every thread), the warp converges, lane 0 issues */
             fence_async_smem();
             __syncwarp();
-            if (lane == 0) mbar_arrive(bQe + 8 * qb);
+            if (lane == 0) {
+                const int wr0 = w.m0 + cw * 64 + wq * 16;
+                if (wr0 < lq) {
+#pragma unroll
+                    for (int c = 0; c < CB; c++)
+                        tma_store4(&tmo, sQ + c * (BM * 128) + (cw * 64 + wq * 16) * 128, c * 64, wr0, h, b);
+                    bulk_commit();
+                    bulk_wait_read0();
+                }
+                mbar_arrive(bQe + 8 * qb);
+            }
         }
         /* the last consumer's final hand-over (or the opening one, if this
          * CTA had no keys at all) is still pending on barrier 1 */
@@ -432,6 +475,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     (void)tmq;
     (void)tmk;
     (void)tmv;
+    (void)tmo;
 #endif
 }
 

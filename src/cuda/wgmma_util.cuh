@@ -61,6 +61,22 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
                      : "memory");
     } while (!done);
 }
+/* mbar_wait for a thread that may wait long (a producer waiting for its
+ * consumers to free a stage): the suspend-time hint (ns) lets the thread
+ * sleep in the try_wait until the phase completes instead of returning at
+ * once and spinning, which took issue slots from the consumer warps on the
+ * same scheduler (ncu, H200: ~40 spin iterations per key tile). */
+__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity), "r"(0x989680u)
+                     : "memory");
+    } while (!done);
+}
 /* Makes mbarrier inits visible to the async proxy (copies completing on
  * them): after the inits, before the block barrier that publishes them. */
 __device__ __forceinline__ void mbar_init_fence() {
@@ -82,6 +98,29 @@ __device__ __forceinline__ void mbar_init_stages(uint32_t bar, int n) {
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* A 4-D tensor-map box from shared address src to global memory (rows past
+ * the map's bounds are not written), in the thread's bulk async-group; the
+ * group committed, and waited for until its shared reads are done (the
+ * buffer may then be written again). */
+__device__ __forceinline__ void tma_store4(const void *map, uint32_t src, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* Four 8 x 8 matrices of 16-bit elements to shared memory: lane l gives the
+ * address of row l % 8 of matrix l / 8 and holds, in r[i], its two
+ * elements of row (l / 4) of matrix i (the accumulator fragment layout). */
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
 
