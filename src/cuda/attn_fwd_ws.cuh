@@ -77,6 +77,7 @@ using sf_wg::mbar_expect_tx;
 using sf_wg::mbar_init;
 using sf_wg::mbar_init_fence;
 using sf_wg::mbar_wait;
+using sf_wg::mbar_wait_sleep;
 __device__ __forceinline__ void tma_load4(uint32_t dst, const void *map, int c0, int c1, int c2,
                                           int c3, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -96,17 +97,33 @@ using sf_wg::named_sync;
  * a cubic on the FMA pipes was tried and measured slower: attn_fwd.cu.) */
 template <int NS, int NV = NS>
 __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
-                                           float *alpha, int n0, bool need_mask, const int *rlo,
+                                           float *alpha, int n0, int need_mask, const int *rlo,
                                            const int *rhi, int tq, float scale) {
+    /* need_mask: 1 the keys past a row's upper bound only (a causal
+     * diagonal, no left window), 2 both bounds.  Compared relative to the
+     * thread's first column, so each test is against an immediate. */
     if (need_mask) {
+        int lo[2], hi[2];
 #pragma unroll
-        for (int i = 0; i < NV; i++)
+        for (int rr = 0; rr < 2; rr++) {
+            lo[rr] = rlo[rr] - n0 - 2 * tq;
+            hi[rr] = rhi[rr] - n0 - 2 * tq;
+        }
+        if (need_mask == 1) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = n0 + i * 8 + 2 * tq + (e & 1);
-                const int rr = e >> 1;
-                if (j < rlo[rr] || j >= rhi[rr]) s[i][e] = -INFINITY;
-            }
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (i * 8 + (e & 1) >= hi[e >> 1]) s[i][e] = -INFINITY;
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = i * 8 + (e & 1);
+                    if (c < lo[e >> 1] || c >= hi[e >> 1]) s[i][e] = -INFINITY;
+                }
+        }
     }
     float base[2];
 #pragma unroll
@@ -205,13 +222,13 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 const int st = j % NST;
                 const uint32_t ph = (uint32_t)(j / NST) & 1u;
                 const int n0 = (t_end - 1 - j) * BN;
-                mbar_wait(bKe + 8 * st, ph ^ 1u);
+                mbar_wait_sleep(bKe + 8 * st, ph ^ 1u);
                 mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
 #pragma unroll
                 for (int c = 0; c < CB; c++)
                     tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
                               bKf + 8 * st);
-                mbar_wait(bVe + 8 * st, ph ^ 1u);
+                mbar_wait_sleep(bVe + 8 * st, ph ^ 1u);
                 mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
 #pragma unroll
                 for (int c = 0; c < CB; c++)
@@ -239,20 +256,22 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         if (n > 0) {
             float s[NS][4];
             uint32_t pa[NS / 2][4];
-            /* S_j = Q K_j^T (issue only) */
+            /* S_j = Q K_j^T (issue only); k-step descriptors by addition
+             * (sf_wg::wg_desc_add), as in attn_fwd_wsp */
+            const uint64_t dq0 = wg_desc(sQ + cw * (64 * 128), 16, 1024);
             auto issue_s = [&](int st) {
+                const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
-                    const uint32_t koff = (kk & 3) * 32;
-                    const uint64_t da = wg_desc(sQ + (kk >> 2) * (BM * 128) + cw * (64 * 128) + koff, 16, 1024);
-                    const uint64_t db = wg_desc(sK + st * Tr::KVBYTES + (kk >> 2) * (BN * 128) + koff, 16, 1024);
-                    Wg<T, BN>::ss(&s[0][0], da, db, kk > 0);
+                    const uint32_t off = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+                    const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+                    Wg<T, BN>::ss(&s[0][0], sf_wg::wg_desc_add(dq0, qoff), sf_wg::wg_desc_add(dk0, off), kk > 0);
                 }
             };
             auto issue_pv = [&](int st) {
+                const uint64_t dv0 = wg_desc(sV + st * Tr::KVBYTES, vlbo, vsbo);
 #pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc(sV + st * Tr::KVBYTES + kk * 2048, vlbo, vsbo));
+                for (int kk = 0; kk < BN / 16; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], sf_wg::wg_desc_add(dv0, kk * 2048));
             };
             auto release = [&](uint32_t bar) {
                 if (lane == 0) mbar_arrive(bar);
@@ -275,7 +294,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             release(bKe);
             {
                 const int n0 = (t_end - 1) * BN;
-                const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
+                const int need_mask = n0 < full_lo ? 2 : (n0 + BN > full_hi ? 1 : 0);
                 ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
             }
             pack_p<T, NS>(pa, s);
@@ -302,7 +321,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 reg_fence(s);
                 release(bKe + 8 * st);
                 const int n0 = (t_end - 1 - j) * BN;
-                const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
+                const int need_mask = n0 < full_lo ? 2 : (n0 + BN > full_hi ? 1 : 0);
                 ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
                 wg_wait<0>();
                 reg_fence(o);
