@@ -61,6 +61,11 @@ template <int D, int BM_, int NST, int BN_ = WsBn<D>::value> struct WsTraits {
     /* registers: 64K per SM shared by the producer and NC consumers */
     static constexpr int REG_P = NC == 2 ? 24 : 32, REG_C = NC == 2 ? 240 : 160;
     static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
+    /* lazy rescaling of O (ws_softmax): on the H200 (session 16, pinned A/B)
+     * +1-9% for 192-row d 64 tiles, +0-10% at d 128, +1-12% for attn_fwd_ws
+     * at d 128 / 256 from L 4096, but 3-7% slower for 128-row d 64 tiles,
+     * which keep the eager form */
+    static constexpr bool LAZY = !(D == 64 && BM == 128);
     static constexpr int BAR_OFF = QBYTES + 2 * NST * KVBYTES;
     /* tiles, 1 + 4 * NST mbarriers, 1 KiB to align the base to 1024 */
     static constexpr size_t SMEM = (size_t)BAR_OFF + (1 + 4 * NST) * 8 + 1024;
@@ -91,12 +96,13 @@ using sf_wg::named_sync;
 
 /* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
  * -inf (boundary tiles only), new running max m (log2 units), s -> P,
- * partial row sums; returns the rescale factors of O in alpha.  NV <= NS:
+ * partial row sums; returns the rescale factors of O in alpha, and whether
+ * O needs them (false: alpha is 1, see the lazy rescaling below).  NV <= NS:
  * only the first NV column groups count (a half tile of attn_fwd_wsp); the
  * others are neither read nor written.  (A quarter of the exponentials by
  * a cubic on the FMA pipes was tried and measured slower: attn_fwd.cu.) */
-template <int NS, int NV = NS>
-__device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
+template <int NS, int NV = NS, bool LAZY = true>
+__device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
                                            float *alpha, int n0, int need_mask, const int *rlo,
                                            const int *rhi, int tq, float scale) {
     /* need_mask: 1 the keys past a row's upper bound only (a causal
@@ -126,18 +132,47 @@ __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float
         }
     }
     float base[2];
+    bool keep = false;
+    if constexpr (!LAZY) {
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        float mx = -INFINITY;
+        for (int rr = 0; rr < 2; rr++) {
+            float mx = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(mrow[rr], mx * scale);
-        /* base 0 while the row has seen nothing: exps stay 0, no NaN */
-        base[rr] = mx == -INFINITY ? 0.f : mx;
-        alpha[rr] = ex2(mrow[rr] - base[rr]);
-        mrow[rr] = mx;
+            for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = fmaxf(mrow[rr], mx * scale);
+            /* base 0 while the row has seen nothing: exps stay 0, no NaN */
+            base[rr] = mx == -INFINITY ? 0.f : mx;
+            alpha[rr] = ex2(mrow[rr] - base[rr]);
+            mrow[rr] = mx;
+        }
+    } else {
+        float mt[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mt[rr] = fmaxf(mrow[rr], mx * scale);
+        }
+        /* Lazy rescaling: while no row of the warp has grown past its
+         * running max by more than 8 (log2 units), the warp keeps the old
+         * max (P <= 2^8, harmless in fp32 sums and 16-bit P), alpha is 1 and
+         * the caller skips the rescale of O; O / l and lse are the same (both
+         * use the kept max).  A row that has seen nothing (max -inf) keeps
+         * only while it still has nothing.  Warp-uniform, so the caller's
+         * skip is a uniform branch. */
+        keep = __all_sync(0xffffffffu, mt[0] <= mrow[0] + 8.f && mt[1] <= mrow[1] + 8.f);
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const float m = keep ? mrow[rr] : mt[rr];
+            base[rr] = m == -INFINITY ? 0.f : m;
+            alpha[rr] = keep ? 1.f : ex2(mrow[rr] - base[rr]);
+            mrow[rr] = m;
+        }
     }
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
@@ -151,6 +186,7 @@ __device__ __forceinline__ void ws_softmax(float (&s)[NS][4], float *mrow, float
         for (int i = 0; i < NV; i++) sum += s[i][2 * rr] + s[i][2 * rr + 1];
         lrow[rr] = lrow[rr] * alpha[rr] + sum;
     }
+    return !keep;
 }
 
 template <typename T, int NS, int NV = NS>
@@ -292,10 +328,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             wg_wait<0>();
             reg_fence(s);
             release(bKe);
+            bool resc; /* O needs alpha before the next P V (ws_softmax) */
             {
                 const int n0 = (t_end - 1) * BN;
                 const int need_mask = n0 < full_lo ? 2 : (n0 + BN > full_hi ? 1 : 0);
-                ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
             }
             pack_p<T, NS>(pa, s);
 
@@ -307,10 +344,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 wg_fence();
                 issue_s(st);
                 wg_commit();
+                if (!Tr::LAZY || resc) {
 #pragma unroll
-                for (int i = 0; i < NO; i++) {
-                    o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                    o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                    for (int i = 0; i < NO; i++) {
+                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                    }
                 }
                 mbar_wait(bVf + 8 * ps, pph);
                 wg_fence();
@@ -322,7 +361,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 release(bKe + 8 * st);
                 const int n0 = (t_end - 1 - j) * BN;
                 const int need_mask = n0 < full_lo ? 2 : (n0 + BN > full_hi ? 1 : 0);
-                ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
                 wg_wait<0>();
                 reg_fence(o);
                 release(bVe + 8 * ps);
@@ -332,10 +371,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             {
                 const int ps = (n - 1) % NST;
                 const uint32_t pph = (uint32_t)((n - 1) / NST) & 1u;
+                if (!Tr::LAZY || resc) {
 #pragma unroll
-                for (int i = 0; i < NO; i++) {
-                    o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                    o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                    for (int i = 0; i < NO; i++) {
+                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                    }
                 }
                 mbar_wait(bVf + 8 * ps, pph);
                 named_sync(my_bar, 256);

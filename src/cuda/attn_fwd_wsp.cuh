@@ -307,9 +307,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 auto softmax = [&](int n0, bool hf) {
                     const int need_mask = n0 < w.full_lo ? 2 : (n0 + BN > w.full_hi ? 1 : 0);
                     if (HD && hf)
-                        ws_softmax<NS, HD ? NS / 2 : NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
-                    else
-                        ws_softmax<NS>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                        return ws_softmax<NS, HD ? NS / 2 : NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo,
+                                                                         rhi, tq, scale);
+                    return ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
                 };
                 auto pack = [&](bool hf) {
                     if (HD && hf)
@@ -323,6 +323,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 
                 /* first key tile: S only */
                 bool hprev; /* the half flag of the tile whose P is in pa */
+                bool resc;  /* O needs alpha before that P V (ws_softmax) */
                 {
                     const int st = (int)(kv % NST);
                     mbar_wait(bKf + 8 * st, (kv / NST) & 1u);
@@ -336,7 +337,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     release(bKe + 8 * st);
                     const int n0 = (w.t_end - 1) * BN;
                     const bool hf = HD && hw <= n0 + BN / 2;
-                    softmax(n0, hf);
+                    resc = softmax(n0, hf);
                     pack(hf);
                     hprev = hf;
                 }
@@ -354,10 +355,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     wg_fence();
                     issue_s(st);
                     wg_commit();
+                    if (!Tr::LAZY || resc) {
 #pragma unroll
-                    for (int i = 0; i < NO; i++) {
-                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                        for (int i = 0; i < NO; i++) {
+                            o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                            o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                        }
                     }
                     mbar_wait(bVf + 8 * ps, pph);
                     wg_fence();
@@ -369,7 +372,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     release(bKe + 8 * st);
                     const int n0 = (w.t_end - 1 - j) * BN;
                     const bool hf = HD && hw <= n0 + BN / 2;
-                    softmax(n0, hf);
+                    resc = softmax(n0, hf);
                     wg_wait<0>();
                     reg_fence(o);
                     release(bVe + 8 * ps);
@@ -387,10 +390,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 auto last_pv = [&](auto hp) {
                     const uint32_t pc = kv + (uint32_t)(n - 1);
                     const int ps = (int)(pc % NST);
+                    if (!Tr::LAZY || resc) {
 #pragma unroll
-                    for (int i = 0; i < NO; i++) {
-                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                        for (int i = 0; i < NO; i++) {
+                            o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+                            o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+                        }
                     }
                     mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
                     named_sync(my_bar, 256);
