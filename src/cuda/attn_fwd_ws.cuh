@@ -199,6 +199,26 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&
         pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
 }
+/* O (times inv per row, 16-bit) into the warp's 16 rows of a 128-byte-
+ * swizzled BM-row tile at sq (the layout of the tensor maps) by stmatrix:
+ * x4 k takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15; lane l
+ * addresses row l % 8 of matrix l / 8 (matrix m: rows 8 (m % 2) + ..,
+ * block 2k + m / 2).  row0: the warp's first tile row (a multiple of 16). */
+template <typename T, int NO, int BM>
+__device__ __forceinline__ void stage_o(uint32_t sq, const float (&o)[NO][4], const float *inv, int row0,
+                                        int lane) {
+    const int mi = lane >> 3, rr8 = lane & 7;
+    const uint32_t lb = sq + (row0 + (mi & 1) * 8 + rr8) * 128;
+#pragma unroll
+    for (int k = 0; k < NO / 2; k++) {
+        const int cb = 2 * k + (mi >> 1);
+        const uint32_t a = lb + (cb >> 3) * (BM * 128) + (((cb & 7) ^ rr8) << 4);
+        sf_wg::stmatrix_x4(a, MmaOp<T>::pack(o[2 * k][0] * inv[0], o[2 * k][1] * inv[0]),
+                           MmaOp<T>::pack(o[2 * k][2] * inv[1], o[2 * k][3] * inv[1]),
+                           MmaOp<T>::pack(o[2 * k + 1][0] * inv[0], o[2 * k + 1][1] * inv[0]),
+                           MmaOp<T>::pack(o[2 * k + 1][2] * inv[1], o[2 * k + 1][3] * inv[1]));
+    }
+}
 #endif
 
 /* attn_fwd_ws: see the file comment.  tmq/tmk/tmv map (d, rows, heads,
@@ -410,19 +430,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         }
         /* every wgmma of this warpgroup that read its Q slice has completed */
         named_sync(1 + NC + cw, 128);
-        const int lr0 = cw * 64 + wq * 16 + g; /* tile row of fragment row g */
-#pragma unroll
-        for (int i = 0; i < NO; i++) {
-            const int col = i * 8 + 2 * tq;
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                const int r = lr0 + rr * 8;
-                const uint32_t a = sQ + (col >> 6) * (BM * 128) + r * 128 +
-                                   ((((col >> 3) & 7) ^ (r & 7)) << 4) + (col & 7) * 2;
-                const uint32_t v = MmaOp<T>::pack(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
-            }
-        }
+        stage_o<T, NO, BM>(sQ, o, inv, cw * 64 + wq * 16, lane);
         named_sync(1 + NC + cw, 128);
         T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)m0 * p.o_sr +
                 (int64_t)h * p.o_sh;

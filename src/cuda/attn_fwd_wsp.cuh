@@ -62,7 +62,6 @@ namespace sf_attn {
 using sf_wg::bulk_commit;
 using sf_wg::bulk_wait_read0;
 using sf_wg::mbar_wait_sleep;
-using sf_wg::stmatrix_x4;
 using sf_wg::tma_store4;
 using sf_wg::wg_desc_add;
 #endif
@@ -447,25 +446,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             }
             /* every wgmma of this warpgroup that read its Q slice has completed */
             named_sync(1 + NC + cw, 128);
-            /* O (normalised, 16-bit) into this warp's 16 rows of the Q buffer
-             * by stmatrix, in the swizzled layout of the tensor maps: x4 k
-             * takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15;
-             * lane l addresses row l % 8 of matrix l / 8 (matrix m: rows
-             * 8 (m % 2) + .., block 2k + m / 2) */
-            {
-                const int mi = lane >> 3, rr8 = lane & 7;
-                const int row = cw * 64 + wq * 16 + (mi & 1) * 8 + rr8;
-                const uint32_t lb = sQ + row * 128;
-#pragma unroll
-                for (int k = 0; k < NO / 2; k++) {
-                    const int cb = 2 * k + (mi >> 1);
-                    const uint32_t a = lb + (cb >> 3) * (BM * 128) + (((cb & 7) ^ rr8) << 4);
-                    stmatrix_x4(a, MmaOp<T>::pack(o[2 * k][0] * inv[0], o[2 * k][1] * inv[0]),
-                                MmaOp<T>::pack(o[2 * k][2] * inv[1], o[2 * k][3] * inv[1]),
-                                MmaOp<T>::pack(o[2 * k + 1][0] * inv[0], o[2 * k + 1][1] * inv[0]),
-                                MmaOp<T>::pack(o[2 * k + 1][2] * inv[1], o[2 * k + 1][3] * inv[1]));
-                }
-            }
+            /* O (normalised, 16-bit) into this warp's 16 rows of the Q buffer */
+            stage_o<T, NO, BM>(sQ, o, inv, cw * 64 + wq * 16, lane);
             /* the warp's rows to global memory by TMA (rows past lq are not
              * written), then the Q buffer back to the producer once the copy
              * has read it: the stores are made visible to the async proxy
