@@ -53,6 +53,7 @@
 #define SF_ATTN_FWD_WSP_CUH
 
 #include "attn_fwd_ws.cuh"
+#include "fastdiv.h"
 
 #include <type_traits>
 
@@ -65,28 +66,6 @@ using sf_wg::mbar_wait_sleep;
 using sf_wg::tma_store4;
 using sf_wg::wg_desc_add;
 #endif
-
-/* n / d for 0 <= n < 2^31 by a multiply and a shift (the magic number of
- * Granlund and Montgomery, rounded up: mul = ceil(2^(31 + l) / d), l =
- * ceil(log2 d)); set up on the host.  A division by a runtime int is ~25
- * instructions, and every warp of the persistent kernel did several per
- * work tile. */
-struct FastDiv {
-    uint32_t mul, shr; /* mul 0: d is 1 */
-    static FastDiv make(uint32_t d) {
-        FastDiv f{0u, 0u};
-        if (d > 1) {
-            uint32_t l = 0;
-            while ((1ull << l) < d) l++;
-            f.mul = (uint32_t)(((1ull << (31 + l)) + d - 1) / d);
-            f.shr = l - 1;
-        }
-        return f;
-    }
-    __device__ __forceinline__ int div(int n) const {
-        return mul ? (int)(__umulhi((uint32_t)n, mul) >> shr) : n;
-    }
-};
 
 /* Static schedule of the persistent kernel, built by the host. */
 struct WspSched {
