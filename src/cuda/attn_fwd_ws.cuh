@@ -131,17 +131,22 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
                 }
         }
     }
+    /* the row's new running max (log2 units): this tile's max over the
+     * quad, scaled, against the old one */
+    auto row_max = [&](int rr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        return fmaxf(mrow[rr], mx * scale);
+    };
     float base[2];
     bool keep = false;
     if constexpr (!LAZY) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            mx = fmaxf(mrow[rr], mx * scale);
+            const float mx = row_max(rr);
             /* base 0 while the row has seen nothing: exps stay 0, no NaN */
             base[rr] = mx == -INFINITY ? 0.f : mx;
             alpha[rr] = ex2(mrow[rr] - base[rr]);
@@ -150,14 +155,7 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
     } else {
         float mt[2];
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < NV; i++) mx = fmaxf(mx, fmaxf(s[i][2 * rr], s[i][2 * rr + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            mt[rr] = fmaxf(mrow[rr], mx * scale);
-        }
+        for (int rr = 0; rr < 2; rr++) mt[rr] = row_max(rr);
         /* Lazy rescaling: while no row of the warp has grown past its
          * running max by more than 8 (log2 units), the warp keeps the old
          * max (P <= 2^8, harmless in fp32 sums and 16-bit P), alpha is 1 and

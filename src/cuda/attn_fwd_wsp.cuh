@@ -37,7 +37,9 @@
  * top of each tile; fully masked rows write 0 and lse -inf as in attn_fwd_ws.
  * Epilogue: each consumer warp writes its 16 rows of O into the Q buffer by
  * stmatrix and stores them by TMA (tmo: 16-row boxes), then hands the buffer
- * back once the store has read it.  The producer's waits sleep in the
+ * back once the store has read it (with two Q buffers only after the next
+ * tile's first S, so the warp does not wait for the copy).  The producer's
+ * waits sleep in the
  * try_wait (mbar_wait_sleep) rather than spin.  These three, with the
  * k-step descriptors by addition and the schedule's divisions by
  * multiplication (FastDiv), took ~20% of the instructions of d 128 L 512
