@@ -197,6 +197,15 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&
         pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
 }
+/* O *= alpha per row (fragment rows g and g + 8) */
+template <int NO> __device__ __forceinline__ void scale_o(float (&o)[NO][4], const float *alpha) {
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
+    }
+}
+
 /* O (times inv per row, 16-bit) into the warp's 16 rows of a 128-byte-
  * swizzled BM-row tile at sq (the layout of the tensor maps) by stmatrix:
  * x4 k takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15; lane l
@@ -362,13 +371,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 wg_fence();
                 issue_s(st);
                 wg_commit();
-                if (!Tr::LAZY || resc) {
-#pragma unroll
-                    for (int i = 0; i < NO; i++) {
-                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
-                    }
-                }
+                if (!Tr::LAZY || resc) scale_o(o, alpha);
                 mbar_wait(bVf + 8 * ps, pph);
                 wg_fence();
                 issue_pv(ps);
@@ -389,13 +392,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             {
                 const int ps = (n - 1) % NST;
                 const uint32_t pph = (uint32_t)((n - 1) / NST) & 1u;
-                if (!Tr::LAZY || resc) {
-#pragma unroll
-                    for (int i = 0; i < NO; i++) {
-                        o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                        o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
-                    }
-                }
+                if (!Tr::LAZY || resc) scale_o(o, alpha);
                 mbar_wait(bVf + 8 * ps, pph);
                 named_sync(my_bar, 256);
                 wg_fence();

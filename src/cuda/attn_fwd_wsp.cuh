@@ -349,13 +349,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     wg_fence();
                     issue_s(st);
                     wg_commit();
-                    if (!Tr::LAZY || resc) {
-#pragma unroll
-                        for (int i = 0; i < NO; i++) {
-                            o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                            o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
-                        }
-                    }
+                    if (!Tr::LAZY || resc) scale_o(o, alpha);
                     mbar_wait(bVf + 8 * ps, pph);
                     wg_fence();
                     issue_pv(ps, hp);
@@ -384,13 +378,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 auto last_pv = [&](auto hp) {
                     const uint32_t pc = kv + (uint32_t)(n - 1);
                     const int ps = (int)(pc % NST);
-                    if (!Tr::LAZY || resc) {
-#pragma unroll
-                        for (int i = 0; i < NO; i++) {
-                            o[i][0] *= alpha[0]; o[i][1] *= alpha[0];
-                            o[i][2] *= alpha[1]; o[i][3] *= alpha[1];
-                        }
-                    }
+                    if (!Tr::LAZY || resc) scale_o(o, alpha);
                     mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
                     named_sync(my_bar, 256);
                     wg_fence();
