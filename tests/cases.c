@@ -102,6 +102,14 @@ const sfc_case sfc_cases[] = {
     {"attn_causal_nokey_tiles", SFC_ATTN_FWD, 6, .H = 8, .Lq = 400, .Lk = 100, .Hkv = 2, .d = 64, .causal = 1},
     {"attn_causal_nokey_d128", SFC_ATTN_FWD, 6, .H = 8, .Lq = 300, .Lk = 200, .Hkv = 4, .d = 128, .causal = 1},
     {"attn_causal_nokey_d256", SFC_ATTN_FWD, 4, .H = 12, .Lq = 260, .Lk = 180, .Hkv = 4, .d = 256, .causal = 1},
+    /* sharp softmax (12 / sqrt(d): scores of ~17 log2 units' spread): row
+     * maxima grow by more than 2^8 from one key tile to the next, so the
+     * GPU kernels' lazy rescaling takes its rescale branch mid-row, not only
+     * on the first tile */
+    {"attn_sharp_d64", SFC_ATTN_FWD, 2, .H = 4, .Lq = 700, .Lk = 700, .Hkv = 2, .d = 64, .ascale = 12.f},
+    {"attn_sharp_d128_causal", SFC_ATTN_FWD, 1, .H = 4, .Lq = 600, .Lk = 600, .Hkv = 4, .d = 128, .causal = 1,
+     .ascale = 12.f},
+    {"attn_sharp_d256", SFC_ATTN_FWD, 1, .H = 2, .Lq = 333, .Lk = 400, .Hkv = 1, .d = 256, .ascale = 12.f},
     {"attn_llm", SFC_ATTN_FWD, 1, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128, .causal = 1, .big = 1},
     {"attn_vit", SFC_ATTN_FWD, 16, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1},
 
@@ -574,6 +582,7 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->q = VW(Q), p->k = VW(K), p->v = VW(V), p->out = VW(AO), p->lse = VW(LSE);
         p->cu_seqlens_q = VW(CUQ), p->cu_seqlens_k = VW(CUK);
         p->causal = c->causal;
+        p->softmax_scale = c->ascale > 0.f ? c->ascale / sqrtf((float)c->d) : 0.f;
         p->window_left = c->wl == 0 && c->wr == 0 ? -1 : c->wl;
         p->window_right = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
         p->backend = be;
@@ -670,7 +679,7 @@ static float round_to(sf_dtype dt, float v) {
  * relative error against the reference.  Ours must be at most twice it. */
 static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
     const int64_t H = c->H, Hkv = c->Hkv, d = c->d, grp = H / Hkv;
-    const double scale = 1.0 / sqrt((double)d);
+    const double scale = (c->ascale > 0.f ? c->ascale : 1.0) / sqrt((double)d);
     const int32_t *cq = t[CUQ].present ? (const int32_t *)t[CUQ].h : NULL;
     const int32_t *ck = t[CUK].present ? (const int32_t *)t[CUK].h : NULL;
     const float *q = t[Q].ref, *k = t[K].ref, *v = t[V].ref, *ref = t[AO].ref;

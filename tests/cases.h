@@ -35,6 +35,7 @@ typedef struct sfc_case {
     /* attention: b, H above; */
     int Lq, Lk, Hkv, d, causal, wl, wr;
     int attn_varlen; /* cu_seqlens: per-sequence (Lq, Lk) from qlens/klens  */
+    float ascale;    /* softmax scale in units of 1/sqrt(d); 0: the default   */
     int qlens[8], klens[8];
     /* conv1d (fwd, update): b, L, init, final, varlen 2 + seqlens/nseq,
      * nslots above; channels, kernel width, SiLU, bias */
