@@ -94,6 +94,13 @@ __device__ __forceinline__ void tma_load4(uint32_t dst, const void *map, int c0,
 using sf_wg::named_arrive;
 using sf_wg::named_sync;
 
+/* ws_softmax's need_mask for the key tile [n0, n0 + bn) of a query tile
+ * whose rows all see [full_lo, full_hi): 2 when a row's lower bound can fall
+ * inside, else 1 when an upper bound can, else 0 */
+__device__ __forceinline__ int mask_kind(int n0, int bn, int full_lo, int full_hi) {
+    return n0 < full_lo ? 2 : (n0 + bn > full_hi ? 1 : 0);
+}
+
 /* Online softmax on a raw 16 x (8*NS) score fragment, scale > 0: mask to
  * -inf (boundary tiles only), new running max m (log2 units), s -> P,
  * partial row sums; returns the rescale factors of O in alpha, and whether
@@ -358,7 +365,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             bool resc; /* O needs alpha before the next P V (ws_softmax) */
             {
                 const int n0 = (t_end - 1) * BN;
-                const int need_mask = n0 < full_lo ? 2 : (n0 + BN > full_hi ? 1 : 0);
+                const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
                 resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
             }
             pack_p<T, NS>(pa, s);
@@ -381,7 +388,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 reg_fence(s);
                 release(bKe + 8 * st);
                 const int n0 = (t_end - 1 - j) * BN;
-                const int need_mask = n0 < full_lo ? 2 : (n0 + BN > full_hi ? 1 : 0);
+                const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
                 resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
                 wg_wait<0>();
                 reg_fence(o);

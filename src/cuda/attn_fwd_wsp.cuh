@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     for (int kk = 0; kk < KS; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc_add(dv0, kk * 2048));
                 };
                 auto softmax = [&](int n0, bool hf) {
-                    const int need_mask = n0 < w.full_lo ? 2 : (n0 + BN > w.full_hi ? 1 : 0);
+                    const int need_mask = mask_kind(n0, BN, w.full_lo, w.full_hi);
                     if (HD && hf)
                         return ws_softmax<NS, HD ? NS / 2 : NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo,
                                                                          rhi, tq, scale);

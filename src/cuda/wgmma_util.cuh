@@ -65,7 +65,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
  * consumers to free a stage): the suspend-time hint (ns) lets the thread
  * sleep in the try_wait until the phase completes instead of returning at
  * once and spinning, which took issue slots from the consumer warps on the
- * same scheduler (ncu, H200: ~40 spin iterations per key tile). */
+ * same scheduler (ncu, H200: 117-187 iterations per wait, 92 warp
+ * instructions per key tile and consumer warp). */
 __device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity) {
     uint32_t done;
     do {
@@ -102,9 +103,9 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
 }
 
 /* A 4-D tensor-map box from shared address src to global memory (rows past
- * the map's bounds are not written), in the thread's bulk async-group; the
- * group committed, and waited for until its shared reads are done (the
- * buffer may then be written again). */
+ * the map's bounds are not written), in the thread's bulk async-group;
+ * bulk_commit closes the group, bulk_wait_read0 waits until every committed
+ * group has read its shared source (the buffer may then be written again). */
 __device__ __forceinline__ void tma_store4(const void *map, uint32_t src, int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
                      reinterpret_cast<uint64_t>(map)),
