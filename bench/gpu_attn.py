@@ -79,6 +79,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternating rounds of ours and the peers per point; each reports its median")
     a = ap.parse_args()
+    a.rounds = max(1, a.rounds)
     gpu = torch.cuda.get_device_name()
     date = time.strftime("%Y-%m-%d")
     Ls = [512, 4096, 16384] if a.quick else [512, 1024, 2048, 4096, 8192, 16384]
@@ -95,7 +96,7 @@ def main():
     if not a.no_vit:
         points.append((256, 196, 12, 64, False))  # ViT-B/16
     for B, L, H, d, causal in points:
-        flops, r = run_point(B, L, H, d, causal, dtype=getattr(torch, a.dtype), rounds=max(1, a.rounds))
+        flops, r = run_point(B, L, H, d, causal, dtype=getattr(torch, a.dtype), rounds=a.rounds)
         tf = {k: flops / (r[k] * 1e-3) / 1e12 for k in ("ours", "cudnn", "fa2")}
         shape = f"B{B} L{L} H{H} d{d} {'causal' if causal else 'full'}"
         ratio = r["cudnn"] / r["ours"]
@@ -104,8 +105,8 @@ def main():
         rows.append(dict(date=date, gpu=gpu, dtype=a.dtype, B=B, L=L, H=H, d=d, causal=int(causal),
                          ours_ms=r["ours"], cudnn_ms=r["cudnn"], fa2_ms=r["fa2"],
                          ours_tflops=tf["ours"], cudnn_tflops=tf["cudnn"], fa2_tflops=tf["fa2"],
-                         ratio_vs_cudnn=ratio, err=r.get("err_vs_cudnn", float("nan")), rounds=max(1, a.rounds),
-                         commit=commit()))
+                         ratio_vs_cudnn=ratio, err=r.get("err_vs_cudnn", float("nan")),
+                         rounds=a.rounds, commit=commit()))
     if a.csv:
         with open(a.csv, "w") as f:
             keys = list(rows[0].keys())
