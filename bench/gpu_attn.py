@@ -61,6 +61,7 @@ def run_point(B, L, H, d, causal, dtype=torch.bfloat16, rounds=1):
                         qt, kt, vt, is_causal=causal)))
             except Exception as e:  # a backend that does not serve the shape
                 failed.add(name)
+                times[name] = []  # a peer that fails in any round reports nothing
                 print(f"  {name} unavailable at B{B} L{L} d{d}: {str(e)[:80]}", file=sys.stderr)
     for name, ts in times.items():
         res[name] = statistics.median(ts) if ts else float("nan")

@@ -15,16 +15,15 @@ import heapq
 import math
 
 
-def tiles(L, pairs, d, bm=128, bn=128, ovh=1.0, causal=True, l2=50 << 20):
+def tiles(L, pairs, d, bm=128, bn=128, ovh=1.0, l2=50 << 20):
+    """Tile costs in schedule order, causal (launch_wsp's section size for masks)."""
     nm = math.ceil(L / bm)
-    group = min(pairs, max(1, (l2 // 2) // (L * d * 4)))  # launch_wsp's section size
-    if not causal:
-        group = min(group, 2)
+    group = min(pairs, max(1, (l2 // 2) // (L * d * 4)))
     out = []
     for g0 in range(0, pairs, group):
         for mi in range(nm):
             m = nm - 1 - mi
-            n = math.ceil(min(L, (m + 1) * bm) / bn) if causal else math.ceil(L / bn)
+            n = math.ceil(min(L, (m + 1) * bm) / bn)
             out += [n + ovh] * min(group, pairs - g0)
     return out
 
