@@ -244,6 +244,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WsTraits<D, BM_, NST, BN_> Tr;
     constexpr int BM = Tr::BM, BN = Tr::BN, NC = Tr::NC, NS = BN / 8, NO = D / 8, CB = D / 64;
+    /* narrow first tiles (below): 80-key tiles (d 256) only */
+    constexpr int NN = BN == 80 ? 48 : 0;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = sbase, sK = sQ + Tr::QBYTES, sV = sK + NST * Tr::KVBYTES;
@@ -338,6 +340,18 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     Wg<T, BN>::ss(&s[0][0], sf_wg::wg_desc_add(dq0, qoff), sf_wg::wg_desc_add(dk0, off), kk > 0);
                 }
             };
+            /* the same over the tile's first NN keys only (a narrow tile) */
+            auto issue_s_n = [&](int st) {
+                if constexpr (NN > 0) {
+                    const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++) {
+                        const uint32_t off = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+                        const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+                        Wg<T, NN>::ss(&s[0][0], sf_wg::wg_desc_add(dq0, qoff), sf_wg::wg_desc_add(dk0, off), kk > 0);
+                    }
+                }
+            };
             auto issue_pv = [&](int st) {
                 const uint64_t dv0 = wg_desc(sV + st * Tr::KVBYTES, vlbo, vsbo);
 #pragma unroll
@@ -352,65 +366,110 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             if (cw == NC - 1) named_arrive(1, 256);
 
             mbar_wait(bQ, 0);
-            /* first tile: S only */
-            mbar_wait(bKf, 0);
-            named_sync(my_bar, 256);
-            wg_fence();
-            issue_s(0);
-            wg_commit();
-            named_arrive(other_bar, 256);
-            wg_wait<0>();
-            reg_fence(s);
-            release(bKe);
-            bool resc; /* O needs alpha before the next P V (ws_softmax) */
-            {
-                const int n0 = (t_end - 1) * BN;
-                const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
-                resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+            /* NN (80-key tiles, d 256): the warpgroup's first js tiles (the
+             * highest keys) are masked for all of its rows (hw: their largest
+             * key bound) and take empty turns; its first real tile takes S
+             * over its first NN keys only when no row sees past them (the
+             * other columns of s keep stale values: such a tile always has
+             * a mask (need_mask >= 1, as its keys pass the first row's
+             * bound), which sets them to -inf for every row below lq; rows
+             * past lq are not stored).  Skipped keys would give P = 0: the
+             * output is the same bit for bit.  80-key tiles pad L 512 to 560
+             * keys, and the first 64 rows of a causal 128-row tile see 64
+             * keys fewer than the tile.  (A narrow softmax and P V as well, like
+             * attn_fwd_wsp's half tiles, made ptxas serialise the wgmma
+             * pipeline for want of registers, as did setting the stale
+             * columns to -inf.) */
+            int js = 0;
+            bool narrow = false;
+            if constexpr (NN > 0) {
+                int lw, hw;
+                key_range(min(m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
+                js = min(n, max(0, t_end - (hw + BN - 1) / BN));
+                narrow = js < n && hw - (t_end - 1 - js) * BN <= NN;
+                for (int j = 0; j < js; j++) {
+                    const int st = j % NST;
+                    const uint32_t ph = (uint32_t)(j / NST) & 1u;
+                    mbar_wait(bKf + 8 * st, ph);
+                    mbar_wait(bVf + 8 * st, ph);
+                    named_sync(my_bar, 256);
+                    named_arrive(other_bar, 256);
+                    release(bKe + 8 * st);
+                    release(bVe + 8 * st);
+                }
             }
-            pack_p<T, NS>(pa, s);
+            if (js < n) {
+                /* first tile: S only */
+                {
+                    const int st = js % NST;
+                    mbar_wait(bKf + 8 * st, (uint32_t)(js / NST) & 1u);
+                    named_sync(my_bar, 256);
+                    wg_fence();
+                    if (NN > 0 && narrow)
+                        issue_s_n(st);
+                    else
+                        issue_s(st);
+                    wg_commit();
+                    named_arrive(other_bar, 256);
+                    wg_wait<0>();
+                    reg_fence(s);
+                    release(bKe + 8 * st);
+                }
+                bool resc; /* O needs alpha before the next P V (ws_softmax) */
+                {
+                    const int n0 = (t_end - 1 - js) * BN;
+                    const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
+                    resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                    pack_p<T, NS>(pa, s);
+                }
 
-            for (int j = 1; j < n; j++) {
-                const int st = j % NST, ps = (j - 1) % NST;
-                const uint32_t ph = (uint32_t)(j / NST) & 1u, pph = (uint32_t)((j - 1) / NST) & 1u;
-                mbar_wait(bKf + 8 * st, ph);
+                /* one turn: S_j, P_{j-1} V_{j-1}, the softmax of S_j */
+                for (int j = js + 1; j < n; j++) {
+                    const int st = j % NST, ps = (j - 1) % NST;
+                    const uint32_t ph = (uint32_t)(j / NST) & 1u, pph = (uint32_t)((j - 1) / NST) & 1u;
+                    mbar_wait(bKf + 8 * st, ph);
+                    named_sync(my_bar, 256);
+                    wg_fence();
+                    issue_s(st);
+                    wg_commit();
+                    if (!Tr::LAZY || resc) scale_o(o, alpha);
+                    mbar_wait(bVf + 8 * ps, pph);
+                    wg_fence();
+                    issue_pv(ps);
+                    wg_commit();
+                    named_arrive(other_bar, 256);
+                    wg_wait<1>();
+                    reg_fence(s);
+                    release(bKe + 8 * st);
+                    const int n0 = (t_end - 1 - j) * BN;
+                    const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
+                    resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                    wg_wait<0>();
+                    reg_fence(o);
+                    release(bVe + 8 * ps);
+                    pack_p<T, NS>(pa, s);
+                }
+                /* last P V */
+                {
+                    const int ps = (n - 1) % NST;
+                    const uint32_t pph = (uint32_t)((n - 1) / NST) & 1u;
+                    if (!Tr::LAZY || resc) scale_o(o, alpha);
+                    mbar_wait(bVf + 8 * ps, pph);
+                    named_sync(my_bar, 256);
+                    wg_fence();
+                    issue_pv(ps);
+                    wg_commit();
+                    /* the last consumer skips its last hand-over: consumer 0 has
+                     * no turn left to take (counts of barrier 1 stay balanced) */
+                    if (cw != NC - 1) named_arrive(other_bar, 256);
+                    wg_wait<0>();
+                    reg_fence(o);
+                    release(bVe + 8 * ps);
+                }
+            } else {
+                /* every tile masked for this warpgroup: the last turn empty */
                 named_sync(my_bar, 256);
-                wg_fence();
-                issue_s(st);
-                wg_commit();
-                if (!Tr::LAZY || resc) scale_o(o, alpha);
-                mbar_wait(bVf + 8 * ps, pph);
-                wg_fence();
-                issue_pv(ps);
-                wg_commit();
-                named_arrive(other_bar, 256);
-                wg_wait<1>();
-                reg_fence(s);
-                release(bKe + 8 * st);
-                const int n0 = (t_end - 1 - j) * BN;
-                const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
-                resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
-                wg_wait<0>();
-                reg_fence(o);
-                release(bVe + 8 * ps);
-                pack_p<T, NS>(pa, s);
-            }
-            /* last P V */
-            {
-                const int ps = (n - 1) % NST;
-                const uint32_t pph = (uint32_t)((n - 1) / NST) & 1u;
-                if (!Tr::LAZY || resc) scale_o(o, alpha);
-                mbar_wait(bVf + 8 * ps, pph);
-                named_sync(my_bar, 256);
-                wg_fence();
-                issue_pv(ps);
-                wg_commit();
-                /* the last consumer skips its last hand-over: consumer 0 has
-                 * no turn left to take (counts of barrier 1 stay balanced) */
                 if (cw != NC - 1) named_arrive(other_bar, 256);
-                wg_wait<0>();
-                reg_fence(o);
-                release(bVe + 8 * ps);
             }
         }
 

@@ -248,7 +248,7 @@ template <> struct Wg<float, 64> {
 template <> struct Wg<float, 128> {
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_tf32_n128(d, a, b, 1); }
 };
-/* S tiles of 80 / 96 / 112 keys (ss only) and O tiles of 192 / 256 columns (rs
+/* S tiles of 48 / 80 / 96 / 112 keys (ss only) and O tiles of 192 / 256 columns (rs
  * only): the head-dim 256 / 192 tiles of attn_fwd_ws */
 #define SF_WG_SS_ONLY(TY, NAME, N)                                                                  \
     template <> struct Wg<TY, N> {                                                                  \
@@ -262,6 +262,8 @@ template <> struct Wg<float, 128> {
             wgmma_rs_##NAME##_n##N(d, a, b, 1);                                                     \
         }                                                                                           \
     };
+SF_WG_SS_ONLY(__nv_bfloat16, bf16, 48)
+SF_WG_SS_ONLY(__half, f16, 48)
 SF_WG_SS_ONLY(__nv_bfloat16, bf16, 80)
 SF_WG_SS_ONLY(__nv_bfloat16, bf16, 96)
 SF_WG_SS_ONLY(__nv_bfloat16, bf16, 112)
