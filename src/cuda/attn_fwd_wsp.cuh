@@ -69,18 +69,33 @@ using sf_wg::tma_store4;
 using sf_wg::wg_desc_add;
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void st_shared_u32(uint32_t a, uint32_t v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+#endif
+
 /* Static schedule of the persistent kernel, built by the host. */
 struct WspSched {
     int ntiles;  /* n_mtiles * batch * nheads                                  */
     int group;   /* (batch, head) pairs per L2 section, >= 1                   */
     FastDiv d_per, d_group, d_heads, d_hkv; /* by group * n_mtiles, group, nheads, heads_per_kv */
+    /* dynamic schedule (NULL: static): ctr[0] hands out the tiles after the
+     * first gridDim.x, ctr[1] counts the CTAs done with it; both zero at
+     * launch, the last CTA resets them */
+    unsigned int *ctr;
 };
 
 template <int D, int BM_, int NST, int BN_ = WsBn<D>::value>
 struct WspTraits : WsTraits<D, BM_, NST, BN_> {
     typedef WsTraits<D, BM_, NST, BN_> B;
     static constexpr size_t smem_for(int nq) {
-        return (size_t)nq * B::QBYTES + (size_t)2 * NST * B::KVBYTES + (size_t)(2 * nq + 4 * NST) * 8 + 1024;
+        return (size_t)nq * B::QBYTES + (size_t)2 * NST * B::KVBYTES + (size_t)(2 * nq + 4 * NST) * 8 + 16 + 1024;
     }
     /* a second Q buffer when it fits: d 64 (16 or 24 KiB more), d 128 (32) */
     static constexpr int NQ = smem_for(2) <= 227 * 1024 ? 2 : 1;
@@ -148,6 +163,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * K empty, V empty */
     const uint32_t bQf = sbase + Tr::BAR_OFF, bQe = bQf + 8 * NQ;
     const uint32_t bKf = bQe + 8 * NQ, bVf = bKf + 8 * NST, bKe = bVf + 8 * NST, bVe = bKe + 8 * NST;
+    /* the tile index of each Q buffer's current use (dynamic schedule):
+     * written by the producer before the buffer's "full" arrival */
+    const uint32_t sTile = bVe + 8 * NST;
 
     /* wg through a shuffle from lane 0: known warp-uniform, so the wgmma
      * descriptors built from it stay in uniform registers (no R2UR) */
@@ -174,7 +192,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         if (warp == 0 && lane == 0) {
             uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
             int it = 0;
-            for (int t = blockIdx.x; t < sc.ntiles; t += gridDim.x, it++) {
+            int t = blockIdx.x;
+            for (; t < sc.ntiles; it++) {
                 const WspTile w = wsp_tile<BM, BN>(p, sc, t);
                 const int qb = it % NQ;
                 /* use it / NQ of buffer qb waits for the release of use it / NQ - 1
@@ -195,6 +214,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     if (j == 0) {
                         const uint32_t sQ = sbase + qb * Tr::QBYTES;
                         mbar_wait_sleep(bQe + 8 * qb, qpar);
+                        /* the index before the arrival (release) that the
+                         * consumers' wait (acquire) pairs with */
+                        st_shared_u32(sTile + 4 * qb, (uint32_t)t);
                         mbar_expect_tx(bQf + 8 * qb, Tr::QBYTES);
 #pragma unroll
                         for (int c = 0; c < CB; c++)
@@ -211,7 +233,26 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     /* no keys: the consumers only stage zeros in the buffer;
                      * complete its phase without a copy */
                     mbar_wait_sleep(bQe + 8 * qb, qpar);
+                    st_shared_u32(sTile + 4 * qb, (uint32_t)t);
                     mbar_arrive(bQf + 8 * qb);
+                }
+                /* the next tile: the static stride, or the dynamic counter's
+                 * next index (fetched here: held across the loads above it
+                 * spilled the producer's 24 registers) */
+                t = sc.ctr ? (int)gridDim.x + (int)atomicAdd(sc.ctr, 1u) : t + (int)gridDim.x;
+            }
+            if (sc.ctr) {
+                /* the consumers learn the end from an index past it, handed
+                 * over as a tile without a copy */
+                const int qb = it % NQ;
+                mbar_wait_sleep(bQe + 8 * qb, ((uint32_t)(it / NQ) & 1u) ^ 1u);
+                st_shared_u32(sTile + 4 * qb, (uint32_t)t);
+                mbar_arrive(bQf + 8 * qb);
+                /* every CTA makes one fetch past the end; the last CTA to be
+                 * done with the counter zeroes it for the next launch */
+                if (atomicAdd(sc.ctr + 1, 1u) == gridDim.x - 1) {
+                    atomicExch(sc.ctr, 0u);
+                    atomicExch(sc.ctr + 1, 0u);
                 }
             }
         }
@@ -243,9 +284,16 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 pend = -1;
             }
         };
-        for (int t = blockIdx.x; t < sc.ntiles; t += gridDim.x, it++) {
-            const WspTile w = wsp_tile<BM, BN>(p, sc, t);
+        for (int t = blockIdx.x;; t += gridDim.x, it++) {
             const int qb = it % NQ;
+            /* dynamic schedule: the tile comes with its Q buffer (the wait
+             * below passes at once after this one) */
+            if (sc.ctr) {
+                mbar_wait(bQf + 8 * qb, (uint32_t)(it / NQ) & 1u);
+                t = (int)ld_shared_u32(sTile + 4 * qb);
+            }
+            if (t >= sc.ntiles) break;
+            const WspTile w = wsp_tile<BM, BN>(p, sc, t);
             const uint32_t sQ = sbase + qb * Tr::QBYTES;
             const int r0 = w.m0 + cw * 64 + wq * 16 + g; /* sequence-relative row */
             int rlo[2], rhi[2];

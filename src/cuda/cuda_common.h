@@ -35,6 +35,10 @@ typedef struct sf_cuda_state {
     size_t smem_optin;     /* max dynamic shared memory per block (bytes) */
     size_t l2_bytes;
     char name[128];
+    /* two device words, zero between launches: attn_fwd_wsp's dynamic tile
+     * counter and the count of CTAs done with it (the last one resets
+     * both); NULL when the allocation failed (static schedule then) */
+    unsigned int *tile_ctr;
 } sf_cuda_state;
 
 static inline sf_cuda_state *sf_cuda_st(sf_ctx *ctx) { return (sf_cuda_state *)ctx->cuda_state; }

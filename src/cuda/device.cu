@@ -31,10 +31,21 @@ extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
     st->smem_optin = prop.sharedMemPerBlockOptin;
     st->l2_bytes = (size_t)prop.l2CacheSize;
     snprintf(st->name, sizeof st->name, "%s", prop.name);
+    if (cudaSetDevice(ctx->device) != cudaSuccess || cudaMalloc((void **)&st->tile_ctr, 2 * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemset(st->tile_ctr, 0, 2 * sizeof(unsigned)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (st->tile_ctr) cudaFree(st->tile_ctr);
+        st->tile_ctr = NULL;
+    }
     return SF_OK;
 }
 
 extern "C" void sf_cuda_ctx_free(sf_ctx *ctx) {
+    sf_cuda_state *st = sf_cuda_st(ctx);
+    if (st && st->tile_ctr) {
+        cudaSetDevice(ctx->device);
+        cudaFree(st->tile_ctr);
+    }
     free(ctx->cuda_state);
     ctx->cuda_state = NULL;
 }
