@@ -189,7 +189,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     if (wg == 0) {
         /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_P));
-        if (warp == 0 && lane == 0) {
+        /* the whole warp 0 runs the loop (its values stay warp-uniform, in
+         * uniform registers, the dynamic counter's index by a shuffle); lane
+         * 0 issues the copies and the arrivals */
+        if (warp == 0) {
+            const bool one = lane == 0;
             uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
             int it = 0;
             int t = blockIdx.x;
@@ -206,53 +210,68 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     const uint32_t ph = (kv / NST) & 1u;
                     const int n0 = (w.t_end - 1 - j) * BN;
                     mbar_wait_sleep(bKe + 8 * st, ph ^ 1u);
-                    mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
+                    if (one) {
+                        mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
 #pragma unroll
-                    for (int c = 0; c < CB; c++)
-                        tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
-                                  bKf + 8 * st);
+                        for (int c = 0; c < CB; c++)
+                            tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
+                                      bKf + 8 * st);
+                    }
                     if (j == 0) {
                         const uint32_t sQ = sbase + qb * Tr::QBYTES;
                         mbar_wait_sleep(bQe + 8 * qb, qpar);
-                        /* the index before the arrival (release) that the
-                         * consumers' wait (acquire) pairs with */
-                        st_shared_u32(sTile + 4 * qb, (uint32_t)t);
-                        mbar_expect_tx(bQf + 8 * qb, Tr::QBYTES);
+                        if (one) {
+                            /* the index before the arrival (release) that
+                             * the consumers' wait (acquire) pairs with */
+                            st_shared_u32(sTile + 4 * qb, (uint32_t)t);
+                            mbar_expect_tx(bQf + 8 * qb, Tr::QBYTES);
 #pragma unroll
-                        for (int c = 0; c < CB; c++)
-                            tma_load4(sQ + c * (BM * 128), &tmq, c * 64, w.m0, h, b, bQf + 8 * qb);
+                            for (int c = 0; c < CB; c++)
+                                tma_load4(sQ + c * (BM * 128), &tmq, c * 64, w.m0, h, b, bQf + 8 * qb);
+                        }
                     }
                     mbar_wait_sleep(bVe + 8 * st, ph ^ 1u);
-                    mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
+                    if (one) {
+                        mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
 #pragma unroll
-                    for (int c = 0; c < CB; c++)
-                        tma_load4(sV + st * Tr::KVBYTES + c * (BN * 128), &tmv, c * 64, n0, hk, b,
-                                  bVf + 8 * st);
+                        for (int c = 0; c < CB; c++)
+                            tma_load4(sV + st * Tr::KVBYTES + c * (BN * 128), &tmv, c * 64, n0, hk, b,
+                                      bVf + 8 * st);
+                    }
                 }
                 if (w.n == 0) {
                     /* no keys: the consumers only stage zeros in the buffer;
                      * complete its phase without a copy */
                     mbar_wait_sleep(bQe + 8 * qb, qpar);
-                    st_shared_u32(sTile + 4 * qb, (uint32_t)t);
-                    mbar_arrive(bQf + 8 * qb);
+                    if (one) {
+                        st_shared_u32(sTile + 4 * qb, (uint32_t)t);
+                        mbar_arrive(bQf + 8 * qb);
+                    }
                 }
                 /* the next tile: the static stride, or the dynamic counter's
-                 * next index (fetched here: held across the loads above it
-                 * spilled the producer's 24 registers) */
-                t = sc.ctr ? (int)gridDim.x + (int)atomicAdd(sc.ctr, 1u) : t + (int)gridDim.x;
+                 * next index (lane 0 fetches, the shuffle makes it uniform) */
+                if (sc.ctr) {
+                    unsigned v = 0;
+                    if (one) v = atomicAdd(sc.ctr, 1u);
+                    t = (int)gridDim.x + (int)__shfl_sync(0xffffffffu, v, 0);
+                } else {
+                    t += (int)gridDim.x;
+                }
             }
             if (sc.ctr) {
                 /* the consumers learn the end from an index past it, handed
                  * over as a tile without a copy */
                 const int qb = it % NQ;
                 mbar_wait_sleep(bQe + 8 * qb, ((uint32_t)(it / NQ) & 1u) ^ 1u);
-                st_shared_u32(sTile + 4 * qb, (uint32_t)t);
-                mbar_arrive(bQf + 8 * qb);
-                /* every CTA makes one fetch past the end; the last CTA to be
-                 * done with the counter zeroes it for the next launch */
-                if (atomicAdd(sc.ctr + 1, 1u) == gridDim.x - 1) {
-                    atomicExch(sc.ctr, 0u);
-                    atomicExch(sc.ctr + 1, 0u);
+                if (one) {
+                    st_shared_u32(sTile + 4 * qb, (uint32_t)t);
+                    mbar_arrive(bQf + 8 * qb);
+                    /* every CTA makes one fetch past the end; the last CTA
+                     * to be done with the counter zeroes it for the next launch */
+                    if (atomicAdd(sc.ctr + 1, 1u) == gridDim.x - 1) {
+                        atomicExch(sc.ctr, 0u);
+                        atomicExch(sc.ctr + 1, 0u);
+                    }
                 }
             }
         }
