@@ -152,7 +152,9 @@ SF_API int sf_ctx_threads(const sf_ctx *ctx);
 /* The backend used when a call's params say SF_BACKEND_AUTO. */
 SF_API sf_status sf_ctx_set_backend(sf_ctx *ctx, sf_backend backend);
 /* The cudaStream_t the CUDA backend launches on (NULL = default stream).
- * SF_ERR_DEVICE on a CPU context. */
+ * A change of stream first waits for the work on the old one (the context's
+ * kernels share per-context device state, e.g. attention's tile counter, so
+ * two of its launches must not overlap).  SF_ERR_DEVICE on a CPU context. */
 SF_API sf_status sf_ctx_set_stream(sf_ctx *ctx, void *cuda_stream);
 SF_API void *sf_ctx_stream(const sf_ctx *ctx);
 /* Grows the workspace arena to at least `bytes` now, so that later calls
