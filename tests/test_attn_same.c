@@ -5,7 +5,10 @@
  * attn_fwd_ws (ws128 / ws192) over a static schedule of tiles, with two Q
  * buffers handed between tiles, K/V stages that run on across tiles, half
  * key tiles on the causal diagonal (their skipped P is exactly 0) and
- * sections of two (batch, head) pairs for full attention.  None of that
+ * sections of two (batch, head) pairs for full attention, and for masked
+ * problems of 16 or more key tiles a device counter that hands out the
+ * tiles in the schedule's order (the counter's reset after each launch is
+ * checked by the repeated calls).  None of that
  * changes an operation or its order, so outputs and lse are equal bit for
  * bit; a race in the hand-over of a buffer shows here as a few differing
  * rows, where the tolerance checks of test_ops may see nothing (the SSD's
@@ -17,7 +20,6 @@
  * poisoned (0xff: NaN) before every call, three calls of each persistent
  * configuration against the first call of its per-tile reference.  A
  * configuration the GPU or build cannot serve is skipped (said so).
- * Written at stop 15 without device time left: first run on a GPU pending.
  * Exit 0: passed; 1: failed; 77: skipped (no CUDA device, or nothing ran). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -43,6 +45,9 @@ static const shape_t shapes[] = {
     {8, 777, 777, 16, 16, 128, 0, -1, -1},  /* full, 9 keys in the last tile */
     {16, 512, 512, 32, 32, 64, 0, -1, -1},  /* full, the benchmark's L 512 */
     {2, 2048, 2048, 8, 8, 64, 0, 200, 0},   /* sliding window */
+    /* 16+ key tiles with a mask: wsp's dynamic schedule (tile counter) */
+    {2, 2600, 2100, 8, 8, 64, 1, -1, -1},   /* causal, Lq > Lk: tiles with no key */
+    {1, 2048, 2048, 16, 16, 128, 1, -1, -1}, /* causal d 128 */
 };
 
 /* reference configuration, then the ones that must match it */

@@ -405,12 +405,17 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     sc.d_group = sf_attn::FastDiv::make((uint32_t)grp);
     sc.d_heads = sf_attn::FastDiv::make((uint32_t)p.nheads);
     sc.d_hkv = sf_attn::FastDiv::make((uint32_t)p.heads_per_kv);
-    /* masked problems (causal, windows): tiles of unequal work, handed out by
-     * the counter in the schedule's order (list scheduling); a model of the
-     * static round robin put the most loaded CTA 6-16% over the mean at
-     * causal L 512-4096, the counter's order 1-3.5% (notes/attn_persist.md,
-     * stop 17).  Full attention keeps the static schedule (equal tiles). */
-    sc.ctr = (p.wl >= 0 || p.wr >= 0) && ntiles > grid ? cs->tile_ctr : NULL;
+    /* Masked problems (causal, windows) with 16 or more key tiles: tiles of
+     * unequal work, handed out by the counter in the schedule's order (list
+     * scheduling).  A model of the static round robin put the most loaded CTA
+     * 6-16% over the mean at causal L 512-4096, the counter's order 1-3.5%
+     * (notes/attn_persist.md, stop 17).  Measured on the H200 (session 18,
+     * against the static schedule): causal L 2048-4096 +2-4% (wsp128, d 64 and
+     * 128) and +10-13% (wsp192), L 1024 -1.5-+1%, L 512 -1-2%: short tiles
+     * gain less than the counter costs.  Full attention keeps the static
+     * schedule (equal tiles). */
+    const bool masked = p.wl >= 0 || p.wr >= 0;
+    sc.ctr = masked && (p.lk + BN - 1) / BN >= 16 && ntiles > grid ? cs->tile_ctr : NULL;
     kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv, mo);
     e = cudaGetLastError();
     if (e != cudaSuccess)

@@ -189,10 +189,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     if (wg == 0) {
         /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_P));
-        /* the whole warp 0 runs the loop (its values stay warp-uniform, in
-         * uniform registers, the dynamic counter's index by a shuffle); lane
-         * 0 issues the copies and the arrivals */
-        if (warp == 0) {
+        /* dynamic schedule: the whole warp 0 runs the loop (its values stay
+         * warp-uniform, in uniform registers, the counter's index by a
+         * shuffle); lane 0 issues the copies and the arrivals.  The static
+         * schedule needs lane 0 only. */
+        if (warp == 0 && (sc.ctr || lane == 0)) {
             const bool one = lane == 0;
             uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
             int it = 0;
@@ -205,10 +206,15 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 const uint32_t qpar = ((uint32_t)(it / NQ) & 1u) ^ 1u;
                 const int b = sc.d_heads.div(w.bh), h = w.bh - b * p.nheads;
                 const int hk = sc.d_hkv.div(h);
+                /* the counter's next index, fetched (lane 0) before the waits
+                 * of the tile's last K/V stage so that its latency overlaps them */
+                unsigned nxt = 0;
+                if (sc.ctr && one && w.n == 0) nxt = atomicAdd(sc.ctr, 1u);
                 for (int j = 0; j < w.n; j++, kv++) {
                     const int st = (int)(kv % NST);
                     const uint32_t ph = (kv / NST) & 1u;
                     const int n0 = (w.t_end - 1 - j) * BN;
+                    if (sc.ctr && one && j == w.n - 1) nxt = atomicAdd(sc.ctr, 1u);
                     mbar_wait_sleep(bKe + 8 * st, ph ^ 1u);
                     if (one) {
                         mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
@@ -248,12 +254,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         mbar_arrive(bQf + 8 * qb);
                     }
                 }
-                /* the next tile: the static stride, or the dynamic counter's
-                 * next index (lane 0 fetches, the shuffle makes it uniform) */
+                /* the next tile: the static stride, or the counter's index
+                 * (the shuffle makes lane 0's fetch uniform) */
                 if (sc.ctr) {
-                    unsigned v = 0;
-                    if (one) v = atomicAdd(sc.ctr, 1u);
-                    t = (int)gridDim.x + (int)__shfl_sync(0xffffffffu, v, 0);
+                    t = (int)gridDim.x + (int)__shfl_sync(0xffffffffu, nxt, 0);
                 } else {
                     t += (int)gridDim.x;
                 }
@@ -308,8 +312,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             /* dynamic schedule: the tile comes with its Q buffer (the wait
              * below passes at once after this one) */
             if (sc.ctr) {
+                /* lane 0 reads it (before its own arrival that releases the
+                 * buffer and the word), the shuffle hands it to the warp */
                 mbar_wait(bQf + 8 * qb, (uint32_t)(it / NQ) & 1u);
-                t = (int)ld_shared_u32(sTile + 4 * qb);
+                uint32_t v = 0;
+                if (lane == 0) v = ld_shared_u32(sTile + 4 * qb);
+                t = (int)__shfl_sync(0xffffffffu, v, 0);
             }
             if (t >= sc.ntiles) break;
             const WspTile w = wsp_tile<BM, BN>(p, sc, t);
