@@ -524,7 +524,11 @@ SF_API int sf_comm_size(const sf_comm *comm);   /* 0 for NULL  */
  * on rank 0 only (ignored elsewhere); final_states, when given, receives
  * the state after this rank's slice: the sequence's final state on the
  * last rank.  Runs local -> one all-gather of (state, logdecay) -> combine
- * -> correct, asynchronously on the context's stream like any op.  The
+ * -> correct, asynchronously on the context's stream like any op; on CUDA,
+ * where the chunked scan's state kernels take the shape (chunk 128 or 256,
+ * dstate a multiple of 4), the local step computes the slice's final state
+ * alone and the last step is sf_ssd_fwd from the entering state (one pass
+ * over the output instead of two; out then rounded once).  The
  * communicator keeps its own exchange buffer (R (b H P N + b H) + b H P N
  * floats), grown on the first call that needs more (cudaMalloc): the
  * context's workspace is used by the inner ops, so it cannot hold data

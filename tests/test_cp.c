@@ -582,6 +582,13 @@ static void run_pass(void) {
         {"f32 long slices (g over 1024 tokens)", SF_F32, 1, 4096, 2, 4, 1, 8, 256, 1, 1, 1, 1, 1,
          0.0f, INFINITY, CPU, 4, {0}},
         {"ref backend f32 all", SF_F32, 1, 96, 2, 4, 1, 8, 64, 1, 1, 1, 1, 1, 0.0f, INFINITY, REF, 3, {0}},
+        /* chunk 128 / 256 with dstate a multiple of 4: on CUDA the driver's
+         * two passes (final states alone, then the forward from the entering
+         * state) instead of local + correct */
+        {"bf16 chunk 256 D z bias+softplus init final, uneven", SF_BF16, 2, 700, 4, 16, 2, 32, 256, 1, 1,
+         1, 1, 1, 0.0f, INFINITY, CPU, 3, {300, 256, 144}},
+        {"f16 chunk 128 D(H,P) GQA, 4 ranks", SF_F16, 1, 512, 8, 16, 2, 64, 128, 2, 1, 1, 1, 1, 0.0f,
+         INFINITY, CPU, 4, {0}},
     };
     for (size_t i = 0; i < sizeof ssd_more / sizeof ssd_more[0]; i++)
         if (!(gpu && ssd_more[i].be == REF)) run_ssd_case(&ssd_more[i]);

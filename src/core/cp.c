@@ -251,6 +251,12 @@ sf_status sf_cp_ssd_run(sf_ctx *ctx, const sf_ssd_fwd_params *p, const sf_cp_tra
     sf_backend be;
     CHK(ssd_cp_check(ctx, op, p, &pr, &be));
     const int R = t->nranks, r = t->rank;
+    if (R == 1) {
+        /* one rank: the slice is the whole sequence */
+        sf_ssd_fwd_params q = *p;
+        q.backend = be;
+        return sf_ssd_fwd(ctx, &q);
+    }
     const int64_t b = pr.batch, H = pr.nheads, P = pr.headdim, N = pr.dstate;
     /* One slot per rank: the state then the log-decay, so a single
      * all-gather moves both; the entering state after the R slots. */
@@ -266,7 +272,30 @@ sf_status sf_cp_ssd_run(sf_ctx *ctx, const sf_ssd_fwd_params *p, const sf_cp_tra
     if (r > 0) memset(&q.initial_states, 0, sizeof q.initial_states);
     memset(&q.final_states, 0, sizeof q.final_states);
     q.backend = be;
-    CHK(sf_ssd_cp_local(ctx, &q, st, ld));
+    /* CUDA: two passes.  The slice's final state alone first (the state
+     * kernels of the chunked scan, without the output), then, once the
+     * entering state is known, the whole forward from it: no correction
+     * pass over the output.  The correction (an L x N by N x P product per
+     * head on the CUDA cores, and a second pass over out and z) made two
+     * H200s slower than one (2.7B layer, 128k tokens: 10.1 ms against
+     * 4.0; bench/RESULTS.md, session 18).  The other backends, and shapes
+     * the state kernels do not take, keep local + correct. */
+    int two_pass = 0;
+    if (be == SF_BACKEND_CUDA) {
+        q.final_states = st;
+        sf_status s = sf_ssd_states_only(ctx, &q);
+        if (s == SF_OK) {
+            pr.logdecay = ld;
+            CHK(run_logdecay(ctx, be, &pr));
+            two_pass = 1;
+        } else if (s != SF_ERR_UNSUPPORTED) {
+            return s;
+        } else {
+            ctx->err[0] = 0;
+        }
+        memset(&q.final_states, 0, sizeof q.final_states);
+    }
+    if (!two_pass) CHK(sf_ssd_cp_local(ctx, &q, st, ld));
     CHK(t->allgather(t->user, ctx, buf, (size_t)slot * sizeof(float)));
 
     sf_tensor sall = dense(buf, SF_F32, dev, 5, (int64_t[]){R, b, H, P, N});
@@ -274,6 +303,13 @@ sf_status sf_cp_ssd_run(sf_ctx *ctx, const sf_ssd_fwd_params *p, const sf_cp_tra
     sf_tensor lall = dense(buf + nst, SF_F32, dev, 3, (int64_t[]){R, b, H});
     lall.stride[0] = slot;
     CHK(combine_be(ctx, be, sall, lall, r, h_in));
+    if (two_pass) {
+        /* rank 0 starts from its own initial state (if any) */
+        q = *p;
+        q.backend = be;
+        if (r > 0) q.initial_states = h_in;
+        return sf_ssd_fwd(ctx, &q);
+    }
     /* Rank 0 enters with a zero state (its initial state is already in the
      * local scan): its outputs need no correction, which on one H200 cost as
      * much as the scan itself (1.97 ms + 1.98 ms at the 2.7B shape, L 16384).

@@ -218,6 +218,10 @@ typedef struct sf_ssd_problem {
     int varlen;                    /* 0 none, 1 seq_idx, 2 cu_seqlens  */
     int64_t nseq;                  /* sequences (cu_seqlens) or batch   */
     int chunk;
+    /* 1: only the final states (the context-parallel driver's first pass:
+     * the output is neither read nor written); CUDA only, see
+     * sf_ssd_states_only */
+    int states_only;
     /* Host-side segment list; filled only for host (CPU) tensors. */
     const sf_ssd_segment *seg;
     int64_t nseg;
@@ -283,6 +287,11 @@ sf_status sf_cpu_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
 /* CUDA backend (src/cuda); in a build without CUDA these come from
  * src/core/nocuda.c and answer SF_ERR_UNSUPPORTED. */
 sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
+/* sf_ssd_fwd's checks, then only final_states (required) written, from the
+ * chunk states and their scan: the output is not touched.  The CUDA
+ * backend's split state path serves it (dense batch, chunk 128 or 256,
+ * dstate a multiple of 4); SF_ERR_UNSUPPORTED otherwise, before any launch. */
+sf_status sf_ssd_states_only(sf_ctx *ctx, const sf_ssd_fwd_params *p);
 sf_status sf_cuda_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
 sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
 /* Device plumbing used by src/core/ctx.c. */

@@ -84,8 +84,7 @@ static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
     return SF_OK;
 }
 
-sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
-    static const char *op = "sf_ssd_fwd";
+static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const char *op, int states_only) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
     ctx->err[0] = 0;
@@ -178,6 +177,9 @@ sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
                        p->chunk_size);
     pr.chunk = p->chunk_size;
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
+    pr.states_only = states_only;
+    if (states_only && (be != SF_BACKEND_CUDA || !pr.has_final))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend and final_states are needed", op);
 
     sf_status s;
     switch (be) {
@@ -195,6 +197,12 @@ sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
     }
     if (s == SF_OK) ctx->last_backend = be;
     return s;
+}
+
+sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p) { return ssd_fwd_impl(ctx, p, "sf_ssd_fwd", 0); }
+
+sf_status sf_ssd_states_only(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
+    return ssd_fwd_impl(ctx, p, "sf_ssd_states_only", 1);
 }
 
 sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {

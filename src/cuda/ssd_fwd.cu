@@ -853,6 +853,32 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     return st;
 }
 
+/* sf_ssd_states_only: the split path's state kernels alone (chunk cumsums,
+ * every chunk's state by mma.sync, the scan over chunks, which writes
+ * final_states); the output kernels do not run. */
+static sf_status ssd_states_launch(sf_ctx *ctx, const sf_ssd_problem *pr, ssd_fwd_args &a) {
+    if (const char *why = a.varlen ? "it takes dense batches (no seq_idx / cu_seqlens)" : ssd_split_refusal(a))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_states_only: %s", why);
+    const size_t esz = sf_dtype_size(pr->p->x.dtype);
+    const size_t nvec = (size_t)a.batch * a.H * a.nc * a.Q;
+    const size_t nst = (size_t)a.batch * a.H * a.nc * a.P * a.N;
+    const size_t b_dt = ssd_align(nvec * 4), b_st = ssd_align(nst * esz), b_cst = ssd_align(nst * 4);
+    unsigned char *ws = (unsigned char *)sf_ws_get(ctx, 2 * b_dt + b_st + b_cst);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY;
+    a.dtw = (float *)ws;
+    a.gw = (float *)(ws + b_dt);
+    a.states = ws + 2 * b_dt;
+    float *cst = (float *)(ws + 2 * b_dt + b_st);
+    switch (pr->p->x.dtype) {
+    case SF_F32: return a.Q == 256 ? ssd_split_states<float, 256>(ctx, a, cst) : ssd_split_states<float, 128>(ctx, a, cst);
+    case SF_F16: return a.Q == 256 ? ssd_split_states<__half, 256>(ctx, a, cst) : ssd_split_states<__half, 128>(ctx, a, cst);
+    case SF_BF16:
+        return a.Q == 256 ? ssd_split_states<__nv_bfloat16, 256>(ctx, a, cst)
+                          : ssd_split_states<__nv_bfloat16, 128>(ctx, a, cst);
+    default: return sf_fail(ctx, SF_ERR_DTYPE, "sf_ssd_states_only: x must be f32, f16 or bf16");
+    }
+}
+
 extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const sf_ssd_fwd_params *p = pr->p;
     if (pr->dstate > 256)
@@ -899,6 +925,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     a.vec_C = ssd_vec_ok(&p->C, esz, 3);
     a.vec_z = pr->has_z && ssd_vec_ok(&p->z, esz, 3);
     a.vec_o = ssd_vec_ok(&p->out, esz, 3);
+    if (pr->states_only) return ssd_states_launch(ctx, pr, a);
 
     /* workspace */
     const size_t nvec = (size_t)pr->batch * pr->nheads * nc * pr->chunk;
