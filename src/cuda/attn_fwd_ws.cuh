@@ -331,26 +331,20 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             /* S_j = Q K_j^T (issue only); k-step descriptors by addition
              * (sf_wg::wg_desc_add), as in attn_fwd_wsp */
             const uint64_t dq0 = wg_desc(sQ + cw * (64 * 128), 16, 1024);
-            auto issue_s = [&](int st) {
+            /* over the tile's first W keys: W = BN, or NN for a narrow tile */
+            auto issue_s_w = [&](int st, auto w) {
+                constexpr int W = decltype(w)::value;
                 const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
                     const uint32_t off = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
                     const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                    Wg<T, BN>::ss(&s[0][0], sf_wg::wg_desc_add(dq0, qoff), sf_wg::wg_desc_add(dk0, off), kk > 0);
+                    Wg<T, W>::ss(&s[0][0], sf_wg::wg_desc_add(dq0, qoff), sf_wg::wg_desc_add(dk0, off), kk > 0);
                 }
             };
-            /* the same over the tile's first NN keys only (a narrow tile) */
+            auto issue_s = [&](int st) { issue_s_w(st, std::integral_constant<int, BN>{}); };
             auto issue_s_n = [&](int st) {
-                if constexpr (NN > 0) {
-                    const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
-#pragma unroll
-                    for (int kk = 0; kk < D / 16; kk++) {
-                        const uint32_t off = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-                        const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                        Wg<T, NN>::ss(&s[0][0], sf_wg::wg_desc_add(dq0, qoff), sf_wg::wg_desc_add(dk0, off), kk > 0);
-                    }
-                }
+                if constexpr (NN > 0) issue_s_w(st, std::integral_constant<int, NN>{});
             };
             auto issue_pv = [&](int st) {
                 const uint64_t dv0 = wg_desc(sV + st * Tr::KVBYTES, vlbo, vsbo);
