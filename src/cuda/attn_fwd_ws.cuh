@@ -213,6 +213,31 @@ template <int NO> __device__ __forceinline__ void scale_o(float (&o)[NO][4], con
     }
 }
 
+/* The issue half of one pingpong turn (attn_fwd_ws, attn_fwd_wsp): wait
+ * for K stage st, take the turn, S = Q K^T, O rescaled when the last
+ * softmax asks (resc), wait for V stage ps, P V, hand the turn on, wait for
+ * S (the P V stays in flight), K's stage back to the producer (lane 0). */
+template <bool LAZY, int NS, int NO, typename FS, typename FPV>
+__device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32_t bVf, int st, uint32_t ph,
+                                              int ps, uint32_t pph, int my_bar, int other_bar, bool resc,
+                                              float (&s)[NS][4], float (&o)[NO][4], const float *alpha, int lane,
+                                              FS issue_s, FPV issue_pv) {
+    mbar_wait(bKf + 8 * st, ph);
+    named_sync(my_bar, 256);
+    wg_fence();
+    issue_s(st);
+    wg_commit();
+    if (!LAZY || resc) scale_o(o, alpha);
+    mbar_wait(bVf + 8 * ps, pph);
+    wg_fence();
+    issue_pv(ps);
+    wg_commit();
+    named_arrive(other_bar, 256);
+    wg_wait<1>();
+    reg_fence(s);
+    if (lane == 0) mbar_arrive(bKe + 8 * st);
+}
+
 /* O (times inv per row, 16-bit) into the warp's 16 rows of a 128-byte-
  * swizzled BM-row tile at sq (the layout of the tensor maps) by stmatrix:
  * x4 k takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15; lane l
@@ -421,20 +446,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 for (int j = js + 1; j < n; j++) {
                     const int st = j % NST, ps = (j - 1) % NST;
                     const uint32_t ph = (uint32_t)(j / NST) & 1u, pph = (uint32_t)((j - 1) / NST) & 1u;
-                    mbar_wait(bKf + 8 * st, ph);
-                    named_sync(my_bar, 256);
-                    wg_fence();
-                    issue_s(st);
-                    wg_commit();
-                    if (!Tr::LAZY || resc) scale_o(o, alpha);
-                    mbar_wait(bVf + 8 * ps, pph);
-                    wg_fence();
-                    issue_pv(ps);
-                    wg_commit();
-                    named_arrive(other_bar, 256);
-                    wg_wait<1>();
-                    reg_fence(s);
-                    release(bKe + 8 * st);
+                    ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
+                                            lane, issue_s, issue_pv);
                     const int n0 = (t_end - 1 - j) * BN;
                     const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
                     resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);

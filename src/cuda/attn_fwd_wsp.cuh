@@ -419,20 +419,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
                     const int st = (int)(c % NST), ps = (int)(pc % NST);
                     const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
-                    mbar_wait(bKf + 8 * st, ph);
-                    named_sync(my_bar, 256);
-                    wg_fence();
-                    issue_s(st);
-                    wg_commit();
-                    if (!Tr::LAZY || resc) scale_o(o, alpha);
-                    mbar_wait(bVf + 8 * ps, pph);
-                    wg_fence();
-                    issue_pv(ps, hp);
-                    wg_commit();
-                    named_arrive(other_bar, 256);
-                    wg_wait<1>();
-                    reg_fence(s);
-                    release(bKe + 8 * st);
+                    ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
+                                            lane, issue_s, [&](int q) { issue_pv(q, hp); });
                     const int n0 = (w.t_end - 1 - j) * BN;
                     const bool hf = HD && hw <= n0 + BN / 2;
                     resc = softmax(n0, hf);
