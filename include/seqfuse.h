@@ -27,7 +27,9 @@
  *    that needs more (an allocation, which on a GPU also synchronises the
  *    device); sf_ctx_reserve_workspace sizes it ahead so later calls
  *    allocate nothing.  The arena is reused by every call on the context:
- *    calls on one context must not run concurrently on different streams.
+ *    calls on one context must not run concurrently on different streams
+ *    (nor may they share attention's tile counter, another per-context
+ *    device buffer).
  *  - Index tensors in device memory (cu_seqlens, seq_idx, state_idx) cannot
  *    be checked without a synchronisation, so CUDA contexts do not check
  *    them: the kernels clamp them to the tensors' bounds (never an access
@@ -152,9 +154,10 @@ SF_API int sf_ctx_threads(const sf_ctx *ctx);
 /* The backend used when a call's params say SF_BACKEND_AUTO. */
 SF_API sf_status sf_ctx_set_backend(sf_ctx *ctx, sf_backend backend);
 /* The cudaStream_t the CUDA backend launches on (NULL = default stream).
- * A change of stream first waits for the work on the old one (the context's
- * kernels share per-context device state, e.g. attention's tile counter, so
- * two of its launches must not overlap).  SF_ERR_DEVICE on a CPU context. */
+ * SF_ERR_DEVICE on a CPU context.  As for the arena (above), work queued on
+ * the old stream must be done, or ordered before the new stream's, when the
+ * next call runs: calls share per-context device state (the workspace,
+ * attention's tile counter). */
 SF_API sf_status sf_ctx_set_stream(sf_ctx *ctx, void *cuda_stream);
 SF_API void *sf_ctx_stream(const sf_ctx *ctx);
 /* Grows the workspace arena to at least `bytes` now, so that later calls

@@ -72,12 +72,6 @@ sf_status sf_ctx_set_stream(sf_ctx *ctx, void *cuda_stream) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     if (ctx->device < 0)
         return sf_fail(ctx, SF_ERR_DEVICE, "sf_ctx_set_stream: a CPU context has no CUDA stream");
-    if (cuda_stream != ctx->stream) {
-        /* launches on the old stream share per-context device state with
-         * the ones to come (attention's tile counter): let them finish */
-        sf_status s = sf_cuda_sync(ctx);
-        if (s != SF_OK) return s;
-    }
     ctx->stream = cuda_stream;
     return SF_OK;
 }
