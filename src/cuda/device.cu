@@ -31,8 +31,11 @@ extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
     st->smem_optin = prop.sharedMemPerBlockOptin;
     st->l2_bytes = (size_t)prop.l2CacheSize;
     snprintf(st->name, sizeof st->name, "%s", prop.name);
+    /* attention's tile counter (cuda_common.h), zeroed before any stream of
+     * the context can launch on it: the memset runs on the legacy stream,
+     * which a non-blocking stream does not wait for */
     if (cudaSetDevice(ctx->device) != cudaSuccess || cudaMalloc((void **)&st->tile_ctr, 2 * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemset(st->tile_ctr, 0, 2 * sizeof(unsigned)) != cudaSuccess) {
+        cudaMemset(st->tile_ctr, 0, 2 * sizeof(unsigned)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
         (void)cudaGetLastError();
         if (st->tile_ctr) cudaFree(st->tile_ctr);
         st->tile_ctr = NULL;
