@@ -302,9 +302,10 @@ sf_status sf_cp_ssd_run(sf_ctx *ctx, const sf_ssd_fwd_params *p, const sf_cp_tra
     sall.stride[0] = slot;
     sf_tensor lall = dense(buf + nst, SF_F32, dev, 3, (int64_t[]){R, b, H});
     lall.stride[0] = slot;
-    CHK(combine_be(ctx, be, sall, lall, r, h_in));
+    /* (two passes: rank 0 starts from its own initial state, if any, and
+     * needs no entering state) */
+    if (!two_pass || r > 0) CHK(combine_be(ctx, be, sall, lall, r, h_in));
     if (two_pass) {
-        /* rank 0 starts from its own initial state (if any) */
         q = *p;
         q.backend = be;
         if (r > 0) q.initial_states = h_in;
