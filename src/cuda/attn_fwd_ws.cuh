@@ -371,11 +371,16 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             auto issue_s_n = [&](int st) {
                 if constexpr (NN > 0) issue_s_w(st, std::integral_constant<int, NN>{});
             };
-            auto issue_pv = [&](int st) {
+            /* O += P V over the tile's first W keys (W = BN, or NN after a
+             * narrow tile, whose other P columns are 0) */
+            auto issue_pv_w = [&](int st, auto w) {
+                constexpr int W = decltype(w)::value;
                 const uint64_t dv0 = wg_desc(sV + st * Tr::KVBYTES, vlbo, vsbo);
 #pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], sf_wg::wg_desc_add(dv0, kk * 2048));
+                for (int kk = 0; kk < W / 16; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], sf_wg::wg_desc_add(dv0, kk * 2048));
             };
+            typedef std::integral_constant<int, BN> FullW;
+            typedef std::integral_constant<int, (NN > 0 ? NN : BN)> NarrowW;
             auto release = [&](uint32_t bar) {
                 if (lane == 0) mbar_arrive(bar);
             };
@@ -395,10 +400,14 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
              * past lq are not stored).  Skipped keys would give P = 0: the
              * output is the same bit for bit.  80-key tiles pad L 512 to 560
              * keys, and the first 64 rows of a causal 128-row tile see 64
-             * keys fewer than the tile.  (A narrow softmax and P V as well, like
-             * attn_fwd_wsp's half tiles, made ptxas serialise the wgmma
-             * pipeline for want of registers, as did setting the stale
-             * columns to -inf.) */
+             * keys fewer than the tile.  The narrow tile's softmax runs
+             * over its first NN keys, its other columns are set to 0 after
+             * it (P = 0 there, as the mask gave), and its P V, issued in the
+             * next turn, over NN keys.  ptxas is particular here (each of
+             * these serialised the wgmma pipeline "for want of registers",
+             * C7511): peeling that turn off the loop, a pack of the NN
+             * columns alone (the rest of P undefined), setting the stale
+             * columns to -inf before the softmax, a narrow last P V. */
             int js = 0;
             bool narrow = false;
             if constexpr (NN > 0) {
@@ -438,16 +447,25 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 {
                     const int n0 = (t_end - 1 - js) * BN;
                     const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
-                    resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
-                    pack_p<T, NS>(pa, s);
+                    if (NN > 0 && narrow) {
+                        resc = ws_softmax<NS, NarrowW::value / 8, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo,
+                                                                            rhi, tq, scale);
+#pragma unroll
+                        for (int i = NarrowW::value / 8; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+                        pack_p<T, NS>(pa, s);
+                    } else {
+                        resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                        pack_p<T, NS>(pa, s);
+                    }
                 }
 
-                /* one turn: S_j, P_{j-1} V_{j-1}, the softmax of S_j */
-                for (int j = js + 1; j < n; j++) {
+                /* one turn: S_j, P_{j-1} V_{j-1} over the first W keys, the
+                 * softmax of S_j */
+                auto turn = [&](int j, auto w) {
                     const int st = j % NST, ps = (j - 1) % NST;
                     const uint32_t ph = (uint32_t)(j / NST) & 1u, pph = (uint32_t)((j - 1) / NST) & 1u;
                     ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
-                                            lane, issue_s, issue_pv);
+                                            lane, issue_s, [&](int q) { issue_pv_w(q, w); });
                     const int n0 = (t_end - 1 - j) * BN;
                     const int need_mask = mask_kind(n0, BN, full_lo, full_hi);
                     resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
@@ -455,8 +473,16 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     reg_fence(o);
                     release(bVe + 8 * ps);
                     pack_p<T, NS>(pa, s);
+                };
+                for (int j = js + 1; j < n; j++) {
+                    if (NN > 0 && narrow && j == js + 1)
+                        turn(j, NarrowW{});
+                    else
+                        turn(j, FullW{});
                 }
-                /* last P V */
+                /* last P V (over all BN keys: a lone narrow tile's P is 0
+                 * past NN, and a branch here cost the f16 kernel its wgmma
+                 * pipeline) */
                 {
                     const int ps = (n - 1) % NST;
                     const uint32_t pph = (uint32_t)((n - 1) / NST) & 1u;
@@ -464,7 +490,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     mbar_wait(bVf + 8 * ps, pph);
                     named_sync(my_bar, 256);
                     wg_fence();
-                    issue_pv(ps);
+                    issue_pv_w(ps, FullW{});
                     wg_commit();
                     /* the last consumer skips its last hand-over: consumer 0 has
                      * no turn left to take (counts of barrier 1 stay balanced) */
