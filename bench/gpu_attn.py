@@ -76,6 +76,7 @@ def main():
     ap.add_argument("--d", default="", help="comma-separated head dims (default: the sweep's)")
     ap.add_argument("--L", default="", help="comma-separated sequence lengths (default: the sweep's)")
     ap.add_argument("--no-vit", action="store_true", help="leave out the ViT point")
+    ap.add_argument("--causal", default="both", choices=("both", "yes", "no"), help="which masks to time")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternating rounds of ours and the peers per point; each reports its median")
@@ -93,7 +94,8 @@ def main():
     print(f"{gpu}, seqfuse {seqfuse.version()}, torch {torch.__version__}, commit {commit()}, {a.dtype}, "
           f"median of {a.rounds} round(s)")
     print(f"{'shape':34s} {'ours':>8s} {'cudnn':>8s} {'fa2':>8s}  TFLOP/s   ours/cudnn  err")
-    points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in (False, True) for L in Ls]
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[a.causal]
+    points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in masks for L in Ls]
     if not a.no_vit:
         points.append((256, 196, 12, 64, False))  # ViT-B/16
     for B, L, H, d, causal in points:
