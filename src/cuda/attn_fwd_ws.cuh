@@ -238,6 +238,23 @@ __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32
     if (lane == 0) mbar_arrive(bKe + 8 * st);
 }
 
+/* The first turn of a tile (attn_fwd_ws, attn_fwd_wsp): wait for K stage
+ * st, take the turn, S = Q K^T alone, hand the turn on, wait for S, K's
+ * stage back to the producer (lane 0). */
+template <int NS, typename FS>
+__device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int st, uint32_t ph, int my_bar,
+                                                int other_bar, float (&s)[NS][4], int lane, FS issue_s) {
+    mbar_wait(bKf + 8 * st, ph);
+    named_sync(my_bar, 256);
+    wg_fence();
+    issue_s(st);
+    wg_commit();
+    named_arrive(other_bar, 256);
+    wg_wait<0>();
+    reg_fence(s);
+    if (lane == 0) mbar_arrive(bKe + 8 * st);
+}
+
 /* O (times inv per row, 16-bit) into the warp's 16 rows of a 128-byte-
  * swizzled BM-row tile at sq (the layout of the tensor maps) by stmatrix:
  * x4 k takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15; lane l
@@ -430,18 +447,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 /* first tile: S only */
                 {
                     const int st = js % NST;
-                    mbar_wait(bKf + 8 * st, (uint32_t)(js / NST) & 1u);
-                    named_sync(my_bar, 256);
-                    wg_fence();
-                    if (NN > 0 && narrow)
-                        issue_s_n(st);
-                    else
-                        issue_s(st);
-                    wg_commit();
-                    named_arrive(other_bar, 256);
-                    wg_wait<0>();
-                    reg_fence(s);
-                    release(bKe + 8 * st);
+                    ws_turn_first_s(bKf, bKe, st, (uint32_t)(js / NST) & 1u, my_bar, other_bar, s, lane, [&](int q) {
+                        if (NN > 0 && narrow)
+                            issue_s_n(q);
+                        else
+                            issue_s(q);
+                    });
                 }
                 bool resc; /* O needs alpha before the next P V (ws_softmax) */
                 {

@@ -394,15 +394,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 bool resc;  /* O needs alpha before that P V (ws_softmax) */
                 {
                     const int st = (int)(kv % NST);
-                    mbar_wait(bKf + 8 * st, (kv / NST) & 1u);
-                    named_sync(my_bar, 256);
-                    wg_fence();
-                    issue_s(st);
-                    wg_commit();
-                    named_arrive(other_bar, 256);
-                    wg_wait<0>();
-                    reg_fence(s);
-                    release(bKe + 8 * st);
+                    ws_turn_first_s(bKf, bKe, st, (kv / NST) & 1u, my_bar, other_bar, s, lane, issue_s);
                     release_q();
                     const int n0 = (w.t_end - 1) * BN;
                     const bool hf = HD && hw <= n0 + BN / 2;
