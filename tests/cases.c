@@ -102,6 +102,9 @@ const sfc_case sfc_cases[] = {
     {"attn_causal_nokey_tiles", SFC_ATTN_FWD, 6, .H = 8, .Lq = 400, .Lk = 100, .Hkv = 2, .d = 64, .causal = 1},
     {"attn_causal_nokey_d128", SFC_ATTN_FWD, 6, .H = 8, .Lq = 300, .Lk = 200, .Hkv = 4, .d = 128, .causal = 1},
     {"attn_causal_nokey_d256", SFC_ATTN_FWD, 4, .H = 12, .Lq = 260, .Lk = 180, .Hkv = 4, .d = 256, .causal = 1},
+    /* causal with more tiles than SMs and 21 (batch, head) pairs: the
+     * persistent kernel's masked sections of 4 pairs end with a short one */
+    {"attn_causal_sections", SFC_ATTN_FWD, 3, .H = 7, .Lq = 800, .Lk = 800, .Hkv = 7, .d = 64, .causal = 1},
     /* sharp softmax (12 / sqrt(d): scores of ~17 log2 units' spread): row
      * maxima grow by more than 2^8 from one key tile to the next, so the
      * GPU kernels' lazy rescaling takes its rescale branch mid-row, not only

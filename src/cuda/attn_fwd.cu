@@ -356,7 +356,7 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     const bool bf = std::is_same<T, __nv_bfloat16>::value;
     /* O: the consumers store their 16-row slices by TMA */
     CUtensorMap mq, mk, mv, mo;
-    if (!make_tmaps_qkv(&mq, &mk, &mv, bf, p, BM, Tr::BN) ||
+    if (!make_tmaps_qkv(&mq, &mk, &mv, bf, p, Tr::QROWS, Tr::BN) ||
         !make_tmap(&mo, bf, p.o, p.d, p.lq, p.nheads, p.batch, p.o_sr, p.o_sh, p.o_sb, 16))
         return 0;
     void (*kern)(const FwdParams, const sf_attn::WspSched, const CUtensorMap, const CUtensorMap,
@@ -393,18 +393,8 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * from L2 at the same time.  H200, session 15 (bench/RESULTS.md): d 128
      * L 512 427 -> 449-460 TFLOP/s, d 64 L 1024-2048 +2-5%; ncu had the L2-sized
      * sections at 48% of DRAM throughput over 153 µs against cuDNN's 41%
-     * over 130 µs (K and V read from HBM more than once).  Causal keeps the
-     * L2 rule: two pairs a section cost it 7-11% at L 512-1024. */
+     * over 130 µs (K and V read from HBM more than once). */
     if (p.wl < 0 && p.wr < 0 && grp > 2) grp = 2;
-    if (grp < 1) grp = 1;
-    if (grp > bh) grp = bh;
-    sf_attn::WspSched sc;
-    sc.ntiles = (int)ntiles;
-    sc.group = (int)grp;
-    sc.d_per = sf_attn::FastDiv::make((uint32_t)(grp * p.n_mtiles));
-    sc.d_group = sf_attn::FastDiv::make((uint32_t)grp);
-    sc.d_heads = sf_attn::FastDiv::make((uint32_t)p.nheads);
-    sc.d_hkv = sf_attn::FastDiv::make((uint32_t)p.heads_per_kv);
     /* Masked problems (causal, windows) with 16 or more key tiles: tiles of
      * unequal work, handed out by the counter in the schedule's order (list
      * scheduling).  A model of the static round robin put the most loaded CTA
@@ -415,7 +405,34 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * gain less than the counter costs.  Full attention keeps the static
      * schedule (equal tiles). */
     const bool masked = p.wl >= 0 || p.wr >= 0;
-    sc.ctr = masked && (p.lk + BN - 1) / BN >= 16 && ntiles > grid ? cs->tile_ctr : NULL;
+    const bool use_ctr = masked && (p.lk + BN - 1) / BN >= 16 && ntiles > grid;
+    /* Masked sections, smaller than the L2 rule (H200, session 20, causal,
+     * pinned wsp128 / wsp192, bench/RESULTS.md "Stop 20"):
+     *  - the counter: about one grid of tiles a section (G = grid / query
+     *    tiles, rounded up), so that the longest tiles of the CTAs' current
+     *    section start first.  Against the L2 rule: d 256 L 2048-4096 +4-7%,
+     *    d 128 +1-4%, d 64 (wsp192) -2% to +2%.  The L2 rule's sections at
+     *    d 256 (24 MB of K and V) read them from HBM 1.3 times (ncu).
+     *  - the static round robin: sections of 4 pairs.  CTA x takes tiles x,
+     *    x + grid, ...; with G = 4 and 132 CTAs (4 x 33) each step of a CTA
+     *    moves one query-tile level on (33 mod n_mtiles = 1 for 4, 8, 16 or
+     *    32 levels), so every CTA takes every level alike; against the L2
+     *    rule d 128 L 512-1024 +2-4%, d 256 (wsp128) +9-10%, d 64 +0.5%; 2
+     *    and 8 pairs measured slower. */
+    if (masked) {
+        const int64_t g = use_ctr ? (grid + p.n_mtiles - 1) / p.n_mtiles : 4;
+        if (grp > g) grp = g;
+    }
+    if (grp < 1) grp = 1;
+    if (grp > bh) grp = bh;
+    sf_attn::WspSched sc;
+    sc.ntiles = (int)ntiles;
+    sc.group = (int)grp;
+    sc.d_per = sf_attn::FastDiv::make((uint32_t)(grp * p.n_mtiles));
+    sc.d_group = sf_attn::FastDiv::make((uint32_t)grp);
+    sc.d_heads = sf_attn::FastDiv::make((uint32_t)p.nheads);
+    sc.d_hkv = sf_attn::FastDiv::make((uint32_t)p.heads_per_kv);
+    sc.ctr = use_ctr ? cs->tile_ctr : NULL;
     kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv, mo);
     e = cudaGetLastError();
     if (e != cudaSuccess)

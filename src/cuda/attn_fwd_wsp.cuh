@@ -11,7 +11,9 @@
  * K/V of a section is read from HBM once and the long causal tiles start
  * first (longest-processing-time order for the static schedule).  Full
  * attention (no mask) takes sections of two pairs: its tiles are equal,
- * and a pair's query tiles then run on neighbouring CTAs at once.
+ * and a pair's query tiles then run on neighbouring CTAs at once; masked
+ * problems take 4 pairs, or about one grid of tiles when the tile counter
+ * hands them out (launch_wsp has the measurements).
  *
  * Roles are those of attn_fwd_ws (see attn_fwd_ws.cuh); what persistence
  * changes:
@@ -26,10 +28,13 @@
  *     stages O in the Q buffer).  Tile number it (of this CTA) uses buffer
  *     it % NQ, whose use count u = it / NQ gives the parity (u & 1).  A
  *     tile with no keys (n == 0) still passes through both barriers (the
- *     producer arrives on "full" without a copy) so the parities stay in step;
- *   - the producer issues K_0, then Q, then V_0 of a tile: with one Q buffer
- *     the first K tile still loads while the consumers finish the previous
- *     tile's epilogue;
+ *     producer arrives on "full" without a copy) so the parities stay in step.
+ *     One buffer (QS) is split by consumer warpgroup: each 64-row slice has
+ *     its own pair of barriers (the empty one 4 warp arrivals), so the first
+ *     warpgroup's next Q loads while the others finish the tile;
+ *   - the producer issues K_0, then Q (QS: the first slice), then V_0 of a
+ *     tile (QS: then the other slices): with one Q buffer the first K tile
+ *     still loads while the consumers finish the previous tile's epilogue;
  *   - the pingpong token (named barriers 1..NC) cycles across tiles without
  *     a break; the last consumer's hand-over of the CTA's last turn is
  *     taken by consumer 0 after its last tile, so every barrier ends balanced.
@@ -94,11 +99,20 @@ struct WspSched {
 template <int D, int BM_, int NST, int BN_ = WsBn<D>::value>
 struct WspTraits : WsTraits<D, BM_, NST, BN_> {
     typedef WsTraits<D, BM_, NST, BN_> B;
+    /* Q barrier pairs (full, empty) for nq buffers: one buffer is split into
+     * one slice per consumer warpgroup, each with its own pair */
+    static constexpr int qbars(int nq) { return nq == 1 ? B::NC : nq; }
     static constexpr size_t smem_for(int nq) {
-        return (size_t)nq * B::QBYTES + (size_t)2 * NST * B::KVBYTES + (size_t)(2 * nq + 4 * NST) * 8 + 16 + 1024;
+        return (size_t)nq * B::QBYTES + (size_t)2 * NST * B::KVBYTES + (size_t)(2 * qbars(nq) + 4 * NST) * 8 + 16 +
+               1024;
     }
     /* a second Q buffer when it fits: d 64 (16 or 24 KiB more), d 128 (32) */
     static constexpr int NQ = smem_for(2) <= 227 * 1024 ? 2 : 1;
+    /* one Q buffer (d 256): split by consumer warpgroup (QS), so that the
+     * next tile's Q rows of the first warpgroup load while the others still
+     * finish the current tile; the Q map's boxes are then 64 rows */
+    static constexpr bool QS = NQ == 1;
+    static constexpr int NQB = qbars(NQ), QROWS = QS ? 64 : BM_;
     static constexpr int KV_OFF = NQ * B::QBYTES;
     static constexpr int BAR_OFF = KV_OFF + 2 * NST * B::KVBYTES;
     static constexpr size_t SMEM = smem_for(NQ);
@@ -155,16 +169,20 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * kernel (wsp192, the non-causal choice) 6-9% without any half tile to
      * take, so it keeps the plain loop. */
     constexpr bool HD = BN == 128 && (D == 128 || BM == 128);
-    constexpr int NQ = Tr::NQ;
+    /* narrow first tiles and empty leading turns (below, as attn_fwd_ws):
+     * 80-key tiles (d 256) */
+    constexpr int NN = BN == 80 ? 48 : 0;
+    constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
+    constexpr bool QS = Tr::QS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sK = sbase + Tr::KV_OFF, sV = sK + NST * Tr::KVBYTES;
-    /* mbarriers: Q full [NQ], Q empty [NQ], then per stage K full, V full,
-     * K empty, V empty */
-    const uint32_t bQf = sbase + Tr::BAR_OFF, bQe = bQf + 8 * NQ;
-    const uint32_t bKf = bQe + 8 * NQ, bVf = bKf + 8 * NST, bKe = bVf + 8 * NST, bVe = bKe + 8 * NST;
-    /* the tile index of each Q buffer's current use (dynamic schedule):
-     * written by the producer before the buffer's "full" arrival */
+    /* mbarriers: Q full [NQB], Q empty [NQB] (a pair per buffer, or per
+     * slice with QS), then per stage K full, V full, K empty, V empty */
+    const uint32_t bQf = sbase + Tr::BAR_OFF, bQe = bQf + 8 * NQB;
+    const uint32_t bKf = bQe + 8 * NQB, bVf = bKf + 8 * NST, bKe = bVf + 8 * NST, bVe = bKe + 8 * NST;
+    /* the tile index of each Q buffer's (slice's) current use (dynamic
+     * schedule): written by the producer before its "full" arrival */
     const uint32_t sTile = bVe + 8 * NST;
 
     /* wg through a shuffle from lane 0: known warp-uniform, so the wgmma
@@ -172,9 +190,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 
     if (tid == 0) {
-        for (int q = 0; q < NQ; q++) {
+        for (int q = 0; q < NQB; q++) {
             mbar_init(bQf + 8 * q, 1);
-            mbar_init(bQe + 8 * q, 4 * NC);
+            mbar_init(bQe + 8 * q, QS ? 4 : 4 * NC);
         }
         for (int s = 0; s < NST; s++) {
             mbar_init(bKf + 8 * s, 1);
@@ -198,6 +216,25 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
             int it = 0;
             int t = blockIdx.x;
+            /* Q of tile t into buffer (QS: slice) qi once its last use is
+             * released (parity par), the tile index before the arrival
+             * (release) that the consumers' wait (acquire) pairs with; no
+             * copy for a tile without keys or past the end */
+            auto load_q = [&](int qi, uint32_t par, int m0, int h, int b, bool copy) {
+                mbar_wait_sleep(bQe + 8 * qi, par);
+                if (one) {
+                    st_shared_u32(sTile + 4 * qi, (uint32_t)t);
+                    if (copy) {
+                        const uint32_t sQ = sbase + (QS ? qi * (64 * 128) : qi * Tr::QBYTES);
+                        mbar_expect_tx(bQf + 8 * qi, Tr::QBYTES / (QS ? NC : 1));
+#pragma unroll
+                        for (int c = 0; c < CB; c++)
+                            tma_load4(sQ + c * (BM * 128), &tmq, c * 64, m0 + (QS ? qi * 64 : 0), h, b, bQf + 8 * qi);
+                    } else {
+                        mbar_arrive(bQf + 8 * qi);
+                    }
+                }
+            };
             for (; t < sc.ntiles; it++) {
                 const WspTile w = wsp_tile<BM, BN>(p, sc, t);
                 const int qb = it % NQ;
@@ -223,19 +260,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                             tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
                                       bKf + 8 * st);
                     }
-                    if (j == 0) {
-                        const uint32_t sQ = sbase + qb * Tr::QBYTES;
-                        mbar_wait_sleep(bQe + 8 * qb, qpar);
-                        if (one) {
-                            /* the index before the arrival (release) that
-                             * the consumers' wait (acquire) pairs with */
-                            st_shared_u32(sTile + 4 * qb, (uint32_t)t);
-                            mbar_expect_tx(bQf + 8 * qb, Tr::QBYTES);
-#pragma unroll
-                            for (int c = 0; c < CB; c++)
-                                tma_load4(sQ + c * (BM * 128), &tmq, c * 64, w.m0, h, b, bQf + 8 * qb);
-                        }
-                    }
+                    /* Q (QS: the first warpgroup's slice) after K_0 */
+                    if (j == 0) load_q(qb, qpar, w.m0, h, b, true);
                     mbar_wait_sleep(bVe + 8 * st, ph ^ 1u);
                     if (one) {
                         mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
@@ -244,15 +270,15 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                             tma_load4(sV + st * Tr::KVBYTES + c * (BN * 128), &tmv, c * 64, n0, hk, b,
                                       bVf + 8 * st);
                     }
+                    /* QS: the other slices after V_0 (their warpgroups take
+                     * their first turn after the first one's) */
+                    if (QS && j == 0)
+                        for (int q = 1; q < NC; q++) load_q(q, qpar, w.m0, h, b, true);
                 }
                 if (w.n == 0) {
                     /* no keys: the consumers only stage zeros in the buffer;
                      * complete its phase without a copy */
-                    mbar_wait_sleep(bQe + 8 * qb, qpar);
-                    if (one) {
-                        st_shared_u32(sTile + 4 * qb, (uint32_t)t);
-                        mbar_arrive(bQf + 8 * qb);
-                    }
+                    for (int q = 0; q < (QS ? NC : 1); q++) load_q(QS ? q : qb, qpar, 0, 0, 0, false);
                 }
                 /* the next tile: the static stride, or the counter's index
                  * (the shuffle makes lane 0's fetch uniform) */
@@ -266,10 +292,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 /* the consumers learn the end from an index past it, handed
                  * over as a tile without a copy */
                 const int qb = it % NQ;
-                mbar_wait_sleep(bQe + 8 * qb, ((uint32_t)(it / NQ) & 1u) ^ 1u);
+                for (int q = 0; q < (QS ? NC : 1); q++)
+                    load_q(QS ? q : qb, ((uint32_t)(it / NQ) & 1u) ^ 1u, 0, 0, 0, false);
                 if (one) {
-                    st_shared_u32(sTile + 4 * qb, (uint32_t)t);
-                    mbar_arrive(bQf + 8 * qb);
                     /* every CTA makes one fetch past the end; the last CTA
                      * to be done with the counter zeroes it for the next launch */
                     if (atomicAdd(sc.ctr + 1, 1u) == gridDim.x - 1) {
@@ -300,7 +325,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
          * of the samples at L 512 waited there).  The producer needs it two
          * tiles later only.  With one Q buffer the next tile needs it at once. */
         int pend = -1;
-        auto release_q = [&]() {
+        auto release_q = [&]() { /* pend: a buffer, or with QS this warpgroup's slice */
             if (lane == 0 && pend >= 0) {
                 bulk_wait_read0();
                 mbar_arrive(bQe + 8 * pend);
@@ -308,15 +333,15 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             }
         };
         for (int t = blockIdx.x;; t += gridDim.x, it++) {
-            const int qb = it % NQ;
+            const int qb = it % NQ, qi = QS ? cw : qb; /* Q buffer, its barriers (QS: slice) */
             /* dynamic schedule: the tile comes with its Q buffer (the wait
              * below passes at once after this one) */
             if (sc.ctr) {
                 /* lane 0 reads it (before its own arrival that releases the
                  * buffer and the word), the shuffle hands it to the warp */
-                mbar_wait(bQf + 8 * qb, (uint32_t)(it / NQ) & 1u);
+                mbar_wait(bQf + 8 * qi, (uint32_t)(it / NQ) & 1u);
                 uint32_t v = 0;
-                if (lane == 0) v = ld_shared_u32(sTile + 4 * qb);
+                if (lane == 0) v = ld_shared_u32(sTile + 4 * qi);
                 t = (int)__shfl_sync(0xffffffffu, v, 0);
             }
             if (t >= sc.ntiles) break;
@@ -333,7 +358,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
 
             /* Q landed (n > 0), or the producer marked the buffer handed over (n == 0) */
-            mbar_wait(bQf + 8 * qb, (uint32_t)(it / NQ) & 1u);
+            mbar_wait(bQf + 8 * qi, (uint32_t)(it / NQ) & 1u);
             if (w.n > 0) {
                 const int n = w.n;
                 float s[NS][4];
@@ -348,26 +373,35 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * key bound of the warpgroup's last row, the largest of its
                  * rows (the bounds grow with the row). */
                 int hw = 0;
-                if constexpr (HD) {
+                if constexpr (HD || NN > 0) {
                     int lw;
                     key_range(min(w.m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
                 }
-                /* S_j = Q K_j^T (issue only).  The descriptors of the k-steps
-                 * are the tile's first plus a constant (wg_desc_add: one add on
-                 * the address field) rather than built per k-step: ncu counted
-                 * ~100 uniform-datapath instructions a key tile for them. */
+                /* widths of a P V (and of a narrow S): all BN keys, a half
+                 * tile's first half, a narrow tile's first NN */
+                typedef std::integral_constant<int, BN> FullW;
+                typedef std::integral_constant<int, BN / 2> HalfW;
+                typedef std::integral_constant<int, (NN > 0 ? NN : BN)> NarrowW;
+                /* S_j = Q K_j^T over the tile's first W keys (issue only).  The
+                 * descriptors of the k-steps are the tile's first plus a
+                 * constant (wg_desc_add: one add on the address field) rather
+                 * than built per k-step: ncu counted ~100 uniform-datapath
+                 * instructions a key tile for them. */
                 const uint64_t dq0 = wg_desc(sQ + cw * (64 * 128), 16, 1024);
-                auto issue_s = [&](int st) {
+                auto issue_s_w = [&](int st, auto wd) {
+                    constexpr int W = decltype(wd)::value;
                     const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
 #pragma unroll
                     for (int kk = 0; kk < D / 16; kk++) {
                         const uint32_t off = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
                         const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-                        Wg<T, BN>::ss(&s[0][0], wg_desc_add(dq0, qoff), wg_desc_add(dk0, off), kk > 0);
+                        Wg<T, W>::ss(&s[0][0], wg_desc_add(dq0, qoff), wg_desc_add(dk0, off), kk > 0);
                     }
                 };
-                auto issue_pv = [&](int st, auto hp) { /* hp true: P's second half is zero, its keys skipped */
-                    constexpr int KS = decltype(hp)::value && HD ? BN / 32 : BN / 16;
+                auto issue_s = [&](int st) { issue_s_w(st, FullW{}); };
+                /* O += P V over the first W keys (the rest of P is 0) */
+                auto issue_pv = [&](int st, auto wd) {
+                    constexpr int KS = decltype(wd)::value / 16;
                     const uint64_t dv0 = wg_desc(sV + st * Tr::KVBYTES, vlbo, vsbo);
 #pragma unroll
                     for (int kk = 0; kk < KS; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc_add(dv0, kk * 2048));
@@ -389,65 +423,126 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     if (lane == 0) mbar_arrive(bar);
                 };
 
-                /* first key tile: S only */
-                bool hprev; /* the half flag of the tile whose P is in pa */
-                bool resc;  /* O needs alpha before that P V (ws_softmax) */
-                {
-                    const int st = (int)(kv % NST);
-                    ws_turn_first_s(bKf, bKe, st, (kv / NST) & 1u, my_bar, other_bar, s, lane, issue_s);
-                    release_q();
-                    const int n0 = (w.t_end - 1) * BN;
-                    const bool hf = HD && hw <= n0 + BN / 2;
-                    resc = softmax(n0, hf);
-                    pack(hf);
-                    hprev = hf;
+                /* NN (80-key tiles, d 256), as in attn_fwd_ws: the warpgroup's
+                 * first js key tiles (the highest keys) are masked for all of
+                 * its rows and take empty turns; its first real tile takes S,
+                 * the softmax and (next turn) P V over its first NN keys only
+                 * when no row sees past them; the other columns of s are set to
+                 * 0 before that S (which does not write them) and the softmax
+                 * leaves them alone, so they pack to P = 0.  (Zeroed after the
+                 * softmax instead, as attn_fwd_ws does, ptxas serialised this
+                 * kernel's wgmma pipeline: C7515.)  Skipped keys would give
+                 * P = 0: the same output bit for bit. */
+                int js = 0;
+                bool narrow = false;
+                if constexpr (NN > 0) {
+                    js = min(n, max(0, w.t_end - (hw + BN - 1) / BN));
+                    narrow = js < n && hw - (w.t_end - 1 - js) * BN <= NN;
+                    for (int j = 0; j < js; j++) {
+                        const uint32_t c = kv + (uint32_t)j;
+                        const int st = (int)(c % NST);
+                        const uint32_t ph = (c / NST) & 1u;
+                        mbar_wait(bKf + 8 * st, ph);
+                        mbar_wait(bVf + 8 * st, ph);
+                        named_sync(my_bar, 256);
+                        named_arrive(other_bar, 256);
+                        release(bKe + 8 * st);
+                        release(bVe + 8 * st);
+                    }
                 }
+                if (js < n) {
+                    /* first key tile: S only */
+                    bool hprev; /* the half flag of the tile whose P is in pa */
+                    bool resc;  /* O needs alpha before that P V (ws_softmax) */
+                    {
+                        const uint32_t c = kv + (uint32_t)js;
+                        if (NN > 0 && narrow) {
+#pragma unroll
+                            for (int i = NarrowW::value / 8; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+                        }
+                        ws_turn_first_s(bKf, bKe, (int)(c % NST), (c / NST) & 1u, my_bar, other_bar, s, lane,
+                                        [&](int q) {
+                                            if (NN > 0 && narrow)
+                                                issue_s_w(q, NarrowW{});
+                                            else
+                                                issue_s(q);
+                                        });
+                        release_q();
+                        const int n0 = (w.t_end - 1 - js) * BN;
+                        if (NN > 0 && narrow) {
+                            const int need_mask = mask_kind(n0, BN, w.full_lo, w.full_hi);
+                            resc = ws_softmax<NS, NarrowW::value / 8, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask,
+                                                                                rlo, rhi, tq, scale);
+                            pack_p<T, NS>(pa, s);
+                            hprev = false;
+                        } else {
+                            const bool hf = HD && hw <= n0 + BN / 2;
+                            resc = softmax(n0, hf);
+                            pack(hf);
+                            hprev = hf;
+                        }
+                    }
 
-                /* one pingpong turn: S_j issued, P_{j-1} V_{j-1} (over half the
-                 * keys when hp is true_type: a straight-line body of its own, as
-                 * ptxas serialises wgmma stages that span a branch), the
-                 * softmax of S_j */
-                auto step = [&](auto hp, int j) {
-                    const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
-                    const int st = (int)(c % NST), ps = (int)(pc % NST);
-                    const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
-                    ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
-                                            lane, issue_s, [&](int q) { issue_pv(q, hp); });
-                    const int n0 = (w.t_end - 1 - j) * BN;
-                    const bool hf = HD && hw <= n0 + BN / 2;
-                    resc = softmax(n0, hf);
-                    wg_wait<0>();
-                    reg_fence(o);
-                    release(bVe + 8 * ps);
-                    pack(hf);
-                    hprev = hf;
-                };
-                for (int j = 1; j < n; j++) {
+                    /* one pingpong turn: S_j issued, P_{j-1} V_{j-1} over the
+                     * first W keys (a straight-line body per width, as ptxas
+                     * serialises wgmma stages that span a branch), the softmax
+                     * of S_j */
+                    auto step = [&](auto wd, int j) {
+                        const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
+                        const int st = (int)(c % NST), ps = (int)(pc % NST);
+                        const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
+                        ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
+                                                lane, issue_s, [&](int q) { issue_pv(q, wd); });
+                        const int n0 = (w.t_end - 1 - j) * BN;
+                        const bool hf = HD && hw <= n0 + BN / 2;
+                        resc = softmax(n0, hf);
+                        wg_wait<0>();
+                        reg_fence(o);
+                        release(bVe + 8 * ps);
+                        pack(hf);
+                        hprev = hf;
+                    };
+                    for (int j = js + 1; j < n; j++) {
+                        if constexpr (HD) {
+                            if (hprev)
+                                step(HalfW{}, j);
+                            else
+                                step(FullW{}, j);
+                        } else {
+                            if (NN > 0 && narrow && j == js + 1)
+                                step(NarrowW{}, j);
+                            else
+                                step(FullW{}, j);
+                        }
+                    }
+                    /* last P V (after a narrow tile over all BN keys, as in
+                     * attn_fwd_ws); the hand-over always happens (the cycle
+                     * goes on into the next tile; the final one is absorbed
+                     * below) */
+                    auto last_pv = [&](auto wd) {
+                        const uint32_t pc = kv + (uint32_t)(n - 1);
+                        const int ps = (int)(pc % NST);
+                        if (!Tr::LAZY || resc) scale_o(o, alpha);
+                        mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
+                        named_sync(my_bar, 256);
+                        wg_fence();
+                        issue_pv(ps, wd);
+                        wg_commit();
+                        named_arrive(other_bar, 256);
+                        wg_wait<0>();
+                        reg_fence(o);
+                        release(bVe + 8 * ps);
+                    };
                     if (HD && hprev)
-                        step(std::true_type{}, j);
+                        last_pv(HalfW{});
                     else
-                        step(std::false_type{}, j);
-                }
-                /* last P V; the hand-over always happens (the cycle goes on
-                 * into the next tile; the final one is absorbed below) */
-                auto last_pv = [&](auto hp) {
-                    const uint32_t pc = kv + (uint32_t)(n - 1);
-                    const int ps = (int)(pc % NST);
-                    if (!Tr::LAZY || resc) scale_o(o, alpha);
-                    mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
+                        last_pv(FullW{});
+                } else {
+                    /* every key tile masked for this warpgroup: the last turn
+                     * empty too */
                     named_sync(my_bar, 256);
-                    wg_fence();
-                    issue_pv(ps, hp);
-                    wg_commit();
                     named_arrive(other_bar, 256);
-                    wg_wait<0>();
-                    reg_fence(o);
-                    release(bVe + 8 * ps);
-                };
-                if (HD && hprev)
-                    last_pv(std::true_type{});
-                else
-                    last_pv(std::false_type{});
+                }
                 kv += (uint32_t)n;
             }
 
@@ -487,7 +582,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         tma_store4(&tmo, sQ + c * (BM * 128) + (cw * 64 + wq * 16) * 128, c * 64, wr0, h, b);
                     bulk_commit();
                 }
-                pend = qb;
+                pend = qi;
                 if constexpr (NQ == 1) release_q();
             }
         }
