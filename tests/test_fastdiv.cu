@@ -1,9 +1,10 @@
-/* test_fastdiv: sf_attn::FastDiv (src/cuda/fastdiv.h) against the plain
- * quotient on the host: every divisor up to 4096, powers of two and their
+/* test_fastdiv: the attention schedules' host arithmetic.  sf_attn::FastDiv
+ * (src/cuda/fastdiv.h) against the plain quotient on the host: every divisor up to 4096, powers of two and their
  * neighbours, random divisors up to 2^31 - 1; dividends at the edges (0, d - 1,
  * d, d + 1, multiples, 2^31 - 1) and at random.  The device path computes
  * the same product's high word (__umulhi). */
 #include "fastdiv.h"
+#include "wsp_sched.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -35,7 +36,40 @@ static void divisor(uint32_t d) {
     for (int i = 0; i < 64; i++) check(d, next31());
 }
 
+/* sf_attn::wsp_even_group (src/cuda/wsp_sched.h) against its definition,
+ * by search over every pair count and wish up to 300 / 200, and at a few
+ * shapes of the benchmark */
+static void even_group() {
+    for (int64_t pairs = 1; pairs <= 300; pairs++)
+        for (int64_t want = 1; want <= 200; want++) {
+            int64_t expect = want;
+            bool found = false;
+            for (int64_t g = want; g <= 2 * want && g <= pairs && !found; g++)
+                if (pairs % g == 0) expect = g, found = true;
+            for (int64_t g = want - 1; g >= 1 && 2 * g >= want && !found; g--)
+                if (pairs % g == 0) expect = g, found = true;
+            const int64_t got = sf_attn::wsp_even_group(pairs, want);
+            checks++;
+            if (got != expect || (found && pairs % got != 0)) {
+                if (fails < 10) fprintf(stderr, "FAIL wsp_even_group(%lld, %lld) = %lld, want %lld\n",
+                                        (long long)pairs, (long long)want, (long long)got, (long long)expect);
+                fails++;
+            }
+        }
+    const int64_t cases[][3] = {{64, 9, 16}, {64, 5, 8}, {32, 3, 4}, {16, 2, 2}, {256, 12, 16}, {21, 4, 7}, {7, 3, 3},
+                                {1, 5, 5}, {64, 0, 1}};
+    for (const auto &c : cases) {
+        checks++;
+        if (sf_attn::wsp_even_group(c[0], c[1]) != c[2]) {
+            fprintf(stderr, "FAIL wsp_even_group(%lld, %lld) != %lld\n", (long long)c[0], (long long)c[1],
+                    (long long)c[2]);
+            fails++;
+        }
+    }
+}
+
 int main() {
+    even_group();
     for (uint32_t d = 1; d <= 4096; d++) divisor(d);
     for (int s = 1; s < 31; s++)
         for (int e = -1; e <= 1; e++) divisor((1u << s) + (uint32_t)e);
@@ -44,6 +78,6 @@ int main() {
         divisor(d ? d : 1u);
     }
     divisor(0x7fffffffu);
-    printf("%s: %lld of %lld quotients wrong\n", fails ? "FAILED" : "passed", fails, checks);
+    printf("%s: %lld of %lld quotients and groups wrong\n", fails ? "FAILED" : "passed", fails, checks);
     return fails ? 1 : 0;
 }

@@ -95,6 +95,7 @@
 #include "attn_fwd_wsp.cuh"
 #include "autotune.h"
 #include "tmap.h"
+#include "wsp_sched.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -408,11 +409,12 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     const bool use_ctr = masked && (p.lk + BN - 1) / BN >= 16 && ntiles > grid;
     /* Masked sections, smaller than the L2 rule (H200, session 20, causal,
      * pinned wsp128 / wsp192, bench/RESULTS.md "Stop 20"):
-     *  - the counter: about one grid of tiles a section (G = grid / query
-     *    tiles, rounded up), so that the longest tiles of the CTAs' current
-     *    section start first.  Against the L2 rule: d 256 L 2048-4096 +4-7%,
-     *    d 128 +1-4%, d 64 (wsp192) -2% to +2%.  The L2 rule's sections at
-     *    d 256 (24 MB of K and V) read them from HBM 1.3 times (ncu).
+     *  - the counter: about one grid of tiles a section (grid / query tiles
+     *    pairs, rounded up, then to an even divisor: wsp_even_group), so
+     *    that the longest tiles of the CTAs' current section start first.
+     *    Pinned, against the L2 rule: d 256 L 2048-4096 +4-12%, d 128 L 4096
+     *    and 16384 +2-3%, d 64 (wsp192) within 2%.  The L2 rule's sections
+     *    at d 256 (24 MB of K and V) read them from HBM 1.3 times (ncu).
      *  - the static round robin: sections of 4 pairs.  CTA x takes tiles x,
      *    x + grid, ...; with G = 4 and 132 CTAs (4 x 33) each step of a CTA
      *    moves one query-tile level on (33 mod n_mtiles = 1 for 4, 8, 16 or
@@ -420,7 +422,7 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      *    rule d 128 L 512-1024 +2-4%, d 256 (wsp128) +9-10%, d 64 +0.5%; 2
      *    and 8 pairs measured slower. */
     if (masked) {
-        const int64_t g = use_ctr ? (grid + p.n_mtiles - 1) / p.n_mtiles : 4;
+        const int64_t g = use_ctr ? sf_attn::wsp_even_group(bh, (grid + p.n_mtiles - 1) / p.n_mtiles) : 4;
         if (grp > g) grp = g;
     }
     if (grp < 1) grp = 1;
