@@ -255,6 +255,35 @@ __device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int 
     if (lane == 0) mbar_arrive(bKe + 8 * st);
 }
 
+/* The leading key tiles that no row of this warpgroup sees (attn_fwd_ws,
+ * attn_fwd_wsp, NN > 0: 80-key tiles): tiles t_end - 1 down to t_end - js,
+ * js returned, each an empty turn (wait for its K and V, which the producer
+ * loads for the other warpgroup, pass the turn, hand both stages back; c0:
+ * the ring count of the tile's first key tile).  narrow: the first tile
+ * this warpgroup sees needs no more than its first NN keys (hw: the
+ * warpgroup's largest key bound). */
+template <int BN, int NN, int NST>
+__device__ __forceinline__ int ws_skip_leading(int n, int t_end, int hw, uint32_t c0, bool &narrow, uint32_t bKf,
+                                               uint32_t bVf, uint32_t bKe, uint32_t bVe, int my_bar, int other_bar,
+                                               int lane) {
+    const int js = min(n, max(0, t_end - (hw + BN - 1) / BN));
+    narrow = js < n && hw - (t_end - 1 - js) * BN <= NN;
+    for (int j = 0; j < js; j++) {
+        const uint32_t c = c0 + (uint32_t)j;
+        const int st = (int)(c % NST);
+        const uint32_t ph = (c / NST) & 1u;
+        mbar_wait(bKf + 8 * st, ph);
+        mbar_wait(bVf + 8 * st, ph);
+        named_sync(my_bar, 256);
+        named_arrive(other_bar, 256);
+        if (lane == 0) {
+            mbar_arrive(bKe + 8 * st);
+            mbar_arrive(bVe + 8 * st);
+        }
+    }
+    return js;
+}
+
 /* O (times inv per row, 16-bit) into the warp's 16 rows of a 128-byte-
  * swizzled BM-row tile at sq (the layout of the tensor maps) by stmatrix:
  * x4 k takes the 8-column blocks 2k and 2k + 1, rows 0-7 and 8-15; lane l
@@ -430,18 +459,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             if constexpr (NN > 0) {
                 int lw, hw;
                 key_range(min(m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
-                js = min(n, max(0, t_end - (hw + BN - 1) / BN));
-                narrow = js < n && hw - (t_end - 1 - js) * BN <= NN;
-                for (int j = 0; j < js; j++) {
-                    const int st = j % NST;
-                    const uint32_t ph = (uint32_t)(j / NST) & 1u;
-                    mbar_wait(bKf + 8 * st, ph);
-                    mbar_wait(bVf + 8 * st, ph);
-                    named_sync(my_bar, 256);
-                    named_arrive(other_bar, 256);
-                    release(bKe + 8 * st);
-                    release(bVe + 8 * st);
-                }
+                js = ws_skip_leading<BN, NN, NST>(n, t_end, hw, 0u, narrow, bKf, bVf, bKe, bVe, my_bar, other_bar,
+                                                  lane);
             }
             if (js < n) {
                 /* first tile: S only */

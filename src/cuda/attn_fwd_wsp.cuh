@@ -435,21 +435,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * P = 0: the same output bit for bit. */
                 int js = 0;
                 bool narrow = false;
-                if constexpr (NN > 0) {
-                    js = min(n, max(0, w.t_end - (hw + BN - 1) / BN));
-                    narrow = js < n && hw - (w.t_end - 1 - js) * BN <= NN;
-                    for (int j = 0; j < js; j++) {
-                        const uint32_t c = kv + (uint32_t)j;
-                        const int st = (int)(c % NST);
-                        const uint32_t ph = (c / NST) & 1u;
-                        mbar_wait(bKf + 8 * st, ph);
-                        mbar_wait(bVf + 8 * st, ph);
-                        named_sync(my_bar, 256);
-                        named_arrive(other_bar, 256);
-                        release(bKe + 8 * st);
-                        release(bVe + 8 * st);
-                    }
-                }
+                if constexpr (NN > 0)
+                    js = ws_skip_leading<BN, NN, NST>(n, w.t_end, hw, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
+                                                      other_bar, lane);
                 if (js < n) {
                     /* first key tile: S only */
                     bool hprev; /* the half flag of the tile whose P is in pa */
