@@ -68,8 +68,48 @@ static void even_group() {
     }
 }
 
+/* sf_attn::wsp_static_walks against a walk of the round robin: the levels
+ * that CTA x's tiles take over nm rounds are all nm levels */
+static void static_walks() {
+    for (int64_t grid = 1; grid <= 300; grid++)
+        for (int64_t nm = 1; nm <= 40; nm++)
+            for (int64_t g = 1; g <= 8; g++) {
+                const int64_t sec = g * nm;
+                bool all = true;
+                for (int64_t x = 0; x < grid && all; x++) {
+                    bool seen[40] = {false};
+                    int count = 0;
+                    for (int64_t r = 0; r < nm; r++) {
+                        const int64_t lvl = ((x + r * grid) % sec) / g;
+                        if (!seen[lvl]) seen[lvl] = true, count++;
+                    }
+                    all = count == nm;
+                }
+                checks++;
+                /* the closed form claims the walk when the step is whole and
+                 * coprime; a fractional step can still visit every level, so
+                 * only its claims are checked */
+                if (sf_attn::wsp_static_walks(grid, nm, g) && !all) {
+                    if (fails < 10) fprintf(stderr, "FAIL wsp_static_walks(%lld, %lld, %lld): a CTA misses a level\n",
+                                            (long long)grid, (long long)nm, (long long)g);
+                    fails++;
+                }
+            }
+    const int64_t cases[][4] = {{132, 4, 4, 1}, {132, 8, 4, 1}, {132, 16, 4, 1}, {132, 3, 4, 0},
+                                {132, 6, 4, 0}, {132, 11, 4, 0}, {132, 5, 4, 1}, {132, 1, 4, 1}};
+    for (const auto &c : cases) {
+        checks++;
+        if (sf_attn::wsp_static_walks(c[0], c[1], c[2]) != (c[3] != 0)) {
+            fprintf(stderr, "FAIL wsp_static_walks(%lld, %lld, %lld) != %lld\n", (long long)c[0], (long long)c[1],
+                    (long long)c[2], (long long)c[3]);
+            fails++;
+        }
+    }
+}
+
 int main() {
     even_group();
+    static_walks();
     for (uint32_t d = 1; d <= 4096; d++) divisor(d);
     for (int s = 1; s < 31; s++)
         for (int e = -1; e <= 1; e++) divisor((1u << s) + (uint32_t)e);

@@ -406,7 +406,8 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * gain less than the counter costs.  Full attention keeps the static
      * schedule (equal tiles). */
     const bool masked = p.wl >= 0 || p.wr >= 0;
-    const bool use_ctr = masked && (p.lk + BN - 1) / BN >= 16 && ntiles > grid;
+    const bool use_ctr = masked && ntiles > grid &&
+                         ((p.lk + BN - 1) / BN >= 16 || !sf_attn::wsp_static_walks(grid, p.n_mtiles, 4));
     /* Masked sections, smaller than the L2 rule (H200, session 20, causal,
      * pinned wsp128 / wsp192, bench/RESULTS.md "Stop 20"):
      *  - the counter: about one grid of tiles a section (grid / query tiles
@@ -420,7 +421,12 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      *    moves one query-tile level on (33 mod n_mtiles = 1 for 4, 8, 16 or
      *    32 levels), so every CTA takes every level alike; against the L2
      *    rule d 128 L 512-1024 +2-4%, d 256 (wsp128) +9-10%, d 64 +0.5%; 2
-     *    and 8 pairs measured slower. */
+     *    and 8 pairs measured slower.  Where 4-pair sections would not walk
+     *    a CTA through every level (wsp_static_walks: e.g. 3 or 6 query
+     *    tiles on 132 CTAs), the counter takes the tiles instead: its cost
+     *    at short tiles (1-2%) is less than such a round robin's imbalance
+     *    (32-pair sections, which leave the same CTAs on the longest tiles:
+     *    d 256 L 512 245 against 325 TFLOP/s). */
     if (masked) {
         const int64_t g = use_ctr ? sf_attn::wsp_even_group(bh, (grid + p.n_mtiles - 1) / p.n_mtiles) : 4;
         if (grp > g) grp = g;

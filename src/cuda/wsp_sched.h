@@ -23,6 +23,26 @@ inline int64_t wsp_even_group(int64_t pairs, int64_t want) {
     return want;
 }
 
+/* Whether the static round robin (CTA x takes tiles x, x + grid, ...) over
+ * sections of g pairs walks each CTA through every query-tile level: a
+ * section is g * nm tiles, level outer, pair inner, so a CTA's next tile
+ * sits (grid mod g * nm) tiles further on, step = that / g levels when g
+ * divides it; every level comes round when step and nm are coprime (nm 4,
+ * 8, 16 with g 4 and 132 CTAs: step 1).  Otherwise the same CTAs can take
+ * the longest tiles round after round (nm 3 with g 4: step 0). */
+inline bool wsp_static_walks(int64_t grid, int64_t nm, int64_t g) {
+    if (nm <= 1) return true;
+    const int64_t d = grid % (g * nm);
+    if (d % g != 0) return false;
+    int64_t a = d / g, b = nm; /* gcd(step, nm) == 1 */
+    while (b) {
+        const int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a == 1;
+}
+
 } /* namespace sf_attn */
 
 #endif
