@@ -6,7 +6,8 @@
  * buffers handed between tiles, K/V stages that run on across tiles, half
  * key tiles on the causal diagonal (their skipped P is exactly 0) and
  * sections of two (batch, head) pairs for full attention, and for masked
- * problems of 16 or more key tiles a device counter that hands out the
+ * problems sections of 4 pairs, or, with 16 or more key tiles (or a round
+ * robin that would not balance), a device counter that hands out the
  * tiles in the schedule's order (the counter's reset after each launch is
  * checked by the repeated calls).  None of that
  * changes an operation or its order, so outputs and lse are equal bit for

@@ -396,7 +396,8 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * sections at 48% of DRAM throughput over 153 µs against cuDNN's 41%
      * over 130 µs (K and V read from HBM more than once). */
     if (p.wl < 0 && p.wr < 0 && grp > 2) grp = 2;
-    /* Masked problems (causal, windows) with 16 or more key tiles: tiles of
+    /* Masked problems (causal, windows) with 16 or more key tiles, and the
+     * shorter ones whose round robin would not balance (below): tiles of
      * unequal work, handed out by the counter in the schedule's order (list
      * scheduling).  A model of the static round robin put the most loaded CTA
      * 6-16% over the mean at causal L 512-4096, the counter's order 1-3.5%
