@@ -4,16 +4,16 @@ builds or pinned configurations, where the peers would only add time (their
 numbers come from bench/gpu_attn.py in the same device run).
 
     SEQFUSE_LIB=build/libseqfuse.so SF_AUTOTUNE_FORCE=attn_fwd:wsp128 \\
-        python3 bench/attn_ours.py TAG d:L:causal [d:L:causal ...]
+        PYTHONPATH=python:bench python3 bench/attn_ours.py TAG d:L:causal [d:L:causal ...]
 e.g. python3 bench/attn_ours.py main 128:512:1 256:2048:0   (prints TFLOP/s, triton
 do_bench medians; FLOPs = 4 B H L^2 d, halved when causal).
 """
 import sys
 
 import torch
-import triton.testing
 
 import seqfuse
+from gpu_attn import attn_flops, attn_inputs, bench
 
 
 def main():
@@ -23,17 +23,14 @@ def main():
     for spec in sys.argv[2:]:
         d, L, causal = (int(x) for x in spec.split(":"))
         B, H = 16384 // L, 2048 // d
-        g = torch.Generator(device="cuda").manual_seed(B * 131 + L + d)
-        q, k, v = (torch.randn(B, L, H, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+        q, k, v = attn_inputs(B, L, H, d)
 
         def call():
             return seqfuse.flash_attn_func(q, k, v, causal=bool(causal))
 
         call()  # the autotuner (or the pinned configuration) settles outside the timing
         torch.cuda.synchronize()
-        ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
-        flops = 4.0 * B * H * L * L * d / (2 if causal else 1)
-        out.append("%s %.1f" % (spec, flops / (ms * 1e-3) / 1e12))
+        out.append("%s %.1f" % (spec, attn_flops(B, L, H, d, causal) / (bench(call) * 1e-3) / 1e12))
     print("%-24s" % tag, "  ".join(out), flush=True)
 
 

@@ -31,14 +31,21 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
+def attn_inputs(B, L, H, d, dtype=torch.bfloat16, device="cuda"):
+    """q, k, v of one point, (B, L, H, d), seeded by the shape (bench/attn_ours.py too)."""
+    g = torch.Generator(device=device).manual_seed(B * 131 + L + d)
+    return tuple(torch.randn(B, L, H, d, device=device, dtype=dtype, generator=g) for _ in range(3))
+
+
+def attn_flops(B, L, H, d, causal):
+    return 4.0 * B * H * L * L * d / (2 if causal else 1)
+
+
 def run_point(B, L, H, d, causal, dtype=torch.bfloat16, rounds=1):
-    g = torch.Generator(device="cuda").manual_seed(B * 131 + L + d)
-    q = torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g)
-    k = torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g)
-    v = torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g)
+    q, k, v = attn_inputs(B, L, H, d, dtype)
     # peers take (B, H, L, d) contiguous: their preferred layout, same values
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-    flops = 4.0 * B * H * L * L * d / (2 if causal else 1)
+    flops = attn_flops(B, L, H, d, causal)
     res = {}
     out = seqfuse.flash_attn_func(q, k, v, causal=causal)
     torch.cuda.synchronize()
