@@ -483,15 +483,18 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                                                 lane, issue_s, [&](int q) { issue_pv(q, wd); });
                         const int n0 = (w.t_end - 1 - j) * BN;
                         /* LH: a half tile here, as on the first key tile.
-                         * Only a tile's first key tile can be a half one
-                         * (the two 64-row halves of a 128-row tile see key
-                         * bounds 64 apart, so hw - n0 > BN / 2 on every later
-                         * tile), so LH only decides whether the loop carries
-                         * two more copies of the softmax.  d 64 leaves them
-                         * out: ncu (stop 21, causal L 512) had 5.7% of its
-                         * warp samples waiting for instruction fetch (cuDNN
-                         * 1.3%), and without them wsp128 ran causal L 512
-                         * +2.4%; d 128 measured 2-4% slower without them. */
+                         * The two 64-row halves of a 128-row tile see key
+                         * bounds 64 apart, so after the first key tile hw -
+                         * n0 > BN / 2, unless the bounds are clamped at 0
+                         * (rows with no key, Lq > Lk causal), and then the
+                         * tile is masked for every row of the warpgroup: the
+                         * full softmax gives the same P = 0.  So LH only
+                         * decides whether the loop carries two more copies
+                         * of the softmax.  d 64 leaves them out: ncu (stop
+                         * 21, causal L 512) had 5.7% of its warp samples
+                         * waiting for instruction fetch (cuDNN 1.3%), and
+                         * without them wsp128 ran causal L 512 +2.4%; d 128
+                         * measured 2-4% slower without them. */
                         constexpr bool LH = D != 64;
                         const bool hf = LH && HD && hw <= n0 + BN / 2;
                         resc = softmax(n0, hf);
