@@ -368,8 +368,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * diagonal's upper half for the first 64 rows of a 128-row
                  * tile) takes the softmax and P V over its first half only:
                  * the skipped P would be 0, so the output is the same bit for
-                 * bit.  (S stays a full product: a branch between m64n64 and
-                 * m64n128 made ptxas serialise the wgmma pipeline.)  hw: the
+                 * bit (d 64: the P V over all BN keys but the last one's, the
+                 * second half of P zero, below).  (S stays a full product: a
+                 * branch between m64n64 and m64n128 made ptxas serialise the
+                 * wgmma pipeline.)  hw: the
                  * key bound of the warpgroup's last row, the largest of its
                  * rows (the bounds grow with the row). */
                 int hw = 0;
