@@ -169,6 +169,19 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * kernel (wsp192, the non-causal choice) 6-9% without any half tile to
      * take, so it keeps the plain loop. */
     constexpr bool HD = BN == 128 && (D == 128 || BM == 128);
+    /* OB: one body for the key-tile loop (d 64).  A half tile is only ever
+     * a tile's first key tile: the two 64-row halves of a 128-row tile see
+     * key bounds 64 apart, so after the first key tile hw - n0 > BN / 2,
+     * unless the bounds are clamped at 0 (rows with no key, Lq > Lk causal),
+     * and then the tile is masked for every row of the warpgroup and the
+     * full softmax gives the same P = 0.  With OB the loop takes no half
+     * softmax, and a half first tile's P is padded with zeros so that the
+     * next P V runs over all BN keys (adding exact zeros): two loop bodies
+     * and two softmax copies fewer (4656 -> 3120 instructions).  ncu (stop
+     * 21, causal L 512) had 5.7% of the warp samples waiting for
+     * instruction fetch (cuDNN 1.3%); pinned, d 64 +0.5-2.4%.  d 128
+     * measured 2-4% slower without the half softmax and keeps both bodies. */
+    constexpr bool OB = HD && D == 64;
     /* narrow first tiles and empty leading turns (below, as attn_fwd_ws):
      * 80-key tiles (d 256) */
     constexpr int NN = BN == 80 ? 48 : 0;
@@ -368,10 +381,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * diagonal's upper half for the first 64 rows of a 128-row
                  * tile) takes the softmax and P V over its first half only:
                  * the skipped P would be 0, so the output is the same bit for
-                 * bit (d 64: the P V over all BN keys but the last one's, the
-                 * second half of P zero, below).  (S stays a full product: a
-                 * branch between m64n64 and m64n128 made ptxas serialise the
-                 * wgmma pipeline.)  hw: the
+                 * bit (OB: the P V of such a tile over all BN keys unless it
+                 * is the last, the second half of P zero).  (S stays a full
+                 * product: a branch between m64n64 and m64n128 made ptxas
+                 * serialise the wgmma pipeline.)  hw: the
                  * key bound of the warpgroup's last row, the largest of its
                  * rows (the bounds grow with the row). */
                 int hw = 0;
@@ -470,11 +483,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                             resc = softmax(n0, hf);
                             pack(hf);
                             hprev = hf;
-                            /* d 64: P of a half first tile padded with zeros
-                             * (P V over all BN keys adds exact zeros), so the
-                             * loop below has one body: 3912 -> 3120
-                             * instructions, pinned +0.5-2% (stop 21) */
-                            if constexpr (D == 64)
+                            /* OB: the half tile's P padded with zeros */
+                            if constexpr (OB)
                                 if (hf) {
 #pragma unroll
                                     for (int kk = NS / 4; kk < NS / 2; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
@@ -493,21 +503,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
                                                 lane, issue_s, [&](int q) { issue_pv(q, wd); });
                         const int n0 = (w.t_end - 1 - j) * BN;
-                        /* LH: a half tile here, as on the first key tile.
-                         * The two 64-row halves of a 128-row tile see key
-                         * bounds 64 apart, so after the first key tile hw -
-                         * n0 > BN / 2, unless the bounds are clamped at 0
-                         * (rows with no key, Lq > Lk causal), and then the
-                         * tile is masked for every row of the warpgroup: the
-                         * full softmax gives the same P = 0.  So LH only
-                         * decides whether the loop carries two more copies
-                         * of the softmax.  d 64 leaves them out: ncu (stop
-                         * 21, causal L 512) had 5.7% of its warp samples
-                         * waiting for instruction fetch (cuDNN 1.3%), and
-                         * without them wsp128 ran causal L 512 +2.4%; d 128
-                         * measured 2-4% slower without them. */
-                        constexpr bool LH = D != 64;
-                        const bool hf = LH && HD && hw <= n0 + BN / 2;
+                        const bool hf = !OB && HD && hw <= n0 + BN / 2;
                         resc = softmax(n0, hf);
                         wg_wait<0>();
                         reg_fence(o);
@@ -517,7 +513,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     };
                     for (int j = js + 1; j < n; j++) {
                         if constexpr (HD) {
-                            if (D != 64 && hprev)
+                            if (!OB && hprev)
                                 step(HalfW{}, j);
                             else
                                 step(FullW{}, j);
