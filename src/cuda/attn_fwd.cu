@@ -455,13 +455,20 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
  * + P 28 and the loop state of attn_fwd_ws, not the persistent loop's). */
 template <typename T>
 int try_wsp(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int bm,
-            bool k112 = false) {
+            int bn = 0) {
     if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen ||
         (p.d != 64 && p.d != 128 && p.d != 256) || !(p.scale_log2 > 0.f))
         return 0;
     /* d 64 with 112-key tiles: short sequences pad less (ViT: 196 keys in
      * 224 instead of 256) */
-    if (k112) return p.d == 64 && bm == 128 ? launch_wsp<T, 64, 128, 3, 112>(ctx, p, cs, st) : 0;
+    if (bn == 112) return p.d == 64 && bm == 128 ? launch_wsp<T, 64, 128, 3, 112>(ctx, p, cs, st) : 0;
+    /* d 256 with 64-key tiles: no padding where L is a multiple of 64 (80-key
+     * tiles compute 528 keys for 512); 192 KiB of shared memory.  H200,
+     * pinned, three rounds (bench/RESULTS.md "Stop 22"): L 512 523-526
+     * against 497-499 (wsp128) and 504-508 (ws128) TFLOP/s, causal L 512
+     * 337-338 against 324-326 / 321-322; L 1024 and longer slower (more
+     * turns a key), so the autotuner chooses. */
+    if (bn == 64) return p.d == 256 && bm == 128 ? launch_wsp<T, 256, 128, 2, 64>(ctx, p, cs, st) : 0;
     if (bm == 192) return p.d == 64 ? launch_wsp<T, 64, 192, 3>(ctx, p, cs, st) : 0;
     if (p.d == 64) return launch_wsp<T, 64, 128, 3>(ctx, p, cs, st);
     if (p.d == 128) return launch_wsp<T, 128, 128, 2>(ctx, p, cs, st);
@@ -483,8 +490,8 @@ sf_status dispatch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, int nheads
 
 /* Candidate 0 is the heuristic chain (ws, else wgmma, else mma) and the
  * default without tuning; the others pin one kernel (and ws tile rows). */
-const char *const attn_cand_names[] = {"auto",   "ws128",  "ws192",     "wgmma",
-                                       "mma",    "wsp128", "wsp192",    "wsp128k112"};
+const char *const attn_cand_names[] = {"auto",   "ws128",  "ws192",      "wgmma",    "mma",
+                                       "wsp128", "wsp192", "wsp128k112", "wsp128k64"};
 const int attn_ncand = (int)(sizeof attn_cand_names / sizeof attn_cand_names[0]);
 
 struct AttnTune {
@@ -522,10 +529,12 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
                        "128, 256 for wsp128), 16-byte aligned rows and a positive scale",
                        attn_cand_names[cand]);
     case 7:
-        if (try_wsp<T>(ctx, p, cs, &st, 128, true)) return st;
+    case 8:
+        if (try_wsp<T>(ctx, p, cs, &st, 128, cand == 7 ? 112 : 64)) return st;
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "sf_attn_fwd: configuration wsp128k112 needs sm_90a code, a dense batch, "
-                       "d 64, 16-byte aligned rows and a positive scale");
+                       "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, "
+                       "d %d, 16-byte aligned rows and a positive scale",
+                       attn_cand_names[cand], cand == 7 ? 64 : 256);
     default: return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
     }
 }

@@ -51,8 +51,8 @@
  * (ncu: 851 warp instructions a key tile against cuDNN's 662) and gave
  * d 128 L 512 +11%, L 1024-2048 +4-5%, causal +3-6%, d 64 +1-5% (H200,
  * bench/RESULTS.md "Stop 16").
- * Instantiated for d 64 (128 or 192 rows, 3 stages), 128 and 256 (128 rows,
- * 2 stages); d 192 spills two registers (8 bytes a tile) and is not used.
+ * Instantiated for d 64 (128 or 192 rows, 3 stages; 112-key tiles too), 128
+ * and 256 (128 rows, 2 stages; 64-key tiles too at d 256); d 192 spills two registers (8 bytes a tile) and is not used.
  * Registers: the producer's tile loop uses R0-R17 at most of its 24 / 32 (SASS),
  * the consumers keep the limits of attn_fwd_ws (240 / 160), no spills.
  */
@@ -185,6 +185,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     /* narrow first tiles and empty leading turns (below, as attn_fwd_ws):
      * 80-key tiles (d 256) */
     constexpr int NN = BN == 80 ? 48 : 0;
+    /* SK: empty turns for the leading key tiles no row of the warpgroup sees
+     * (ws_skip_leading): 80-key tiles, and 64-key tiles at d 256 (wsp128k64:
+     * the first 64 rows of a causal 128-row tile see one 64-key tile fewer
+     * than the tile) */
+    constexpr bool SK = NN > 0 || (D == 256 && BN == 64);
     constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
     constexpr bool QS = Tr::QS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * key bound of the warpgroup's last row, the largest of its
                  * rows (the bounds grow with the row). */
                 int hw = 0;
-                if constexpr (HD || NN > 0) {
+                if constexpr (HD || SK) {
                     int lw;
                     key_range(min(w.m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
                 }
@@ -450,7 +455,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * P = 0: the same output bit for bit. */
                 int js = 0;
                 bool narrow = false;
-                if constexpr (NN > 0)
+                if constexpr (SK)
                     js = ws_skip_leading<BN, NN, NST>(n, w.t_end, hw, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
                                                       other_bar, lane);
                 if (js < n) {
