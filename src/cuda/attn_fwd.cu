@@ -404,11 +404,15 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * (notes/attn_persist.md, stop 17).  Measured on the H200 (session 18,
      * against the static schedule): causal L 2048-4096 +2-4% (wsp128, d 64 and
      * 128) and +10-13% (wsp192), L 1024 -1.5-+1%, L 512 -1-2%: short tiles
-     * gain less than the counter costs.  Full attention keeps the static
-     * schedule (equal tiles). */
+     * gain less than the counter costs.  At d 64 from 8 key tiles: with the
+     * sections of stop 20, causal L 1024 (wsp128, pinned, three rounds,
+     * bench/RESULTS.md "Stop 22") 327.4-328.0 -> 333.7-335.2 TFLOP/s; L 512
+     * +0.5%, d 128 L 512 -1.5%, L 1024 within noise.  Full attention keeps
+     * the static schedule (equal tiles). */
     const bool masked = p.wl >= 0 || p.wr >= 0;
+    const int ctr_tiles = D == 64 ? 8 : 16;
     const bool use_ctr = masked && ntiles > grid &&
-                         ((p.lk + BN - 1) / BN >= 16 || !sf_attn::wsp_static_walks(grid, p.n_mtiles, 4));
+                         ((p.lk + BN - 1) / BN >= ctr_tiles || !sf_attn::wsp_static_walks(grid, p.n_mtiles, 4));
     /* Masked sections, smaller than the L2 rule (H200, session 20, causal,
      * pinned wsp128 / wsp192, bench/RESULTS.md "Stop 20"):
      *  - the counter: about one grid of tiles a section (grid / query tiles
