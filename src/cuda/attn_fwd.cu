@@ -405,10 +405,11 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * against the static schedule): causal L 2048-4096 +2-4% (wsp128, d 64 and
      * 128) and +10-13% (wsp192), L 1024 -1.5-+1%, L 512 -1-2%: short tiles
      * gain less than the counter costs.  At d 64 from 8 key tiles: with the
-     * sections of stop 20, causal L 1024 (wsp128, pinned, three rounds,
-     * bench/RESULTS.md "Stop 22") 327.4-328.0 -> 333.7-335.2 TFLOP/s; L 512
-     * +0.5%, d 128 L 512 -1.5%, L 1024 within noise.  Full attention keeps
-     * the static schedule (equal tiles). */
+     * sections of stop 20 (pinned, three rounds in each of two runs,
+     * bench/RESULTS.md "Stop 22"), causal L 1024 wsp128 +0.5-2%, L 1536
+     * wsp192 +4.5%; at L 512 the counter loses 0-2.5% (any section size),
+     * at d 128 L 512 1.5%, at d 128 L 1024 it is within noise.  Full
+     * attention keeps the static schedule (equal tiles). */
     const bool masked = p.wl >= 0 || p.wr >= 0;
     const int ctr_tiles = D == 64 ? 8 : 16;
     const bool use_ctr = masked && ntiles > grid &&
