@@ -118,7 +118,8 @@ __attribute__((visibility("default"))) int sf_attn_tuning_ws_bn = 0;
 #endif
 /* The kernel (and the ws tile rows) is chosen per shape bucket by the
  * autotuner (src/core/autotune.h): SF_AUTOTUNE_FORCE=attn_fwd:NAME pins one
- * of auto, ws128, ws192, wgmma, mma, wsp128, wsp192. */
+ * of auto, ws128, ws192, wgmma, mma, wsp128, wsp192, wsp128k112 (d 64,
+ * 112-key tiles), wsp128k64 (d 256, 64-key tiles). */
 
 namespace {
 

@@ -256,14 +256,13 @@ __device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int 
 }
 
 /* The leading key tiles that no row of this warpgroup sees (attn_fwd_ws,
- * attn_fwd_wsp: 80-key tiles, and wsp's 64-key ones at d 256): tiles
- * t_end - 1 down to t_end - js,
- * js returned, each an empty turn (wait for its K and V, which the producer
- * loads for the other warpgroup, pass the turn, hand both stages back; c0:
- * the ring count of the tile's first key tile).  narrow: the first tile
- * this warpgroup sees needs no more than its first NN keys (never with
- * NN = 0: that tile holds a key below hw; hw: the warpgroup's largest key
- * bound). */
+ * attn_fwd_wsp: 80-key tiles, and wsp's 64-key ones at d 256), from tile
+ * t_end - 1 down, js of them returned, each an empty turn (wait for its K
+ * and V, which the producer loads for the other warpgroup, pass the turn,
+ * hand both stages back; c0: the ring count of the tile's first key tile).
+ * narrow: the first tile this warpgroup sees needs no more than its first
+ * NN keys (never with NN = 0: that tile holds a key below hw; hw: the
+ * warpgroup's largest key bound). */
 template <int BN, int NN, int NST>
 __device__ __forceinline__ int ws_skip_leading(int n, int t_end, int hw, uint32_t c0, bool &narrow, uint32_t bKf,
                                                uint32_t bVf, uint32_t bKe, uint32_t bVe, int my_bar, int other_bar,

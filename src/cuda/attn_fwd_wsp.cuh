@@ -52,7 +52,8 @@
  * d 128 L 512 +11%, L 1024-2048 +4-5%, causal +3-6%, d 64 +1-5% (H200,
  * bench/RESULTS.md "Stop 16").
  * Instantiated for d 64 (128 or 192 rows, 3 stages; 112-key tiles too), 128
- * and 256 (128 rows, 2 stages; 64-key tiles too at d 256); d 192 spills two registers (8 bytes a tile) and is not used.
+ * and 256 (128 rows, 2 stages; 64-key tiles too at d 256); d 192 spills two
+ * registers (8 bytes a tile) and is not used.
  * Registers: the producer's tile loop uses R0-R17 at most of its 24 / 32 (SASS),
  * the consumers keep the limits of attn_fwd_ws (240 / 160), no spills.
  */
@@ -443,9 +444,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     if (lane == 0) mbar_arrive(bar);
                 };
 
-                /* NN (80-key tiles, d 256), as in attn_fwd_ws: the warpgroup's
-                 * first js key tiles (the highest keys) are masked for all of
-                 * its rows and take empty turns; its first real tile takes S,
+                /* SK (80-key tiles and wsp128k64's 64-key ones, d 256), as in
+                 * attn_fwd_ws: the warpgroup's first js key tiles (the highest
+                 * keys) are masked for all of its rows and take empty turns;
+                 * with NN (80-key tiles) its first real tile takes S,
                  * the softmax and (next turn) P V over its first NN keys only
                  * when no row sees past them; the other columns of s are set to
                  * 0 before that S (which does not write them) and the softmax
