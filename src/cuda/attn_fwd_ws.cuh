@@ -216,14 +216,15 @@ template <int NO> __device__ __forceinline__ void scale_o(float (&o)[NO][4], con
 /* The issue half of one pingpong turn (attn_fwd_ws, attn_fwd_wsp): wait
  * for K stage st, take the turn, S = Q K^T, O rescaled when the last
  * softmax asks (resc), wait for V stage ps, P V, hand the turn on, wait for
- * S (the P V stays in flight), K's stage back to the producer (lane 0). */
-template <bool LAZY, int NS, int NO, typename FS, typename FPV>
+ * S (the P V stays in flight), K's stage back to the producer (lane 0).
+ * PP false: no turn is taken or handed on (a kernel without pingpong). */
+template <bool LAZY, bool PP = true, int NS, int NO, typename FS, typename FPV>
 __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32_t bVf, int st, uint32_t ph,
                                               int ps, uint32_t pph, int my_bar, int other_bar, bool resc,
                                               float (&s)[NS][4], float (&o)[NO][4], const float *alpha, int lane,
                                               FS issue_s, FPV issue_pv) {
     mbar_wait(bKf + 8 * st, ph);
-    named_sync(my_bar, 256);
+    if (PP) named_sync(my_bar, 256);
     wg_fence();
     issue_s(st);
     wg_commit();
@@ -232,7 +233,7 @@ __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32
     wg_fence();
     issue_pv(ps);
     wg_commit();
-    named_arrive(other_bar, 256);
+    if (PP) named_arrive(other_bar, 256);
     wg_wait<1>();
     reg_fence(s);
     if (lane == 0) mbar_arrive(bKe + 8 * st);
@@ -240,16 +241,16 @@ __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32
 
 /* The first turn of a tile (attn_fwd_ws, attn_fwd_wsp): wait for K stage
  * st, take the turn, S = Q K^T alone, hand the turn on, wait for S, K's
- * stage back to the producer (lane 0). */
-template <int NS, typename FS>
+ * stage back to the producer (lane 0).  PP as for ws_turn_issue. */
+template <bool PP = true, int NS, typename FS>
 __device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int st, uint32_t ph, int my_bar,
                                                 int other_bar, float (&s)[NS][4], int lane, FS issue_s) {
     mbar_wait(bKf + 8 * st, ph);
-    named_sync(my_bar, 256);
+    if (PP) named_sync(my_bar, 256);
     wg_fence();
     issue_s(st);
     wg_commit();
-    named_arrive(other_bar, 256);
+    if (PP) named_arrive(other_bar, 256);
     wg_wait<0>();
     reg_fence(s);
     if (lane == 0) mbar_arrive(bKe + 8 * st);

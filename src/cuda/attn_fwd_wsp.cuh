@@ -37,7 +37,10 @@
  *     still loads while the consumers finish the previous tile's epilogue;
  *   - the pingpong token (named barriers 1..NC) cycles across tiles without
  *     a break; the last consumer's hand-over of the CTA's last turn is
- *     taken by consumer 0 after its last tile, so every barrier ends balanced.
+ *     taken by consumer 0 after its last tile, so every barrier ends balanced
+ *     (the 112-key d 64 kernel has no pingpong: PP below);
+ *   - in masked problems the two warpgroups of the 128-row d 64 kernel swap
+ *     their row halves on odd tiles (RS below).
  * Per-tile state (running max, sum, O, the row key ranges) is set up at the
  * top of each tile; fully masked rows write 0 and lse -inf as in attn_fwd_ws.
  * Epilogue: each consumer warp writes its 16 rows of O into the Q buffer by
@@ -191,6 +194,24 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * the first 64 rows of a causal 128-row tile see one 64-key tile fewer
      * than the tile) */
     constexpr bool SK = NN > 0 || (D == 256 && BN == 64);
+    /* PP: pingpong turns between the consumer warpgroups (below).  The
+     * 112-key d 64 kernel (wsp128k112, the ViT choice: 2 key tiles a query
+     * tile) runs without: each warpgroup issues its products as soon as its
+     * softmax is done.  H200, stop 23 (bench/RESULTS.md), pinned, two
+     * rounds: ViT 181.6, 182.1 -> 189.2, 190.2 TFLOP/s (cuDNN 181.0).  The
+     * other kernels keep it: without it, d 64 wsp192 lost 4-5%, d 64 wsp128
+     * causal L 1024-2048 1-1.5%, d 128 L 16384 up to 7%. */
+    constexpr bool PP = !(D == 64 && BN == 112);
+    static_assert(PP || !SK, "empty leading turns take pingpong turns");
+    /* RS: in masked problems the two consumer warpgroups of the 128-row
+     * 128-key d 64 kernel (wsp128, the causal choice at L 512-1024) swap
+     * their 64-row halves from one tile to the next, so that the one whose
+     * rows see more keys (the causal diagonal's second half) is not always
+     * the second to take its pingpong turn.  H200, stop 23, pinned, three
+     * rounds against the fixed halves: causal L 512 250.3, 249.9, 250.6 ->
+     * 260.6, 260.6, 257.6 TFLOP/s (cuDNN 259.3), L 1024 +2%, L 2048 +2%;
+     * the halves reversed for every tile instead lost 3%; d 128 level. */
+    constexpr bool RS = D == 64 && BM == 128 && BN == 128 && Tr::NC == 2;
     constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
     constexpr bool QS = Tr::QS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -334,7 +355,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         /* pingpong turn: wait for mine (barrier 1 + cw), hand the next to
          * the following consumer; the last one starts the cycle */
         const int my_bar = 1 + cw, other_bar = 1 + (cw + 1) % NC;
-        if (cw == NC - 1) named_arrive(1, 256);
+        if (PP && cw == NC - 1) named_arrive(1, 256);
 
         uint32_t kv = 0; /* K/V tiles consumed so far (all tiles) */
         int it = 0;
@@ -366,7 +387,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             if (t >= sc.ntiles) break;
             const WspTile w = wsp_tile<BM, BN>(p, sc, t);
             const uint32_t sQ = sbase + qb * Tr::QBYTES;
-            const int r0 = w.m0 + cw * 64 + wq * 16 + g; /* sequence-relative row */
+            /* the warpgroup's 64-row half of the tile (RS: swapped on odd tiles) */
+            const int cr = RS && (it & 1) && (p.wl >= 0 || p.wr >= 0) ? cw ^ 1 : cw;
+            const int r0 = w.m0 + cr * 64 + wq * 16 + g; /* sequence-relative row */
             int rlo[2], rhi[2];
             key_range(r0, lq, lk, p.wl, p.wr, rlo[0], rhi[0]);
             key_range(r0 + 8, lq, lk, p.wl, p.wr, rlo[1], rhi[1]);
@@ -396,7 +419,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 int hw = 0;
                 if constexpr (HD || SK) {
                     int lw;
-                    key_range(min(w.m0 + cw * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
+                    key_range(min(w.m0 + cr * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
                 }
                 /* widths of a P V (and of a narrow S): all BN keys, a half
                  * tile's first half, a narrow tile's first NN */
@@ -408,7 +431,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * constant (wg_desc_add: one add on the address field) rather
                  * than built per k-step: ncu counted ~100 uniform-datapath
                  * instructions a key tile for them. */
-                const uint64_t dq0 = wg_desc(sQ + cw * (64 * 128), 16, 1024);
+                const uint64_t dq0 = wg_desc(sQ + cr * (64 * 128), 16, 1024);
                 auto issue_s_w = [&](int st, auto wd) {
                     constexpr int W = decltype(wd)::value;
                     const uint64_t dk0 = wg_desc(sK + st * Tr::KVBYTES, 16, 1024);
@@ -470,7 +493,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 #pragma unroll
                             for (int i = NarrowW::value / 8; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
                         }
-                        ws_turn_first_s(bKf, bKe, (int)(c % NST), (c / NST) & 1u, my_bar, other_bar, s, lane,
+                        ws_turn_first_s<PP>(bKf, bKe, (int)(c % NST), (c / NST) & 1u, my_bar, other_bar, s, lane,
                                         [&](int q) {
                                             if (NN > 0 && narrow)
                                                 issue_s_w(q, NarrowW{});
@@ -507,7 +530,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
                         const int st = (int)(c % NST), ps = (int)(pc % NST);
                         const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
-                        ws_turn_issue<Tr::LAZY>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
+                        ws_turn_issue<Tr::LAZY, PP>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
                                                 lane, issue_s, [&](int q) { issue_pv(q, wd); });
                         const int n0 = (w.t_end - 1 - j) * BN;
                         const bool hf = !OB && HD && hw <= n0 + BN / 2;
@@ -540,11 +563,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         const int ps = (int)(pc % NST);
                         if (!Tr::LAZY || resc) scale_o(o, alpha);
                         mbar_wait(bVf + 8 * ps, (pc / NST) & 1u);
-                        named_sync(my_bar, 256);
+                        if (PP) named_sync(my_bar, 256);
                         wg_fence();
                         issue_pv(ps, wd);
                         wg_commit();
-                        named_arrive(other_bar, 256);
+                        if (PP) named_arrive(other_bar, 256);
                         wg_wait<0>();
                         reg_fence(o);
                         release(bVe + 8 * ps);
@@ -556,8 +579,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 } else {
                     /* every key tile masked for this warpgroup: the last turn
                      * empty too */
-                    named_sync(my_bar, 256);
-                    named_arrive(other_bar, 256);
+                    if (PP) named_sync(my_bar, 256);
+                    if (PP) named_arrive(other_bar, 256);
                 }
                 kv += (uint32_t)n;
             }
@@ -582,7 +605,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             /* every wgmma of this warpgroup that read its Q slice has completed */
             named_sync(1 + NC + cw, 128);
             /* O (normalised, 16-bit) into this warp's 16 rows of the Q buffer */
-            stage_o<T, NO, BM>(sQ, o, inv, cw * 64 + wq * 16, lane);
+            stage_o<T, NO, BM>(sQ, o, inv, cr * 64 + wq * 16, lane);
             /* the warp's rows to global memory by TMA (rows past lq are not
              * written), then the Q buffer back to the producer once the copy
              * has read it: the stores are made visible to the async proxy
@@ -591,11 +614,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             __syncwarp();
             release_q(); /* a tile without keys had no first S */
             if (lane == 0) {
-                const int wr0 = w.m0 + cw * 64 + wq * 16;
+                const int wr0 = w.m0 + cr * 64 + wq * 16;
                 if (wr0 < lq) {
 #pragma unroll
                     for (int c = 0; c < CB; c++)
-                        tma_store4(&tmo, sQ + c * (BM * 128) + (cw * 64 + wq * 16) * 128, c * 64, wr0, h, b);
+                        tma_store4(&tmo, sQ + c * (BM * 128) + (cr * 64 + wq * 16) * 128, c * 64, wr0, h, b);
                     bulk_commit();
                 }
                 pend = qi;
@@ -606,7 +629,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
         /* the last consumer's final hand-over (or the opening one, if this
          * CTA had no keys at all) is still pending on barrier 1 */
-        if (cw == 0) named_sync(1, 256);
+        if (PP && cw == 0) named_sync(1, 256);
     }
 #else
     (void)p;
