@@ -200,17 +200,18 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * softmax is done.  H200, stop 23 (bench/RESULTS.md), pinned, two
      * rounds: ViT 181.6, 182.1 -> 189.2, 190.2 TFLOP/s (cuDNN 181.0).  The
      * other kernels keep it: without it, d 64 wsp192 lost 4-5%, d 64 wsp128
-     * causal L 1024-2048 1-1.5%, d 128 L 16384 up to 7%. */
+     * causal L 1024-2048 1-1.5%, d 128 L 16384 4% (three rounds). */
     constexpr bool PP = !(D == 64 && BN == 112);
     static_assert(PP || !SK, "empty leading turns take pingpong turns");
     /* RS: in masked problems the two consumer warpgroups of the 128-row
      * 128-key d 64 kernel (wsp128, the causal choice at L 512-1024) swap
-     * their 64-row halves from one tile to the next, so that the one whose
-     * rows see more keys (the causal diagonal's second half) is not always
-     * the second to take its pingpong turn.  H200, stop 23, pinned, three
-     * rounds against the fixed halves: causal L 512 250.3, 249.9, 250.6 ->
-     * 260.6, 260.6, 257.6 TFLOP/s (cuDNN 259.3), L 1024 +2%, L 2048 +2%;
-     * the halves reversed for every tile instead lost 3%; d 128 level. */
+     * their 64-row halves from one tile to the next, so that the half whose
+     * rows see more keys (the causal diagonal's second half) changes hands
+     * (and pingpong position).  H200, stop 23, pinned, three rounds against
+     * fixed halves: causal L 512 250.3, 249.9, 250.6 -> 260.6, 260.6, 257.6
+     * TFLOP/s (cuDNN 259.3), L 1024 +2%, L 2048 +2%.  Why is open: the
+     * halves reversed on every tile (the heavier half always first) lost 3%;
+     * at d 128 the swap was level. */
     constexpr bool RS = D == 64 && BM == 128 && BN == 128 && Tr::NC == 2;
     constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
     constexpr bool QS = Tr::QS;
