@@ -5,8 +5,9 @@ numbers come from bench/gpu_attn.py in the same device run).
 
     SEQFUSE_LIB=build/libseqfuse.so SF_AUTOTUNE_FORCE=attn_fwd:wsp128 \\
         PYTHONPATH=python:bench python3 bench/attn_ours.py TAG d:L:causal [d:L:causal ...]
-e.g. python3 bench/attn_ours.py main 128:512:1 256:2048:0   (prints TFLOP/s, triton
-do_bench medians; FLOPs = 4 B H L^2 d, halved when causal).
+e.g. python3 bench/attn_ours.py main 128:512:1 256:2048:0 vit   (prints TFLOP/s, triton
+do_bench medians; FLOPs = 4 B H L^2 d, halved when causal; `vit` is bench/gpu_attn.py's
+ViT-B/16 point: B 256, L 196, 12 heads of 64, full).
 """
 import sys
 
@@ -21,8 +22,11 @@ def main():
         sys.exit(__doc__)
     tag, out = sys.argv[1], []
     for spec in sys.argv[2:]:
-        d, L, causal = (int(x) for x in spec.split(":"))
-        B, H = 16384 // L, 2048 // d
+        if spec == "vit":
+            B, L, H, d, causal = 256, 196, 12, 64, 0
+        else:
+            d, L, causal = (int(x) for x in spec.split(":"))
+            B, H = 16384 // L, 2048 // d
         q, k, v = attn_inputs(B, L, H, d)
 
         def call():
