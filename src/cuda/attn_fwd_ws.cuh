@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             float l = lrow[rr];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            inv[rr] = l > 0.f ? 1.f / l : 0.f;
+            inv[rr] = inv_row_sum(l);
             if (p.lse && tq == 0) {
                 const int r = r0 + rr * 8;
                 if (r < lq) {

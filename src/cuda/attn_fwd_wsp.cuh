@@ -22,8 +22,8 @@
  *     key-tile count n of every tile, never reset, so the producer streams
  *     the next tile's K/V into stages the consumers free while they finish
  *     the current one;
- *   - Q has NQ buffers (2 when they fit in shared memory: d 64 and 128; 1
- *     at d 192 / 256), each with a "full" mbarrier (count 1, the TMA bytes)
+ *   - Q has NQ buffers (3 for the 128-row d 64 kernels, 2 for wsp192 and
+ *     d 128; 1 at d 192 / 256), each with a "full" mbarrier (count 1, the TMA bytes)
  *     and an "empty" one (4 * NC warp arrivals after the epilogue, which
  *     stages O in the Q buffer).  Tile number it (of this CTA) uses buffer
  *     it % NQ, whose use count u = it / NQ gives the parity (u & 1).  A
@@ -110,8 +110,17 @@ struct WspTraits : WsTraits<D, BM_, NST, BN_> {
         return (size_t)nq * B::QBYTES + (size_t)2 * NST * B::KVBYTES + (size_t)(2 * qbars(nq) + 4 * NST) * 8 + 16 +
                1024;
     }
-    /* a second Q buffer when it fits: d 64 (16 or 24 KiB more), d 128 (32) */
-    static constexpr int NQ = smem_for(2) <= 227 * 1024 ? 2 : 1;
+    /* a second Q buffer when it fits: d 64 (16 or 24 KiB more), d 128 (32);
+     * a third for the 128-row d 64 kernels (wsp128, wsp128k112), whose short
+     * tiles (1-2 key tiles at causal L 512, 2 for ViT) otherwise wait for a
+     * Q load that could start only after the previous tile's first S (ncu,
+     * stop 21: 1.4% of the samples at the Q wait).  H200, stop 25, pinned,
+     * three rounds: d 64 causal L 512 +1.6%, L 1024 +0.8% over two buffers;
+     * ViT (wsp128k112, with PRE in the consumers) 191.3 -> 195.1 TFLOP/s;
+     * wsp192 and d 128 level with it, so they keep two. */
+    static constexpr int NQ = (D == 64 && BM_ == 128 && smem_for(3) <= 227 * 1024) ? 3
+                              : smem_for(2) <= 227 * 1024                         ? 2
+                                                                                  : 1;
     /* one Q buffer (d 256): split by consumer warpgroup (QS), so that the
      * next tile's Q rows of the first warpgroup load while the others still
      * finish the current tile; the Q map's boxes are then 64 rows */
@@ -373,6 +382,38 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 pend = -1;
             }
         };
+        /* A tile's set-up: its schedule entry, the warpgroup's 64-row half
+         * (RS: swapped on odd tiles), this thread's rows' key ranges and hw,
+         * the warpgroup's largest key bound (HD / SK, below).  PRE: for the
+         * static schedule the next tile's is computed while this tile's last
+         * P V runs (ncu, stop 21: ~190 instructions a warp and tile at the
+         * top of the tile, on the way from one tile's last P V to the next
+         * one's first S).  H200, stop 25, pinned, three rounds, against the
+         * same library without it: d 128 L 512 +0.6%, causal L 512 +1.5%,
+         * L 1024 +1.2%; ViT (wsp128k112, three Q buffers) 188 -> 195 TFLOP/s
+         * with it and inv_row_sum together; but d 64 wsp128 -4.5% and wsp192
+         * -2.5% (their last P V is half as long: the set-up outlasts it). */
+        constexpr bool PRE = D == 128 || (D == 64 && BN == 112);
+        struct TileSet {
+            WspTile w;
+            int cr, r0, rlo[2], rhi[2], hw;
+        };
+        auto setup = [&](int tt, int itx) {
+            TileSet c;
+            c.w = wsp_tile<BM, BN>(p, sc, tt);
+            c.cr = RS && (itx & 1) && (p.wl >= 0 || p.wr >= 0) ? cw ^ 1 : cw;
+            c.r0 = c.w.m0 + c.cr * 64 + wq * 16 + g; /* sequence-relative row */
+            key_range(c.r0, lq, lk, p.wl, p.wr, c.rlo[0], c.rhi[0]);
+            key_range(c.r0 + 8, lq, lk, p.wl, p.wr, c.rlo[1], c.rhi[1]);
+            c.hw = 0;
+            if constexpr (HD || SK) {
+                int lw;
+                key_range(min(c.w.m0 + c.cr * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, c.hw);
+            }
+            return c;
+        };
+        TileSet nx;
+        bool have_nx = false;
         for (int t = blockIdx.x;; t += gridDim.x, it++) {
             const int qb = it % NQ, qi = QS ? cw : qb; /* Q buffer, its barriers (QS: slice) */
             /* dynamic schedule: the tile comes with its Q buffer (the wait
@@ -386,14 +427,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 t = (int)__shfl_sync(0xffffffffu, v, 0);
             }
             if (t >= sc.ntiles) break;
-            const WspTile w = wsp_tile<BM, BN>(p, sc, t);
+            const TileSet cx = PRE && have_nx ? nx : setup(t, it);
+            have_nx = false;
+            const WspTile w = cx.w;
+            const int cr = cx.cr, r0 = cx.r0;
+            const int rlo[2] = {cx.rlo[0], cx.rlo[1]}, rhi[2] = {cx.rhi[0], cx.rhi[1]};
             const uint32_t sQ = sbase + qb * Tr::QBYTES;
-            /* the warpgroup's 64-row half of the tile (RS: swapped on odd tiles) */
-            const int cr = RS && (it & 1) && (p.wl >= 0 || p.wr >= 0) ? cw ^ 1 : cw;
-            const int r0 = w.m0 + cr * 64 + wq * 16 + g; /* sequence-relative row */
-            int rlo[2], rhi[2];
-            key_range(r0, lq, lk, p.wl, p.wr, rlo[0], rhi[0]);
-            key_range(r0 + 8, lq, lk, p.wl, p.wr, rlo[1], rhi[1]);
 
             float o[NO][4];
 #pragma unroll
@@ -417,11 +456,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * serialise the wgmma pipeline.)  hw: the
                  * key bound of the warpgroup's last row, the largest of its
                  * rows (the bounds grow with the row). */
-                int hw = 0;
-                if constexpr (HD || SK) {
-                    int lw;
-                    key_range(min(w.m0 + cr * 64 + 63, lq - 1), lq, lk, p.wl, p.wr, lw, hw);
-                }
+                const int hw = cx.hw;
                 /* widths of a P V (and of a narrow S): all BN keys, a half
                  * tile's first half, a narrow tile's first NN */
                 typedef std::integral_constant<int, BN> FullW;
@@ -569,6 +604,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         issue_pv(ps, wd);
                         wg_commit();
                         if (PP) named_arrive(other_bar, 256);
+                        if (PRE && !sc.ctr && t + (int)gridDim.x < sc.ntiles) {
+                            nx = setup(t + (int)gridDim.x, it + 1);
+                            have_nx = true;
+                        }
                         wg_wait<0>();
                         reg_fence(o);
                         release(bVe + 8 * ps);
@@ -594,7 +633,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 float l = lrow[rr];
                 l += __shfl_xor_sync(0xffffffffu, l, 1);
                 l += __shfl_xor_sync(0xffffffffu, l, 2);
-                inv[rr] = l > 0.f ? 1.f / l : 0.f;
+                inv[rr] = inv_row_sum(l);
                 if (p.lse && tq == 0) {
                     const int r = r0 + rr * 8;
                     if (r < lq) {
