@@ -391,9 +391,12 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
          * one's first S).  H200, stop 25, pinned, three rounds, against the
          * same library without it: d 128 L 512 +0.6%, causal L 512 +1.5%,
          * L 1024 +1.2%; ViT (wsp128k112, three Q buffers) 188 -> 195 TFLOP/s
-         * with it and inv_row_sum together; but d 64 wsp128 -4.5% and wsp192
-         * -2.5% (their last P V is half as long: the set-up outlasts it). */
-        constexpr bool PRE = D == 128 || (D == 64 && BN == 112);
+         * with it and inv_row_sum together; d 256 with 80-key tiles (wsp128)
+         * causal L 2048 +2.9%, L 4096 +0.8%; but d 64 wsp128 -4.5% (-5% with
+         * the set-up during the tile's first S instead), wsp192 -2.5% (their
+         * last P V is half as long: the set-up outlasts it) and d 256 with
+         * 64-key tiles (wsp128k64) -0.9% at L 512. */
+        constexpr bool PRE = D == 128 || (D == 64 && BN == 112) || (D == 256 && BN == 80);
         struct TileSet {
             WspTile w;
             int cr, r0, rlo[2], rhi[2], hw;
