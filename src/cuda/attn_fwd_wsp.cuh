@@ -41,8 +41,10 @@
  *     (the 112-key d 64 kernel has no pingpong: PP below);
  *   - in masked problems the two warpgroups of the 128-row d 64 kernel swap
  *     their row halves on odd tiles (RS below).
- * Per-tile state (running max, sum, O, the row key ranges) is set up at the
- * top of each tile; fully masked rows write 0 and lse -inf as in attn_fwd_ws.
+ * Per-tile state (running max, sum, O) is set up at the top of each tile,
+ * the schedule entry and the row key ranges there too or (PRE, below)
+ * while the previous tile's last P V runs; fully masked rows write 0 and lse
+ * -inf as in attn_fwd_ws.
  * Epilogue: each consumer warp writes its 16 rows of O into the Q buffer by
  * stmatrix and stores them by TMA (tmo: 16-row boxes), then hands the buffer
  * back once the store has read it (with two Q buffers only after the next
