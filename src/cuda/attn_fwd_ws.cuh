@@ -108,7 +108,7 @@ __device__ __forceinline__ int mask_kind(int n0, int bn, int full_lo, int full_h
  * only the first NV column groups count (a half tile of attn_fwd_wsp); the
  * others are neither read nor written.  (A quarter of the exponentials by
  * a cubic on the FMA pipes was tried and measured slower: attn_fwd.cu.) */
-template <int NS, int NV = NS, bool LAZY = true>
+template <int NS, int NV = NS, bool LAZY = true, bool FIRST = false>
 __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
                                            float *alpha, int n0, int need_mask, const int *rlo,
                                            const int *rhi, int tq, float scale) {
@@ -150,7 +150,19 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
     };
     float base[2];
     bool keep = false;
-    if constexpr (!LAZY) {
+    if constexpr (FIRST) {
+        /* the tile's first key tile: O is 0 and l is 0, so nothing to
+         * rescale (alpha 1, returns false) and no vote; the max is the
+         * tile's (-inf for a row that sees nothing: base 0, P 0).  The same
+         * m, l and P as the general path, bit for bit. */
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const float mx = row_max(rr);
+            base[rr] = mx == -INFINITY ? 0.f : mx;
+            alpha[rr] = 1.f;
+            mrow[rr] = mx;
+        }
+    } else if constexpr (!LAZY) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             const float mx = row_max(rr);
@@ -189,9 +201,9 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
         float sum = 0.f;
 #pragma unroll
         for (int i = 0; i < NV; i++) sum += s[i][2 * rr] + s[i][2 * rr + 1];
-        lrow[rr] = lrow[rr] * alpha[rr] + sum;
+        lrow[rr] = FIRST ? sum : lrow[rr] * alpha[rr] + sum;
     }
-    return !keep;
+    return !FIRST && !keep;
 }
 
 template <typename T, int NS, int NV = NS>

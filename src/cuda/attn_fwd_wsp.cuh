@@ -66,6 +66,9 @@
 #define SF_ATTN_FWD_WSP_CUH
 
 #include "attn_fwd_ws.cuh"
+#ifndef SF_FT
+#define SF_FT 1
+#endif
 #include "fastdiv.h"
 
 #include <type_traits>
@@ -200,6 +203,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     /* narrow first tiles and empty leading turns (below, as attn_fwd_ws):
      * 80-key tiles (d 256) */
     constexpr int NN = BN == 80 ? 48 : 0;
+    /* FT: the first key tile's softmax without the rescale (ws_softmax's
+     * FIRST); not in the 80-key kernel, where ptxas then serialised the
+     * wgmma pipeline (C7511) */
+    constexpr bool FT = SF_FT && NN == 0;
     /* SK: empty turns for the leading key tiles no row of the warpgroup sees
      * (ws_skip_leading): 80-key tiles, and 64-key tiles at d 256 (wsp128k64:
      * the first 64 rows of a causal 128-row tile see one 64-key tile fewer
@@ -491,12 +498,14 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 #pragma unroll
                     for (int kk = 0; kk < KS; kk++) Wg<T, D>::rs(&o[0][0], pa[kk], wg_desc_add(dv0, kk * 2048));
                 };
-                auto softmax = [&](int n0, bool hf) {
+                /* first: the tile's first key tile (ws_softmax's FIRST) */
+                auto softmax = [&](int n0, bool hf, auto first) {
+                    constexpr bool F = decltype(first)::value;
                     const int need_mask = mask_kind(n0, BN, w.full_lo, w.full_hi);
                     if (HD && hf)
-                        return ws_softmax<NS, HD ? NS / 2 : NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo,
-                                                                         rhi, tq, scale);
-                    return ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                        return ws_softmax<NS, HD ? NS / 2 : NS, Tr::LAZY, F>(s, mrow, lrow, alpha, n0, need_mask,
+                                                                            rlo, rhi, tq, scale);
+                    return ws_softmax<NS, NS, Tr::LAZY, F>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
                 };
                 auto pack = [&](bool hf) {
                     if (HD && hf)
@@ -555,13 +564,13 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         const int n0 = (w.t_end - 1 - js) * BN;
                         if (NN > 0 && narrow) {
                             const int need_mask = mask_kind(n0, BN, w.full_lo, w.full_hi);
-                            resc = ws_softmax<NS, NarrowW::value / 8, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask,
+                            resc = ws_softmax<NS, NarrowW::value / 8, Tr::LAZY, FT>(s, mrow, lrow, alpha, n0, need_mask,
                                                                                 rlo, rhi, tq, scale);
                             pack_p<T, NS>(pa, s);
                             hprev = false;
                         } else {
                             const bool hf = HD && hw <= n0 + BN / 2;
-                            resc = softmax(n0, hf);
+                            resc = softmax(n0, hf, std::integral_constant<bool, FT>{});
                             pack(hf);
                             hprev = hf;
                             /* OB: the half tile's P padded with zeros */
@@ -585,7 +594,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                                                 lane, issue_s, [&](int q) { issue_pv(q, wd); });
                         const int n0 = (w.t_end - 1 - j) * BN;
                         const bool hf = !OB && HD && hw <= n0 + BN / 2;
-                        resc = softmax(n0, hf);
+                        resc = softmax(n0, hf, std::false_type{});
                         wg_wait<0>();
                         reg_fence(o);
                         release(bVe + 8 * ps);
