@@ -106,8 +106,10 @@ __device__ __forceinline__ int mask_kind(int n0, int bn, int full_lo, int full_h
  * partial row sums; returns the rescale factors of O in alpha, and whether
  * O needs them (false: alpha is 1, see the lazy rescaling below).  NV <= NS:
  * only the first NV column groups count (a half tile of attn_fwd_wsp); the
- * others are neither read nor written.  (A quarter of the exponentials by
- * a cubic on the FMA pipes was tried and measured slower: attn_fwd.cu.) */
+ * others are neither read nor written.  FIRST: the row's first key tile
+ * (m -inf, l 0, O 0 before it), which needs no vote and no rescale.  (A
+ * quarter of the exponentials by a cubic on the FMA pipes was tried and
+ * measured slower: attn_fwd.cu.) */
 template <int NS, int NV = NS, bool LAZY = true, bool FIRST = false>
 __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
                                            float *alpha, int n0, int need_mask, const int *rlo,

@@ -66,9 +66,6 @@
 #define SF_ATTN_FWD_WSP_CUH
 
 #include "attn_fwd_ws.cuh"
-#ifndef SF_FT
-#define SF_FT 1
-#endif
 #include "fastdiv.h"
 
 #include <type_traits>
@@ -203,10 +200,14 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     /* narrow first tiles and empty leading turns (below, as attn_fwd_ws):
      * 80-key tiles (d 256) */
     constexpr int NN = BN == 80 ? 48 : 0;
-    /* FT: the first key tile's softmax without the rescale (ws_softmax's
-     * FIRST); not in the 80-key kernel, where ptxas then serialised the
-     * wgmma pipeline (C7511) */
-    constexpr bool FT = SF_FT && NN == 0;
+    /* FT: the first key tile's softmax without the vote and the rescale
+     * factors (ws_softmax's FIRST), and so no rescale of O before the
+     * second P V.  H200, stop 26, pinned, three rounds against the same
+     * library without it: d 64 causal L 2048 / 4096 +2% / +3% (wsp192),
+     * d 64 L 512 +1.2%, d 128 causal L 512 +1.8%, d 128 L 16384 +1.8%,
+     * d 256 L 512 (wsp128k64) +0.8%, others level.  Not in the 80-key
+     * kernel, where ptxas then serialised the wgmma pipeline (C7511). */
+    constexpr bool FT = NN == 0;
     /* SK: empty turns for the leading key tiles no row of the warpgroup sees
      * (ws_skip_leading): 80-key tiles, and 64-key tiles at d 256 (wsp128k64:
      * the first 64 rows of a causal 128-row tile see one 64-key tile fewer
