@@ -500,7 +500,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         for (int i = NarrowW::value / 8; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
                         pack_p<T, NS>(pa, s);
                     } else {
-                        resc = ws_softmax<NS, NS, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi, tq, scale);
+                        /* the first key tile: no vote, no rescale (FIRST; not in
+                         * the 80-key kernel, where ptxas then serialised the
+                         * wgmma pipeline, C7511, as in attn_fwd_wsp) */
+                        resc = ws_softmax<NS, NS, Tr::LAZY, NN == 0>(s, mrow, lrow, alpha, n0, need_mask, rlo, rhi,
+                                                                      tq, scale);
                         pack_p<T, NS>(pa, s);
                     }
                 }
