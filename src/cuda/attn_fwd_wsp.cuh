@@ -565,7 +565,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         const int n0 = (w.t_end - 1 - js) * BN;
                         if (NN > 0 && narrow) {
                             const int need_mask = mask_kind(n0, BN, w.full_lo, w.full_hi);
-                            resc = ws_softmax<NS, NarrowW::value / 8, Tr::LAZY, FT>(s, mrow, lrow, alpha, n0, need_mask,
+                            resc = ws_softmax<NS, NarrowW::value / 8, Tr::LAZY>(s, mrow, lrow, alpha, n0, need_mask,
                                                                                 rlo, rhi, tq, scale);
                             pack_p<T, NS>(pa, s);
                             hprev = false;
