@@ -113,6 +113,12 @@ const sfc_case sfc_cases[] = {
     {"attn_sharp_d128_causal", SFC_ATTN_FWD, 1, .H = 4, .Lq = 600, .Lk = 600, .Hkv = 4, .d = 128, .causal = 1,
      .ascale = 12.f},
     {"attn_sharp_d256", SFC_ATTN_FWD, 1, .H = 2, .Lq = 333, .Lk = 400, .Hkv = 1, .d = 256, .ascale = 12.f},
+    /* full attention at d 128 with an even number of query tiles: the
+     * clustered persistent kernel (wsp128c2) pairs neighbouring query tiles
+     * of one (batch, head) pair and multicasts their K/V; GQA, a partial
+     * last query and key tile, and (the second) more tiles than H200 SMs */
+    {"attn_full_d128_pairs", SFC_ATTN_FWD, 3, .H = 4, .Lq = 500, .Lk = 650, .Hkv = 2, .d = 128},
+    {"attn_full_d128_tiles", SFC_ATTN_FWD, 4, .H = 20, .Lq = 250, .Lk = 300, .Hkv = 5, .d = 128},
     {"attn_llm", SFC_ATTN_FWD, 1, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128, .causal = 1, .big = 1},
     {"attn_vit", SFC_ATTN_FWD, 16, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1},
 

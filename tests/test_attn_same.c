@@ -1,7 +1,7 @@
 /* test_attn_same.c - the persistent attention kernel must give the bits of
  * the per-tile one, call after call.
  *
- * attn_fwd_wsp (configurations wsp128 / wsp192) runs the inner loop of
+ * attn_fwd_wsp (configurations wsp128 / wsp192 / wsp128c2) runs the inner loop of
  * attn_fwd_ws (ws128 / ws192) over a static schedule of tiles, with two Q
  * buffers handed between tiles, K/V stages that run on across tiles, half
  * key tiles on the causal diagonal (their skipped P is exactly 0) and
@@ -49,10 +49,11 @@ static const shape_t shapes[] = {
     /* 16+ key tiles with a mask: wsp's dynamic schedule (tile counter) */
     {2, 2600, 2100, 8, 8, 64, 1, -1, -1},   /* causal, Lq > Lk: tiles with no key */
     {1, 2048, 2048, 16, 16, 128, 1, -1, -1}, /* causal d 128 */
+    {4, 1000, 1200, 16, 8, 128, 0, -1, -1},  /* full d 128, 8 query tiles: wsp128c2's clusters */
 };
 
 /* reference configuration, then the ones that must match it */
-static const char *const pairs[][2] = {{"ws128", "wsp128"}, {"ws192", "wsp192"}};
+static const char *const pairs[][2] = {{"ws128", "wsp128"}, {"ws192", "wsp192"}, {"ws128", "wsp128c2"}};
 
 static void *dev_rand(size_t n) {
     uint16_t *h = xmalloc(n * 2);

@@ -77,8 +77,10 @@
  *                   per SM loops over the work tiles (longest causal tiles
  *                   first, heads inner within L2-sized sections) and loads
  *                   the next tile's Q and K/V during the current tile's last
- *                   P V and epilogue.  Only the autotuner's wsp128 / wsp192
- *                   configurations launch it.  H200, autotuned sweep
+ *                   P V and epilogue.  Only the autotuner's wsp*
+ *                   configurations launch it (wsp128c2: d 128 full
+ *                   attention in clusters of two CTAs that multicast each
+ *                   K/V stage to both).  H200, autotuned sweep
  *                   with it among the candidates (bench/RESULTS.md, stop 8):
  *                   ViT 119 -> 138, d 64 L 512 309 -> 360, causal 181 ->
  *                   207 TFLOP/s; long sequences unchanged.
@@ -119,7 +121,8 @@ __attribute__((visibility("default"))) int sf_attn_tuning_ws_bn = 0;
 /* The kernel (and the ws tile rows) is chosen per shape bucket by the
  * autotuner (src/core/autotune.h): SF_AUTOTUNE_FORCE=attn_fwd:NAME pins one
  * of auto, ws128, ws192, wgmma, mma, wsp128, wsp192, wsp128k112 (d 64,
- * 112-key tiles), wsp128k64 (d 256, 64-key tiles). */
+ * 112-key tiles), wsp128k64 (d 256, 64-key tiles), wsp128c2 (d 128 full
+ * attention in clusters of two CTAs that multicast K and V). */
 
 namespace {
 
@@ -337,19 +340,22 @@ int try_ws(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *
 
 /* ---- attn_fwd_wsp: the persistent variant ---- */
 
-template <typename T, int D, int BM, int NST, int BN> bool wsp_available() {
-    static const bool avail = sf_cuda_sm90a_code((const void *)sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>);
+template <typename T, int D, int BM, int NST, int BN, int CL> bool wsp_available() {
+    static const bool avail = sf_cuda_sm90a_code((const void *)sf_attn::attn_fwd_wsp<T, D, BM, NST, BN, CL>);
     return avail;
 }
 
 /* As launch_ws; the grid is min(tiles, SMs x resident CTAs per SM) and the
  * schedule's L2 sections hold about half of L2 of K and V (FlashAttention-3
- * sizes its swizzle the same way). */
-template <typename T, int D, int BM, int NST, int BN = sf_attn::WsBn<D>::value>
+ * sizes its swizzle the same way).  CL 2: clusters of two CTAs sharing each
+ * K/V stage by multicast (attn_fwd_wsp's MC), for full attention with an
+ * even number of query tiles; 0 (not served) otherwise. */
+template <typename T, int D, int BM, int NST, int BN = sf_attn::WsBn<D>::value, int CL = 1>
 int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st) {
     typedef sf_attn::WspTraits<D, BM, NST, BN> Tr;
-    if ((int64_t)Tr::SMEM > (int64_t)cs->smem_optin || !wsp_available<T, D, BM, NST, BN>()) return 0;
+    if ((int64_t)Tr::SMEM > (int64_t)cs->smem_optin || !wsp_available<T, D, BM, NST, BN, CL>()) return 0;
     p.n_mtiles = (p.lq + BM - 1) / BM;
+    if (CL > 1 && (p.wl >= 0 || p.wr >= 0 || p.n_mtiles % CL != 0)) return 0;
     const int64_t bh = (int64_t)p.batch * p.nheads;
     const int64_t ntiles = bh * p.n_mtiles;
     if (ntiles <= 0) { *st = SF_OK; return 1; }
@@ -362,7 +368,7 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
         !make_tmap(&mo, bf, p.o, p.d, p.lq, p.nheads, p.batch, p.o_sr, p.o_sh, p.o_sb, 16))
         return 0;
     void (*kern)(const FwdParams, const sf_attn::WspSched, const CUtensorMap, const CUtensorMap,
-                 const CUtensorMap, const CUtensorMap) = sf_attn::attn_fwd_wsp<T, D, BM, NST, BN>;
+                 const CUtensorMap, const CUtensorMap) = sf_attn::attn_fwd_wsp<T, D, BM, NST, BN, CL>;
     *st = SF_OK;
     cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM);
@@ -382,7 +388,36 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
         return nb < 1 ? 1 : nb;
     }();
     const int64_t sms = cs->sm_count > 0 ? cs->sm_count : 132;
-    const int64_t grid = ntiles < sms * per_sm ? ntiles : sms * per_sm;
+    /* CL > 1: launched with a cluster attribute; as many clusters as fit at
+     * once (a cluster's CTAs share a GPC; H200: 66 of two, all 132 SMs),
+     * asked once */
+    cudaLaunchAttribute cl_at;
+    memset(&cl_at, 0, sizeof cl_at);
+    cl_at.id = cudaLaunchAttributeClusterDimension;
+    cl_at.val.clusterDim.x = CL;
+    cl_at.val.clusterDim.y = 1;
+    cl_at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((unsigned)sms);
+    cfg.blockDim = dim3(Tr::NT);
+    cfg.dynamicSmemBytes = Tr::SMEM;
+    cfg.stream = sf_cuda_stream(ctx);
+    cfg.attrs = &cl_at;
+    cfg.numAttrs = 1;
+    int64_t slots = sms * per_sm;
+    if (CL > 1) {
+        static const int clusters = [kern, &cfg] {
+            int nc = 0;
+            if (cudaOccupancyMaxActiveClusters(&nc, (const void *)kern, &cfg) != cudaSuccess) nc = 0;
+            (void)cudaGetLastError();
+            return nc;
+        }();
+        if (clusters < 1) return 0;
+        slots = (int64_t)clusters * CL;
+    }
+    /* a multiple of CL (ntiles is, with CL > 1) */
+    const int64_t grid = ntiles < slots ? ntiles : slots;
     /* (batch, head) pairs per section: K and V of one pair are lk x d x 2
      * tensors of 2-byte elements; half of L2 (25 MB on H200) for a section */
     const int64_t l2 = cs->l2_bytes > 0 ? (int64_t)cs->l2_bytes : 50LL << 20;
@@ -397,6 +432,9 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
      * sections at 48% of DRAM throughput over 153 µs against cuDNN's 41%
      * over 130 µs (K and V read from HBM more than once). */
     if (p.wl < 0 && p.wr < 0 && grp > 2) grp = 2;
+    /* MC: one pair a section, so that tiles 2i and 2i + 1 (the CTAs of a
+     * cluster) are neighbouring query tiles of one pair */
+    if (CL > 1) grp = 1;
     /* Masked problems (causal, windows) with 16 or more key tiles, and the
      * shorter ones whose round robin would not balance (below): tiles of
      * unequal work, handed out by the counter in the schedule's order (list
@@ -448,8 +486,13 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     sc.d_heads = sf_attn::FastDiv::make((uint32_t)p.nheads);
     sc.d_hkv = sf_attn::FastDiv::make((uint32_t)p.heads_per_kv);
     sc.ctr = use_ctr ? cs->tile_ctr : NULL;
-    kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv, mo);
-    e = cudaGetLastError();
+    if (CL > 1) {
+        cfg.gridDim = dim3((unsigned)grid);
+        e = cudaLaunchKernelEx(&cfg, kern, p, sc, mq, mk, mv, mo);
+    } else {
+        kern<<<dim3((unsigned)grid, 1, 1), Tr::NT, Tr::SMEM, sf_cuda_stream(ctx)>>>(p, sc, mq, mk, mv, mo);
+        e = cudaGetLastError();
+    }
     if (e != cudaSuccess)
         *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_fwd: attn_fwd_wsp launch: %s", cudaGetErrorString(e));
     return 1;
@@ -461,10 +504,17 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
  * + P 28 and the loop state of attn_fwd_ws, not the persistent loop's). */
 template <typename T>
 int try_wsp(sf_ctx *ctx, const FwdParams &p, const sf_cuda_state *cs, sf_status *st, int bm,
-            int bn = 0) {
+            int bn = 0, int cl = 1) {
     if (!cs || cs->sm_major != 9 || !p.aligned || p.varlen ||
         (p.d != 64 && p.d != 128 && p.d != 256) || !(p.scale_log2 > 0.f))
         return 0;
+    /* clusters of two (wsp128c2): d 128 full attention; an odd number of
+     * query tiles (another length in the autotuner's bucket) takes the
+     * plain kernel */
+    if (cl == 2) {
+        if (p.d != 128 || bm != 128 || bn != 0 || p.wl >= 0 || p.wr >= 0) return 0;
+        return launch_wsp<T, 128, 128, 2, 128, 2>(ctx, p, cs, st) || launch_wsp<T, 128, 128, 2>(ctx, p, cs, st);
+    }
     /* d 64 with 112-key tiles: short sequences pad less (ViT: 196 keys in
      * 224 instead of 256) */
     if (bn == 112) return p.d == 64 && bm == 128 ? launch_wsp<T, 64, 128, 3, 112>(ctx, p, cs, st) : 0;
@@ -496,8 +546,8 @@ sf_status dispatch(sf_ctx *ctx, const FwdParams &p, int dpad, int bm, int nheads
 
 /* Candidate 0 is the heuristic chain (ws, else wgmma, else mma) and the
  * default without tuning; the others pin one kernel (and ws tile rows). */
-const char *const attn_cand_names[] = {"auto",   "ws128",  "ws192",      "wgmma",    "mma",
-                                       "wsp128", "wsp192", "wsp128k112", "wsp128k64"};
+const char *const attn_cand_names[] = {"auto",   "ws128",  "ws192",      "wgmma",     "mma",
+                                       "wsp128", "wsp192", "wsp128k112", "wsp128k64", "wsp128c2"};
 const int attn_ncand = (int)(sizeof attn_cand_names / sizeof attn_cand_names[0]);
 
 struct AttnTune {
@@ -541,6 +591,12 @@ template <typename T> sf_status attn_run_cand(sf_ctx *ctx, AttnTune *t, int cand
                        "sf_attn_fwd: configuration %s needs sm_90a code, a dense batch, "
                        "d %d, 16-byte aligned rows and a positive scale",
                        attn_cand_names[cand], cand == 7 ? 64 : 256);
+    case 9:
+        if (try_wsp<T>(ctx, p, cs, &st, 128, 0, 2)) return st;
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_attn_fwd: configuration wsp128c2 needs sm_90a code, a dense batch, d 128, "
+                       "full attention (no causal mask or window), 16-byte aligned rows and a positive "
+                       "scale");
     default: return dispatch<T>(ctx, p, t->dpad, t->bm, p.nheads);
     }
 }

@@ -94,6 +94,18 @@ __device__ __forceinline__ void tma_load4(uint32_t dst, const void *map, int c0,
 using sf_wg::named_arrive;
 using sf_wg::named_sync;
 
+/* A K or V stage handed back to the producer: lane 0 arrives on this CTA's
+ * empty barrier; with CL > 1 (attn_fwd_wsp in clusters whose CTAs each
+ * load a part of every stage into all of them) lane r arrives on CTA r's
+ * barrier at the same offset, which counts the warps of the whole cluster. */
+template <int CL> __device__ __forceinline__ void kv_release(uint32_t bar, int lane) {
+    if constexpr (CL == 1) {
+        if (lane == 0) mbar_arrive(bar);
+    } else {
+        if (lane < CL) sf_wg::mbar_arrive_cluster(bar, (uint32_t)lane);
+    }
+}
+
 /* ws_softmax's need_mask for the key tile [n0, n0 + bn) of a query tile
  * whose rows all see [full_lo, full_hi): 2 when a row's lower bound can fall
  * inside, else 1 when an upper bound can, else 0 */
@@ -230,9 +242,9 @@ template <int NO> __device__ __forceinline__ void scale_o(float (&o)[NO][4], con
 /* The issue half of one pingpong turn (attn_fwd_ws, attn_fwd_wsp): wait
  * for K stage st, take the turn, S = Q K^T, O rescaled when the last
  * softmax asks (resc), wait for V stage ps, P V, hand the turn on, wait for
- * S (the P V stays in flight), K's stage back to the producer (lane 0).
+ * S (the P V stays in flight), K's stage back to the producer (kv_release).
  * PP false: no turn is taken or handed on (a kernel without pingpong). */
-template <bool LAZY, bool PP = true, int NS, int NO, typename FS, typename FPV>
+template <bool LAZY, bool PP = true, int CL = 1, int NS, int NO, typename FS, typename FPV>
 __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32_t bVf, int st, uint32_t ph,
                                               int ps, uint32_t pph, int my_bar, int other_bar, bool resc,
                                               float (&s)[NS][4], float (&o)[NO][4], const float *alpha, int lane,
@@ -250,13 +262,13 @@ __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32
     if (PP) named_arrive(other_bar, 256);
     wg_wait<1>();
     reg_fence(s);
-    if (lane == 0) mbar_arrive(bKe + 8 * st);
+    kv_release<CL>(bKe + 8 * st, lane);
 }
 
 /* The first turn of a tile (attn_fwd_ws, attn_fwd_wsp): wait for K stage
  * st, take the turn, S = Q K^T alone, hand the turn on, wait for S, K's
- * stage back to the producer (lane 0).  PP as for ws_turn_issue. */
-template <bool PP = true, int NS, typename FS>
+ * stage back to the producer (kv_release).  PP, CL as for ws_turn_issue. */
+template <bool PP = true, int CL = 1, int NS, typename FS>
 __device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int st, uint32_t ph, int my_bar,
                                                 int other_bar, float (&s)[NS][4], int lane, FS issue_s) {
     mbar_wait(bKf + 8 * st, ph);
@@ -267,7 +279,7 @@ __device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int 
     if (PP) named_arrive(other_bar, 256);
     wg_wait<0>();
     reg_fence(s);
-    if (lane == 0) mbar_arrive(bKe + 8 * st);
+    kv_release<CL>(bKe + 8 * st, lane);
 }
 
 /* The leading key tiles that no row of this warpgroup sees (attn_fwd_ws,
@@ -278,7 +290,7 @@ __device__ __forceinline__ void ws_turn_first_s(uint32_t bKf, uint32_t bKe, int 
  * narrow: the first tile this warpgroup sees needs no more than its first
  * NN keys (never with NN = 0: that tile holds a key below hw; hw: the
  * warpgroup's largest key bound). */
-template <int BN, int NN, int NST>
+template <int BN, int NN, int NST, int CL = 1>
 __device__ __forceinline__ int ws_skip_leading(int n, int t_end, int hw, uint32_t c0, bool &narrow, uint32_t bKf,
                                                uint32_t bVf, uint32_t bKe, uint32_t bVe, int my_bar, int other_bar,
                                                int lane) {
@@ -292,10 +304,8 @@ __device__ __forceinline__ int ws_skip_leading(int n, int t_end, int hw, uint32_
         mbar_wait(bVf + 8 * st, ph);
         named_sync(my_bar, 256);
         named_arrive(other_bar, 256);
-        if (lane == 0) {
-            mbar_arrive(bKe + 8 * st);
-            mbar_arrive(bVe + 8 * st);
-        }
+        kv_release<CL>(bKe + 8 * st, lane);
+        kv_release<CL>(bVe + 8 * st, lane);
     }
     return js;
 }

@@ -75,7 +75,10 @@ namespace sf_attn {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using sf_wg::bulk_commit;
 using sf_wg::bulk_wait_read0;
+using sf_wg::cluster_rank;
+using sf_wg::cluster_sync;
 using sf_wg::mbar_wait_sleep;
+using sf_wg::tma_load4_mc;
 using sf_wg::tma_store4;
 using sf_wg::wg_desc_add;
 #endif
@@ -169,8 +172,9 @@ __device__ __forceinline__ WspTile wsp_tile(const FwdParams &p, const WspSched &
     return r;
 }
 
-/* attn_fwd_wsp: see the file comment.  tmq/tmk/tmv as for attn_fwd_ws. */
-template <typename T, int D, int BM_, int NST, int BN_ = WsBn<D>::value>
+/* attn_fwd_wsp: see the file comment.  tmq/tmk/tmv as for attn_fwd_ws.
+ * CL: CTAs per cluster (MC below). */
+template <typename T, int D, int BM_, int NST, int BN_ = WsBn<D>::value, int CL = 1>
 __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     attn_fwd_wsp(const FwdParams p, const WspSched sc, const __grid_constant__ CUtensorMap tmq,
                  const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
@@ -232,6 +236,24 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * halves reversed on every tile (the heavier half always first) lost 3%;
      * at d 128 the swap was level. */
     constexpr bool RS = D == 64 && BM == 128 && BN == 128 && Tr::NC == 2;
+    /* MC (CL = 2): launched in clusters of two CTAs that take neighbouring
+     * query tiles of one (batch, head) pair at a time (the host's schedule:
+     * full attention, one pair a section, an even number of query tiles, an
+     * even grid, no tile counter), so both walk the same key tiles.  Each
+     * CTA's producer loads half of the 64-column boxes of every K and V
+     * stage and multicasts them to both; a stage's full barrier expects the
+     * whole stage, its empty barrier counts the consumer warps of both CTAs
+     * (kv_release), so neither producer overwrites a stage its partner
+     * still reads.  K and V leave L2 once per 256 query rows instead of once
+     * per 128: at the power cap the L2 traffic is energy that the tensor
+     * cores do not get.  H200, stop 27, d 128, seconds of back-to-back
+     * calls at the 690 W cap: every stage loaded twice cost 4% of the SM
+     * clock (1630 -> 1560 MHz); clustered, the clock rose 4% (1620 -> 1687
+     * MHz) while a cycle did 2.6% less (the two CTAs wait for each other's
+     * stage releases): L 16384 640 -> 650 TFLOP/s sustained, L 2048 level.
+     * In short timings L 2048-16384 level to +3%, L 512-1024 2-5% slower:
+     * the autotuner chooses (wsp128c2). */
+    static_assert(CL == 1 || (CL == 2 && CB % 2 == 0), "clusters of two, an even number of 64-column boxes");
     constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
     constexpr bool QS = Tr::QS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -257,12 +279,16 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         for (int s = 0; s < NST; s++) {
             mbar_init(bKf + 8 * s, 1);
             mbar_init(bVf + 8 * s, 1);
-            mbar_init(bKe + 8 * s, 4 * NC);
-            mbar_init(bVe + 8 * s, 4 * NC);
+            mbar_init(bKe + 8 * s, 4 * NC * CL);
+            mbar_init(bVe + 8 * s, 4 * NC * CL);
         }
         mbar_init_fence();
     }
-    __syncthreads();
+    /* MC: both CTAs' barriers set up before any arrival or copy reaches them */
+    if constexpr (CL > 1)
+        cluster_sync();
+    else
+        __syncthreads();
 
     if (wg == 0) {
         /* ---- producer ---- */
@@ -295,6 +321,24 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     }
                 }
             };
+            /* a K or V stage (free in every CTA of the cluster: the empty
+             * barrier counts all their consumer warps): this CTA's boxes of
+             * it (MC: its half, to both CTAs) */
+            auto kv_load = [&](uint32_t dst, const CUtensorMap *map, int n0, int hk, int b, uint32_t bar) {
+                mbar_expect_tx(bar, Tr::KVBYTES);
+                /* the rank read where it is used: held in a register across
+                 * the loop it made the 24-register producer spill 32 bytes
+                 * (20 now, lane 0 only: L1 hits) */
+                const int c0 = CL > 1 ? (int)cluster_rank() * (CB / CL) : 0;
+#pragma unroll
+                for (int i = 0; i < CB / CL; i++) {
+                    const int c = c0 + i;
+                    if constexpr (CL > 1)
+                        tma_load4_mc(dst + c * (BN * 128), map, c * 64, n0, hk, b, bar, (uint16_t)((1u << CL) - 1u));
+                    else
+                        tma_load4(dst + c * (BN * 128), map, c * 64, n0, hk, b, bar);
+                }
+            };
             for (; t < sc.ntiles; it++) {
                 const WspTile w = wsp_tile<BM, BN>(p, sc, t);
                 const int qb = it % NQ;
@@ -313,23 +357,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     const int n0 = (w.t_end - 1 - j) * BN;
                     if (sc.ctr && one && j == w.n - 1) nxt = atomicAdd(sc.ctr, 1u);
                     mbar_wait_sleep(bKe + 8 * st, ph ^ 1u);
-                    if (one) {
-                        mbar_expect_tx(bKf + 8 * st, Tr::KVBYTES);
-#pragma unroll
-                        for (int c = 0; c < CB; c++)
-                            tma_load4(sK + st * Tr::KVBYTES + c * (BN * 128), &tmk, c * 64, n0, hk, b,
-                                      bKf + 8 * st);
-                    }
+                    if (one) kv_load(sK + st * Tr::KVBYTES, &tmk, n0, hk, b, bKf + 8 * st);
                     /* Q (QS: the first warpgroup's slice) after K_0 */
                     if (j == 0) load_q(qb, qpar, w.m0, h, b, true);
                     mbar_wait_sleep(bVe + 8 * st, ph ^ 1u);
-                    if (one) {
-                        mbar_expect_tx(bVf + 8 * st, Tr::KVBYTES);
-#pragma unroll
-                        for (int c = 0; c < CB; c++)
-                            tma_load4(sV + st * Tr::KVBYTES + c * (BN * 128), &tmv, c * 64, n0, hk, b,
-                                      bVf + 8 * st);
-                    }
+                    if (one) kv_load(sV + st * Tr::KVBYTES, &tmv, n0, hk, b, bVf + 8 * st);
                     /* QS: the other slices after V_0 (their warpgroups take
                      * their first turn after the first one's) */
                     if (QS && j == 0)
@@ -514,9 +546,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                     else
                         pack_p<T, NS>(pa, s);
                 };
-                auto release = [&](uint32_t bar) {
-                    if (lane == 0) mbar_arrive(bar);
-                };
+                auto release = [&](uint32_t bar) { kv_release<CL>(bar, lane); };
 
                 /* SK (80-key tiles and wsp128k64's 64-key ones, d 256), as in
                  * attn_fwd_ws: the warpgroup's first js key tiles (the highest
@@ -532,7 +562,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                 int js = 0;
                 bool narrow = false;
                 if constexpr (SK)
-                    js = ws_skip_leading<BN, NN, NST>(n, w.t_end, hw, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
+                    js = ws_skip_leading<BN, NN, NST, CL>(n, w.t_end, hw, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
                                                       other_bar, lane);
                 /* A warpgroup of wsp192 whose 64 rows all lie past the
                  * sequence's end (the last tile when lq is not a multiple
@@ -542,7 +572,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * +0.9%, L 2048 +0.8%, causal L 2048 +2.4%, L 512 level. */
                 if constexpr (PP && !SK && NC == 3)
                     if (w.m0 + cr * 64 >= lq)
-                        js = ws_skip_leading<BN, NN, NST>(n, w.t_end, 0, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
+                        js = ws_skip_leading<BN, NN, NST, CL>(n, w.t_end, 0, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
                                                           other_bar, lane);
                 if (js < n) {
                     /* first key tile: S only */
@@ -554,7 +584,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 #pragma unroll
                             for (int i = NarrowW::value / 8; i < NS; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
                         }
-                        ws_turn_first_s<PP>(bKf, bKe, (int)(c % NST), (c / NST) & 1u, my_bar, other_bar, s, lane,
+                        ws_turn_first_s<PP, CL>(bKf, bKe, (int)(c % NST), (c / NST) & 1u, my_bar, other_bar, s, lane,
                                         [&](int q) {
                                             if (NN > 0 && narrow)
                                                 issue_s_w(q, NarrowW{});
@@ -591,7 +621,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                         const uint32_t c = kv + (uint32_t)j, pc = c - 1u;
                         const int st = (int)(c % NST), ps = (int)(pc % NST);
                         const uint32_t ph = (c / NST) & 1u, pph = (pc / NST) & 1u;
-                        ws_turn_issue<Tr::LAZY, PP>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
+                        ws_turn_issue<Tr::LAZY, PP, CL>(bKf, bKe, bVf, st, ph, ps, pph, my_bar, other_bar, resc, s, o, alpha,
                                                 lane, issue_s, [&](int q) { issue_pv(q, wd); });
                         const int n0 = (w.t_end - 1 - j) * BN;
                         const bool hf = !OB && HD && hw <= n0 + BN / 2;
@@ -695,6 +725,11 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         /* the last consumer's final hand-over (or the opening one, if this
          * CTA had no keys at all) is still pending on barrier 1 */
         if (PP && cw == 0) named_sync(1, 256);
+    }
+    /* MC: no CTA ends while its partner may still arrive on its barriers */
+    if constexpr (CL > 1) {
+        __syncwarp();
+        cluster_sync();
     }
 #else
     (void)p;

@@ -78,6 +78,18 @@ __device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity) {
                      : "memory");
     } while (!done);
 }
+/* An arrival on the mbarrier at shared offset bar of the cluster's CTA
+ * `rank` (this CTA's own included).  Default semantics (release, CTA
+ * scope), as CUTLASS's ClusterBarrier: what it hands over is a stage whose
+ * reads have completed (wgmma waited for), and a release at cluster scope
+ * costs a MEMBAR.ALL.GPU per arrival. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile("{\n.reg .b32 ra;\n"
+                 "mapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(rank)
+                 : "memory");
+}
 /* Makes mbarrier inits visible to the async proxy (copies completing on
  * them): after the inits, before the block barrier that publishes them. */
 __device__ __forceinline__ void mbar_init_fence() {
