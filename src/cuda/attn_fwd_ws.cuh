@@ -243,7 +243,8 @@ template <int NO> __device__ __forceinline__ void scale_o(float (&o)[NO][4], con
  * for K stage st, take the turn, S = Q K^T, O rescaled when the last
  * softmax asks (resc), wait for V stage ps, P V, hand the turn on, wait for
  * S (the P V stays in flight), K's stage back to the producer (kv_release).
- * PP false: no turn is taken or handed on (a kernel without pingpong). */
+ * PP false: no turn is taken or handed on (a kernel without pingpong).
+ * CL: CTAs per cluster, as kv_release. */
 template <bool LAZY, bool PP = true, int CL = 1, int NS, int NO, typename FS, typename FPV>
 __device__ __forceinline__ void ws_turn_issue(uint32_t bKf, uint32_t bKe, uint32_t bVf, int st, uint32_t ph,
                                               int ps, uint32_t pph, int my_bar, int other_bar, bool resc,
