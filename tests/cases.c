@@ -117,8 +117,8 @@ const sfc_case sfc_cases[] = {
      * clustered persistent kernel (wsp128c2) pairs neighbouring query tiles
      * of one (batch, head) pair and multicasts their K/V; GQA, a partial
      * last query and key tile, and (the second) more tiles than H200 SMs */
-    {"attn_full_d128_pairs", SFC_ATTN_FWD, 3, .H = 4, .Lq = 500, .Lk = 650, .Hkv = 2, .d = 128},
-    {"attn_full_d128_tiles", SFC_ATTN_FWD, 4, .H = 20, .Lq = 250, .Lk = 300, .Hkv = 5, .d = 128},
+    {"attn_full_d128_pairs", SFC_ATTN_FWD, 2, .H = 4, .Lq = 500, .Lk = 330, .Hkv = 2, .d = 128},
+    {"attn_full_d128_tiles", SFC_ATTN_FWD, 2, .H = 34, .Lq = 250, .Lk = 140, .Hkv = 17, .d = 128},
     {"attn_llm", SFC_ATTN_FWD, 1, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128, .causal = 1, .big = 1},
     {"attn_vit", SFC_ATTN_FWD, 16, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1},
 
