@@ -21,6 +21,10 @@
  * poisoned (0xff: NaN) before every call, three calls of each persistent
  * configuration against the first call of its per-tile reference.  A
  * configuration the GPU or build cannot serve is skipped (said so).
+ * wsp128c2 falls back to wsp128 for an odd number of query tiles, and
+ * which kernel served is not visible through the API: the full d 128
+ * shape below has 8 query tiles, and on the H200 the profiler showed
+ * attn_fwd_wsp<..., CL = 2> serving it (stop 27).
  * Exit 0: passed; 1: failed; 77: skipped (no CUDA device, or nothing ran). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>

@@ -390,23 +390,23 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     const int64_t sms = cs->sm_count > 0 ? cs->sm_count : 132;
     /* CL > 1: launched with a cluster attribute; as many clusters as fit at
      * once (a cluster's CTAs share a GPC; H200: 66 of two, all 132 SMs),
-     * asked once */
+     * asked once.  The plain kernel builds no launch configuration. */
     cudaLaunchAttribute cl_at;
-    memset(&cl_at, 0, sizeof cl_at);
-    cl_at.id = cudaLaunchAttributeClusterDimension;
-    cl_at.val.clusterDim.x = CL;
-    cl_at.val.clusterDim.y = 1;
-    cl_at.val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((unsigned)sms);
-    cfg.blockDim = dim3(Tr::NT);
-    cfg.dynamicSmemBytes = Tr::SMEM;
-    cfg.stream = sf_cuda_stream(ctx);
-    cfg.attrs = &cl_at;
-    cfg.numAttrs = 1;
     int64_t slots = sms * per_sm;
-    if (CL > 1) {
+    if constexpr (CL > 1) {
+        memset(&cl_at, 0, sizeof cl_at);
+        cl_at.id = cudaLaunchAttributeClusterDimension;
+        cl_at.val.clusterDim.x = CL;
+        cl_at.val.clusterDim.y = 1;
+        cl_at.val.clusterDim.z = 1;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDim = dim3((unsigned)sms);
+        cfg.blockDim = dim3(Tr::NT);
+        cfg.dynamicSmemBytes = Tr::SMEM;
+        cfg.stream = sf_cuda_stream(ctx);
+        cfg.attrs = &cl_at;
+        cfg.numAttrs = 1;
         static const int clusters = [kern, &cfg] {
             int nc = 0;
             if (cudaOccupancyMaxActiveClusters(&nc, (const void *)kern, &cfg) != cudaSuccess) nc = 0;
@@ -486,7 +486,7 @@ int launch_wsp(sf_ctx *ctx, FwdParams p, const sf_cuda_state *cs, sf_status *st)
     sc.d_heads = sf_attn::FastDiv::make((uint32_t)p.nheads);
     sc.d_hkv = sf_attn::FastDiv::make((uint32_t)p.heads_per_kv);
     sc.ctr = use_ctr ? cs->tile_ctr : NULL;
-    if (CL > 1) {
+    if constexpr (CL > 1) {
         cfg.gridDim = dim3((unsigned)grid);
         e = cudaLaunchKernelEx(&cfg, kern, p, sc, mq, mk, mv, mo);
     } else {
