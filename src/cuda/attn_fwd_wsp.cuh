@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 
     if (wg == 0) {
         /* ---- producer ---- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_P));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(CL > 1 ? 32 : Tr::REG_P));
         /* dynamic schedule: the whole warp 0 runs the loop (its values stay
          * warp-uniform, in uniform registers, the counter's index by a
          * shuffle); lane 0 issues the copies and the arrivals.  The static
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
         }
     } else {
         /* ---- consumers ---- */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_C));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CL > 1 ? 232 : Tr::REG_C));
         const int cw = wg - 1, wq = warp & 3;
         const int g = lane >> 2, tq = lane & 3;
         const int lq = p.lq, lk = p.lk;
