@@ -292,12 +292,22 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 
     if (wg == 0) {
         /* ---- producer ---- */
+        /* MC: 32 registers for the producer (its cluster rank and the
+         * multicast mask), 232 for the consumers: no spills either side.
+         * H200, stop 27 run 11, against 24 / 240: L 16384 at the power cap
+         * 386 -> 390 TFLOP/s per GHz. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(CL > 1 ? 32 : Tr::REG_P));
         /* dynamic schedule: the whole warp 0 runs the loop (its values stay
          * warp-uniform, in uniform registers, the counter's index by a
          * shuffle); lane 0 issues the copies and the arrivals.  The static
-         * schedule needs lane 0 only. */
-        if (warp == 0 && (sc.ctr || lane == 0)) {
+         * schedule needs lane 0 only; with clusters the other 31 lanes would
+         * wait for it in the __syncwarp before the final cluster barrier (a
+         * diverged warp: its lane 0 seems to resume from its barrier waits
+         * later), so the whole warp runs the loop there.  H200, stop 28, ncu
+         * at base clocks, d 128 L 4096 (B 4, H 16): 1,317,565 -> 1,310,639
+         * cycles (two runs each, within 200; the plain kernel 1,291,000 -
+         * 1,307,000); at the power cap L 16384 level within noise. */
+        if (warp == 0 && (sc.ctr || CL > 1 || lane == 0)) {
             const bool one = lane == 0;
             uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
             int it = 0;
