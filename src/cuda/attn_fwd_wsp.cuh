@@ -60,7 +60,8 @@
  * and 256 (128 rows, 2 stages; 64-key tiles too at d 256); d 192 spills two
  * registers (8 bytes a tile) and is not used.
  * Registers: the producer's tile loop uses R0-R17 at most of its 24 / 32 (SASS),
- * the consumers keep the limits of attn_fwd_ws (240 / 160), no spills.
+ * the consumers keep the limits of attn_fwd_ws (240 / 160), no spills; the
+ * clustered kernel (CL 2) gives its producer 32 and its consumers 232.
  */
 #ifndef SF_ATTN_FWD_WSP_CUH
 #define SF_ATTN_FWD_WSP_CUH
