@@ -61,6 +61,43 @@ static sf_status run_drift(sf_ctx *ctx, int c, void *arg, double *ms) {
     return SF_OK;
 }
 
+/* the power cap: three candidates of 3.00, 3.02 and 3.50 ms in short
+ * timings; sustained, the first draws more energy a call than the second
+ * (the board held at 700 W: its calls would take 3.30 ms against 3.24) */
+typedef struct {
+    double watts[3];  /* power drawn sustained, per candidate */
+    int sustained[3]; /* sustained runs made */
+    int order[16], norder;
+    sf_status fail;   /* what the sustain hook returns (SF_OK: measures) */
+    int timed_last;   /* the last run was timed (must not be: outputs) */
+    double scale;     /* times scaled by this (0: 1) */
+} capped;
+static sf_status run_capped(sf_ctx *ctx, int c, void *arg, double *ms) {
+    (void)ctx;
+    capped *k = (capped *)arg;
+    if (ms) *ms = (c == 0 ? 3.00 : c == 1 ? 3.02 : 3.50) * (k->scale > 0 ? k->scale : 1.0);
+    k->timed_last = ms != NULL;
+    return SF_OK;
+}
+static sf_status sustain_capped(sf_ctx *ctx, int c, void *arg, double *ms, double *watts, double *limit_w) {
+    capped *k = (capped *)arg;
+    k->sustained[c]++;
+    if (k->norder < 16) k->order[k->norder++] = c;
+    if (k->fail == SF_ERR_UNSUPPORTED) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "no energy counter");
+    if (k->fail != SF_OK) return sf_fail(ctx, k->fail, "kernel fault while sustained");
+    *ms = c == 0 ? 3.10 : c == 1 ? 3.08 : 3.60;
+    *watts = k->watts[c];
+    *limit_w = 700.0;
+    return SF_OK;
+}
+
+static int never_called = 0;
+static sf_status sustain_never(sf_ctx *ctx, int c, void *arg, double *ms, double *watts, double *limit_w) {
+    (void)ctx, (void)c, (void)arg, (void)ms, (void)watts, (void)limit_w;
+    never_called++;
+    return SF_ERR_INTERNAL;
+}
+
 int main(void) {
     char path[] = "/tmp/sf_autotune_XXXXXX";
     int fd = mkstemp(path);
@@ -70,10 +107,11 @@ int main(void) {
     setenv("SF_AUTOTUNE_CACHE", path, 1);
     unsetenv("SF_AUTOTUNE");
     unsetenv("SF_AUTOTUNE_FORCE");
+    unsetenv("SF_AUTOTUNE_POWER");
     const char *names[] = {"t64", "t128", "t256", "t64x2"};
     fake f;
     memset(&f, 0, sizeof f);
-    sf_tune_request rq = {"FakeGPU", "attn_fwd", SF_BF16, "d128_L4096", 4, names, run_fake, &f, 3, 0};
+    sf_tune_request rq = {"FakeGPU", "attn_fwd", SF_BF16, "d128_L4096", 4, names, run_fake, &f, 3, 0, NULL};
 
     sf_ctx *ctx;
     sf_ctx_create(&ctx, SF_DEVICE_CPU);
@@ -154,13 +192,74 @@ int main(void) {
     drift dr;
     memset(&dr, 0, sizeof dr);
     const char *dnames[] = {"slow", "fast"};
-    sf_tune_request rd = {"FakeGPU", "attn_fwd", SF_BF16, "drift", 2, dnames, run_drift, &dr, 3, 0};
+    sf_tune_request rd = {"FakeGPU", "attn_fwd", SF_BF16, "drift", 2, dnames, run_drift, &dr, 3, 0, NULL};
     s = sf_autotune(ctx, &rd, &choice, &ran);
     CHECK(s == SF_OK && choice == 1, "under drift the 1.0 ms candidate must win, chose %d", choice);
     static const int want[] = {0, 1, 0, 1, 0, 1, 0, 1};
     int order_ok = dr.nseq == 8;
     for (int i = 0; order_ok && i < 8; i++) order_ok = dr.seq[i] == want[i];
     CHECK(order_ok, "timed runs must alternate between the candidates (%d timed runs)", dr.nseq);
+    /* the power cap decides between the close candidates: 3.00 ms at 745 W
+     * (2309.5 mJ a call: 3.30 ms at 700 W) loses to 3.02 ms at 736.4 W
+     * (2268.1 mJ: 3.24 ms); 3.50 ms is not close enough to be run */
+    const char *pnames[] = {"hot", "cool", "slow"};
+    capped cp;
+    memset(&cp, 0, sizeof cp);
+    cp.watts[0] = 745.0;
+    cp.watts[1] = 736.4;
+    cp.watts[2] = 600.0;
+    sf_tune_request rp = {"FakeGPU", "attn_fwd", SF_BF16, "capped", 3, pnames, run_capped, &cp, 3, 0, sustain_capped};
+    s = sf_autotune(ctx, &rp, &choice, &ran);
+    CHECK(s == SF_OK && choice == 1 && ran == 1, "at the power cap the lower-energy candidate must win, chose %d",
+          choice);
+    CHECK(cp.sustained[0] == SF_TUNE_SUSTAIN_ROUNDS && cp.sustained[1] == SF_TUNE_SUSTAIN_ROUNDS &&
+              cp.sustained[2] == 0,
+          "sustained runs: %d, %d, %d (the 3.5 ms candidate is not within %.0f%%)", cp.sustained[0],
+          cp.sustained[1], cp.sustained[2], (SF_TUNE_CLOSE - 1) * 100);
+    CHECK(cp.norder == 4 && cp.order[0] == 0 && cp.order[1] == 1 && cp.order[2] == 1 && cp.order[3] == 0,
+          "sustained rounds must alternate the order");
+    CHECK(!cp.timed_last, "the chosen candidate's last run must be untimed (its outputs are the result)");
+    /* below the limit the short timings decide (time binds, not power) */
+    memset(&cp, 0, sizeof cp);
+    cp.watts[0] = 400.0;
+    cp.watts[1] = 300.0;
+    rp.bucket = "uncapped";
+    s = sf_autotune(ctx, &rp, &choice, &ran);
+    CHECK(s == SF_OK && choice == 0 && cp.sustained[0] == SF_TUNE_SUSTAIN_ROUNDS,
+          "below the power limit the faster candidate must win, chose %d", choice);
+    /* no energy counter: the short timings decide, no error left behind */
+    memset(&cp, 0, sizeof cp);
+    cp.fail = SF_ERR_UNSUPPORTED;
+    rp.bucket = "no_nvml";
+    s = sf_autotune(ctx, &rp, &choice, &ran);
+    CHECK(s == SF_OK && choice == 0 && sf_ctx_last_error(ctx)[0] == 0,
+          "without power readings the fastest short timing must win: %d, '%s'", choice, sf_ctx_last_error(ctx));
+    /* a real failure while sustained ends tuning */
+    memset(&cp, 0, sizeof cp);
+    cp.fail = SF_ERR_CUDA;
+    rp.bucket = "fault";
+    s = sf_autotune(ctx, &rp, &choice, &ran);
+    CHECK(s == SF_ERR_CUDA, "a failure while sustained must end tuning, not %s", sf_status_string(s));
+    /* switched off, or calls too short to be power-bound: never sustained */
+    memset(&cp, 0, sizeof cp);
+    setenv("SF_AUTOTUNE_POWER", "0", 1);
+    rp.bucket = "power_off";
+    s = sf_autotune(ctx, &rp, &choice, &ran);
+    CHECK(s == SF_OK && choice == 0 && cp.norder == 0, "SF_AUTOTUNE_POWER=0 must not run sustained");
+    unsetenv("SF_AUTOTUNE_POWER");
+    memset(&cp, 0, sizeof cp);
+    cp.scale = 0.1; /* 0.300 and 0.302 ms */
+    rp.bucket = "short_calls";
+    s = sf_autotune(ctx, &rp, &choice, &ran);
+    CHECK(s == SF_OK && choice == 0 && cp.norder == 0, "calls under %.1f ms must not run sustained",
+          SF_TUNE_SUSTAIN_MS);
+    memset(&f, 0, sizeof f);
+    rq.sustain = sustain_never; /* the fakes: 1 ms fastest, the next 2 ms (not close) */
+    rq.bucket = "short";
+    s = sf_autotune(ctx, &rq, &choice, &ran);
+    CHECK(s == SF_OK && choice == 1 && !never_called, "a lone fastest candidate needs no sustained runs");
+    rq.sustain = NULL;
+
     sf_tune_request big = rd;
     big.ncand = SF_TUNE_MAX_CAND + 1;
     big.bucket = "too_many";

@@ -123,6 +123,56 @@ int sf_autotune_forced(const char *op) {
     return forced_name(op, fb, sizeof fb) != NULL;
 }
 
+/* Among the candidates whose short-timing medians med[] are within
+ * SF_TUNE_CLOSE of the fastest, the one with the lowest estimated sustained
+ * time (see sf_tune_sustain_fn); *best unchanged when there is nothing to
+ * weigh or the power cannot be read.  Fails only with a candidate's real
+ * failure. */
+static sf_status power_pick(sf_ctx *ctx, const sf_tune_request *rq, const double *med,
+                            const unsigned char *serves, int *best) {
+    const char *off = getenv("SF_AUTOTUNE_POWER");
+    if (!rq->sustain || (off && !strcmp(off, "0")) || med[*best] < SF_TUNE_SUSTAIN_MS) return SF_OK;
+    int close[SF_TUNE_SUSTAIN_MAX], nc = 0;
+    close[nc++] = *best;
+    /* the next fastest first, up to SF_TUNE_SUSTAIN_MAX in all */
+    for (;;) {
+        int next = -1;
+        for (int c = 0; c < rq->ncand; c++) {
+            int taken = 0;
+            for (int k = 0; k < nc; k++) taken |= close[k] == c;
+            if (!serves[c] || taken || med[c] > med[*best] * SF_TUNE_CLOSE) continue;
+            if (next < 0 || med[c] < med[next]) next = c;
+        }
+        if (next < 0 || nc == SF_TUNE_SUSTAIN_MAX) break;
+        close[nc++] = next;
+    }
+    if (nc < 2) return SF_OK;
+    double energy[SF_TUNE_SUSTAIN_MAX] = {0}, limit = 0;
+    for (int r = 0; r < SF_TUNE_SUSTAIN_ROUNDS; r++)
+        for (int i = 0; i < nc; i++) {
+            /* rotated each round, so that a drift of the board's state
+             * weighs on every candidate alike */
+            const int k = (i + r) % nc;
+            double ms = 0, w = 0, lim = 0;
+            sf_status st = rq->sustain(ctx, close[k], rq->arg, &ms, &w, &lim);
+            if (st == SF_ERR_UNSUPPORTED) {
+                ctx->err[0] = 0;
+                return SF_OK;
+            }
+            if (st != SF_OK) return st;
+            if (!(lim > 0) || !(ms > 0) || !(w > 0)) return SF_OK; /* nothing to weigh */
+            energy[k] += ms * w / SF_TUNE_SUSTAIN_ROUNDS; /* mJ a call */
+            limit = lim;
+        }
+    double best_score = -1;
+    for (int k = 0; k < nc; k++) {
+        const double by_power = energy[k] / limit; /* ms a call held at the limit */
+        const double score = by_power > med[close[k]] ? by_power : med[close[k]];
+        if (best_score < 0 || score < best_score) best_score = score, *best = close[k];
+    }
+    return SF_OK;
+}
+
 sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *ran) {
     *choice = 0;
     *ran = 0;
@@ -202,18 +252,22 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
             sf_status st = rq->run(ctx, c, rq->arg, &times[c][r]);
             if (st != SF_OK) return st;
         }
-    double best = -1;
+    double best = -1, med[SF_TUNE_MAX_CAND];
     int best_i = -1;
     for (int c = 0; c < rq->ncand; c++) {
+        med[c] = 0;
         if (!serves[c]) continue;
         qsort(times[c], (size_t)reps, sizeof(double), cmp_d);
-        const double med = times[c][reps / 2];
-        if (best_i < 0 || med < best) best = med, best_i = c;
+        med[c] = times[c][reps / 2];
+        if (best_i < 0 || med[c] < best) best = med[c], best_i = c;
     }
     if (best_i < 0)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no configuration can serve this shape (bucket %s)",
                        rq->op, rq->bucket);
     ctx->err[0] = 0; /* candidates that declined left their reasons here */
+    sf_status pst = power_pick(ctx, rq, med, serves, &best_i);
+    if (pst != SF_OK) return pst;
+    best = med[best_i];
     sf_status st = rq->run(ctx, best_i, rq->arg, NULL);
     if (st != SF_OK) return st;
     *choice = best_i;

@@ -9,6 +9,8 @@
  *   SF_AUTOTUNE=0                 no timing: candidate 0 (the op's heuristic)
  *   SF_AUTOTUNE_FORCE=op:name     use configuration `name` for `op`; if it
  *                                 cannot serve the shape: SF_ERR_UNSUPPORTED
+ *   SF_AUTOTUNE_POWER=0           rank by short timings only (no sustained
+ *                                 runs at the power cap, below)
  *   SF_AUTOTUNE_CACHE=path        the cache file (default
  *                                 $XDG_CACHE_HOME/seqfuse/autotune.tsv, else
  *                                 ~/.cache/seqfuse/autotune.tsv); "" = memory only
@@ -32,6 +34,29 @@ extern "C" {
  * chosen candidate's, untimed, so its outputs are the op's result. */
 typedef sf_status (*sf_tune_run_fn)(sf_ctx *ctx, int cand, void *arg, double *ms);
 
+/* Sustained runs of candidate `cand` (optional): back to back for a few
+ * tenths of a second, reporting the time per call (*ms), the board power
+ * drawn meanwhile (*watts) and the board's power limit (*limit_w).  Returns
+ * SF_OK; SF_ERR_UNSUPPORTED when the power cannot be read (no NVML, no
+ * energy counter), which leaves the choice to the short timings; anything
+ * else ends tuning with that status.
+ *
+ * Why: on a board held at its power limit the clock falls until the power
+ * fits, so a call's sustained time is about its energy over the limit, not
+ * its time in a short burst at full clock.  When candidates of calls of
+ * SF_TUNE_SUSTAIN_MS or longer are within SF_TUNE_CLOSE of the fastest
+ * short timing, each of them (in alternating order, SF_TUNE_SUSTAIN_ROUNDS
+ * times) is run sustained and scored max(short time, energy per call /
+ * power limit); the lowest score wins.  H200, d 128 attention at L 16384:
+ * two configurations within 0.3% in short timings, one 2.6% lower in energy
+ * per call, 1.3-2.2% faster sustained (bench/RESULTS.md, stop 28). */
+typedef sf_status (*sf_tune_sustain_fn)(sf_ctx *ctx, int cand, void *arg, double *ms, double *watts,
+                                        double *limit_w);
+#define SF_TUNE_SUSTAIN_MS 1.0
+#define SF_TUNE_CLOSE 1.03
+#define SF_TUNE_SUSTAIN_ROUNDS 2
+#define SF_TUNE_SUSTAIN_MAX 4 /* candidates run sustained at most */
+
 /* most candidates a request may list (the SSD has 25) */
 #define SF_TUNE_MAX_CAND 64
 
@@ -47,6 +72,7 @@ typedef struct sf_tune_request {
     int reps;                /* timed runs per candidate (median); >= 1   */
     int no_timing;           /* e.g. during stream capture: use a cached or
                                 forced choice, else candidate 0; time nothing */
+    sf_tune_sustain_fn sustain; /* NULL: short timings only              */
 } sf_tune_request;
 
 /* Picks the configuration for the request and leaves the op's outputs

@@ -606,6 +606,14 @@ template <typename T> sf_status attn_tune_run(sf_ctx *ctx, int cand, void *arg, 
     return sf_cuda_run_timed(ctx, t->ev, ms, [&] { return attn_run_cand<T>(ctx, t, cand); });
 }
 
+/* The tuner's sustained runs (autotune.h): 200 ms between two steps of the
+ * board's energy counter */
+template <typename T>
+sf_status attn_tune_sustain(sf_ctx *ctx, int cand, void *arg, double *ms, double *watts, double *limit_w) {
+    AttnTune *t = (AttnTune *)arg;
+    return sf_cuda_sustain(ctx, 200.0, ms, watts, limit_w, [&] { return attn_run_cand<T>(ctx, t, cand); });
+}
+
 int64_t pow2_at_least(int64_t v) {
     int64_t r = 1;
     while (r < v) r <<= 1;
@@ -637,6 +645,7 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     rq.ncand = attn_ncand;
     rq.names = attn_cand_names;
     rq.run = attn_tune_run<T>;
+    rq.sustain = attn_tune_sustain<T>;
     rq.arg = &t;
     rq.reps = 5;
     rq.no_timing = sf_cuda_capturing(ctx);

@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <time.h>
+
 #include "internal.h"
 
 /* Checks a CUDA runtime call; on failure records "file:line: call: error"
@@ -39,7 +41,17 @@ typedef struct sf_cuda_state {
      * counter and the count of CTAs done with it (the last one resets
      * both); NULL when the allocation failed (static schedule then) */
     unsigned int *tile_ctr;
+    /* NVML for the autotuner's sustained runs (board_power.cu): asked on
+     * first use, closed with the context */
+    int power_tried;
+    void *power;
 } sf_cuda_state;
+
+/* board_power.cu: the board's energy counter (mJ since the driver loaded)
+ * and its enforced power limit (W); SF_ERR_UNSUPPORTED without NVML or a
+ * counter.  sf_cuda_board_close: at context teardown. */
+extern "C" sf_status sf_cuda_board_energy(sf_ctx *ctx, unsigned long long *mj, double *limit_w);
+extern "C" void sf_cuda_board_close(sf_cuda_state *st);
 
 static inline sf_cuda_state *sf_cuda_st(sf_ctx *ctx) { return (sf_cuda_state *)ctx->cuda_state; }
 static inline cudaStream_t sf_cuda_stream(sf_ctx *ctx) { return (cudaStream_t)ctx->stream; }
@@ -86,6 +98,91 @@ static inline bool sf_cuda_sm90a_code(const void *kern) {
                     fa.numRegs >= 64;
     (void)cudaGetLastError();
     return ok;
+}
+
+/* The autotuner's sustained runs (sf_tune_sustain_fn): fn() (one call,
+ * returning sf_status) back to back on the context's stream, three calls in
+ * flight, while the board's energy counter is polled.  The counter moves in
+ * steps (about every 100 ms on an H200, NVML), so the power is taken between
+ * two of its steps: the first after a 40 ms warm-up, the last after
+ * window_ms more; *watts = energy / host time between them, *ms = GPU time
+ * per call of the calls issued in between (events), *limit_w the board's
+ * limit.  SF_ERR_UNSUPPORTED without a counter, or when it does not move
+ * within 3 s.  Tuning only: it creates and frees its events. */
+template <typename F>
+sf_status sf_cuda_sustain(sf_ctx *ctx, double window_ms, double *ms, double *watts, double *limit_w, F &&fn) {
+    unsigned long long e_last = 0, e1 = 0, e2 = 0;
+    double lim = 0;
+    sf_status st = sf_cuda_board_energy(ctx, &e_last, &lim);
+    if (st != SF_OK) return st;
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    enum { NE = 8, INFLIGHT = 3 };
+    cudaEvent_t ring[NE] = {}, g0 = nullptr, g1 = nullptr;
+    cudaError_t ce = cudaEventCreate(&g0);
+    if (ce == cudaSuccess) ce = cudaEventCreate(&g1);
+    for (int i = 0; ce == cudaSuccess && i < NE; i++) ce = cudaEventCreateWithFlags(&ring[i], cudaEventDisableTiming);
+    auto now_ms = [] {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    };
+    const double t_start = now_ms();
+    double t1 = 0, t2 = 0;
+    long n = 0, n1 = -1, n2 = -1; /* calls issued; at the first and the last step */
+    cudaError_t rec = cudaSuccess; /* the window's event records */
+    /* a step of the counter: the first after the warm-up opens the window,
+     * the first after window_ms closes it */
+    auto poll = [&]() -> sf_status {
+        unsigned long long e = 0;
+        double l = 0;
+        const sf_status ps = sf_cuda_board_energy(ctx, &e, &l);
+        if (ps != SF_OK || e == e_last) return ps;
+        e_last = e;
+        const double t = now_ms();
+        if (n1 < 0 && t - t_start >= 40.0) {
+            e1 = e, t1 = t, n1 = n;
+            rec = cudaEventRecord(g0, stream);
+        } else if (n1 >= 0 && t - t1 >= window_ms) {
+            e2 = e, t2 = t, n2 = n;
+            rec = cudaEventRecord(g1, stream);
+        }
+        return SF_OK;
+    };
+    while (st == SF_OK && ce == cudaSuccess && rec == cudaSuccess && n2 < 0) {
+        if (now_ms() - t_start > 3000.0) {
+            st = sf_fail(ctx, SF_ERR_UNSUPPORTED, "board power: the energy counter did not move in 3 s");
+            break;
+        }
+        /* at most INFLIGHT calls queued: wait for the oldest, polling */
+        if (n >= INFLIGHT) {
+            while ((ce = cudaEventQuery(ring[(n - INFLIGHT) % NE])) == cudaErrorNotReady) {
+                if ((st = poll()) != SF_OK || rec != cudaSuccess || n2 >= 0) break;
+            }
+            if (ce == cudaErrorNotReady) ce = cudaSuccess;
+            if (st != SF_OK || ce != cudaSuccess || rec != cudaSuccess || n2 >= 0) break;
+        }
+        if ((st = poll()) != SF_OK || rec != cudaSuccess || n2 >= 0) break;
+        if ((st = fn()) != SF_OK) break;
+        ce = cudaEventRecord(ring[n % NE], stream);
+        n++;
+    }
+    if (ce == cudaSuccess) ce = rec;
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(stream);
+    float gpu_ms = 0;
+    if (st == SF_OK && ce == cudaSuccess && n2 > n1) ce = cudaEventElapsedTime(&gpu_ms, g0, g1);
+    for (int i = 0; i < NE; i++)
+        if (ring[i]) cudaEventDestroy(ring[i]);
+    if (g0) cudaEventDestroy(g0);
+    if (g1) cudaEventDestroy(g1);
+    if (ce != cudaSuccess)
+        return sf_fail(ctx, SF_ERR_CUDA, "autotune sustained runs: %s", cudaGetErrorString(ce));
+    if (st != SF_OK) return st;
+    if (n2 <= n1 || !(t2 > t1))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "board power: no calls between two counter steps");
+    *ms = gpu_ms / (double)(n2 - n1);
+    *watts = (double)(e2 - e1) / (t2 - t1);
+    *limit_w = lim;
+    return SF_OK;
 }
 
 static inline void sf_cuda_events_free(cudaEvent_t ev[2]) {

@@ -45,6 +45,7 @@ extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
 
 extern "C" void sf_cuda_ctx_free(sf_ctx *ctx) {
     sf_cuda_state *st = sf_cuda_st(ctx);
+    if (st) sf_cuda_board_close(st);
     if (st && st->tile_ctr) {
         cudaSetDevice(ctx->device);
         cudaFree(st->tile_ctr);
