@@ -123,6 +123,12 @@ int sf_autotune_forced(const char *op) {
     return forced_name(op, fb, sizeof fb) != NULL;
 }
 
+/* SF_AUTOTUNE_LOG=1: the timings behind each choice on stderr */
+static int tune_log(void) {
+    const char *v = getenv("SF_AUTOTUNE_LOG");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 /* Among the candidates whose short-timing medians med[] are within
  * SF_TUNE_CLOSE of the fastest, the one with the lowest estimated sustained
  * time (see sf_tune_sustain_fn); *best unchanged when there is nothing to
@@ -163,11 +169,17 @@ static sf_status power_pick(sf_ctx *ctx, const sf_tune_request *rq, const double
             if (!(lim > 0) || !(ms > 0) || !(w > 0)) return SF_OK; /* nothing to weigh */
             energy[k] += ms * w / SF_TUNE_SUSTAIN_ROUNDS; /* mJ a call */
             limit = lim;
+            if (tune_log())
+                fprintf(stderr, "seqfuse autotune %s %s: %s sustained %.4f ms a call at %.1f W (limit %.0f W)\n",
+                        rq->op, rq->bucket, rq->names[close[k]], ms, w, lim);
         }
     double best_score = -1;
     for (int k = 0; k < nc; k++) {
         const double by_power = energy[k] / limit; /* ms a call held at the limit */
         const double score = by_power > med[close[k]] ? by_power : med[close[k]];
+        if (tune_log())
+            fprintf(stderr, "seqfuse autotune %s %s: %s %.1f mJ a call, score %.4f ms\n", rq->op, rq->bucket,
+                    rq->names[close[k]], energy[k], score);
         if (best_score < 0 || score < best_score) best_score = score, *best = close[k];
     }
     return SF_OK;
@@ -259,6 +271,8 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
         if (!serves[c]) continue;
         qsort(times[c], (size_t)reps, sizeof(double), cmp_d);
         med[c] = times[c][reps / 2];
+        if (tune_log())
+            fprintf(stderr, "seqfuse autotune %s %s: %s median %.4f ms\n", rq->op, rq->bucket, rq->names[c], med[c]);
         if (best_i < 0 || med[c] < best) best = med[c], best_i = c;
     }
     if (best_i < 0)

@@ -11,6 +11,7 @@
  *                                 cannot serve the shape: SF_ERR_UNSUPPORTED
  *   SF_AUTOTUNE_POWER=0           rank by short timings only (no sustained
  *                                 runs at the power cap, below)
+ *   SF_AUTOTUNE_LOG=1             each candidate's timings on stderr
  *   SF_AUTOTUNE_CACHE=path        the cache file (default
  *                                 $XDG_CACHE_HOME/seqfuse/autotune.tsv, else
  *                                 ~/.cache/seqfuse/autotune.tsv); "" = memory only

@@ -606,12 +606,12 @@ template <typename T> sf_status attn_tune_run(sf_ctx *ctx, int cand, void *arg, 
     return sf_cuda_run_timed(ctx, t->ev, ms, [&] { return attn_run_cand<T>(ctx, t, cand); });
 }
 
-/* The tuner's sustained runs (autotune.h): 200 ms between two steps of the
+/* The tuner's sustained runs (autotune.h): 300 ms between two steps of the
  * board's energy counter */
 template <typename T>
 sf_status attn_tune_sustain(sf_ctx *ctx, int cand, void *arg, double *ms, double *watts, double *limit_w) {
     AttnTune *t = (AttnTune *)arg;
-    return sf_cuda_sustain(ctx, 200.0, ms, watts, limit_w, [&] { return attn_run_cand<T>(ctx, t, cand); });
+    return sf_cuda_sustain(ctx, 300.0, ms, watts, limit_w, [&] { return attn_run_cand<T>(ctx, t, cand); });
 }
 
 int64_t pow2_at_least(int64_t v) {

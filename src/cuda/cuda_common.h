@@ -101,7 +101,7 @@ static inline bool sf_cuda_sm90a_code(const void *kern) {
 }
 
 /* The autotuner's sustained runs (sf_tune_sustain_fn): fn() (one call,
- * returning sf_status) back to back on the context's stream, three calls in
+ * returning sf_status) back to back on the context's stream, twelve calls in
  * flight, while the board's energy counter is polled.  The counter moves in
  * steps (about every 100 ms on an H200, NVML), so the power is taken between
  * two of its steps: the first after a 40 ms warm-up, the last after
@@ -116,7 +116,9 @@ sf_status sf_cuda_sustain(sf_ctx *ctx, double window_ms, double *ms, double *wat
     sf_status st = sf_cuda_board_energy(ctx, &e_last, &lim);
     if (st != SF_OK) return st;
     cudaStream_t stream = (cudaStream_t)ctx->stream;
-    enum { NE = 8, INFLIGHT = 3 };
+    /* enough calls queued that the GPU never waits for the host, which may
+     * spend milliseconds in an NVML query (H200: 3 in flight left gaps) */
+    enum { NE = 16, INFLIGHT = 12 };
     cudaEvent_t ring[NE] = {}, g0 = nullptr, g1 = nullptr;
     cudaError_t ce = cudaEventCreate(&g0);
     if (ce == cudaSuccess) ce = cudaEventCreate(&g1);
@@ -132,13 +134,18 @@ sf_status sf_cuda_sustain(sf_ctx *ctx, double window_ms, double *ms, double *wat
     cudaError_t rec = cudaSuccess; /* the window's event records */
     /* a step of the counter: the first after the warm-up opens the window,
      * the first after window_ms closes it */
+    double t_prev = now_ms(); /* start of the previous query, which saw e_last */
     auto poll = [&]() -> sf_status {
         unsigned long long e = 0;
         double l = 0;
+        const double t_q = now_ms();
         const sf_status ps = sf_cuda_board_energy(ctx, &e, &l);
+        const double t_prev_q = t_prev;
+        t_prev = t_q;
         if (ps != SF_OK || e == e_last) return ps;
         e_last = e;
-        const double t = now_ms();
+        /* the step fell between the previous query's start and this one's end */
+        const double t = 0.5 * (t_prev_q + now_ms());
         if (n1 < 0 && t - t_start >= 40.0) {
             e1 = e, t1 = t, n1 = n;
             rec = cudaEventRecord(g0, stream);
@@ -161,7 +168,6 @@ sf_status sf_cuda_sustain(sf_ctx *ctx, double window_ms, double *ms, double *wat
             if (ce == cudaErrorNotReady) ce = cudaSuccess;
             if (st != SF_OK || ce != cudaSuccess || rec != cudaSuccess || n2 >= 0) break;
         }
-        if ((st = poll()) != SF_OK || rec != cudaSuccess || n2 >= 0) break;
         if ((st = fn()) != SF_OK) break;
         ce = cudaEventRecord(ring[n % NE], stream);
         n++;
