@@ -31,7 +31,7 @@ echo "== every autotuner configuration pinned (in-memory choices) =="
 for cfg in ssd_fwd:wg8 ssd_fwd:wg4 ssd_fwd:wg16 ssd_fwd:wgp8 ssd_fwd:wgp4 ssd_fwd:wgp16 ssd_fwd:split ssd_fwd:general ssd_fwd:split32 ssd_fwd:split32l ssd_fwd:wg20 ssd_fwd:wg40 ssd_fwd:fu8 ssd_fwd:fu40 ssd_fwd:fs32 ssd_fwd:fo32 ssd_fwd:fq32 \
            ssd_fwd:fg32 ssd_fwd:fg32s ssd_fwd:wgm40 ssd_fwd:wgb40 ssd_fwd:fub40 ssd_fwd:fnb40 ssd_fwd:wgq ssd_fwd:fuq \
            attn_fwd:auto attn_fwd:ws128 attn_fwd:ws192 attn_fwd:wgmma attn_fwd:mma \
-           attn_fwd:wsp128 attn_fwd:wsp192 attn_fwd:wsp128k112 attn_fwd:wsp128k64; do
+           attn_fwd:wsp128 attn_fwd:wsp192 attn_fwd:wsp128k112 attn_fwd:wsp128k64 attn_fwd:wsp128c2; do
   log="$OUT/test_${cfg/:/_}.log"
   SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=$cfg "$B/tests/test_ops" --op "${cfg%%:*}" --backend cuda --all \
     > "$log" 2>&1
