@@ -85,9 +85,10 @@ extern "C" sf_status sf_cuda_board_energy(sf_ctx *ctx, unsigned long long *mj, d
     const char *why = "not available on this device";
     BoardPower *b = st->power_tried ? (BoardPower *)st->power : board_open(ctx, st, &why);
     if (!b) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "board power: %s", why);
+    if (b->energy(b->dev, mj) != 0) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "board power: NVML read failed");
+    if (!limit_w) return SF_OK;
     unsigned int mw = 0;
-    if (b->energy(b->dev, mj) != 0 || b->limit(b->dev, &mw) != 0)
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "board power: NVML read failed");
+    if (b->limit(b->dev, &mw) != 0) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "board power: NVML read failed");
     *limit_w = mw / 1000.0;
     return SF_OK;
 }

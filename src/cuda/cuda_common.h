@@ -48,8 +48,8 @@ typedef struct sf_cuda_state {
 } sf_cuda_state;
 
 /* board_power.cu: the board's energy counter (mJ since the driver loaded)
- * and its enforced power limit (W); SF_ERR_UNSUPPORTED without NVML or a
- * counter.  sf_cuda_board_close: at context teardown. */
+ * and, unless limit_w is NULL, its enforced power limit (W);
+ * SF_ERR_UNSUPPORTED without NVML or a counter.  sf_cuda_board_close: at context teardown. */
 extern "C" sf_status sf_cuda_board_energy(sf_ctx *ctx, unsigned long long *mj, double *limit_w);
 extern "C" void sf_cuda_board_close(sf_cuda_state *st);
 
@@ -137,9 +137,8 @@ sf_status sf_cuda_sustain(sf_ctx *ctx, double window_ms, double *ms, double *wat
     double t_prev = now_ms(); /* start of the previous query, which saw e_last */
     auto poll = [&]() -> sf_status {
         unsigned long long e = 0;
-        double l = 0;
         const double t_q = now_ms();
-        const sf_status ps = sf_cuda_board_energy(ctx, &e, &l);
+        const sf_status ps = sf_cuda_board_energy(ctx, &e, NULL); /* the limit was read once */
         const double t_prev_q = t_prev;
         t_prev = t_q;
         if (ps != SF_OK || e == e_last) return ps;
