@@ -6,7 +6,15 @@ L from 512 to 16384, d in {64, 128, 256}, causal and not; FLOPs = 4 B H L^2 d, h
 when causal.  Plus the ViT-B/16 shape (b 256, N 196, 12 heads of 64).
 
     PYTHONPATH=python SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_attn.py \
-        [--quick] [--rounds 3] [--csv out.csv] [--plot out.png]
+        [--quick] [--rounds 3] [--csv out.csv] [--plot out.png] [--no-tune-first]
+
+seqfuse's first call of a shape runs the autotuner (its choice is kept in a cache file,
+SF_AUTOTUNE_CACHE, so a machine tunes a shape once).  For long calls the tuner runs its
+close candidates back to back for about 2 s at the board's power cap; timed right after,
+ours and the peers would both see a board heated by the tuning, not by the calls being
+compared.  So by default every point is tuned first (one call of ours each), the GPU then
+idles for --cool seconds, and only then is anything timed.  --no-tune-first tunes each
+point just before timing it (the sweeps before 2026-11-30's stop 29 did that).
 """
 import argparse
 import statistics
@@ -85,6 +93,9 @@ def main():
     ap.add_argument("--no-vit", action="store_true", help="leave out the ViT point")
     ap.add_argument("--causal", default="both", choices=("both", "yes", "no"), help="which masks to time")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    ap.add_argument("--no-tune-first", action="store_true",
+                    help="tune each point right before timing it instead of all points first")
+    ap.add_argument("--cool", type=float, default=10.0, help="idle seconds after tuning every point first")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternating rounds of ours and the peers per point; each reports its median")
     a = ap.parse_args()
@@ -105,6 +116,15 @@ def main():
     points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in masks for L in Ls]
     if not a.no_vit:
         points.append((256, 196, 12, 64, False))  # ViT-B/16
+    if not a.no_tune_first:
+        t0 = time.time()
+        for B, L, H, d, causal in points:
+            q, k, v = attn_inputs(B, L, H, d, getattr(torch, a.dtype))
+            seqfuse.flash_attn_func(q, k, v, causal=causal)
+            torch.cuda.synchronize()
+            del q, k, v
+        print(f"(every point tuned first: {time.time() - t0:.1f} s; then {a.cool:g} s idle)", flush=True)
+        time.sleep(a.cool)
     for B, L, H, d, causal in points:
         flops, r = run_point(B, L, H, d, causal, dtype=getattr(torch, a.dtype), rounds=a.rounds)
         tf = {k: flops / (r[k] * 1e-3) / 1e12 for k in ("ours", "cudnn", "fa2")}
