@@ -14,9 +14,11 @@ close candidates back to back for about 2 s at the board's power cap; timed righ
 ours and the peers would both see a board heated by the tuning, not by the calls being
 compared.  So by default every point is tuned first (one call of ours each), the GPU then
 idles for --cool seconds, and only then is anything timed.  --no-tune-first tunes each
-point just before timing it (the sweeps before 2026-11-30's stop 29 did that).
+point just before timing it (the sweeps before 2026-11-30's stop 29 did that); with a
+pinned configuration (SF_AUTOTUNE_FORCE) there is nothing to tune and no pass is made.
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -116,7 +118,8 @@ def main():
     points = [(16384 // L, L, 2048 // d, d, c) for d in ds for c in masks for L in Ls]
     if not a.no_vit:
         points.append((256, 196, 12, 64, False))  # ViT-B/16
-    if not a.no_tune_first:
+    # a pinned configuration (SF_AUTOTUNE_FORCE) tunes nothing: no pass, no idle
+    if not a.no_tune_first and "attn_fwd" not in os.environ.get("SF_AUTOTUNE_FORCE", ""):
         t0 = time.time()
         for B, L, H, d, causal in points:
             q, k, v = attn_inputs(B, L, H, d, getattr(torch, a.dtype))
