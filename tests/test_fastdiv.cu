@@ -5,8 +5,8 @@
  * 2^31 - 1) and at random.  The device path computes the same product's
  * high word (__umulhi).  The section sizes of src/cuda/wsp_sched.h against
  * the properties the persistent kernel's launcher relies on. */
-#include "fastdiv.h"
-#include "wsp_sched.h"
+#include "common/fastdiv.h"
+#include "attn/scheduler.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Usage: python3 tools/gen_wgmma_ops.py > src/cuda/wgmma_ops.cuh
-# Writes the wgmma inline-asm wrappers of src/cuda/wgmma_ops.cuh
+# Usage: python3 tools/gen_wgmma_ops.py > src/cuda/common/wgmma_ops.cuh
+# Writes the wgmma inline-asm wrappers of src/cuda/common/wgmma_ops.cuh
 # (one asm statement per shape needs every accumulator as an operand).
 out = []
 out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one asm\n"

@@ -1,6 +1,6 @@
 /* cp_nocuda.c - the context-parallel entry points a build lacks: the CUDA
- * kernels of src/cuda/cp.cu in a build without CUDA, and the NCCL
- * communicator and drivers of src/cuda/comm_nccl.cu in a build without
+ * kernels of src/cuda/comm/cp.cu in a build without CUDA, and the NCCL
+ * communicator and drivers of src/cuda/comm/nccl.cu in a build without
  * NCCL (CPU-only, or CUDA without libnccl / nccl.h).  Each answers
  * SF_ERR_UNSUPPORTED with the reason. */
 #include "cp.h"

@@ -16,7 +16,7 @@
  * The decay scan keeps its running sum in double: g_t spans the whole
  * slice (10^5 tokens), where an f32 running sum drifts by far more than
  * the f32 rounding of the result. */
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 #include "cp.h"
 
 /* ------------------------------------------------------------------ */

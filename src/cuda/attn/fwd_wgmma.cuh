@@ -18,8 +18,8 @@
 #ifndef SF_ATTN_FWD_WGMMA_CUH
 #define SF_ATTN_FWD_WGMMA_CUH
 
-#include "attn_fwd_mma.cuh"
-#include "wgmma_util.cuh"
+#include "attn/fwd_mma.cuh"
+#include "common/wgmma.cuh"
 
 namespace sf_attn {
 
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
     constexpr int BM = Tr::BM, BN = Tr::BN, NT = Tr::NT;
     constexpr int NS = BN / 8, NO = D / 8, LDS = Smem<D>::LDS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const uint32_t sraw = smem_u32(smem_raw);
+    const uint32_t sraw = sf_smem_u32(smem_raw);
     const uint32_t sbase = (sraw + 1023u) & ~1023u;
     const uint32_t sQ = sbase, sK = sQ + Tr::QBYTES, sV = sK + 2 * Tr::KVBYTES;
 
@@ -119,15 +119,15 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
             const int n0 = (t_end - 1) * BN;
             load_tile_sw<BN, D, NT>(sK, kg + (int64_t)n0 * p.k_sr, p.k_sr, lk - n0, d8, tid);
         }
-        cp_async_commit();
+        sf_cp_async_commit();
         int it = 0;
         for (int t = t_end - 1; t >= t_begin; t--, it++) {
             const int st = it & 1;
             const int n0 = t * BN;
             const uint32_t sKs = sK + st * Tr::KVBYTES, sVs = sV + st * Tr::KVBYTES;
             load_tile_sw<BN, D, NT>(sVs, vg + (int64_t)n0 * p.v_sr, p.v_sr, lk - n0, d8, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
+            sf_cp_async_commit();
+            sf_cp_async_wait<1>();
             fence_async_smem();
             __syncthreads();
 
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
                 load_tile_sw<BN, D, NT>(sK + (st ^ 1) * Tr::KVBYTES, kg + (int64_t)n1 * p.k_sr,
                                         p.k_sr, lk - n1, d8, tid);
             }
-            cp_async_commit();
+            sf_cp_async_commit();
 
             const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
             softmax_step<NS, NO>(s, o, mrow, lrow, n0, need_mask, rlo, rhi, tq, p.scale_log2);
@@ -157,13 +157,13 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
             uint32_t pa[BN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) {
-                pa[kk][0] = MmaOp<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[kk][1] = MmaOp<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[kk][2] = MmaOp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                pa[kk][0] = sf_mma16<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = sf_mma16<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = sf_mma16<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = sf_mma16<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
             }
 
-            cp_async_wait<1>();
+            sf_cp_async_wait<1>();
             fence_async_smem();
             __syncthreads();
 
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
             wg_commit();
             wg_wait0();
         }
-        cp_async_wait<0>();
+        sf_cp_async_wait<0>();
     }
     /* Stage O through the (now idle) K buffers (and V's at d 256: 66 KiB), padded rows as in the FA2
      * kernel's epilogue. */

@@ -10,7 +10,7 @@
 #ifndef SF_SSD_STEP_CUH
 #define SF_SSD_STEP_CUH
 
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 
 struct ssd_step_args {
     float *state;

@@ -29,7 +29,7 @@
 #ifndef SF_SSD_OUT_PIPE_CUH
 #define SF_SSD_OUT_PIPE_CUH
 
-#include "ssd_hopper.cuh"
+#include "ssd/hopper.cuh"
 
 template <int Q> struct SsdWgp {
     static constexpr int O_C = 0, O_B = Q * 256, O_X = 2 * Q * 256, O_H = O_X + 2 * Q * 128;
@@ -97,27 +97,27 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
         load_tile_sw_rs<Q, 128, 256>(sC, Cg, a.Cs[1], Lc, a.N / 8, tid);
         load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
         issue_head(0);
-        ssd_cp_commit();
+        sf_cp_async_commit();
 
         T *obase = (T *)a.out;
         for (int i = 0; i < nh; i++) {
             const int h = h_begin + i, buf = i & 1;
-            ssd_cp_wait<0>();
+            sf_cp_async_wait<0>();
             fence_async_smem();
             bar(); /* head i's X and H visible; every reader of head i - 1 done */
             if (tid < Q) {
                 sg[tid] = vg;
                 sdt[tid] = vdt;
-                sw[tid] = ssd_ex2(fminf(vgr - vg, 0.0f)) * vdt;
+                sw[tid] = sf_ex2(fminf(vgr - vg, 0.0f)) * vdt;
             }
             if (i + 1 < nh) issue_head(i + 1); /* after the stores above used head i's registers */
-            ssd_cp_commit();
+            sf_cp_async_commit();
             bar(); /* the vectors of head i visible */
 
             /* shared addresses and thread coordinates opaque per head (see
              * ssd_out_wg: otherwise hoisted out of the loop and spilled) */
             uint32_t sCi = sC, sBi = sB, sHi = sH0 + buf * 16384, sX = sX0 + buf * (Q * 128);
-            uint32_t ag = ssd_smem_addr(sg), adt = ssd_smem_addr(sdt), aw = ssd_smem_addr(sw);
+            uint32_t ag = sf_smem_u32(sg), adt = sf_smem_u32(sdt), aw = sf_smem_u32(sw);
             int rq = 16 * wl + g, tt = t;
             asm volatile("" : "+r"(sCi), "+r"(sBi), "+r"(sHi), "+r"(sX), "+r"(ag), "+r"(adt), "+r"(aw),
                          "+r"(rq), "+r"(tt));
@@ -154,7 +154,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                 wg_wait<1>(); /* O done, S_0 may run */
                 reg_fence(O);
                 {
-                    const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
+                    const float f0 = sf_ex2(fminf(g0, 0.0f)), f1 = sf_ex2(fminf(g1, 0.0f));
                     ssd_scale_rows(O, f0, f1);
                 }
 #pragma unroll
@@ -176,7 +176,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                     reg_fence(Sk);
                     if (k < m) {
                         const float gr = ssd_ldsf(ag + 4 * (64 * k + 63));
-                        const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
+                        const float f0 = sf_ex2(fminf(g0 - gr, 0.0f)), f1 = sf_ex2(fminf(g1 - gr, 0.0f));
 #pragma unroll
                         for (int nt = 0; nt < 8; nt++) {
                             const float2 w = ssd_ldsf2(aw + 4 * (64 * k + 8 * nt + 2 * tt));
@@ -193,8 +193,8 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
                                 const int j = 64 * k + 8 * nt + 2 * tt + v;
                                 const float gj = ssd_ldsf(ag + 4 * j), dj = ssd_ldsf(adt + 4 * j);
                                 /* j <= row: g'_row - g'_j <= 0 up to rounding */
-                                Sk[nt][v] = j <= row0 ? Sk[nt][v] * ssd_ex2(fminf(g0 - gj, 0.0f)) * dj : 0.0f;
-                                Sk[nt][2 + v] = j <= row1 ? Sk[nt][2 + v] * ssd_ex2(fminf(g1 - gj, 0.0f)) * dj : 0.0f;
+                                Sk[nt][v] = j <= row0 ? Sk[nt][v] * sf_ex2(fminf(g0 - gj, 0.0f)) * dj : 0.0f;
+                                Sk[nt][2 + v] = j <= row1 ? Sk[nt][2 + v] * sf_ex2(fminf(g1 - gj, 0.0f)) * dj : 0.0f;
                             }
                     }
                     /* P buffer k & 1 was last read by P_{k-2} X_{k-2}: done */
@@ -224,7 +224,7 @@ template <typename T, int Q, int WGI> struct SsdOutWgp {
 template <typename T, int Q>
 __global__ void __launch_bounds__(256, 1) ssd_out_wgp(const ssd_fwd_args a, int hpc) {
     extern __shared__ __align__(1024) unsigned char ssd_smem_p[];
-    const uint32_t base = ssd_smem_addr(ssd_smem_p);
+    const uint32_t base = sf_smem_u32(ssd_smem_p);
     if (base & 1023u) __trap(); /* the layout needs 1024-aligned tiles (see the header) */
     if ((threadIdx.x >> 7) == 0)
         SsdOutWgp<T, Q, 0>::run(a, hpc, ssd_smem_p, base);

@@ -11,7 +11,7 @@
  * Buffer: one cudaMalloc'd block per communicator, grown (after a sync)
  * on the first call that needs more, so steady-state calls allocate
  * nothing and never synchronise. */
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 #include "cp.h"
 
 #include <dlfcn.h>

@@ -72,16 +72,16 @@
  *     1.96 ms (peer 0.81 ms).  Kept: correct, and the base for the next steps
  *     listed in ssd_out16.cuh.
  */
-#include "cuda_common.h"
-#include "ssd_chunk.cuh"
-#include "ssd_out_f32.cuh"
-#include "ssd_out16.cuh"
-#include "ssd_hopper.cuh"
-#include "ssd_state32.cuh"
-#include "ssd_out_tf32.cuh"
-#include "ssd_out_pipe.cuh"
+#include "common/cuda_common.h"
+#include "ssd/chunk.cuh"
+#include "ssd/out_f32.cuh"
+#include "ssd/out16.cuh"
+#include "ssd/hopper.cuh"
+#include "ssd/state32.cuh"
+#include "ssd/out_tf32.cuh"
+#include "ssd/out_pipe.cuh"
 #include "autotune.h"
-#include "tmap.h"
+#include "common/tmap.h"
 
 #include <stdio.h>
 #include <stdlib.h>

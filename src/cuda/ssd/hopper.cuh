@@ -41,8 +41,8 @@
 #ifndef SF_SSD_HOPPER_CUH
 #define SF_SSD_HOPPER_CUH
 
-#include "ssd_chunk.cuh"
-#include "wgmma_util.cuh"
+#include "ssd/chunk.cuh"
+#include "common/wgmma.cuh"
 
 #include <cuda.h> /* CUtensorMap (a type only) */
 #include <type_traits>
@@ -209,18 +209,10 @@ __global__ void __launch_bounds__(256) ssd_state_scan(const ssd_fwd_args a, cons
 /* ------------------------------------------------------------------ */
 /* sm_90a kernels                                                       */
 /* ------------------------------------------------------------------ */
-/* 2^x by the SFU (ex2.approx.ftz: relative error ~2^-22, denormal results
- * flushed to 0, 2^-inf = 0): one instruction instead of exp2f's range
- * handling */
-static __device__ __forceinline__ float ssd_ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 /* z * sigmoid(z) with the SFU's exp and reciprocal (exp overflowing to inf
  * for z < -88 gives 0, as it should) */
 static __device__ __forceinline__ float ssd_silu(float z) {
-    return z * __fdividef(1.0f, 1.0f + ssd_ex2(-z * SSD_LOG2E));
+    return z * __fdividef(1.0f, 1.0f + sf_ex2(-z * SSD_LOG2E));
 }
 /* The same by one SFU instruction, z sigmoid(z) = h + h tanh(h) with h = z / 2
  * (tanh.approx: relative error about 2^-11 by the PTX ISA, so an absolute
@@ -230,9 +222,7 @@ static __device__ __forceinline__ float ssd_silu(float z) {
  * 308 µs at b 1 L 16384: the epilogue was bound by the SFU) */
 static __device__ __forceinline__ float ssd_silu_tanh(float z) {
     const float h = 0.5f * z;
-    float th;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(h));
-    return fmaf(h, th, h);
+    return fmaf(h, sf_tanh_approx(h), h);
 }
 template <typename T>
 static __device__ __forceinline__ float ssd_gate(float z) {
@@ -441,7 +431,7 @@ static __device__ __forceinline__ void ssd_state_half_xw(uint32_t sXa, const T *
         sf_wg::cp_async16_u32(sXa + (r * LDX + cc * 8) * 2, ok ? Xg + (int64_t)(j0 + r) * xs1 + cc * 8 : Xg,
                               ok ? 16 : 0);
     }
-    ssd_cp_commit();
+    sf_cp_async_commit();
     for (int j = tid; j < QH; j += 128) sw[j] = exp2f(fminf(glast - gwc[j0 + j], 0.0f)) * dtc[j0 + j];
 #endif
 }
@@ -498,11 +488,11 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
     using namespace sf_wg;
     constexpr int LDX = SsdWg<Q>::ST_LDX, QH = Q / 2;
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sraw = sf_smem_u32(ssd_smem);
     const uint32_t sB = (sraw + 1023u) & ~1023u;
     T *sX = reinterpret_cast<T *>(ssd_smem + (sB - sraw) + QH * 256);
     float *sw = reinterpret_cast<float *>(sX + QH * LDX);
-    const uint32_t sXa = ssd_smem_addr(sX);
+    const uint32_t sXa = sf_smem_u32(sX);
 
     const int ptiles = a.P / 64;
     const ssd_hpcb blk = ssd_block_hpcb(a, ptiles);
@@ -524,7 +514,7 @@ __global__ void __launch_bounds__(128, 3) ssd_chunk_state_wg(const ssd_fwd_args 
         if (half == 1) __syncthreads(); /* every read of the first half is done */
         load_tile_sw_rs<QH, 128, 128>(sB, Bg + (int64_t)j0 * a.Bs[1], a.Bs[1], lv, a.N / 8, tid);
         ssd_state_half_xw<QH, LDX>(sXa, Xg, a.xs[1], j0, lv, sw, glast, gwc, dtc, tid);
-        ssd_cp_wait<0>();
+        sf_cp_async_wait<0>();
         fence_async_smem();
         __syncthreads();
 
@@ -562,11 +552,11 @@ __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_la
     using namespace sf_wg;
     constexpr int LDX = SsdWg<Q>::ST_LDX, QH = Q / 2;
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sraw = sf_smem_u32(ssd_smem);
     const uint32_t sB = (sraw + 1023u) & ~1023u;
     T *sX = reinterpret_cast<T *>(ssd_smem + (sB - sraw) + QH * 256);
     float *sw = reinterpret_cast<float *>(sX + QH * LDX);
-    const uint32_t sXa = ssd_smem_addr(sX), bars = ssd_smem_addr(sw + QH); /* two mbarriers */
+    const uint32_t sXa = sf_smem_u32(sX), bars = sf_smem_u32(sw + QH); /* two mbarriers */
 
     const int ptiles = a.P / 64;
     const ssd_hpcb blk = ssd_block_hpcb(a, ptiles);
@@ -601,7 +591,7 @@ __global__ void __launch_bounds__(128, 3) /* launched in clusters of two (ssd_la
             tma_load4_mc(sB + rank * (QH * 128), &mb, 64 * (int)rank, (int)(t0 + j0), h / a.hpg, b, bar, 0x3);
         }
         ssd_state_half_xw<QH, LDX>(sXa, Xg, a.xs[1], j0, lv, sw, glast, gwc, dtc, tid);
-        ssd_cp_wait<0>();
+        sf_cp_async_wait<0>();
         mbar_wait(bar, 0);
         __syncthreads(); /* X, w and B of this half visible to every thread */
 
@@ -637,7 +627,7 @@ __global__ void __launch_bounds__(128, NW == 128 ? 2 : 3) ssd_state_fused_wg(con
     constexpr int LDX = F::LDX, QH = F::QH, NT8 = NW / 8;
     static_assert(NST >= 2, "two stages at least");
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sraw = sf_smem_u32(ssd_smem);
     const uint32_t sbase = (sraw + 1023u) & ~1023u;
     unsigned char *gbase = ssd_smem + (sbase - sraw);
 
@@ -685,7 +675,7 @@ __global__ void __launch_bounds__(128, NW == 128 ? 2 : 3) ssd_state_fused_wg(con
                 reinterpret_cast<float *>(gbase + (s % NST) * F::STAGE + F::OW)[tid] =
                     exp2f(fminf(pgl - pg, 0.0f)) * pd;
         }
-        ssd_cp_commit();
+        sf_cp_async_commit();
     };
 
     /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns n0 + 8 nt + 2 t (+ 1) */
@@ -699,7 +689,7 @@ __global__ void __launch_bounds__(128, NW == 128 ? 2 : 3) ssd_state_fused_wg(con
     }
     fetch(NST - 1);
     for (int s = 0; s < nsub; s++) {
-        ssd_cp_wait<NST - 2>(); /* sub-tile s landed (s + 1 .. s + NST - 2 may be in flight) */
+        sf_cp_async_wait<NST - 2>(); /* sub-tile s landed (s + 1 .. s + NST - 2 may be in flight) */
         fence_async_smem();
         __syncthreads(); /* ... for every thread; stage (s - 1) % NST free (sub-tile s - 1 done) */
         issue(s + NST - 1);
@@ -756,7 +746,7 @@ __global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float 
     typedef SsdWg<Q> L;
     constexpr int NRB = Q / 64, NR = NRB == 4 ? 2 : 1;
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sC = (ssd_smem_addr(ssd_smem) + 1023u) & ~1023u;
+    const uint32_t sC = (sf_smem_u32(ssd_smem) + 1023u) & ~1023u;
     const int G = a.H / a.hpg;
     int64_t id = blockIdx.x;
     const int c = (int)(id % a.nc);
@@ -771,8 +761,8 @@ __global__ void __launch_bounds__(256, 1) ssd_cb_wg(const ssd_fwd_args a, float 
     load_tile_sw_rs<Q, 128, 256>(sC + Q * 256,
                                  (const T *)a.B + (int64_t)b * a.Bs[0] + t0 * a.Bs[1] + (int64_t)grp * a.Bs[2],
                                  a.Bs[1], Lc, a.N / 8, tid);
-    ssd_cp_commit();
-    ssd_cp_wait<0>();
+    sf_cp_async_commit();
+    sf_cp_async_wait<0>();
     fence_async_smem();
     __syncthreads();
     float *dst = cb + (((int64_t)b * G + grp) * a.nc + c) * (L::NTILE * 4096) + 4 * lt;
@@ -817,7 +807,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
     constexpr int NRB = Q / 64, NR = NRB == 4 ? 2 : 1;
     static_assert(NRB == 2 || NRB == 4, "chunk 128 or 256");
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sraw = sf_smem_u32(ssd_smem);
     const uint32_t base = (sraw + 1023u) & ~1023u;
     const uint32_t sC = base + L::O_C, sB = base + L::O_B, sX0 = base + L::O_X, sH = base + L::O_H;
     unsigned char *gbase = ssd_smem + (base - sraw);
@@ -867,8 +857,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                                           a.N, 64, a.N / 8, tid);
             const float *gsrc = a.gw + (bh * a.nc + c) * Q, *dsrc = a.dtw + (bh * a.nc + c) * Q;
             if (tid < Q / 4) {
-                cp_async16_u32(ssd_smem_addr(sv + buf * Q) + 16 * tid, gsrc + 4 * tid, 16);
-                cp_async16_u32(ssd_smem_addr(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
+                cp_async16_u32(sf_smem_u32(sv + buf * Q) + 16 * tid, gsrc + 4 * tid, 16);
+                cp_async16_u32(sf_smem_u32(sv + (2 + buf) * Q) + 16 * tid, dsrc + 4 * tid, 16);
             }
         };
         /* this warpgroup's row blocks */
@@ -895,7 +885,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
         if (!CBG) load_tile_sw_rs<Q, 128, 256>(sB, Bg, a.Bs[1], Lc, a.N / 8, tid);
         ssd_griddep_wait(); /* C and B are inputs; the states, vectors and S tiles come from earlier kernels */
         issue_head(0);
-        ssd_cp_commit();
+        sf_cp_async_commit();
         if (CBG && (tid & 127) == 0) {
             if (nbase > 0) fence_async_smem(); /* the slots' reads in the last run, then the copies */
             for (int n = 0; n < 2 && n < ntile; n++) issue_s(n);
@@ -912,10 +902,10 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
             uint32_t sX = sX0 + buf * (Q * 128), sCi = sC, sHi = sH;
             const float *sg = sv + buf * Q, *sdt = sv + (2 + buf) * Q;
             /* the same vectors as shared-space addresses, for ld.shared */
-            uint32_t ag = ssd_smem_addr(sg), adt = ssd_smem_addr(sdt), aw = ssd_smem_addr(sw);
+            uint32_t ag = sf_smem_u32(sg), adt = sf_smem_u32(sdt), aw = sf_smem_u32(sw);
             int rq = 16 * wl + g, tt = t; /* the thread's row in a 64-row block, its column pair */
             asm volatile("" : "+r"(sX), "+r"(sCi), "+r"(sHi), "+r"(ag), "+r"(adt), "+r"(aw), "+r"(rq), "+r"(tt));
-            ssd_cp_wait<0>();
+            sf_cp_async_wait<0>();
             fence_async_smem();
             __syncthreads(); /* head i's tiles visible; head i - 1 fully done */
 
@@ -930,13 +920,13 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                                   wg_desc(sCi + (kk >> 2) * (Q * 128) + mblk[r] * 8192 + (kk & 3) * 32, 16, 1024),
                                   wg_desc(sHi + (kk >> 2) * 8192 + (kk & 3) * 32, 16, 1024), kk > 0);
             wg_commit();
-            if (tid < Q) sw[tid] = ssd_ex2(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
+            if (tid < Q) sw[tid] = sf_ex2(fminf(sg[tid | 63] - sg[tid], 0.0f)) * sdt[tid];
             wg_wait<0>();
 #pragma unroll
             for (int r = 0; r < NR; r++) reg_fence(O[r]);
             __syncthreads(); /* sH free, sw visible */
             if (i + 1 < nh) issue_head(i + 1);
-            ssd_cp_commit();
+            sf_cp_async_commit();
 
             /* this head's z and output at the chunk's first token, thread's first column */
             const T *zh = zbase + (int64_t)b * a.zs[0] + t0 * a.zs[1] + (int64_t)h * a.zs[2] + p0 + 2 * tt;
@@ -951,7 +941,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                 const int row0 = 64 * m + rq, row1 = row0 + 8;
                 const float g0 = ssd_ldsf(ag + 4 * row0), g1 = ssd_ldsf(ag + 4 * row1);
                 {
-                    const float f0 = ssd_ex2(fminf(g0, 0.0f)), f1 = ssd_ex2(fminf(g1, 0.0f));
+                    const float f0 = sf_ex2(fminf(g0, 0.0f)), f1 = sf_ex2(fminf(g1, 0.0f));
                     ssd_scale_rows(O[r], f0, f1);
                 }
                 /* z of this thread's outputs, in flight during the products */
@@ -990,7 +980,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                      * product (and the previous tile's P X) run */
                     float fac[8][4];
                     if (k < m) {
-                        const float f0 = ssd_ex2(fminf(g0 - gr, 0.0f)), f1 = ssd_ex2(fminf(g1 - gr, 0.0f));
+                        const float f0 = sf_ex2(fminf(g0 - gr, 0.0f)), f1 = sf_ex2(fminf(g1 - gr, 0.0f));
 #pragma unroll
                         for (int nt = 0; nt < 8; nt++) {
                             fac[nt][0] = f0 * w[nt].x;
@@ -1006,8 +996,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_wg(const ssd_fwd_args a, int h
                                 const int j = 64 * k + 8 * nt + 2 * tt + v;
                                 const float gj = ssd_ldsf(ag + 4 * j), dj = ssd_ldsf(adt + 4 * j);
                                 /* j <= row: g'_row - g'_j <= 0 (g' does not increase) */
-                                fac[nt][v] = j <= row0 ? ssd_ex2(g0 - gj) * dj : 0.0f;
-                                fac[nt][2 + v] = j <= row1 ? ssd_ex2(g1 - gj) * dj : 0.0f;
+                                fac[nt][v] = j <= row0 ? sf_ex2(g0 - gj) * dj : 0.0f;
+                                fac[nt][2 + v] = j <= row1 ? sf_ex2(g1 - gj) * dj : 0.0f;
                             }
                     }
                     wg_wait<0>(); /* S_k and the previous P X */

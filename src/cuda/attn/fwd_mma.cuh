@@ -24,7 +24,8 @@
 #ifndef SF_ATTN_FWD_MMA_CUH
 #define SF_ATTN_FWD_MMA_CUH
 
-#include "cuda_common.h"
+#include "common/cuda_common.h"
+#include "common/ptx.cuh"
 
 #include <stdint.h>
 
@@ -51,66 +52,6 @@ struct FwdParams {
     float scale_log2;           /* softmax scale * log2(e)                 */
     int aligned;                /* every row start 16-byte aligned         */
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                        const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                          const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_u32(p)));
-}
-
-template <typename T> struct MmaOp;
-template <> struct MmaOp<__nv_bfloat16> {
-    static __device__ __forceinline__ void run(float *c, const uint32_t *a, uint32_t b0,
-                                               uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-};
-template <> struct MmaOp<__half> {
-    static __device__ __forceinline__ void run(float *c, const uint32_t *a, uint32_t b0,
-                                               uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-};
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 /* 1 / l for the epilogue's normalisation, 0 for a row that saw no key (l 0).
  * rcp.approx (1 ulp; l >= 1 whenever it is positive, the row's max term
@@ -166,7 +107,7 @@ __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, 
                 const int r = i / CH, c = i % CH;
                 const bool ok = r < rows && c < d8;
                 const T *src = ok ? g + (int64_t)r * row_stride + c * 8 : g;
-                cp_async16(s + r * LDS + c * 8, src, ok ? 16 : 0);
+                sf_cp_async16_zfill(s + r * LDS + c * 8, src, ok ? 16 : 0);
             }
         }
     } else {
@@ -295,13 +236,13 @@ __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         /* base 0 while the row has seen nothing: exps stay 0, no NaN */
         const float base = mx == -INFINITY ? 0.f : mx;
-        alpha[rr] = ex2(mrow[rr] - base);
+        alpha[rr] = sf_ex2(mrow[rr] - base);
         mrow[rr] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int i = 0; i < NS; i++) {
-            s[i][2 * rr] = ex2(s[i][2 * rr] - base);
-            s[i][2 * rr + 1] = ex2(s[i][2 * rr + 1] - base);
+            s[i][2 * rr] = sf_ex2(s[i][2 * rr] - base);
+            s[i][2 * rr + 1] = sf_ex2(s[i][2 * rr + 1] - base);
             sum += s[i][2 * rr] + s[i][2 * rr + 1];
         }
         lrow[rr] = lrow[rr] * alpha[rr] + sum;
@@ -344,9 +285,9 @@ __device__ __forceinline__ void write_out(const FwdParams &p, float (&o)[D / 8][
 #pragma unroll
     for (int i = 0; i < NO; i++) {
         const int c = i * 8 + 2 * tq;
-        *reinterpret_cast<uint32_t *>(sO + g * LDS + c) = MmaOp<T>::pack(o[i][0] * inv[0], o[i][1] * inv[0]);
+        *reinterpret_cast<uint32_t *>(sO + g * LDS + c) = sf_mma16<T>::pack(o[i][0] * inv[0], o[i][1] * inv[0]);
         *reinterpret_cast<uint32_t *>(sO + (g + 8) * LDS + c) =
-            MmaOp<T>::pack(o[i][2] * inv[1], o[i][3] * inv[1]);
+            sf_mma16<T>::pack(o[i][2] * inv[1], o[i][3] * inv[1]);
     }
     __syncwarp();
     T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (q0 + r0 - g) * p.o_sr +
@@ -438,7 +379,7 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
             load_tile<T, BN, D, NT>(sK, kg + (int64_t)n0 * p.k_sr, p.k_sr, lk - n0, d8, p.aligned,
                                     tid);
         }
-        cp_async_commit();
+        sf_cp_async_commit();
 
         uint32_t qf[Tr::Q_IN_REGS ? KD : 1][4];
         const T *sQw = sQ + (warp * 16) * LDS;
@@ -453,14 +394,14 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
             T *sVs = sV + st * BN * LDS;
             load_tile<T, BN, D, NT>(sVs, vg + (int64_t)n0 * p.v_sr, p.v_sr, lk - n0, d8, p.aligned,
                                     tid);
-            cp_async_commit();
-            cp_async_wait<1>(); /* Q and K[t] have landed */
+            sf_cp_async_commit();
+            sf_cp_async_wait<1>(); /* Q and K[t] have landed */
             __syncthreads();
 
             if (Tr::Q_IN_REGS && it == 0) {
 #pragma unroll
                 for (int kk = 0; kk < (Tr::Q_IN_REGS ? KD : 1); kk++)
-                    ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+                    sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
                             sQw + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
             }
 
@@ -477,17 +418,17 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
                     a[2] = qf[Tr::Q_IN_REGS ? kk : 0][2];
                     a[3] = qf[Tr::Q_IN_REGS ? kk : 0][3];
                 } else {
-                    ldsm_x4(a[0], a[1], a[2], a[3],
+                    sf_ldsm_x4(a[0], a[1], a[2], a[3],
                             sQw + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
                 }
 #pragma unroll
                 for (int j = 0; j < NS / 2; j++) {
                     uint32_t b0, b1, b2, b3;
-                    ldsm_x4(b0, b1, b2, b3,
+                    sf_ldsm_x4(b0, b1, b2, b3,
                             sKs + (j * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 +
                                 ((lane >> 3) & 1) * 8);
-                    MmaOp<T>::run(s[2 * j], a, b0, b1);
-                    MmaOp<T>::run(s[2 * j + 1], a, b2, b3);
+                    sf_mma16<T>::run(s[2 * j], a, b0, b1);
+                    sf_mma16<T>::run(s[2 * j + 1], a, b2, b3);
                 }
             }
 
@@ -498,7 +439,7 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
                 load_tile<T, BN, D, NT>(sK + (st ^ 1) * BN * LDS, kg + (int64_t)n1 * p.k_sr, p.k_sr,
                                         lk - n1, d8, p.aligned, tid);
             }
-            cp_async_commit(); /* possibly empty: keeps the group count uniform */
+            sf_cp_async_commit(); /* possibly empty: keeps the group count uniform */
 
             /* Scale to log2 units, mask boundary tiles, online softmax. */
             const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
@@ -508,13 +449,13 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
             uint32_t pa[BN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) {
-                pa[kk][0] = MmaOp<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[kk][1] = MmaOp<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[kk][2] = MmaOp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                pa[kk][0] = sf_mma16<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = sf_mma16<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = sf_mma16<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = sf_mma16<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
             }
 
-            cp_async_wait<1>(); /* V[t] has landed (K[t-1] may still fly) */
+            sf_cp_async_wait<1>(); /* V[t] has landed (K[t-1] may still fly) */
             __syncthreads();
 
 #pragma unroll
@@ -522,14 +463,14 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
 #pragma unroll
                 for (int j = 0; j < NO / 2; j++) {
                     uint32_t b0, b1, b2, b3;
-                    ldsm_x4_t(b0, b1, b2, b3,
+                    sf_ldsm_x4_t(b0, b1, b2, b3,
                               sVs + (kk * 16 + (lane & 15)) * LDS + j * 16 + (lane >> 4) * 8);
-                    MmaOp<T>::run(o[2 * j], pa[kk], b0, b1);
-                    MmaOp<T>::run(o[2 * j + 1], pa[kk], b2, b3);
+                    sf_mma16<T>::run(o[2 * j], pa[kk], b0, b1);
+                    sf_mma16<T>::run(o[2 * j + 1], pa[kk], b2, b3);
                 }
             }
         }
-        cp_async_wait<0>();
+        sf_cp_async_wait<0>();
     }
 
     write_out<T, D>(p, o, mrow, lrow, sQ + (warp * 16) * LDS, b, h, q0, r0, lq,

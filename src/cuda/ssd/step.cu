@@ -2,8 +2,8 @@
  * launcher of ssd_step_kernel (ssd_step.cuh).  Measured on the H200 (H 80,
  * P 64, N 128, f32 state, bf16 x): 3.4-3.7 TB/s of state traffic at batch 64
  * to 256, 82-87% of copy bandwidth (bench/RESULTS.md). */
-#include "cuda_common.h"
-#include "ssd_step.cuh"
+#include "common/cuda_common.h"
+#include "ssd/step.cuh"
 
 template <typename T>
 static sf_status ssd_step_launch(sf_ctx *ctx, const ssd_step_args &a, int kv) {

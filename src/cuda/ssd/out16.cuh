@@ -47,7 +47,7 @@
 #ifndef SF_SSD_OUT16_CUH
 #define SF_SSD_OUT16_CUH
 
-#include "ssd_chunk.cuh"
+#include "ssd/chunk.cuh"
 
 /* Tile constants: N padded to 128 (8 k16 steps of C fragments in registers),
  * 64 columns of P per block, 64-key tiles. */
@@ -75,7 +75,7 @@ static __device__ __forceinline__ void ssd_stage_n(T *s, int ld, const T *g, int
         T *d = s + r * ld + cv;
         const T *src = g + (int64_t)r * gstride + cv;
         if (r < rows_valid && vec && cv + V <= cols_valid) {
-            ssd_cp16(d, src);
+            sf_cp_async16(d, src);
         } else {
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (r < rows_valid) {
@@ -149,13 +149,13 @@ __global__ void __launch_bounds__(128, 2) ssd_chunk_out16(const ssd_fwd_args a) 
                    (const T *)a.states + (bh * a.nc + c) * a.P * a.N + (int64_t)p0 * a.N, a.N, PT,
                    NPAD, pvalid, a.N, ((a.N * (int)sizeof(T)) & 15) == 0, nthr);
     issue(0);
-    ssd_cp_commit();
+    sf_cp_async_commit();
     for (int i = tid; i < jmax; i += nthr) {
         sg[i] = a.gw[(bh * a.nc + c) * a.Q + i];
         sdt[i] = a.dtw[(bh * a.nc + c) * a.Q + i];
         sseq[i] = a.varlen ? a.seqid[(int64_t)b * a.L + t0 + i] : 0;
     }
-    ssd_cp_wait<0>();
+    sf_cp_async_wait<0>();
     __syncthreads();
 
     /* C fragments of both row tiles, kept for the whole block */
@@ -212,10 +212,10 @@ __global__ void __launch_bounds__(128, 2) ssd_chunk_out16(const ssd_fwd_args a) 
         __syncthreads(); /* buffer (kt + 1) & 1 (tile kt - 1) is no longer read */
         if (kt + 1 < nkt) {
             issue(kt + 1);
-            ssd_cp_commit();
-            ssd_cp_wait<1>();
+            sf_cp_async_commit();
+            sf_cp_async_wait<1>();
         } else {
-            ssd_cp_wait<0>();
+            sf_cp_async_wait<0>();
         }
         __syncthreads(); /* tile kt visible */
         const T *cB = (kt & 1) ? sB1 : sB0, *cX = (kt & 1) ? sX1 : sX0;

@@ -35,7 +35,7 @@
  * An IEEE division in SiLU and a bank-conflicted weight layout had the
  * 16-bit kernels at half these rates; the bf16 conv is still element-bound
  * (see CONV_U). */
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 #include "layer_ops.h"
 
 #include <stdint.h>

@@ -35,7 +35,7 @@
  * next sequence follow in memory and could be anything past cu_seqlens)
  * stay on attn_fwd_wgmma, which zero-fills with cp.async.
  * The mask sets raw scores to -inf and the softmax folds the scale into one
- * FFMA per element (ex2(s * scale - m)): valid for scale > 0 only, so the
+ * FFMA per element (sf_ex2(s * scale - m)): valid for scale > 0 only, so the
  * launcher sends negative scales elsewhere.
  * Epilogue: each consumer stages its 64 x D output rows in its own (no
  * longer read) slice of the swizzled Q tile for 16-byte coalesced stores.
@@ -43,7 +43,7 @@
 #ifndef SF_ATTN_FWD_WS_CUH
 #define SF_ATTN_FWD_WS_CUH
 
-#include "attn_fwd_wgmma.cuh"
+#include "attn/fwd_wgmma.cuh"
 
 #include <cuda.h> /* CUtensorMap (a type only: nothing links libcuda) */
 
@@ -182,7 +182,7 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
             const float mx = row_max(rr);
             /* base 0 while the row has seen nothing: exps stay 0, no NaN */
             base[rr] = mx == -INFINITY ? 0.f : mx;
-            alpha[rr] = ex2(mrow[rr] - base[rr]);
+            alpha[rr] = sf_ex2(mrow[rr] - base[rr]);
             mrow[rr] = mx;
         }
     } else {
@@ -201,7 +201,7 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
         for (int rr = 0; rr < 2; rr++) {
             const float m = keep ? mrow[rr] : mt[rr];
             base[rr] = m == -INFINITY ? 0.f : m;
-            alpha[rr] = keep ? 1.f : ex2(mrow[rr] - base[rr]);
+            alpha[rr] = keep ? 1.f : sf_ex2(mrow[rr] - base[rr]);
             mrow[rr] = m;
         }
     }
@@ -211,7 +211,7 @@ __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float
         for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int e = 0; e < 2; e++)
-                s[i][2 * rr + e] = ex2(fmaf(s[i][2 * rr + e], scale, -base[rr]));
+                s[i][2 * rr + e] = sf_ex2(fmaf(s[i][2 * rr + e], scale, -base[rr]));
         float sum = 0.f;
 #pragma unroll
         for (int i = 0; i < NV; i++) sum += s[i][2 * rr] + s[i][2 * rr + 1];
@@ -224,10 +224,10 @@ template <typename T, int NS, int NV = NS>
 __device__ __forceinline__ void pack_p(uint32_t (&pa)[NS / 2][4], const float (&s)[NS][4]) {
 #pragma unroll
     for (int kk = 0; kk < NV / 2; kk++) {
-        pa[kk][0] = MmaOp<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = MmaOp<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = MmaOp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = MmaOp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        pa[kk][0] = sf_mma16<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = sf_mma16<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = sf_mma16<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = sf_mma16<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
 }
 /* O *= alpha per row (fragment rows g and g + 8) */
@@ -325,10 +325,10 @@ __device__ __forceinline__ void stage_o(uint32_t sq, const float (&o)[NO][4], co
     for (int k = 0; k < NO / 2; k++) {
         const int cb = 2 * k + (mi >> 1);
         const uint32_t a = lb + (cb >> 3) * (BM * 128) + (((cb & 7) ^ rr8) << 4);
-        sf_wg::stmatrix_x4(a, MmaOp<T>::pack(o[2 * k][0] * inv[0], o[2 * k][1] * inv[0]),
-                           MmaOp<T>::pack(o[2 * k][2] * inv[1], o[2 * k][3] * inv[1]),
-                           MmaOp<T>::pack(o[2 * k + 1][0] * inv[0], o[2 * k + 1][1] * inv[0]),
-                           MmaOp<T>::pack(o[2 * k + 1][2] * inv[1], o[2 * k + 1][3] * inv[1]));
+        sf_wg::stmatrix_x4(a, sf_mma16<T>::pack(o[2 * k][0] * inv[0], o[2 * k][1] * inv[0]),
+                           sf_mma16<T>::pack(o[2 * k][2] * inv[1], o[2 * k][3] * inv[1]),
+                           sf_mma16<T>::pack(o[2 * k + 1][0] * inv[0], o[2 * k + 1][1] * inv[0]),
+                           sf_mma16<T>::pack(o[2 * k + 1][2] * inv[1], o[2 * k + 1][3] * inv[1]));
     }
 }
 #endif
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     /* narrow first tiles (below): 80-key tiles (d 256) only */
     constexpr int NN = BN == 80 ? 48 : 0;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sbase = (sf_smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = sbase, sK = sQ + Tr::QBYTES, sV = sK + NST * Tr::KVBYTES;
     /* mbarriers: Q full, then per stage K full, V full, K empty, V empty */
     const uint32_t bQ = sbase + Tr::BAR_OFF;

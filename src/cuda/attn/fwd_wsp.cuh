@@ -66,8 +66,8 @@
 #ifndef SF_ATTN_FWD_WSP_CUH
 #define SF_ATTN_FWD_WSP_CUH
 
-#include "attn_fwd_ws.cuh"
-#include "fastdiv.h"
+#include "attn/fwd_ws.cuh"
+#include "common/fastdiv.h"
 
 #include <type_traits>
 
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
     constexpr bool QS = Tr::QS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sbase = (sf_smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t sK = sbase + Tr::KV_OFF, sV = sK + NST * Tr::KVBYTES;
     /* mbarriers: Q full [NQB], Q empty [NQB] (a pair per buffer, or per
      * slice with QS), then per stage K full, V full, K empty, V empty */

@@ -89,15 +89,15 @@
  * f32 inputs are refused (SF_ERR_UNSUPPORTED): f32 attention is served by
  * the CPU backend on host memory.
  */
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 
-#include "attn_fwd_mma.cuh"
-#include "attn_fwd_wgmma.cuh"
-#include "attn_fwd_ws.cuh"
-#include "attn_fwd_wsp.cuh"
+#include "attn/fwd_mma.cuh"
+#include "attn/fwd_wgmma.cuh"
+#include "attn/fwd_ws.cuh"
+#include "attn/fwd_wsp.cuh"
 #include "autotune.h"
-#include "tmap.h"
-#include "wsp_sched.h"
+#include "common/tmap.h"
+#include "attn/scheduler.h"
 
 #include <stdint.h>
 #include <stdio.h>

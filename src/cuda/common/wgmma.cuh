@@ -18,8 +18,8 @@
 #ifndef SF_WGMMA_UTIL_CUH
 #define SF_WGMMA_UTIL_CUH
 
-#include "cuda_common.h"
-#include "wgmma_ops.cuh"
+#include "common/cuda_common.h"
+#include "common/wgmma_ops.cuh"
 
 #include <stdint.h>
 

@@ -31,7 +31,7 @@
 #ifndef SF_SSD_STATE32_CUH
 #define SF_SSD_STATE32_CUH
 
-#include "ssd_hopper.cuh"
+#include "ssd/hopper.cuh"
 
 struct SsdS32 {
     static constexpr int QS = 64;       /* tokens per part */
@@ -75,7 +75,7 @@ static __device__ __forceinline__ void ssd_img_block(const ssd_fwd_args &a, int6
 #pragma unroll 16
     for (int i = tid; i < QS * 128; i += 256) {
         const int j = i >> 7, n = i & 127;
-        sb[j * LDS + n] = j < lv && n < a.N ? ssd_tf32(g0[(t0 + j) * st[1] + n]) : 0.0f;
+        sb[j * LDS + n] = j < lv && n < a.N ? sf_tf32(g0[(t0 + j) * st[1] + n]) : 0.0f;
     }
     __syncthreads();
     if (!nat) {
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     typedef SsdS32 L;
     constexpr int QS = L::QS, LDX = L::LDX, NPART = Q / QS, KS = QS / 8;
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sraw = sf_smem_u32(ssd_smem);
     const uint32_t sbase = (sraw + 1023u) & ~1023u;
     unsigned char *gbase = ssd_smem + (sbase - sraw);
 
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
                 reinterpret_cast<float *>(gbase + (sp & 1) * L::STAGE + L::OW)[tid] =
                     exp2f(fminf(pgl - pg, 0.0f)) * pd;
         }
-        ssd_cp_commit();
+        sf_cp_async_commit();
     };
 
     /* H in the accumulator layout: rows p0 + 16 warp + g (+ 8), columns 8 nt + 2 t (+ 1) */
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
     issue(0);
     fetch(1);
     for (int s = 0; s < nsub; s++) {
-        ssd_cp_wait<0>(); /* part s's X landed (the only group in flight) */
+        sf_cp_async_wait<0>(); /* part s's X landed (the only group in flight) */
         mbar_wait(bfull + 8 * (s & 1), (s >> 1) & 1); /* ... and its image */
         __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (part s - 1 done) */
         issue(s + 1);

@@ -60,7 +60,7 @@
 #ifndef SF_SSD_OUT_F32_CUH
 #define SF_SSD_OUT_F32_CUH
 
-#include "ssd_chunk.cuh"
+#include "ssd/chunk.cuh"
 
 template <int NP> struct SsdSc32 {
     static constexpr int LDN = NP + 4, LDX = 64 + 4;
@@ -94,7 +94,7 @@ static __device__ __forceinline__ void ssd_sc32_round_own(float *s, int ld) {
         if (idx < TOTAL) {
             const int r = idx / VPR, cv = (idx - r * VPR) * 4;
             *reinterpret_cast<float4 *>(s + r * ld + cv) =
-                make_float4(ssd_tf32(v[u].x), ssd_tf32(v[u].y), ssd_tf32(v[u].z), ssd_tf32(v[u].w));
+                make_float4(sf_tf32(v[u].x), sf_tf32(v[u].y), sf_tf32(v[u].z), sf_tf32(v[u].w));
         }
     }
 }
@@ -102,7 +102,7 @@ static __device__ __forceinline__ void ssd_sc32_round_own(float *s, int ld) {
 /* The four fragment registers of an ldmatrix.x4 of f32 data, rounded to TF32. */
 static __device__ __forceinline__ void ssd_sc32_round4(uint32_t r[4]) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) r[i] = __float_as_uint(ssd_tf32(__uint_as_float(r[i])));
+    for (int i = 0; i < 4; i++) r[i] = __float_as_uint(sf_tf32(__uint_as_float(r[i])));
 }
 
 /* RL false: C and B are rounded once in shared memory (configuration split32);
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
     };
 
     issue(0);
-    ssd_cp_commit();
+    sf_cp_async_commit();
     /* g', dt and the state-update weights w_j = exp2(g'_(j|63) - g'_j) dt_j
      * (Q <= 256 = threads; past the chunk's end dt is 0, so w is 0) */
     if (tid < a.Q) {
@@ -197,11 +197,11 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
 #pragma unroll
             for (int u = 0; u < 2; u++)
                 *reinterpret_cast<float4 *>(sHs + (pm0 + 8 * u + g) * LDN + nn0 + 16 * q + 4 * t) =
-                    make_float4(ssd_tf32(Hs[q][0][2 * u]), ssd_tf32(Hs[q][1][2 * u]),
-                                ssd_tf32(Hs[q][0][2 * u + 1]), ssd_tf32(Hs[q][1][2 * u + 1]));
+                    make_float4(sf_tf32(Hs[q][0][2 * u]), sf_tf32(Hs[q][1][2 * u]),
+                                sf_tf32(Hs[q][0][2 * u + 1]), sf_tf32(Hs[q][1][2 * u + 1]));
     };
     store_hs();
-    ssd_cp_wait_mem<0>(); /* clobber: round_cb's loads stay after the wait */
+    sf_cp_async_wait_mem<0>(); /* clobber: round_cb's loads stay after the wait */
     round_cb(0);
     __syncthreads();
 
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
         const int buf = r & 1, i0 = 64 * r;
         const bool more = r + 1 < nr;
         if (more) issue(r + 1); /* buffer (r + 1) & 1: last read in block r - 1 */
-        ssd_cp_commit();
+        sf_cp_async_commit();
         const float *sC = sCb + buf * L::TN, *sB = sBb + buf * L::TN, *sX = sXb + buf * L::TX;
         const float gq = r ? sg[i0 - 1] : 0.0f;
 
@@ -245,24 +245,24 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
 #pragma unroll 4
             for (int k = 0; k < NP; k += 8) {
                 uint32_t af[4], bf[4];
-                ssd_ldsm_x4(af, pa + k);
+                sf_ldsm_x4(af, pa + k);
                 if (RL) ssd_sc32_round4(af);
                 if (act0) {
-                    ssd_ldsm_x4(bf, pb + k);
+                    sf_ldsm_x4(bf, pb + k);
                     if (RL) ssd_sc32_round4(bf);
                     M::mma(S[0], af, bf);
                     M::mma(S[1], af, bf + 2);
                 }
                 if (act1) {
-                    ssd_ldsm_x4(bf, pb + 16 * LDN + k);
+                    sf_ldsm_x4(bf, pb + 16 * LDN + k);
                     if (RL) ssd_sc32_round4(bf);
                     M::mma(S[2], af, bf);
                     M::mma(S[3], af, bf + 2);
                 }
-                ssd_ldsm_x4(bf, ph + k);
+                sf_ldsm_x4(bf, ph + k);
                 M::mma(O[0], af, bf);
                 M::mma(O[1], af, bf + 2);
-                ssd_ldsm_x4(bf, ph + 16 * LDN + k);
+                sf_ldsm_x4(bf, ph + 16 * LDN + k);
                 M::mma(O[2], af, bf);
                 M::mma(O[3], af, bf + 2);
             }
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                               : 0.0f;
                 }
                 *reinterpret_cast<float4 *>(sP + ((wr * 8 + 4 * wc + n) * 32 + lane) * 4) =
-                    make_float4(ssd_tf32(v[0]), ssd_tf32(v[2]), ssd_tf32(v[1]), ssd_tf32(v[3]));
+                    make_float4(sf_tf32(v[0]), sf_tf32(v[2]), sf_tf32(v[1]), sf_tf32(v[3]));
             }
         }
         /* Hs_{r+1} = d_r Hs_r + X'^T B (rows pm0 + 2g (+1), columns paired) */
@@ -315,10 +315,10 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                 const float2 x0 = *reinterpret_cast<const float2 *>(xa + 8 * kk * LDX);
                 const float2 x1 = *reinterpret_cast<const float2 *>(xa + (8 * kk + 1) * LDX);
                 uint32_t af[4];
-                af[0] = __float_as_uint(ssd_tf32(x0.x * w.x));
-                af[1] = __float_as_uint(ssd_tf32(x0.y * w.x));
-                af[2] = __float_as_uint(ssd_tf32(x1.x * w.y));
-                af[3] = __float_as_uint(ssd_tf32(x1.y * w.y));
+                af[0] = __float_as_uint(sf_tf32(x0.x * w.x));
+                af[1] = __float_as_uint(sf_tf32(x0.y * w.x));
+                af[2] = __float_as_uint(sf_tf32(x1.x * w.y));
+                af[3] = __float_as_uint(sf_tf32(x1.y * w.y));
 #pragma unroll
                 for (int q = 0; q < NQ; q++) {
                     const float2 b0 = *reinterpret_cast<const float2 *>(bb + 8 * kk * LDN + 16 * q);
@@ -327,10 +327,10 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                     uint32_t bA[2] = {__float_as_uint(b0.x), __float_as_uint(b1.x)};
                     uint32_t bB[2] = {__float_as_uint(b0.y), __float_as_uint(b1.y)};
                     if (RL) {
-                        bA[0] = __float_as_uint(ssd_tf32(b0.x));
-                        bA[1] = __float_as_uint(ssd_tf32(b1.x));
-                        bB[0] = __float_as_uint(ssd_tf32(b0.y));
-                        bB[1] = __float_as_uint(ssd_tf32(b1.y));
+                        bA[0] = __float_as_uint(sf_tf32(b0.x));
+                        bA[1] = __float_as_uint(sf_tf32(b1.x));
+                        bB[0] = __float_as_uint(sf_tf32(b0.y));
+                        bB[1] = __float_as_uint(sf_tf32(b1.y));
                     }
                     M::mma(Hs[q][0], af, bA);
                     M::mma(Hs[q][1], af, bB);
@@ -375,10 +375,10 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                     const float2 b0 = *reinterpret_cast<const float2 *>(xb + 8 * kk * LDX + 16 * pp);
                     const float2 b1 =
                         *reinterpret_cast<const float2 *>(xb + (8 * kk + 1) * LDX + 16 * pp);
-                    const uint32_t bA[2] = {__float_as_uint(ssd_tf32(b0.x)),
-                                            __float_as_uint(ssd_tf32(b1.x))};
-                    const uint32_t bB[2] = {__float_as_uint(ssd_tf32(b0.y)),
-                                            __float_as_uint(ssd_tf32(b1.y))};
+                    const uint32_t bA[2] = {__float_as_uint(sf_tf32(b0.x)),
+                                            __float_as_uint(sf_tf32(b1.x))};
+                    const uint32_t bB[2] = {__float_as_uint(sf_tf32(b0.y)),
+                                            __float_as_uint(sf_tf32(b1.y))};
                     M::mma(O[2 * pp], af, bA);
                     M::mma(O[2 * pp + 1], af, bB);
                 }
@@ -418,12 +418,12 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
             }
         }
         if (more) {
-            ssd_cp_wait_mem<0>(); /* this thread's copies of block r + 1 */
+            sf_cp_async_wait_mem<0>(); /* this thread's copies of block r + 1 */
             round_cb(r + 1);
         }
         __syncthreads(); /* block r + 1's tiles and Hs visible; block r's readers done */
     }
-    ssd_cp_wait<0>();
+    sf_cp_async_wait<0>();
 }
 
 #endif

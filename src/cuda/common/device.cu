@@ -1,6 +1,6 @@
 /* device.cu - CUDA device plumbing for the context: device count, names,
  * allocation, per-context properties. */
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,8 +21,8 @@
 #ifndef SF_SSD_CHUNK_CUH
 #define SF_SSD_CHUNK_CUH
 
-#include "ssd_args.h"
-#include "ssd_mma.cuh"
+#include "ssd/args.h"
+#include "ssd/mma.cuh"
 
 /* The block of a grid with the head fastest, then P tile (of `ptiles`),
  * chunk, batch row. */
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
             ssd_stage_async<T, 128>(sB[it % ST], LDB, Bb + tok * a.Bs[1], a.Bs[1], KT, NS, kv,
                                     nv, a.vec_B);
         }
-        ssd_cp_commit();
+        sf_cp_async_commit();
     };
     /* per-chunk vectors, Q <= 256 so two per thread */
     float pg[2], pd[2];
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
             for (int e = 0; e < 4; e++) S[nt][e] = 0.0f;
         for (int k0 = 0; k0 < Lc; k0 += KT, it++) {
             issue(it + ST - 1);
-            ssd_cp_wait<ST - 1>();
+            sf_cp_async_wait<ST - 1>();
             __syncthreads(); /* sub-tile `it` (and sw) visible to all warps */
             const T *cX = sX[it % ST], *cB = sB[it % ST];
             const int kv = min(KT, Lc - k0);
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(128) ssd_state_pass(const ssd_fwd_args a) {
 #pragma unroll
             for (int e = 0; e < 4; e++) R[nt][e] = fmaf(dec, R[nt][e], S[nt][e]);
     }
-    ssd_cp_wait<0>();
+    sf_cp_async_wait<0>();
     if (a.has_final && a.varlen != 2)
         ssd_acc_store<4>(R, a.fin + (int64_t)b * a.fis[0] + h * a.fis[1], a.fis[2], a.fis[3],
                          prow0, ncol0, a.P, a.N);
@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(128) ssd_chunk_state_mma(const ssd_fwd_args a,
             ssd_stage_async<T, 128>(sB[it % ST], LDB, Bb + (int64_t)k0 * a.Bs[1], a.Bs[1], KT, NS, kv,
                                     nv, a.vec_B);
         }
-        ssd_cp_commit();
+        sf_cp_async_commit();
     };
     for (int u = 0; u < ST - 1; u++) issue(u);
     const float *gwc = a.gw + (bh * a.nc + c) * a.Q, *dtc = a.dtw + (bh * a.nc + c) * a.Q;
@@ -383,14 +383,14 @@ __global__ void __launch_bounds__(128) ssd_chunk_state_mma(const ssd_fwd_args a,
         for (int e = 0; e < 4; e++) S[nt][e] = 0.0f;
     for (int it = 0; it < nit; it++) {
         issue(it + ST - 1);
-        ssd_cp_wait<ST - 1>();
+        sf_cp_async_wait<ST - 1>();
         __syncthreads(); /* sub-tile `it` (and sw) visible to all warps */
         const T *cX = sX[it % ST], *cB = sB[it % ST];
         const int k0 = it * KT, kv = min(KT, Lc - k0);
         ssd_state_subtile<T, KT, LDX, LDB>(S, cX, cB, sw + k0, kv, wm, wn);
         __syncthreads(); /* buffer it % ST free for sub-tile it + ST */
     }
-    ssd_cp_wait<0>();
+    sf_cp_async_wait<0>();
     ssd_acc_store<4>(S, cst + (bh * a.nc + c) * (int64_t)a.P * a.N, a.N, 1, prow0, ncol0, a.P, a.N);
 }
 
@@ -491,14 +491,14 @@ __global__ void __launch_bounds__(128) ssd_chunk_out(const ssd_fwd_args a) {
                             (const T *)a.states + (bh * a.nc + c) * a.P * a.N + (int64_t)p0 * a.N,
                             a.N, PT, a.Npad, pvalid, a.N, ((a.N * (int)sizeof(T)) & 15) == 0);
     if (STAGES == 2) issue(0);
-    ssd_cp_commit();
+    sf_cp_async_commit();
     const int nvec = min(Lc, i0 + MT);
     for (int i = tid; i < nvec; i += 128) {
         sg[i] = a.gw[(bh * a.nc + c) * a.Q + i];
         sdt[i] = a.dtw[(bh * a.nc + c) * a.Q + i];
         if (a.varlen) sseq[i] = a.seqid[(int64_t)b * a.L + t0 + i];
     }
-    ssd_cp_wait<0>();
+    sf_cp_async_wait<0>();
     __syncthreads();
 
     float O[8][4];
@@ -541,15 +541,15 @@ __global__ void __launch_bounds__(128) ssd_chunk_out(const ssd_fwd_args a) {
         if (STAGES == 2) {
             if (kt + 1 <= last) {
                 issue(kt + 1);
-                ssd_cp_commit();
-                ssd_cp_wait<1>();
+                sf_cp_async_commit();
+                sf_cp_async_wait<1>();
             } else {
-                ssd_cp_wait<0>();
+                sf_cp_async_wait<0>();
             }
         } else {
             issue(kt);
-            ssd_cp_commit();
-            ssd_cp_wait<0>();
+            sf_cp_async_commit();
+            sf_cp_async_wait<0>();
         }
         __syncthreads(); /* tile kt visible */
         const bool one = STAGES == 2 && (kt & 1);

@@ -19,30 +19,9 @@
 #ifndef SF_SSD_MMA_CUH
 #define SF_SSD_MMA_CUH
 
-#include "cuda_common.h"
+#include "common/cuda_common.h"
+#include "common/ptx.cuh"
 #include <stdint.h>
-
-static __device__ __forceinline__ float ssd_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
-static __device__ __forceinline__ uint32_t ssd_smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void ssd_ldsm_x4(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(ssd_smem_addr(p)));
-}
-
-static __device__ __forceinline__ void ssd_ldsm_x4_t(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(ssd_smem_addr(p)));
-}
 
 /* Fragment traits.  Every load gives one A fragment (16 x K) or two B
  * fragments (K x 8 each, n-tiles n0 and n0 + 8: b[0..1] and b[2..3]). */
@@ -54,25 +33,25 @@ template <typename T16> struct ssd_mma16 {
     static __device__ __forceinline__ void load_a(uint32_t a[4], const T16 *s, int ld, int m0,
                                                   int k0) {
         const int l = threadIdx.x & 31;
-        ssd_ldsm_x4(a, s + (m0 + (l & 15)) * ld + k0 + (l >> 4) * 8);
+        sf_ldsm_x4(a, s + (m0 + (l & 15)) * ld + k0 + (l >> 4) * 8);
     }
     /* s[k][m] (A transposed in memory) */
     static __device__ __forceinline__ void load_a_t(uint32_t a[4], const T16 *s, int ld, int m0,
                                                     int k0) {
         const int l = threadIdx.x & 31, q = l >> 3;
-        ssd_ldsm_x4_t(a, s + (k0 + (l & 7) + (q >> 1) * 8) * ld + m0 + (q & 1) * 8);
+        sf_ldsm_x4_t(a, s + (k0 + (l & 7) + (q >> 1) * 8) * ld + m0 + (q & 1) * 8);
     }
     /* s[n][k] */
     static __device__ __forceinline__ void load_b2(uint32_t b[4], const T16 *s, int ld, int n0,
                                                    int k0) {
         const int l = threadIdx.x & 31;
-        ssd_ldsm_x4(b, s + (n0 + (l & 7) + ((l >> 4) << 3)) * ld + k0 + ((l >> 3) & 1) * 8);
+        sf_ldsm_x4(b, s + (n0 + (l & 7) + ((l >> 4) << 3)) * ld + k0 + ((l >> 3) & 1) * 8);
     }
     /* s[k][n] */
     static __device__ __forceinline__ void load_b2_t(uint32_t b[4], const T16 *s, int ld, int n0,
                                                      int k0) {
         const int l = threadIdx.x & 31;
-        ssd_ldsm_x4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+        sf_ldsm_x4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
     }
     /* B operand of P.X with the key order of acc_to_a: the natural one */
     static __device__ __forceinline__ void load_bx2(uint32_t b[4], const T16 *s, int ld, int n0,
@@ -124,10 +103,7 @@ template <> struct ssd_mma<__nv_bfloat16> : ssd_mma16<__nv_bfloat16> {
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4],
                                                const uint32_t *b) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        sf_mma16<__nv_bfloat16>::run(c, a, b[0], b[1]);
     }
     /* accumulator n-tiles c[0], c[1] (keys k0..k0+15) -> A fragment */
     static __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float (*c)[4]) {
@@ -153,10 +129,7 @@ template <> struct ssd_mma<__half> : ssd_mma16<__half> {
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4],
                                                const uint32_t *b) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        sf_mma16<__half>::run(c, a, b[0], b[1]);
     }
     static __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float (*c)[4]) {
         __half tag{};
@@ -173,10 +146,10 @@ template <> struct ssd_mma<float> {
                                                   int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (m0 + g) * ld + k0 + t;
-        a[0] = __float_as_uint(ssd_tf32(p[0]));
-        a[1] = __float_as_uint(ssd_tf32(p[8 * ld]));
-        a[2] = __float_as_uint(ssd_tf32(p[4]));
-        a[3] = __float_as_uint(ssd_tf32(p[8 * ld + 4]));
+        a[0] = __float_as_uint(sf_tf32(p[0]));
+        a[1] = __float_as_uint(sf_tf32(p[8 * ld]));
+        a[2] = __float_as_uint(sf_tf32(p[4]));
+        a[3] = __float_as_uint(sf_tf32(p[8 * ld + 4]));
     }
     static __device__ __forceinline__ void load_a_t(uint32_t a[4], const float *s, int ld, int m0,
                                                     int k0) {
@@ -191,19 +164,19 @@ template <> struct ssd_mma<float> {
                                                    int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (n0 + g) * ld + k0 + t;
-        b[0] = __float_as_uint(ssd_tf32(p[0]));
-        b[1] = __float_as_uint(ssd_tf32(p[4]));
-        b[2] = __float_as_uint(ssd_tf32(p[8 * ld]));
-        b[3] = __float_as_uint(ssd_tf32(p[8 * ld + 4]));
+        b[0] = __float_as_uint(sf_tf32(p[0]));
+        b[1] = __float_as_uint(sf_tf32(p[4]));
+        b[2] = __float_as_uint(sf_tf32(p[8 * ld]));
+        b[3] = __float_as_uint(sf_tf32(p[8 * ld + 4]));
     }
     static __device__ __forceinline__ void load_b2_t(uint32_t b[4], const float *s, int ld, int n0,
                                                      int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (k0 + t) * ld + n0 + g;
-        b[0] = __float_as_uint(ssd_tf32(p[0]));
-        b[1] = __float_as_uint(ssd_tf32(p[4 * ld]));
-        b[2] = __float_as_uint(ssd_tf32(p[8]));
-        b[3] = __float_as_uint(ssd_tf32(p[4 * ld + 8]));
+        b[0] = __float_as_uint(sf_tf32(p[0]));
+        b[1] = __float_as_uint(sf_tf32(p[4 * ld]));
+        b[2] = __float_as_uint(sf_tf32(p[8]));
+        b[3] = __float_as_uint(sf_tf32(p[4 * ld + 8]));
     }
     /* The accumulator holds keys 2t, 2t+1 in lane t; the k8 A fragment wants
      * k slots t and t+4.  The sum over k does not care about order, so k slot
@@ -212,32 +185,29 @@ template <> struct ssd_mma<float> {
                                                     int k0) {
         const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
         const float *p = s + (k0 + 2 * t) * ld + n0 + g;
-        b[0] = __float_as_uint(ssd_tf32(p[0]));
-        b[1] = __float_as_uint(ssd_tf32(p[ld]));
-        b[2] = __float_as_uint(ssd_tf32(p[8]));
-        b[3] = __float_as_uint(ssd_tf32(p[ld + 8]));
+        b[0] = __float_as_uint(sf_tf32(p[0]));
+        b[1] = __float_as_uint(sf_tf32(p[ld]));
+        b[2] = __float_as_uint(sf_tf32(p[8]));
+        b[3] = __float_as_uint(sf_tf32(p[ld + 8]));
     }
     /* load_a_t returns raw f32; scale_a multiplies k column j by w[j] and rounds */
     static __device__ __forceinline__ void scale_a(uint32_t a[4], const float *w) {
         const int t = threadIdx.x & 3;
         const float w0 = w[t], w4 = w[t + 4];
-        a[0] = __float_as_uint(ssd_tf32(__uint_as_float(a[0]) * w0));
-        a[1] = __float_as_uint(ssd_tf32(__uint_as_float(a[1]) * w0));
-        a[2] = __float_as_uint(ssd_tf32(__uint_as_float(a[2]) * w4));
-        a[3] = __float_as_uint(ssd_tf32(__uint_as_float(a[3]) * w4));
+        a[0] = __float_as_uint(sf_tf32(__uint_as_float(a[0]) * w0));
+        a[1] = __float_as_uint(sf_tf32(__uint_as_float(a[1]) * w0));
+        a[2] = __float_as_uint(sf_tf32(__uint_as_float(a[2]) * w4));
+        a[3] = __float_as_uint(sf_tf32(__uint_as_float(a[3]) * w4));
     }
     static __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float (*c)[4]) {
-        a[0] = __float_as_uint(ssd_tf32(c[0][0]));
-        a[1] = __float_as_uint(ssd_tf32(c[0][2]));
-        a[2] = __float_as_uint(ssd_tf32(c[0][1]));
-        a[3] = __float_as_uint(ssd_tf32(c[0][3]));
+        a[0] = __float_as_uint(sf_tf32(c[0][0]));
+        a[1] = __float_as_uint(sf_tf32(c[0][2]));
+        a[2] = __float_as_uint(sf_tf32(c[0][1]));
+        a[3] = __float_as_uint(sf_tf32(c[0][3]));
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4],
                                                const uint32_t *b) {
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        sf_mma_tf32(c, a, b[0], b[1]);
     }
 };
 
@@ -294,8 +264,8 @@ template <typename T, int V>
 static __device__ __forceinline__ void ssd_st_smem(T *d, const float *f, float sc) {
     if constexpr (sizeof(T) == 4) {
         static_assert(V == 4, "f32 tiles stage 4 at a time");
-        *reinterpret_cast<float4 *>(d) = make_float4(ssd_tf32(f[0] * sc), ssd_tf32(f[1] * sc),
-                                                      ssd_tf32(f[2] * sc), ssd_tf32(f[3] * sc));
+        *reinterpret_cast<float4 *>(d) = make_float4(sf_tf32(f[0] * sc), sf_tf32(f[1] * sc),
+                                                      sf_tf32(f[2] * sc), sf_tf32(f[3] * sc));
     } else {
         uint32_t w[V / 2];
         T tag{};
@@ -354,22 +324,6 @@ static __device__ __forceinline__ void ssd_stage(T *s, int ld, const S *g, int64
     }
 }
 
-/* cp.async (sm_80+): 16-byte global -> shared copies that complete
- * asynchronously; a group is waited for with ssd_cp_wait<n> (at most n
- * younger groups still in flight). */
-static __device__ __forceinline__ void ssd_cp16(void *s, const void *g) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ssd_smem_addr(s)), "l"(g));
-}
-static __device__ __forceinline__ void ssd_cp_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> static __device__ __forceinline__ void ssd_cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-/* The same with a memory clobber, for a thread that reads its own copies
- * right after the wait, with no barrier in between to order the loads. */
-template <int N> static __device__ __forceinline__ void ssd_cp_wait_mem() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 /* Raw copy of a rows x cols tile of T into shared memory with cp.async;
  * rows/columns past the valid ones are zero-filled with plain stores, and a
  * vector that is unaligned or straddles cols_valid is copied element-wise
@@ -386,7 +340,7 @@ static __device__ __forceinline__ void ssd_stage_async(T *s, int ld, const T *g,
         T *d = s + r * ld + cv;
         const T *src = g + (int64_t)r * gstride + cv;
         if (r < rows_valid && vec && cv + V <= cols_valid) {
-            ssd_cp16(d, src);
+            sf_cp_async16(d, src);
         } else {
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (r < rows_valid) {

@@ -54,8 +54,8 @@
 #ifndef SF_SSD_OUT_TF32_CUH
 #define SF_SSD_OUT_TF32_CUH
 
-#include "ssd_hopper.cuh"
-#include "ssd_state32.cuh"
+#include "ssd/hopper.cuh"
+#include "ssd/state32.cuh"
 
 struct SsdO32 {
     static constexpr int LDX = 72; /* X row pitch (floats) */
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
     typedef SsdO32 L;
     constexpr int NPART = Q / 64, LDX = L::LDX;
     extern __shared__ __align__(16) unsigned char ssd_smem[];
-    const uint32_t sraw = ssd_smem_addr(ssd_smem);
+    const uint32_t sraw = sf_smem_u32(ssd_smem);
     const uint32_t sbase = (sraw + 1023u) & ~1023u;
     unsigned char *gbase = ssd_smem + (sbase - sraw);
     float *svec = reinterpret_cast<float *>(gbase + L::O_V); /* [2][g' Q, dt Q] */
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                 cp_async16_u32(sx + 16 * LDX * 4 * it, ok ? xg + it * xstep : w.Xg, ok ? 16 : 0);
             }
         }
-        ssd_cp_commit();
+        sf_cp_async_commit();
     };
     auto load_vec = [&](const SsdO32Unit &w, int vb) {
         float *v = svec + vb * 2 * Q;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
         const int b = cu.b;
         const float *sg = svec + vb * 2 * Q, *sdt = sg + Q;
         for (int r = 0; r < nrb; r++, k++) {
-            ssd_cp_wait<0>();                             /* stage k's X */
+            sf_cp_async_wait<0>();                             /* stage k's X */
             mbar_wait(sbar + 8 * (k & 1), (k >> 1) & 1); /* ... and images */
             fence_async_smem();
             __syncthreads(); /* stage k landed, Hs stored, X^T free, vectors visible */
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                 wg_commit();
                 /* while the products run: decay factors and D */
                 const float g0 = sg[i0], g1 = sg[i1];
-                const float f0 = ssd_ex2(fminf(g0 - gq, 0.0f)), f1 = ssd_ex2(fminf(g1 - gq, 0.0f));
+                const float f0 = sf_ex2(fminf(g0 - gq, 0.0f)), f1 = sf_ex2(fminf(g1 - gq, 0.0f));
                 float fac[8][4];
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++)
@@ -340,8 +340,8 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                     for (int v = 0; v < 2; v++) {
                         const int j = 64 * r + 8 * nt + 2 * t + v;
                         const float gj = sg[j], dj = sdt[j];
-                        fac[nt][v] = j <= i0 ? ssd_ex2(g0 - gj) * dj : 0.0f;
-                        fac[nt][2 + v] = j <= i1 ? ssd_ex2(g1 - gj) * dj : 0.0f;
+                        fac[nt][v] = j <= i0 ? sf_ex2(g0 - gj) * dj : 0.0f;
+                        fac[nt][2 + v] = j <= i1 ? sf_ex2(g1 - gj) * dj : 0.0f;
                     }
                 float dc[8][2];
                 ssd_out_load_d(dc, a, h, p0, t);
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
                 if (step) {
                     transpose(sX);
                     const float gl = sg[64 * r + 63];
-                    const float d = ssd_ex2(fminf(gl - gq, 0.0f));
+                    const float d = sf_ex2(fminf(gl - gq, 0.0f));
 #pragma unroll
                     for (int hf = 0; hf < 2; hf++)
 #pragma unroll
@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(256, 1) ssd_out_tf32(const ssd_fwd_args a, con
 #pragma unroll
                         for (int v = 0; v < 2; v++) {
                             const int j = 64 * r + 8 * kk + 2 * t + v;
-                            w[kk][v] = ssd_ex2(fminf(gl - sg[j], 0.0f)) * sdt[j];
+                            w[kk][v] = sf_ex2(fminf(gl - sg[j], 0.0f)) * sdt[j];
                         }
                     const uint32_t sB = st + L::O_B;
 #pragma unroll

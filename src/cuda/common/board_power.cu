@@ -7,7 +7,7 @@
  * SF_ERR_UNSUPPORTED and the tuner keeps its short timings.  The few
  * entry points used are declared here (their C ABI: an int status, an
  * opaque device handle). */
-#include "cuda_common.h"
+#include "common/cuda_common.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
