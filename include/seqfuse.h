@@ -120,7 +120,9 @@ typedef struct sf_tensor {
 /* A contiguous (row-major) descriptor of `rank` dims over `data`. */
 SF_API sf_tensor sf_tensor_contiguous(void *data, sf_dtype dtype, int device,
                                       int rank, const int64_t *shape);
-/* Number of elements (product of the shape); 0 for an absent tensor. */
+/* Number of elements (product of the shape); 0 for an absent tensor, -1
+ * for an invalid rank, a negative extent or a product past the int64 range
+ * (sf_tensor_contiguous gives such shapes rank -1). */
 SF_API int64_t sf_tensor_numel(const sf_tensor *t);
 
 /* ------------------------------------------------------------------ */
@@ -148,7 +150,9 @@ SF_API sf_status sf_ctx_create(sf_ctx **out, int device);
 SF_API void sf_ctx_destroy(sf_ctx *ctx);
 
 SF_API int sf_ctx_device(const sf_ctx *ctx);
-/* Threads used by the CPU backend (>= 1). */
+/* Threads used by the CPU backend: 1 to SF_MAX_THREADS (SF_ERR_INVALID_ARG
+ * otherwise). */
+#define SF_MAX_THREADS 1024
 SF_API sf_status sf_ctx_set_threads(sf_ctx *ctx, int nthreads);
 SF_API int sf_ctx_threads(const sf_ctx *ctx);
 /* The backend used when a call's params say SF_BACKEND_AUTO. */

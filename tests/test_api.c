@@ -123,6 +123,50 @@ int main(void) {
     checks += 3;
     EXPECT_STATUS(sf_ctx_set_threads(ctx, 0), SF_ERR_INVALID_ARG, "thread");
     EXPECT_STATUS(sf_ctx_set_backend(ctx, (sf_backend)42), SF_ERR_INVALID_ARG, "backend");
+    /* a thread count the OpenMP runtime cannot create exits the process:
+     * refused above SF_MAX_THREADS, and the context keeps its count */
+    {
+        const int before = sf_ctx_threads(ctx);
+        EXPECT_STATUS(sf_ctx_set_threads(ctx, 50000), SF_ERR_INVALID_ARG, "at most");
+        EXPECT_STATUS(sf_ctx_set_threads(ctx, SF_MAX_THREADS + 1), SF_ERR_INVALID_ARG, "at most");
+        checks++;
+        if (sf_ctx_threads(ctx) != before) printf("FAIL a refused thread count changed the context\n"), failures++;
+    }
+    /* sizes whose round-up to 256 bytes would wrap */
+    {
+        void *m = (void *)1;
+        EXPECT_STATUS(sf_malloc(ctx, &m, (size_t)-1), SF_ERR_OUT_OF_MEMORY, "cannot allocate");
+        EXPECT_STATUS(sf_malloc(ctx, &m, (size_t)-1 - 200), SF_ERR_OUT_OF_MEMORY, "cannot allocate");
+        checks++;
+        if (m) printf("FAIL sf_malloc left a pointer after failing\n"), failures++;
+    }
+    /* descriptor arithmetic past int64: no signed overflow, a clear answer */
+    {
+        const int64_t big = INT32_MAX, huge = (int64_t)1 << 62;
+        sf_tensor t = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){big, big, big, big});
+        checks += 4;
+        if (t.rank != -1) printf("FAIL contiguous (2^31-1)^4 gave rank %d, want -1\n", t.rank), failures++;
+        t = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){huge, 8});
+        if (sf_tensor_numel(&t) != -1) printf("FAIL numel (2^62, 8) = %lld, want -1\n", (long long)sf_tensor_numel(&t)), failures++;
+        t = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){-3, 8});
+        if (sf_tensor_numel(&t) != -1) printf("FAIL numel (-3, 8) = %lld, want -1\n", (long long)sf_tensor_numel(&t)), failures++;
+        t = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){3, 8});
+        if (sf_tensor_numel(&t) != 24) printf("FAIL numel (3, 8) = %lld, want 24\n", (long long)sf_tensor_numel(&t)), failures++;
+        /* an op given such descriptors: built by sf_tensor_contiguous (rank
+         * -1: a shape error), or by hand with zero strides (the checks'
+         * products stay defined under UBSan: too large) */
+        sf_rmsnorm_gated_params rp;
+        rms_valid(&rp);
+        rp.x = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){huge, huge});
+        EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_SHAPE, "rank");
+        rms_valid(&rp);
+        sf_tensor w = rp.weight;
+        w.rank = 4;
+        for (int i = 0; i < 4; i++) w.shape[i] = big, w.stride[i] = 0;
+        rp.weight = w;
+        EXPECT_STATUS(sf_rmsnorm_gated(ctx, &rp), SF_ERR_SHAPE, "weight");
+    }
+
     EXPECT_STATUS(sf_ctx_set_stream(ctx, NULL), SF_ERR_DEVICE, "CPU context");
     EXPECT_STATUS(sf_ssd_fwd(ctx, NULL), SF_ERR_NULL_POINTER, "params");
     EXPECT_STATUS(sf_attn_fwd(ctx, NULL), SF_ERR_NULL_POINTER, "params");
@@ -458,11 +502,11 @@ int main(void) {
         if (!ok) printf("FAIL rmsnorm of a constant row on %s\n", sf_backend_name((sf_backend)be)), failures++;
     }
 
-    /* rank past SF_MAX_RANK: no element count, no read past shape[] */
+    /* rank past SF_MAX_RANK: -1, no read past shape[] */
     sf_tensor big = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 1, (int64_t[]){4});
     big.rank = SF_MAX_RANK + 3;
     checks++;
-    if (sf_tensor_numel(&big) != 0) printf("FAIL numel of rank %d\n", big.rank), failures++;
+    if (sf_tensor_numel(&big) != -1) printf("FAIL numel of rank %d\n", big.rank), failures++;
     big = sf_tensor_contiguous(fbuf[0], SF_F32, SF_DEVICE_CPU, 7, (int64_t[]){1, 1, 1, 1, 1, 1, 1});
     checks++;
     if (big.rank != -1) printf("FAIL sf_tensor_contiguous of rank 7\n"), failures++;

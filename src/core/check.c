@@ -66,17 +66,18 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
     }
     size_t es = sf_dtype_size(t->dtype);
     int64_t numel = 1; /* exact once the double check below has passed */
+    int numel_overflow = 0;
     double extent = 1.0; /* in elements, checked in floating point to avoid overflow */
     for (int i = 0; i < rank; i++) {
         if (t->stride[i] < 0)
             return sf_fail(ctx, SF_ERR_STRIDE, "%s: %s has negative stride %lld in dim %d", op,
                            name, (long long)t->stride[i], i);
-        numel *= t->shape[i];
+        numel_overflow |= __builtin_mul_overflow(numel, t->shape[i], &numel);
         if (t->shape[i] > 0) extent += (double)(t->shape[i] - 1) * (double)t->stride[i];
     }
     double dnumel = 1.0;
     for (int i = 0; i < rank; i++) dnumel *= (double)t->shape[i];
-    if (dnumel * (double)es > 9.0e18)
+    if (numel_overflow || dnumel * (double)es > 9.0e18)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: %s holds %.3g elements, past the int64 range",
                        op, name, dnumel);
     if (extent * (double)es > 9.0e18)

@@ -54,6 +54,10 @@ int sf_ctx_device(const sf_ctx *ctx) { return ctx ? ctx->device : SF_DEVICE_CPU;
 sf_status sf_ctx_set_threads(sf_ctx *ctx, int nthreads) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     if (nthreads < 1) return sf_fail(ctx, SF_ERR_INVALID_ARG, "thread count %d: must be >= 1", nthreads);
+    /* the OpenMP runtime exits the process when it cannot create a thread:
+     * refuse counts far past the machine instead */
+    if (nthreads > SF_MAX_THREADS)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "thread count %d: at most %d", nthreads, SF_MAX_THREADS);
     ctx->nthreads = nthreads;
     return SF_OK;
 }
@@ -156,6 +160,8 @@ sf_status sf_malloc(sf_ctx *ctx, void **p, size_t bytes) {
     if (sf_alloc_should_fail(ctx))
         return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_malloc: cannot allocate %zu bytes (injected)",
                        bytes);
+    if (bytes > SIZE_MAX - 255) /* the round-up to 256 bytes would wrap */
+        return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_malloc: cannot allocate %zu bytes", bytes);
     if (ctx->device >= 0) return sf_cuda_alloc(ctx, p, bytes ? bytes : 1);
     *p = aligned_alloc(256, ((bytes ? bytes : 1) + 255) & ~(size_t)255);
     if (!*p) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_malloc: cannot allocate %zu bytes", bytes);
