@@ -7,7 +7,6 @@ functions).
 """
 import ctypes
 import ctypes.util
-import glob
 import os
 import sys
 
@@ -163,14 +162,12 @@ def _candidates():
     out = []
     for n in _lib_names():
         out.append(("package folder", os.path.join(here, n)))
-    # Build folders beside python/: ../build*/libseqfuse.so.  The most
-    # recently built one first, so a rebuild in any folder is picked up.
+    # The build folder beside python/ (../build/libseqfuse.so), the one the
+    # README's commands make.  Never another build*/ folder: those are the
+    # test command's sanitizer and single-thread builds, and an ASan library
+    # loaded into a plain interpreter aborts it.
     repo = os.path.dirname(os.path.dirname(here))
-    found = []
-    for n in _lib_names():
-        found += glob.glob(os.path.join(repo, "build*", n))
-    found.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    out += [("build folder", p) for p in found]
+    out += [("build folder", os.path.join(repo, "build", n)) for n in _lib_names()]
     return out
 
 

@@ -657,6 +657,25 @@ def test_missing_library_message():
     assert "ImportError" in r.stderr and "SEQFUSE_LIB" in r.stderr
 
 
+def test_library_search_skips_other_build_folders(tmp_path):
+    """Without SEQFUSE_LIB the binding loads build/ beside python/, never a
+    newer build-asan/ or build-noomp/ (an ASan library aborts the interpreter)."""
+    import shutil
+    shutil.copytree(os.path.join(_REPO, "python", "seqfuse"), tmp_path / "python" / "seqfuse")
+    for d in ("build", "build-asan", "build-noomp"):
+        (tmp_path / d).mkdir()
+        shutil.copy(_lib.lib_path, tmp_path / d / "libseqfuse.so")
+    later = os.path.getmtime(tmp_path / "build" / "libseqfuse.so") + 100
+    for d in ("build-asan", "build-noomp"):
+        os.utime(tmp_path / d / "libseqfuse.so", (later, later))
+    env = {k: v for k, v in os.environ.items() if k != "SEQFUSE_LIB"}
+    env["PYTHONPATH"] = str(tmp_path / "python")
+    r = subprocess.run([sys.executable, "-c", "import seqfuse._lib as l; print(l.lib_path)"], env=env,
+                       capture_output=True, text=True, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(tmp_path / "build" / "libseqfuse.so")
+
+
 # ------------------------------------------------------------------ torch
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
