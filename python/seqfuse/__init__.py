@@ -18,7 +18,7 @@ import ctypes
 import math
 
 from . import _lib as L
-from ._core import (SeqfuseError, Call, fail, get_ctx, last_ctx, set_num_threads,
+from ._core import (SeqfuseError, Call, as_flag, as_int, fail, get_ctx, last_ctx, set_num_threads,
                     get_num_threads)
 from ._lib import (SF_OK, SF_ERR_INVALID_ARG, SF_ERR_NULL_POINTER, SF_ERR_SHAPE, SF_ERR_DTYPE,
                    SF_ERR_DEVICE, SF_ERR_STRIDE, SF_ERR_ALIGNMENT, SF_ERR_TOO_LARGE,
@@ -192,11 +192,8 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     if return_final_states or return_varlen_states:
         states = call.empty((max(nstates, 0), H, P, N))
         p.final_states = call.tensor(states, "final_states")
-    try:
-        p.chunk_size = int(chunk_size)
-    except (TypeError, ValueError, OverflowError):
-        fail(SF_ERR_INVALID_ARG, "%s: chunk_size %r is not an int" % (op, chunk_size))
-    p.dt_softplus = 1 if dt_softplus else 0
+    p.chunk_size = as_int(op, "chunk_size", chunk_size)
+    p.dt_softplus = as_flag(op, "dt_softplus", dt_softplus)
     p.dt_min, p.dt_max = _dt_limit(call, dt_limit)
     call.run(L.sf_ssd_fwd, p, backend)
 
@@ -258,7 +255,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
                               "state_batch_indices")
     out = call.empty(xs, like=x)
     p.out = call.tensor(out, "out")
-    p.dt_softplus = 1 if dt_softplus else 0
+    p.dt_softplus = as_flag(op, "dt_softplus", dt_softplus)
     p.dt_min, p.dt_max = _dt_limit(call, dt_limit)
     call.run(L.sf_ssd_step, p, backend)
     return out
@@ -271,37 +268,52 @@ def kind_is_numpy(obj):
 
 # ------------------------------------------------------------------ attention
 
-def _attn_common(call, p, softmax_scale, causal, window_size, dropout_p):
-    if dropout_p:
+def _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes):
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or dropout_p != 0:
         fail(SF_ERR_UNSUPPORTED, "%s: dropout_p %r; seqfuse attention is inference-only "
                                  "(dropout_p must be 0)" % (call.op, dropout_p))
+    if softcap is None or not isinstance(softcap, (int, float)) or softcap != 0:
+        fail(SF_ERR_UNSUPPORTED, "%s: softcap %r is not supported yet (0 only)" % (call.op, softcap))
+    if alibi_slopes is not None:
+        fail(SF_ERR_UNSUPPORTED, "%s: alibi_slopes are not supported yet (None only)" % call.op)
     if softmax_scale is None:
         p.softmax_scale = 0.0  # the library's "1/sqrt(head_dim)"
     else:
-        s = float(softmax_scale)
+        try:
+            s = float(softmax_scale)
+        except (TypeError, ValueError):
+            s = float("nan")
         if s == 0.0 or not math.isfinite(s):
             fail(SF_ERR_INVALID_ARG, "%s: softmax_scale %r; give a finite nonzero scale or None"
                  % (call.op, softmax_scale))
         p.softmax_scale = s
-    p.causal = 1 if causal else 0
-    try:
-        wl, wr = window_size
-        p.window_left, p.window_right = int(wl), int(wr)
-    except (TypeError, ValueError):
+    p.causal = as_flag(call.op, "causal", causal)
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
         fail(SF_ERR_INVALID_ARG, "%s: window_size must be a pair (left, right), got %r" %
              (call.op, window_size))
+    p.window_left = as_int(call.op, "window_size[0]", window_size[0])
+    p.window_right = as_int(call.op, "window_size[1]", window_size[1])
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    return_lse=False, backend="auto", *, dropout_p=0.0):
-    """softmax(q k^T * scale + mask) v, like flash_attn's flash_attn_func.
+def _attn_result(out, lse, return_lse, return_attn_probs):
+    if return_attn_probs:  # flash_attn's (out, softmax_lse, S_dmask): no probabilities kept
+        return out, lse, None
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                    return_lse=False, backend="auto"):
+    """softmax(q k^T * scale + mask) v, with flash_attn's flash_attn_func signature.
 
     q (b, Lq, H, d), k/v (b, Lk, Hkv, d) with Hkv dividing H; float32,
     float16 or bfloat16; d <= 256.  causal and window_size are bottom-right
     aligned when Lq != Lk (flash-attn 2.1+).  softmax_scale None means
-    1/sqrt(d) (0 is refused: the C API reads 0 as "default").  Returns out (b, Lq, H, d), or (out, lse) with lse (b, H, Lq)
-    float32 when return_lse.  Note: flash_attn's 4th positional parameter is
-    dropout_p; here it is keyword-only (and must be 0).
+    1/sqrt(d) (0 is refused: the C API reads 0 as "default").  dropout_p must
+    be 0 (inference only); softcap 0 and alibi_slopes None only, for now;
+    deterministic is accepted (the forward always is).  Returns out (b, Lq, H,
+    d); with return_attn_probs (out, lse, None) as flash_attn does, with
+    return_lse (out, lse); lse (b, H, Lq) float32.
     """
     op = "flash_attn_func"
     call = Call(op, q, "q")
@@ -311,31 +323,40 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     p.q = call.tensor(q, "q")
     p.k = call.tensor(k, "k")
     p.v = call.tensor(v, "v")
-    _attn_common(call, p, softmax_scale, causal, window_size, dropout_p)
+    _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    as_flag(op, "deterministic", deterministic)
+    want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
     out = call.empty(qs, like=q)
     p.out = call.tensor(out, "out")
     lse = None
-    if return_lse:
+    if want_lse:
         lse = call.empty((qs[0], qs[2], qs[1]))
         p.lse = call.tensor(lse, "lse")
     call.run(L.sf_attn_fwd, p, backend)
-    return (out, lse) if return_lse else out
+    return _attn_result(out, lse, return_lse, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
-                           max_seqlen_k=None, softmax_scale=None, causal=False,
-                           window_size=(-1, -1), return_lse=False, backend="auto", *,
-                           dropout_p=0.0):
-    """Attention over packed sequences, like flash_attn_varlen_func.
+                           max_seqlen_k=None, dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, return_lse=False,
+                           backend="auto"):
+    """Attention over packed sequences, with flash_attn's flash_attn_varlen_func signature.
 
     q (total_q, H, d), k/v (total_k, Hkv, d); cu_seqlens_q/_k (b+1,) int
     (converted to int32).  max_seqlen_q/_k are accepted for compatibility
-    and not needed (the library derives them).  Returns out (total_q, H, d),
-    or (out, lse) with lse (H, total_q) float32 when return_lse.
+    and not needed (the library derives them).  block_table (paged K/V) is not
+    supported here.  Returns out (total_q, H, d); with return_attn_probs
+    (out, lse, None), with return_lse (out, lse); lse (H, total_q) float32.
     """
     op = "flash_attn_varlen_func"
     call = Call(op, q, "q")
     qs = _shape(call, q, "q", 3, "(total_q, nheads, head_dim)")
+    if block_table is not None:
+        fail(SF_ERR_UNSUPPORTED, "%s: block_table (paged K/V) is not supported here" % op)
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if m is not None:
+            as_int(op, name, m, 0)
     p = L.sf_attn_fwd_params()
     L.sf_attn_fwd_params_init(ctypes.byref(p))
     p.q = call.tensor(q, "q")
@@ -345,15 +366,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
         fail(SF_ERR_NULL_POINTER, "%s: cu_seqlens_q and cu_seqlens_k are both required" % op)
     p.cu_seqlens_q = call.tensor(call.as_i32(cu_seqlens_q, "cu_seqlens_q"), "cu_seqlens_q")
     p.cu_seqlens_k = call.tensor(call.as_i32(cu_seqlens_k, "cu_seqlens_k"), "cu_seqlens_k")
-    _attn_common(call, p, softmax_scale, causal, window_size, dropout_p)
+    _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    as_flag(op, "deterministic", deterministic)
+    want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
     out = call.empty(qs, like=q)
     p.out = call.tensor(out, "out")
     lse = None
-    if return_lse:
+    if want_lse:
         lse = call.empty((qs[1], qs[0]))
         p.lse = call.tensor(lse, "lse")
     call.run(L.sf_attn_fwd, p, backend)
-    return (out, lse) if return_lse else out
+    return _attn_result(out, lse, return_lse, return_attn_probs)
 
 
 # ------------------------------------------------------------------ layer ops
@@ -728,12 +751,8 @@ def rmsnorm_fn(x, weight, bias=None, z=None, eps=1e-6, group_size=None, norm_bef
     if group_size is None:
         p.group_size = 0
     else:
-        g = int(group_size)
-        if g <= 0 or g > 2 ** 31 - 1:
-            fail(SF_ERR_INVALID_ARG, "%s: group_size %r must be a positive int (None: D)" %
-                 (op, group_size))
-        p.group_size = g
-    p.norm_before_gate = 1 if norm_before_gate else 0
+        p.group_size = as_int(op, "group_size", group_size, 1)
+    p.norm_before_gate = as_flag(op, "norm_before_gate", norm_before_gate)
     p.eps = float(eps)
     call.run(L.sf_rmsnorm_gated, p, backend)
     return out if len(xs) == 2 else out.reshape(xs)

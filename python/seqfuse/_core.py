@@ -40,6 +40,28 @@ def fail(status, detail):
     raise SeqfuseError(status, detail)
 
 
+def as_int(op, name, v, lo=-(2 ** 31), hi=2 ** 31 - 1):
+    """v as a Python int in [lo, hi] (the C side's int32 unless narrower), or
+    SeqfuseError: ctypes would wrap a wider value silently, and a float where an
+    int is meant (64.7, or 64.0) is refused rather than truncated."""
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        fail(L.SF_ERR_INVALID_ARG, "%s: %s must be an int, got %r" % (op, name, v))
+    i = v.__index__()
+    if not lo <= i <= hi:
+        fail(L.SF_ERR_INVALID_ARG, "%s: %s %d is out of range [%d, %d]" % (op, name, i, lo, hi))
+    return i
+
+
+def as_flag(op, name, v):
+    """A boolean argument as 0 / 1: True, False, 0, 1 (and numpy's booleans);
+    anything else (causal=7, a string) is SeqfuseError."""
+    if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool"):  # numpy 1.x / 2.x booleans
+        return 1 if v else 0
+    if hasattr(v, "__index__") and v.__index__() in (0, 1):
+        return v.__index__()
+    fail(L.SF_ERR_INVALID_ARG, "%s: %s must be True or False, got %r" % (op, name, v))
+
+
 # ------------------------------------------------------------------ contexts
 # A context is used by one thread at a time (seqfuse.h), and ctypes drops the
 # GIL during the call, so contexts are per thread.  They are also per CUDA
