@@ -530,6 +530,66 @@ int main(void) {
     ap.cu_seqlens_k.shape[0] = 3, ap.cu_seqlens_q.dtype = SF_F32;
     EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_DTYPE, "cu_seqlens_q has dtype f32");
 
+    /* every output against every input, index and weight tensors included */
+    {
+        int32_t *in_out = (int32_t *)fbuf[3]; /* cu_seqlens_k inside attention's out */
+        in_out[0] = 0, in_out[1] = 5, in_out[2] = 8;
+        ap.cu_seqlens_q.dtype = SF_I32;
+        ap.cu_seqlens_k = sf_tensor_contiguous(in_out, SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){3});
+        EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "cu_seqlens_k");
+        sf_conv1d_params c1;
+        conv_valid(&c1), c1.weight.data = c1.out.data;
+        EXPECT_STATUS(sf_conv1d_fwd(ctx, &c1), SF_ERR_INVALID_ARG, "weight");
+        conv_valid(&c1), c1.bias.data = c1.out.data;
+        EXPECT_STATUS(sf_conv1d_fwd(ctx, &c1), SF_ERR_INVALID_ARG, "bias");
+        conv_valid(&c1);
+        c1.final_state = T(5, 3, (int64_t[]){1, 4, 3});
+        c1.weight.data = fbuf[5];
+        EXPECT_STATUS(sf_conv1d_fwd(ctx, &c1), SF_ERR_INVALID_ARG, "weight");
+        conv_valid(&c1);
+        int32_t *cu_in_out = (int32_t *)fbuf[2];
+        cu_in_out[0] = 0, cu_in_out[1] = 8;
+        c1.cu_seqlens = sf_tensor_contiguous(cu_in_out, SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){2});
+        EXPECT_STATUS(sf_conv1d_fwd(ctx, &c1), SF_ERR_INVALID_ARG, "cu_seqlens");
+        sf_conv1d_update_params u1;
+        convupd_valid(&u1);
+        int32_t *idx_in_state = (int32_t *)fbuf[0];
+        idx_in_state[0] = 2, idx_in_state[1] = 0;
+        u1.state_idx = sf_tensor_contiguous(idx_in_state, SF_I32, SF_DEVICE_CPU, 1, (int64_t[]){2});
+        EXPECT_STATUS(sf_conv1d_update(ctx, &u1), SF_ERR_INVALID_ARG, "state_idx");
+        convupd_valid(&u1), u1.weight.data = u1.out.data;
+        EXPECT_STATUS(sf_conv1d_update(ctx, &u1), SF_ERR_INVALID_ARG, "weight");
+        sf_rmsnorm_gated_params r1;
+        rms_valid(&r1), r1.weight.data = r1.out.data;
+        EXPECT_STATUS(sf_rmsnorm_gated(ctx, &r1), SF_ERR_INVALID_ARG, "weight");
+        /* context-parallel building blocks: stride-0 outputs */
+        sf_tensor oa = T(0, 4, (int64_t[]){1, 4, 2, 8}), la = T(1, 3, (int64_t[]){1, 2, 4});
+        sf_tensor ob = T(2, 4, (int64_t[]){1, 4, 2, 8}), lb = T(3, 3, (int64_t[]){1, 2, 4});
+        EXPECT_STATUS(sf_attn_merge(ctx, oa, la, ob, lb), SF_OK, NULL);
+        oa.stride[1] = 0;
+        EXPECT_STATUS(sf_attn_merge(ctx, oa, la, ob, lb), SF_ERR_STRIDE, "out_acc");
+        oa = T(0, 4, (int64_t[]){1, 4, 2, 8}), la.stride[2] = 0;
+        EXPECT_STATUS(sf_attn_merge(ctx, oa, la, ob, lb), SF_ERR_STRIDE, "lse_acc");
+        sf_tensor sall = T(0, 5, (int64_t[]){2, 1, 2, 4, 4}), lall = T(1, 3, (int64_t[]){2, 1, 2});
+        sf_tensor hin = T(2, 4, (int64_t[]){1, 2, 4, 4});
+        EXPECT_STATUS(sf_ssd_cp_combine(ctx, sall, lall, 1, hin), SF_OK, NULL);
+        hin.stride[0] = hin.stride[1] = 0;
+        EXPECT_STATUS(sf_ssd_cp_combine(ctx, sall, lall, 1, hin), SF_ERR_STRIDE, "h_in");
+        sf_ssd_fwd_params s1;
+        ssd_valid(&s1);
+        sf_tensor so = T(6, 4, (int64_t[]){1, 4, 4, 4}), lo = T(7, 2, (int64_t[]){1, 4});
+        EXPECT_STATUS(sf_ssd_cp_local(ctx, &s1, so, lo), SF_OK, NULL);
+        so.stride[2] = 0;
+        EXPECT_STATUS(sf_ssd_cp_local(ctx, &s1, so, lo), SF_ERR_STRIDE, "state_out");
+        so = T(6, 4, (int64_t[]){1, 4, 4, 4}), lo.stride[1] = 0;
+        EXPECT_STATUS(sf_ssd_cp_local(ctx, &s1, so, lo), SF_ERR_STRIDE, "logdecay_out");
+        lo = T(7, 2, (int64_t[]){1, 4});
+        sf_tensor hin2 = T(1, 4, (int64_t[]){1, 4, 4, 4});
+        EXPECT_STATUS(sf_ssd_cp_correct(ctx, &s1, hin2, so, lo), SF_OK, NULL);
+        s1.out.stride[1] = 0;
+        EXPECT_STATUS(sf_ssd_cp_correct(ctx, &s1, hin2, so, lo), SF_ERR_STRIDE, "output out");
+    }
+
     /* every op with a NULL context or NULL params */
     checks += 6;
     if (sf_attn_fwd(NULL, &ap) != SF_ERR_NULL_POINTER || sf_ssd_step(NULL, &sp) != SF_ERR_NULL_POINTER ||

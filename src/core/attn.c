@@ -78,15 +78,11 @@ sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
         return sf_fail(ctx, SF_ERR_SHAPE, "%s: nheads_kv %lld does not divide nheads %lld", op,
                        (long long)pr.nheads_kv, (long long)H);
     pr.has_lse = p->lse.data != NULL;
-    const sf_tensor *ins[] = {&p->q, &p->k, &p->v};
-    const char *names[] = {"q", "k", "v"};
-    for (int i = 0; i < 3; i++) {
-        CHK(sf_check_no_alias(ctx, op, "out", &p->out, names[i], ins[i]));
-        CHK(sf_check_no_alias(ctx, op, "lse", &p->lse, names[i], ins[i]));
-    }
-    CHK(sf_check_no_alias(ctx, op, "lse", &p->lse, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "lse", &p->lse));
+    const sf_named_tensor outs[] = {SF_NT("out", &p->out), SF_NT("lse", &p->lse)};
+    const sf_named_tensor ins[] = {SF_NT("q", &p->q), SF_NT("k", &p->k), SF_NT("v", &p->v),
+                                   SF_NT("cu_seqlens_q", &p->cu_seqlens_q),
+                                   SF_NT("cu_seqlens_k", &p->cu_seqlens_k)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     float sc = p->softmax_scale;
     if (!isfinite(sc))
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: softmax_scale %g is not finite", op, (double)sc);

@@ -140,6 +140,23 @@ sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
     return SF_OK;
 }
 
+sf_status sf_check_io(sf_ctx *ctx, const char *op, const sf_named_tensor *outs, int nout,
+                      const sf_named_tensor *ins, int nin) {
+    for (int o = 0; o < nout; o++) {
+        for (int i = 0; i < nin; i++) {
+            sf_status s = sf_check_no_alias(ctx, op, outs[o].name, outs[o].t, ins[i].name, ins[i].t);
+            if (s != SF_OK) return s;
+        }
+        for (int u = 0; u < o; u++) {
+            sf_status s = sf_check_no_alias(ctx, op, outs[o].name, outs[o].t, outs[u].name, outs[u].t);
+            if (s != SF_OK) return s;
+        }
+        sf_status s = sf_check_output_layout(ctx, op, outs[o].name, outs[o].t);
+        if (s != SF_OK) return s;
+    }
+    return SF_OK;
+}
+
 sf_status sf_check_output_layout(sf_ctx *ctx, const char *op, const char *name,
                                  const sf_tensor *t) {
     if (!t->data || sf_tensor_numel(t) == 0) return SF_OK; /* no elements, no overlap */

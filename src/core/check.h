@@ -44,6 +44,19 @@ sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
 sf_status sf_check_output_layout(sf_ctx *ctx, const char *op, const char *name,
                                  const sf_tensor *t);
 
+/* Every output against every input and every other output (no shared
+ * bytes), and each output's own layout (no two elements at one address):
+ * the one aliasing check an op's front-end makes.  Absent tensors (NULL
+ * data) are skipped. */
+typedef struct sf_named_tensor {
+    const char *name;
+    const sf_tensor *t;
+} sf_named_tensor;
+sf_status sf_check_io(sf_ctx *ctx, const char *op, const sf_named_tensor *outs, int nout,
+                      const sf_named_tensor *ins, int nin);
+#define SF_NT(name, t) ((sf_named_tensor){(name), (t)})
+#define SF_NT_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 /* Host state_idx of n entries: each negative (padding) or in [0, nslots),
  * no slot twice (two updates of one slot race on a GPU).  SF_ERR_INDEX. */
 sf_status sf_check_state_idx(sf_ctx *ctx, const char *op, const sf_tensor *si, int64_t n,

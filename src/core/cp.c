@@ -100,12 +100,13 @@ sf_status sf_ssd_cp_local(sf_ctx *ctx, const sf_ssd_fwd_params *p, sf_tensor sta
     CHK(sf_check_tensor(ctx, op, "state_out", &state_out, 1, 4,
                         (int64_t[]){b, H, pr.headdim, pr.dstate}, SF_F32, 0));
     CHK(sf_check_tensor(ctx, op, "logdecay_out", &logdecay_out, 1, 2, (int64_t[]){b, H}, SF_F32, 0));
-    const sf_tensor *ins[] = {&p->x, &p->dt, &p->B, &p->C, &p->z, &p->out, &p->A, &state_out};
-    const char *names[] = {"x", "dt", "B", "C", "z", "out", "A", "state_out"};
-    for (int i = 0; i < 8; i++) {
-        if (i < 7) CHK(sf_check_no_alias(ctx, op, "state_out", &state_out, names[i], ins[i]));
-        CHK(sf_check_no_alias(ctx, op, "logdecay_out", &logdecay_out, names[i], ins[i]));
-    }
+    const sf_named_tensor outs[] = {SF_NT("state_out", &state_out), SF_NT("logdecay_out", &logdecay_out)};
+    const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("dt", &p->dt), SF_NT("B", &p->B),
+                                   SF_NT("C", &p->C), SF_NT("z", &p->z), SF_NT("out", &p->out),
+                                   SF_NT("A", &p->A), SF_NT("D", &p->D), SF_NT("dt_bias", &p->dt_bias),
+                                   SF_NT("initial_states", &p->initial_states),
+                                   SF_NT("final_states", &p->final_states)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     /* The slice's final state is the one sf_ssd_fwd writes; it validates
      * everything else (B, D, initial_states, chunk size). */
     sf_ssd_fwd_params q = *p;
@@ -140,8 +141,9 @@ static sf_status combine_be(sf_ctx *ctx, sf_backend be, sf_tensor states_all,
     CHK(sf_check_tensor(ctx, op, "logdecay_all", &logdecay_all, 1, 3, (int64_t[]){R, b, H},
                         SF_F32, 0));
     CHK(sf_check_tensor(ctx, op, "h_in", &h_in, 1, 4, (int64_t[]){b, H, P, N}, SF_F32, 0));
-    CHK(sf_check_no_alias(ctx, op, "h_in", &h_in, "states_all", &states_all));
-    CHK(sf_check_no_alias(ctx, op, "h_in", &h_in, "logdecay_all", &logdecay_all));
+    const sf_named_tensor outs[] = {SF_NT("h_in", &h_in)};
+    const sf_named_tensor ins[] = {SF_NT("states_all", &states_all), SF_NT("logdecay_all", &logdecay_all)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     sf_cp_combine_problem pr = {states_all, logdecay_all, h_in, rank, b, H, P, N};
     if (b * H * P * N == 0) return SF_OK;
     return run_combine(ctx, be, &pr);
@@ -171,7 +173,13 @@ sf_status sf_ssd_cp_correct(sf_ctx *ctx, const sf_ssd_fwd_params *p, sf_tensor h
     CHK(sf_check_tensor(ctx, op, "state_local", &state_local, pr.has_final, 4, st, SF_F32, 0));
     CHK(sf_check_tensor(ctx, op, "logdecay_local", &logdecay_local, pr.has_final, 2,
                         (int64_t[]){pr.batch, pr.nheads}, SF_F32, 0));
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "h_in", &h_in));
+    /* out is updated in place: an output here, like final_states */
+    const sf_named_tensor outs[] = {SF_NT("out", &p->out), SF_NT("final_states", &p->final_states)};
+    const sf_named_tensor ins[] = {SF_NT("h_in", &h_in), SF_NT("state_local", &state_local),
+                                   SF_NT("logdecay_local", &logdecay_local), SF_NT("dt", &p->dt),
+                                   SF_NT("A", &p->A), SF_NT("C", &p->C), SF_NT("z", &p->z),
+                                   SF_NT("dt_bias", &p->dt_bias)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     pr.h_in = h_in;
     pr.state_local = state_local;
     pr.logdecay = logdecay_local;
@@ -226,11 +234,9 @@ sf_status sf_attn_merge(sf_ctx *ctx, sf_tensor out_acc, sf_tensor lse_acc, sf_te
                         1));
     CHK(sf_check_tensor(ctx, op, "lse_acc", &lse_acc, 1, 3, (int64_t[]){b, H, L}, SF_F32, 0));
     CHK(sf_check_tensor(ctx, op, "lse_part", &lse_part, 1, 3, (int64_t[]){b, H, L}, SF_F32, 0));
-    CHK(sf_check_no_alias(ctx, op, "out_acc", &out_acc, "out_part", &out_part));
-    CHK(sf_check_no_alias(ctx, op, "lse_acc", &lse_acc, "lse_part", &lse_part));
-    CHK(sf_check_no_alias(ctx, op, "out_acc", &out_acc, "lse_part", &lse_part));
-    CHK(sf_check_no_alias(ctx, op, "lse_acc", &lse_acc, "out_part", &out_part));
-    CHK(sf_check_no_alias(ctx, op, "lse_acc", &lse_acc, "out_acc", &out_acc));
+    const sf_named_tensor outs[] = {SF_NT("out_acc", &out_acc), SF_NT("lse_acc", &lse_acc)};
+    const sf_named_tensor ins[] = {SF_NT("out_part", &out_part), SF_NT("lse_part", &lse_part)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     sf_status s = sf_cp_merge_into(ctx, be, &out_acc, &lse_acc, &out_part, &lse_part, &out_acc,
                                    &lse_acc);
     if (s == SF_OK) ctx->last_backend = be;

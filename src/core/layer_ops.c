@@ -116,14 +116,11 @@ sf_status sf_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_params *p) {
     pr.has_init = p->initial_state.data != NULL;
     pr.has_final = p->final_state.data != NULL;
 
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "initial_state", &p->initial_state));
-    CHK(sf_check_no_alias(ctx, op, "final_state", &p->final_state, "x", &p->x));
-    CHK(sf_check_no_alias(ctx, op, "final_state", &p->final_state, "initial_state",
-                          &p->initial_state));
-    CHK(sf_check_no_alias(ctx, op, "final_state", &p->final_state, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "final_state", &p->final_state));
+    const sf_named_tensor outs[] = {SF_NT("out", &p->out), SF_NT("final_state", &p->final_state)};
+    const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("weight", &p->weight), SF_NT("bias", &p->bias),
+                                   SF_NT("initial_state", &p->initial_state),
+                                   SF_NT("cu_seqlens", &p->cu_seqlens)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     CHK(check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
 
@@ -174,11 +171,10 @@ sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p) {
                        "%s: conv_state has %lld slots but the batch is %lld; give state_idx to map "
                        "sequences to slots",
                        op, (long long)pr.nslots, (long long)b);
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "conv_state", &p->conv_state));
-    CHK(sf_check_no_alias(ctx, op, "conv_state", &p->conv_state, "x", &p->x));
-    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "conv_state", &p->conv_state));
+    const sf_named_tensor outs[] = {SF_NT("conv_state", &p->conv_state), SF_NT("out", &p->out)};
+    const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("weight", &p->weight), SF_NT("bias", &p->bias),
+                                   SF_NT("state_idx", &p->state_idx)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     CHK(check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
     if (pr.has_idx && ctx->device < 0)
@@ -230,9 +226,9 @@ sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p) {
     pr.eps = p->eps;
     CHK(check_flag(ctx, op, "norm_before_gate", p->norm_before_gate));
     pr.norm_before_gate = p->norm_before_gate;
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "x", &p->x));
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "z", &p->z));
-    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
+    const sf_named_tensor outs[] = {SF_NT("out", &p->out)};
+    const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("z", &p->z), SF_NT("weight", &p->weight)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
 
     sf_status s;
     switch (be) {

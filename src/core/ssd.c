@@ -161,17 +161,13 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     pr.has_init = p->initial_states.data != NULL;
     pr.has_final = p->final_states.data != NULL;
 
-    const sf_tensor *ins[] = {&p->x, &p->dt, &p->A, &p->B, &p->C, &p->D, &p->z, &p->dt_bias,
-                              &p->initial_states, &p->seq_idx, &p->cu_seqlens};
-    const char *in_names[] = {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states",
-                              "seq_idx", "cu_seqlens"};
-    for (int i = 0; i < 11; i++) {
-        CHK(sf_check_no_alias(ctx, op, "out", &p->out, in_names[i], ins[i]));
-        CHK(sf_check_no_alias(ctx, op, "final_states", &p->final_states, in_names[i], ins[i]));
-    }
-    CHK(sf_check_no_alias(ctx, op, "final_states", &p->final_states, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "final_states", &p->final_states));
+    const sf_named_tensor outs[] = {SF_NT("out", &p->out), SF_NT("final_states", &p->final_states)};
+    const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("dt", &p->dt), SF_NT("A", &p->A),
+                                   SF_NT("B", &p->B), SF_NT("C", &p->C), SF_NT("D", &p->D),
+                                   SF_NT("z", &p->z), SF_NT("dt_bias", &p->dt_bias),
+                                   SF_NT("initial_states", &p->initial_states),
+                                   SF_NT("seq_idx", &p->seq_idx), SF_NT("cu_seqlens", &p->cu_seqlens)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     if (p->chunk_size != 64 && p->chunk_size != 128 && p->chunk_size != 256)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: chunk_size %d; supported: 64, 128, 256", op,
                        p->chunk_size);
@@ -259,16 +255,12 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
                        "%s: state has %lld slots but the batch is %lld; give state_idx to map "
                        "sequences to slots",
                        op, (long long)pr.nslots, (long long)b);
-    const sf_tensor *ins[] = {&p->x, &p->dt, &p->A, &p->B, &p->C, &p->D, &p->z, &p->dt_bias,
-                              &p->state_idx};
-    const char *in_names[] = {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_idx"};
-    for (int i = 0; i < 9; i++) {
-        CHK(sf_check_no_alias(ctx, op, "out", &p->out, in_names[i], ins[i]));
-        CHK(sf_check_no_alias(ctx, op, "state", &p->state, in_names[i], ins[i]));
-    }
-    CHK(sf_check_no_alias(ctx, op, "out", &p->out, "state", &p->state));
-    CHK(sf_check_output_layout(ctx, op, "out", &p->out));
-    CHK(sf_check_output_layout(ctx, op, "state", &p->state));
+    const sf_named_tensor outs[] = {SF_NT("state", &p->state), SF_NT("out", &p->out)};
+    const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("dt", &p->dt), SF_NT("A", &p->A),
+                                   SF_NT("B", &p->B), SF_NT("C", &p->C), SF_NT("D", &p->D),
+                                   SF_NT("z", &p->z), SF_NT("dt_bias", &p->dt_bias),
+                                   SF_NT("state_idx", &p->state_idx)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
 
     if (pr.has_idx && ctx->device < 0) { /* device indices: see seqfuse.h */
