@@ -1,6 +1,16 @@
-"""Helpers shared by the GPU benchmarks (bench/gpu_*.py)."""
+"""Helpers shared by the GPU benchmarks (bench/gpu_*.py): the commit a result belongs to,
+the ceilings its fractions are taken against, and the writer of a bench/RESULTS.md section.
+
+Pure Python (no torch): `python3 -c "import benchutil"` works on any machine.
+"""
 import os
+import re
 import subprocess
+
+# Ceilings of the H200 the fractions are taken against (bench/RESULTS.md, preamble)
+COPY_TBS = 4.2        # device-to-device copy bandwidth, TB/s
+BF16_TFLOPS = 700.0   # bf16 / f16 dense matrix rate, TFLOP/s (~790 measured at 8192^3)
+TF32_TFLOPS = 390.0   # TF32 matrix rate, TFLOP/s
 
 
 def commit():
@@ -15,3 +25,46 @@ def commit():
         return out + ("+changes" if dirty else "")
     except Exception:  # noqa: BLE001 - no git: say so
         return "unknown"
+
+
+def md_table(header, rows):
+    """A markdown table: header is a list of column names, rows a list of lists of cells."""
+    lines = ["| " + " | ".join(str(h) for h in header) + " |",
+             "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markers(name):
+    """The comment lines that enclose section `name` of RESULTS.md."""
+    return f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+
+
+def replace_section(path, name, body):
+    """Replace section `name` of the markdown file at `path` (everything between the lines
+    `<!-- BEGIN name -->` and `<!-- END name -->`, the markers kept) by `body`.  A file
+    without the markers gets the section appended at its end; a missing file is created.
+    Returns "replaced" or "appended"."""
+    begin, end = markers(name)
+    block = f"{begin}\n{body.strip()}\n{end}"
+    text = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    pat = re.compile(r"^" + re.escape(begin) + r"[ \t]*\n.*?^" + re.escape(end) + r"[ \t]*$",
+                     re.S | re.M)
+    if len(pat.findall(text)) > 1:
+        raise ValueError(f"{path}: section {name} is marked more than once")
+    if pat.search(text):
+        text = pat.sub(lambda _m: block, text, count=1)
+        how = "replaced"
+    else:
+        if (begin in text) != (end in text):
+            raise ValueError(f"{path}: section {name} has one marker without the other")
+        text = (text.rstrip("\n") + "\n\n" if text.strip() else "") + block + "\n"
+        how = "appended"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return how

@@ -10,7 +10,7 @@ set -uo pipefail
 B=${1:-build-gpu}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONPATH=python:.peer${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=python:bench:.peer${PYTHONPATH:+:$PYTHONPATH}
 export SEQFUSE_LIB=$PWD/$B/libseqfuse.so
 export PYTHONUNBUFFERED=1
 # the commit the benchmarks report (the tree copied to a device may hold a stale .git):
@@ -27,11 +27,8 @@ for op in ssd_fwd ssd_step attn_fwd conv1d_fwd conv1d_update rmsnorm_gated; do
   grep -E "FAIL" "$OUT/test_$op.log" | head -5
   [ $r -eq 0 ] || rc=1
 done
-echo "== every autotuner configuration pinned (in-memory choices) =="
-for cfg in ssd_fwd:wg8 ssd_fwd:wg4 ssd_fwd:wg16 ssd_fwd:wgp8 ssd_fwd:wgp4 ssd_fwd:wgp16 ssd_fwd:split ssd_fwd:general ssd_fwd:split32 ssd_fwd:split32l ssd_fwd:wg20 ssd_fwd:wg40 ssd_fwd:fu8 ssd_fwd:fu40 ssd_fwd:fs32 ssd_fwd:fo32 ssd_fwd:fq32 \
-           ssd_fwd:fg32 ssd_fwd:fg32s ssd_fwd:wgm40 ssd_fwd:wgb40 ssd_fwd:fub40 ssd_fwd:fnb40 ssd_fwd:wgq ssd_fwd:fuq \
-           attn_fwd:auto attn_fwd:ws128 attn_fwd:ws192 attn_fwd:wgmma attn_fwd:mma \
-           attn_fwd:wsp128 attn_fwd:wsp192 attn_fwd:wsp128k112 attn_fwd:wsp128k64 attn_fwd:wsp128c2; do
+echo "== every configuration pinned (tools/configs.py list: one op:name a row of src/cuda/<op>/configs.h) =="
+for cfg in $(python3 tools/configs.py list); do
   log="$OUT/test_${cfg/:/_}.log"
   SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=$cfg "$B/tests/test_ops" --op "${cfg%%:*}" --backend cuda --all \
     > "$log" 2>&1
@@ -54,8 +51,12 @@ echo "== Python binding on the GPU =="
 python3 -m pytest -q tests/python -k "cuda or torch" 2>&1 | tail -3
 echo "== seqfuse default workload =="
 "$B/seqfuse" 2>/dev/null | tee "$OUT/seqfuse_default.txt"
+# $OUT/RESULTS.md: bench/RESULTS.md with the ssd_fwd, ssd_step and attn_fwd sections of
+# this run (copy it and $OUT/attn_fwd_h200.png back into bench/ to publish them)
+cp bench/RESULTS.md "$OUT/RESULTS.md"
 echo "== SSD vs mamba_ssm =="
-python3 bench/gpu_ssd.py --csv "$OUT/ssd.csv" 2>&1 | tee "$OUT/ssd.txt"
+python3 bench/gpu_ssd.py --csv "$OUT/ssd.csv" --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/ssd.txt"
 echo "== attention vs SDPA (cuDNN, FA2) =="
-python3 bench/gpu_attn.py --csv "$OUT/attn.csv" --plot "$OUT/attn_sweep.png" 2>&1 | tee "$OUT/attn.txt"
+python3 bench/gpu_attn.py --rounds 3 --csv "$OUT/attn.csv" --plot "$OUT/attn_fwd_h200.png" \
+  --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/attn.txt"
 exit $rc

@@ -5,8 +5,13 @@ The FlashAttention benchmark convention: hidden 2048 (H = 2048 / d), batch * L =
 L from 512 to 16384, d in {64, 128, 256}, causal and not; FLOPs = 4 B H L^2 d, halved
 when causal.  Plus the ViT-B/16 shape (b 256, N 196, 12 heads of 64).
 
-    PYTHONPATH=python SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_attn.py \
-        [--quick] [--rounds 3] [--csv out.csv] [--plot out.png] [--no-tune-first]
+    PYTHONPATH=python:bench SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_attn.py \
+        [--quick] [--rounds 3] [--csv out.csv] [--plot [out.png]] [--results bench/RESULTS.md] \
+        [--no-tune-first]
+
+--results PATH writes the run as the attn_fwd section of PATH (between the markers
+<!-- BEGIN attn_fwd --> and <!-- END attn_fwd -->; bench/RESULTS.md's section is made so:
+`--rounds 3 --results bench/RESULTS.md --plot`).  --plot alone writes bench/attn_fwd_h200.png.
 
 seqfuse's first call of a shape runs the autotuner (its choice is kept in a cache file,
 SF_AUTOTUNE_CACHE, so a machine tunes a shape once).  For long calls the tuner runs its
@@ -14,8 +19,8 @@ close candidates back to back for about 2 s at the board's power cap; timed righ
 ours and the peers would both see a board heated by the tuning, not by the calls being
 compared.  So by default every point is tuned first (one call of ours each), the GPU then
 idles for --cool seconds, and only then is anything timed.  --no-tune-first tunes each
-point just before timing it (the sweeps before 2026-11-30's stop 29 did that); with a
-pinned configuration (SF_AUTOTUNE_FORCE) there is nothing to tune and no pass is made.
+point just before timing it; with a pinned configuration (SF_AUTOTUNE_FORCE) there is
+nothing to tune and no pass is made.
 """
 import argparse
 import os
@@ -23,12 +28,18 @@ import statistics
 import sys
 import time
 
-import torch
-import triton.testing
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from benchutil import BF16_TFLOPS, commit, md_table, replace_section
 
-import seqfuse
-from benchutil import commit
+try:  # the GPU side; results_section() runs without it
+    import torch
+    import triton.testing
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import seqfuse
+except ImportError:
+    torch = None
+
+PLOT = "bench/attn_fwd_h200.png"  # the plot bench/RESULTS.md shows
 
 
 def bench(fn):
@@ -41,8 +52,9 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
-def attn_inputs(B, L, H, d, dtype=torch.bfloat16, device="cuda"):
-    """q, k, v of one point, (B, L, H, d), seeded by the shape (bench/attn_ours.py too)."""
+def attn_inputs(B, L, H, d, dtype=None, device="cuda"):
+    """q, k, v of one point, (B, L, H, d), bf16 unless given, seeded by the shape."""
+    dtype = dtype or torch.bfloat16
     g = torch.Generator(device=device).manual_seed(B * 131 + L + d)
     return tuple(torch.randn(B, L, H, d, device=device, dtype=dtype, generator=g) for _ in range(3))
 
@@ -51,7 +63,7 @@ def attn_flops(B, L, H, d, causal):
     return 4.0 * B * H * L * L * d / (2 if causal else 1)
 
 
-def run_point(B, L, H, d, causal, dtype=torch.bfloat16, rounds=1):
+def run_point(B, L, H, d, causal, dtype=None, rounds=1):
     q, k, v = attn_inputs(B, L, H, d, dtype)
     # peers take (B, H, L, d) contiguous: their preferred layout, same values
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
@@ -85,11 +97,45 @@ def run_point(B, L, H, d, causal, dtype=torch.bfloat16, rounds=1):
     return flops, res
 
 
+def results_section(rows, torch_version="", plot=None):
+    """The attn_fwd section of bench/RESULTS.md for the rows of one run (the dicts main()
+    makes, or the lines of its CSV): date, GPU, commit, then one line a point."""
+    r0 = rows[0]
+    rounds = r0.get("rounds", 1)
+    out = [f"## Attention forward ({r0['dtype']})", "",
+           md_table(["date", "GPU", "commit", "peers (same run, same inputs)", "timing"],
+                    [[r0["date"], r0["gpu"], r0["commit"],
+                      f"cuDNN and FA2 through torch SDPA{' (torch ' + torch_version + ')' if torch_version else ''}",
+                      f"median of {rounds} alternating round(s), every point tuned first"]]),
+           "",
+           "FlashAttention convention: H = 2048 / d, B x L = 16384; FLOPs 4 B H L^2 d, halved when "
+           f"causal; TFLOP/s; ceiling: the ~{BF16_TFLOPS:.0f} TFLOP/s bf16 matrix rate.  "
+           "Written by `bench/gpu_attn.py --rounds 3 --results bench/RESULTS.md --plot`"
+           + (f"; plot: {plot}." if plot else "."), ""]
+    tab = []
+    for r in rows:
+        L, d = int(r["L"]), int(r["d"])
+        vit = L == 196
+        mask = "causal" if int(r["causal"]) else "full"
+        ours, cudnn, fa2 = (float(r[k]) for k in ("ours_tflops", "cudnn_tflops", "fa2_tflops"))
+        tab.append([f"ViT-B/16, {d}" if vit else d, mask, L, f"{r['B']} x {r['H']}",
+                    f"{ours:.1f}", f"{cudnn:.1f}", f"{fa2:.1f}", f"{ours / cudnn:.2f}x",
+                    f"{100 * ours / BF16_TFLOPS:.0f}%"])
+    out.append(md_table(["d", "mask", "L", "B x H", "ours", "cuDNN", "FA2", "ours / cuDNN",
+                         "ours / ceiling"], tab))
+    return "\n".join(out) + "\n"
+
+
 def main():
+    if torch is None:
+        raise SystemExit("needs torch, triton and the seqfuse binding (PYTHONPATH=python)")
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="d 128 and 64, L 512/4096/16384 only")
     ap.add_argument("--csv", default=None)
-    ap.add_argument("--plot", default=None)
+    ap.add_argument("--plot", nargs="?", const=PLOT, default=None,
+                    help=f"write the plot (to {PLOT} unless a path is given)")
+    ap.add_argument("--results", default=None, metavar="PATH",
+                    help="write the run as the attn_fwd section of PATH (e.g. bench/RESULTS.md)")
     ap.add_argument("--d", default="", help="comma-separated head dims (default: the sweep's)")
     ap.add_argument("--L", default="", help="comma-separated sequence lengths (default: the sweep's)")
     ap.add_argument("--no-vit", action="store_true", help="leave out the ViT point")
@@ -164,6 +210,9 @@ def main():
         fig.suptitle(f"attention forward, {gpu}, {date}")
         fig.tight_layout()
         fig.savefig(a.plot, dpi=110)
+    if a.results:
+        how = replace_section(a.results, "attn_fwd", results_section(rows, torch.__version__, a.plot))
+        print(f"{a.results}: attn_fwd section {how}")
 
 
 if __name__ == "__main__":

@@ -7,17 +7,25 @@ does not ship them: put a checkout of state-spaces/mamba's python package there)
 Shapes: Mamba-2 2.7B layer, H 80, P 64, N 128, G 1, chunk 256, with D and z, dt_bias and
 softplus; (b 8, L 4096) and (b 1, L 16384); bf16 and f32.  Decode: batch 1..256.
 
-    PYTHONPATH=python:.peer SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_ssd.py
+    PYTHONPATH=python:bench:.peer SEQFUSE_LIB=build-gpu/libseqfuse.so python3 bench/gpu_ssd.py \
+        [--csv out.csv] [--results bench/RESULTS.md] [--configs wgq,fuq] [--profile]
+
+--results PATH writes the run as the ssd_fwd and ssd_step sections of PATH (between the
+markers <!-- BEGIN ssd_fwd --> / <!-- END ssd_fwd --> and the same for ssd_step).
 """
 import argparse
 import os
 import time
 
-import torch
-import triton.testing
+from benchutil import BF16_TFLOPS, COPY_TBS, TF32_TFLOPS, commit, md_table, replace_section
 
-import seqfuse
-from benchutil import commit
+try:  # the GPU side; the section writers run without it
+    import torch
+    import triton.testing
+
+    import seqfuse
+except ImportError:
+    torch = None
 
 try:
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as peer_scan
@@ -25,8 +33,6 @@ try:
 except Exception as e:  # noqa: BLE001 - report and run ours alone
     print(f"mamba_ssm peer not importable ({e}); timing seqfuse alone")
     peer_scan = peer_step = None
-
-COPY_TBS = 4.2  # measured device-to-device copy bandwidth of the H200, TB/s
 
 
 def bench(fn):
@@ -72,9 +78,10 @@ def scan_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256, peer=True):
     return t_ours, t_peer, err, flops, nbytes
 
 
-def profile_kernels(b=8, L=4096, dtype=torch.bfloat16, H=80, P=64, G=1, N=128, chunk=256):
+def profile_kernels(b=8, L=4096, dtype=None, H=80, P=64, G=1, N=128, chunk=256):
     """Per-kernel CUDA time of one forward, from torch.profiler (CUPTI)."""
     from torch.profiler import ProfilerActivity, profile
+    dtype = dtype or torch.bfloat16
     x, dt, A, B, C, D, z, dtb = inputs(b, L, H, P, G, N, dtype)
     kw = dict(D=D, z=z, dt_bias=dtb, dt_softplus=True)
     runs = [("seqfuse", lambda: seqfuse.mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw))]
@@ -123,9 +130,59 @@ def step_point(batch, dtype, H=80, P=64, G=1, N=128):
     return t_ours, t_peer, nbytes
 
 
+def _meta(rows, torch_version):
+    r0 = rows[0]
+    return md_table(["date", "GPU", "commit", "peer (same run, same inputs)"],
+                    [[r0["date"], r0["gpu"], r0["commit"],
+                      "mamba_ssm's Triton kernels" + (f" (torch {torch_version})" if torch_version else "")]])
+
+
+def ssd_fwd_section(rows, torch_version=""):
+    """The ssd_fwd section of bench/RESULTS.md for the forward rows of one run."""
+    tab = []
+    for r in rows:
+        f32 = r["shape"].endswith("float32")
+        ceil = TF32_TFLOPS if f32 else BF16_TFLOPS
+        t, tp = float(r["ours_ms"]), float(r["peer_ms"])
+        tf, tbs = float(r["tflops"]), float(r["tbs"])
+        tab.append([r["shape"], f"{t:.3f}", f"{tp:.3f}", f"{tp / t:.2f}x",
+                    f"{tf:.1f} ({100 * tf / ceil:.0f}% of {'TF32' if f32 else 'bf16'})",
+                    f"{tbs:.2f} ({100 * tbs / COPY_TBS:.0f}%)", f"{float(r['err']):.1e}"])
+    return "\n".join([
+        "## Mamba-2 SSD forward", "", _meta(rows, torch_version), "",
+        "The 2.7B layer: H 80, P 64, N 128, G 1, chunk 256, with D, z, dt_bias and softplus; "
+        "ours autotuned; median times (triton do_bench).  TFLOP/s counts b L H (4PN + QN + QP) "
+        f"(Q the chunk), against the ~{BF16_TFLOPS:.0f} TFLOP/s bf16 or ~{TF32_TFLOPS:.0f} TF32 "
+        f"rate (f32 runs on TF32 products, as the peer's); TB/s counts x, z, out, dt, B, C once, "
+        f"against the ~{COPY_TBS} TB/s copy rate.  Written by `bench/gpu_ssd.py --results "
+        "bench/RESULTS.md`.", "",
+        md_table(["shape", "ours ms", "mamba_ssm ms", "ours / peer", "TFLOP/s (of ceiling)",
+                  "TB/s (of copy)", "rel. diff vs peer"], tab)]) + "\n"
+
+
+def ssd_step_section(rows, torch_version=""):
+    """The ssd_step section of bench/RESULTS.md for the decode-step rows of one run."""
+    tab = []
+    for r in rows:
+        t, tp, tbs = float(r["ours_ms"]), float(r["peer_ms"]), float(r["tbs"])
+        tab.append([r["shape"].replace("batch ", ""), f"{t:.4f}", f"{tp:.4f}", f"{tp / t:.2f}x",
+                    f"{tbs:.2f}", f"{100 * tbs / COPY_TBS:.0f}%"])
+    return "\n".join([
+        "## Mamba-2 decode step", "", _meta(rows, torch_version), "",
+        "H 80, P 64, N 128, G 1, f32 state, bf16 x; the peer is selective_state_update's "
+        "tied-head form.  TB/s counts the state read and written (the rest is tiny), against "
+        f"the ~{COPY_TBS} TB/s copy rate.  Written by `bench/gpu_ssd.py --results bench/RESULTS.md`.",
+        "",
+        md_table(["batch", "ours ms", "mamba_ssm ms", "ours / peer", "TB/s", "of copy"], tab)]) + "\n"
+
+
 def main():
+    if torch is None:
+        raise SystemExit("needs torch, triton and the seqfuse binding (PYTHONPATH=python)")
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--results", default=None, metavar="PATH",
+                    help="write the run as the ssd_fwd / ssd_step sections of PATH (bench/RESULTS.md)")
     ap.add_argument("--step-only", action="store_true", help="only the decode step")
     ap.add_argument("--no-step", action="store_true", help="skip the decode step")
     ap.add_argument("--dtypes", default="bfloat16,float32",
@@ -184,6 +241,12 @@ def main():
             f.write(",".join(keys) + "\n")
             for r in rows:
                 f.write(",".join(str(r[k]) for k in keys) + "\n")
+    if a.results:
+        for op, make in (("ssd_fwd", ssd_fwd_section), ("ssd_step", ssd_step_section)):
+            sel = [r for r in rows if r["op"] == op]
+            if sel:
+                how = replace_section(a.results, op, make(sel, torch.__version__))
+                print(f"{a.results}: {op} section {how}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Arguments: B L H d, then the words `causal` and/or `cudnn` (the peer through SDP
 layout as bench/gpu_attn.py gives it).  The first call runs outside the profiled range (it may
 time every candidate configuration: the autotuner), the second inside it
 (torch.cuda.profiler.start / stop), so ncu sees only the configuration that serves the
-shape.  (Stop 10 profiled with --launch-skip 1 instead and caught a tuning candidate.)
+shape (a --launch-skip would count tuning candidates' launches too).
 """
 import sys
 

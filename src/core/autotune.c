@@ -245,9 +245,9 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
      * those that cannot serve), then the timed runs in rounds, one run of
      * every serving candidate a round, so that a drift of the clock or the
      * temperature during tuning weighs on all of them alike; the median of
-     * each.  (Until stop 15 each candidate's runs came one after the other;
-     * at d 128 L 2048 attention the tuner's pick then measured ~5% below
-     * the other candidate in bench/gpu_attn.py, notes/attn_persist.md.) */
+     * each.  (With each candidate's runs one after the other, the tuner's
+     * pick at d 128 L 2048 attention measured ~5% below the other
+     * candidate in bench/gpu_attn.py.) */
     int reps = rq->reps < 1 ? 1 : rq->reps > 32 ? 32 : rq->reps;
     double times[SF_TUNE_MAX_CAND][32];
     unsigned char serves[SF_TUNE_MAX_CAND];

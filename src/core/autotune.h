@@ -50,7 +50,7 @@ typedef sf_status (*sf_tune_run_fn)(sf_ctx *ctx, int cand, void *arg, double *ms
  * times) is run sustained and scored max(short time, energy per call /
  * power limit); the lowest score wins.  H200, d 128 attention at L 16384:
  * two configurations within 0.3% in short timings, one 2.6% lower in energy
- * per call, 1.3-2.2% faster sustained (bench/RESULTS.md, stop 28). */
+ * per call, 1.3-2.2% faster sustained (notes/attn_persist.md, clusters). */
 typedef sf_status (*sf_tune_sustain_fn)(sf_ctx *ctx, int cand, void *arg, double *ms, double *watts,
                                         double *limit_w);
 #define SF_TUNE_SUSTAIN_MS 1.0

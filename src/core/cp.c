@@ -284,7 +284,7 @@ sf_status sf_cp_ssd_run(sf_ctx *ctx, const sf_ssd_fwd_params *p, const sf_cp_tra
      * pass over the output.  The correction (an L x N by N x P product per
      * head on the CUDA cores, and a second pass over out and z) made two
      * H200s slower than one (2.7B layer, 128k tokens: 10.1 ms against
-     * 4.0; bench/RESULTS.md, session 18).  The other backends, and shapes
+     * 4.0; bench/RESULTS.md, tried and lost).  The other backends, and shapes
      * the state kernels do not take, keep local + correct. */
     int two_pass = 0;
     if (be == SF_BACKEND_CUDA) {

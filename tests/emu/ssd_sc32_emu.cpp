@@ -1,4 +1,4 @@
-/* ssd_sc32_emu.cpp - runs the ssd_out_sc32 kernel (src/cuda/ssd_out_f32.cuh)
+/* ssd_sc32_emu.cpp - runs the ssd_out_sc32 kernel (src/cuda/ssd/out_f32.cuh)
  * on the CPU (both variants: split32 and split32l), one block at a time, with one std::thread per CUDA thread:
  * __syncthreads is a 256-thread barrier, ldmatrix and mma.sync are
  * emulated per warp through a 32-thread exchange (the PTX fragment layouts),
@@ -16,7 +16,7 @@
  *   the small shapes only)
  *
  * It says nothing about timing, bank conflicts or the real cp.async /
- * ldmatrix hardware: the H200 run (bench/device_ssd_f32.sh) does.
+ * ldmatrix hardware: the pinned GPU tests and compute-sanitizer do.
  */
 #include <atomic>
 #include <barrier>
