@@ -590,6 +590,41 @@ int main(void) {
         EXPECT_STATUS(sf_ssd_cp_correct(ctx, &s1, hin2, so, lo), SF_ERR_STRIDE, "output out");
     }
 
+    /* causality holds for NaN: a NaN in x at token t leaves every earlier
+     * token's output finite (the CPU backend's 4-token blocks once leaked it
+     * backwards through 0 * NaN) */
+    for (int be = SF_BACKEND_REF; be <= SF_BACKEND_CPU; be++) {
+        const int tb[] = {5, 31};
+        for (int ti = 0; ti < 2; ti++) {
+            enum { L = 40, H = 2, P = 4, N = 4 };
+            static float x[L * H * P], dtv[L * H], Av[H], Bv[L * N], Cv[L * N], out[L * H * P];
+            for (int i = 0; i < L * H * P; i++) x[i] = 0.1f * (float)(i % 7) - 0.3f;
+            for (int i = 0; i < L * H; i++) dtv[i] = 0.05f + 0.01f * (float)(i % 3);
+            for (int i = 0; i < H; i++) Av[i] = -1.0f - (float)i;
+            for (int i = 0; i < L * N; i++) Bv[i] = 0.2f * (float)(i % 5) - 0.4f, Cv[i] = 0.1f * (float)(i % 3);
+            const int t = tb[ti];
+            x[(t * H + 1) * P + 2] = NAN;
+            sf_ssd_fwd_params sp2;
+            sf_ssd_fwd_params_init(&sp2);
+            sp2.x = sf_tensor_contiguous(x, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, L, H, P});
+            sp2.dt = sf_tensor_contiguous(dtv, SF_F32, SF_DEVICE_CPU, 3, (int64_t[]){1, L, H});
+            sp2.A = sf_tensor_contiguous(Av, SF_F32, SF_DEVICE_CPU, 1, (int64_t[]){H});
+            sp2.B = sf_tensor_contiguous(Bv, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, L, 1, N});
+            sp2.C = sf_tensor_contiguous(Cv, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, L, 1, N});
+            sp2.out = sf_tensor_contiguous(out, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, L, H, P});
+            sp2.chunk_size = 64;
+            sp2.backend = (sf_backend)be;
+            EXPECT_STATUS(sf_ssd_fwd(ctx, &sp2), SF_OK, NULL);
+            int bad = -1;
+            for (int i = 0; i < t * H * P && bad < 0; i++)
+                if (!isfinite(out[i])) bad = i / (H * P);
+            checks++;
+            if (bad >= 0)
+                printf("FAIL %s SSD: NaN in x at token %d reached the output at token %d\n",
+                       sf_backend_name((sf_backend)be), t, bad), failures++;
+        }
+    }
+
     /* every op with a NULL context or NULL params */
     checks += 6;
     if (sf_attn_fwd(NULL, &ap) != SF_ERR_NULL_POINTER || sf_ssd_step(NULL, &sp) != SF_ERR_NULL_POINTER ||

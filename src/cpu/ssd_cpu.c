@@ -86,8 +86,9 @@
  * multiple of 4), c < ncols (a multiple of 16); B and C 64-byte aligned
  * with 16-float-multiple leading dimensions.  Row m is token row0 + m of
  * the chunk; causal 1: a 4-row block at token t needs only columns
- * < rup16(t + 4) (C B^T); causal 2: only k < t + 4 (L X, whose entries
- * past the diagonal are zero). */
+ * < rup16(t + 4) (C B^T); causal 2: only k <= t + r for row r of the
+ * block (L X: L's entries past the diagonal are zero, and a NaN or inf in a
+ * later row of X must not reach an earlier output through 0 * NaN). */
 typedef struct ssd_gemm {
     int64_t M, K, ncols;
     const float *A;
@@ -108,7 +109,7 @@ static void gemm_scalar(const ssd_gemm *g) {
         int64_t kend = g->K, cend = g->ncols;
         const int64_t t = g->row0 + (i & ~(int64_t)3);
         if (g->causal == 1) cend = sf_cpu_min(cend, sf_cpu_rup(t + 4, SSD_PAD));
-        if (g->causal == 2) kend = sf_cpu_min(kend, t + 4);
+        if (g->causal == 2) kend = sf_cpu_min(kend, g->row0 + i + 1);
         float *c = g->C + i * g->ldc;
         if (!g->acc)
             for (int64_t j = 0; j < cend; j++) c[j] = 0.0f;
@@ -131,13 +132,22 @@ static void gemm_scalar(const ssd_gemm *g) {
         for (int r_ = 0; r_ < 4; r_++)                                                   \
             for (int v_ = 0; v_ < NV; v_++)                                              \
                 acc_[r_][v_] = accum ? LD(Cm + (i0 + r_) * ldc + c0 + v_ * W) : ZERO(); \
-        for (int64_t k = 0; k < kend; k++) {                                             \
+        const int64_t kfull_ = kend < kdiag ? kend : kdiag;                              \
+        for (int64_t k = 0; k < kfull_; k++) {                                           \
             const float *bk_ = Bm + k * ldb + c0;                                        \
             VF b_[NV];                                                                   \
             for (int v_ = 0; v_ < NV; v_++) b_[v_] = LD(bk_ + v_ * W);                   \
             for (int r_ = 0; r_ < 4; r_++) {                                             \
                 const VF a_ = SET1(ar[r_][k * sak]);                                     \
                 for (int v_ = 0; v_ < NV; v_++) acc_[r_][v_] = FMA(a_, b_[v_], acc_[r_][v_]); \
+            }                                                                            \
+        }                                                                                \
+        for (int64_t k = kfull_; k < kend; k++) { /* the diagonal: k <= kdiag + r_ */    \
+            const float *bk_ = Bm + k * ldb + c0;                                        \
+            for (int r_ = 0; r_ < 4; r_++) {                                             \
+                if (k > kdiag + r_) continue;                                            \
+                const VF a_ = SET1(ar[r_][k * sak]);                                     \
+                for (int v_ = 0; v_ < NV; v_++) acc_[r_][v_] = FMA(a_, LD(bk_ + v_ * W), acc_[r_][v_]); \
             }                                                                            \
         }                                                                                \
         for (int r_ = 0; r_ < 4; r_++)                                                   \
@@ -154,6 +164,8 @@ static void gemm_scalar(const ssd_gemm *g) {
             int64_t kend = g->K, cend = g->ncols;                                        \
             if (g->causal == 1) cend = sf_cpu_min(cend, sf_cpu_rup(g->row0 + i0 + 4, SSD_PAD));       \
             if (g->causal == 2) kend = sf_cpu_min(kend, g->row0 + i0 + 4);                     \
+            /* causal 2: row r reads k <= kdiag + r only (see above) */                  \
+            const int64_t kdiag = g->causal == 2 ? g->row0 + i0 : INT64_MAX / 2;         \
             const float *ar[4];                                                          \
             for (int r = 0; r < 4; r++) ar[r] = Am + (i0 + r) * sam;                     \
             int64_t c0 = 0;                                                              \
