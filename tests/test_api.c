@@ -625,6 +625,20 @@ int main(void) {
         }
     }
 
+    /* flags are 0 or 1 in every op; a tensor's device is -1 or a CUDA ordinal */
+    attn_valid(&ap), ap.causal = 7;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "causal is 7");
+    {
+        sf_ssd_fwd_params f7;
+        ssd_valid(&f7), f7.dt_softplus = 7;
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &f7), SF_ERR_INVALID_ARG, "dt_softplus is 7");
+        sf_ssd_step_params s7;
+        step_valid(&s7), s7.dt_softplus = 2;
+        EXPECT_STATUS(sf_ssd_step(ctx, &s7), SF_ERR_INVALID_ARG, "dt_softplus is 2");
+        ssd_valid(&f7), f7.x.device = -7;
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &f7), SF_ERR_DEVICE, "x has device -7");
+    }
+
     /* every op with a NULL context or NULL params */
     checks += 6;
     if (sf_attn_fwd(NULL, &ap) != SF_ERR_NULL_POINTER || sf_ssd_step(NULL, &sp) != SF_ERR_NULL_POINTER ||

@@ -89,6 +89,7 @@ sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
     pr.scale = sc == 0.0f ? 1.0f / sqrtf((float)d) : sc;
     pr.wl = p->window_left < 0 ? -1 : p->window_left;
     pr.wr = p->window_right < 0 ? -1 : p->window_right;
+    CHK(sf_check_flag(ctx, op, "causal", p->causal));
     if (p->causal) pr.wr = 0;
 
     sf_status s;

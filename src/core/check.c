@@ -57,6 +57,9 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
                        dtype == SF_DT_FLOAT   ? "f32, f16 or bf16"
                        : dtype == SF_DT_INDEX ? "i32 or i64"
                                               : sf_dtype_name((sf_dtype)dtype));
+    if (t->device < SF_DEVICE_CPU)
+        return sf_fail(ctx, SF_ERR_DEVICE, "%s: %s has device %d: give SF_DEVICE_CPU (-1) or a CUDA ordinal",
+                       op, name, t->device);
     if (t->device != ctx->device) {
         char a[32], b[32];
         snprintf(a, sizeof a, t->device < 0 ? "the CPU" : "CUDA device %d", t->device);
@@ -137,6 +140,12 @@ sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
     if (a0 < b1 && b0 < a1)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: output %s overlaps input %s in memory", op,
                        out_name, in_name);
+    return SF_OK;
+}
+
+sf_status sf_check_flag(sf_ctx *ctx, const char *op, const char *name, int v) {
+    if (v != 0 && v != 1)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %s is %d, expected 0 or 1", op, name, v);
     return SF_OK;
 }
 

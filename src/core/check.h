@@ -44,6 +44,9 @@ sf_status sf_check_no_alias(sf_ctx *ctx, const char *op, const char *out_name,
 sf_status sf_check_output_layout(sf_ctx *ctx, const char *op, const char *name,
                                  const sf_tensor *t);
 
+/* A boolean parameter: 0 or 1, anything else SF_ERR_INVALID_ARG. */
+sf_status sf_check_flag(sf_ctx *ctx, const char *op, const char *name, int v);
+
 /* Every output against every input and every other output (no shared
  * bytes), and each output's own layout (no two elements at one address):
  * the one aliasing check an op's front-end makes.  Absent tensors (NULL

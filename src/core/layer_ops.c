@@ -26,12 +26,6 @@ void sf_rmsnorm_gated_params_init(sf_rmsnorm_gated_params *p) {
     p->backend = SF_BACKEND_AUTO;
 }
 
-static sf_status check_flag(sf_ctx *ctx, const char *op, const char *name, int v) {
-    if (v != 0 && v != 1)
-        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %s is %d, expected 0 or 1", op, name, v);
-    return SF_OK;
-}
-
 /* The weight (dim, W) and its width: W outside 2..4 has no kernel. */
 static sf_status check_weight(sf_ctx *ctx, const char *op, const sf_tensor *w, int64_t dim,
                               int *width) {
@@ -121,7 +115,7 @@ sf_status sf_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_params *p) {
                                    SF_NT("initial_state", &p->initial_state),
                                    SF_NT("cu_seqlens", &p->cu_seqlens)};
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
-    CHK(check_flag(ctx, op, "silu", p->silu));
+    CHK(sf_check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
 
     sf_status s;
@@ -175,7 +169,7 @@ sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p) {
     const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("weight", &p->weight), SF_NT("bias", &p->bias),
                                    SF_NT("state_idx", &p->state_idx)};
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
-    CHK(check_flag(ctx, op, "silu", p->silu));
+    CHK(sf_check_flag(ctx, op, "silu", p->silu));
     pr.silu = p->silu;
     if (pr.has_idx && ctx->device < 0)
         CHK(sf_check_state_idx(ctx, op, &p->state_idx, b, pr.nslots));
@@ -224,7 +218,7 @@ sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p) {
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: eps %g must be positive and finite", op,
                        (double)p->eps);
     pr.eps = p->eps;
-    CHK(check_flag(ctx, op, "norm_before_gate", p->norm_before_gate));
+    CHK(sf_check_flag(ctx, op, "norm_before_gate", p->norm_before_gate));
     pr.norm_before_gate = p->norm_before_gate;
     const sf_named_tensor outs[] = {SF_NT("out", &p->out)};
     const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("z", &p->z), SF_NT("weight", &p->weight)};

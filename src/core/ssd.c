@@ -173,6 +173,7 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
                        p->chunk_size);
     pr.chunk = p->chunk_size;
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
+    CHK(sf_check_flag(ctx, op, "dt_softplus", p->dt_softplus));
     pr.states_only = states_only;
     if (states_only && (be != SF_BACKEND_CUDA || !pr.has_final))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend and final_states are needed", op);
@@ -262,6 +263,7 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
                                    SF_NT("state_idx", &p->state_idx)};
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
+    CHK(sf_check_flag(ctx, op, "dt_softplus", p->dt_softplus));
 
     if (pr.has_idx && ctx->device < 0) { /* device indices: see seqfuse.h */
         CHK(sf_check_state_idx(ctx, op, &p->state_idx, b, pr.nslots));
