@@ -8,6 +8,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 libdir=$(dirname "$(find "$tmp/prefix" -name libseqfuse.so | head -1)")
+# the installed command runs from the custom prefix without LD_LIBRARY_PATH
+if [ -x "$tmp/prefix/bin/seqfuse" ]; then
+  env -u LD_LIBRARY_PATH "$tmp/prefix/bin/seqfuse" info >/dev/null
+fi
 cmake -S "$src/tests/consumer" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$tmp/cm/consumer"

@@ -5,7 +5,10 @@
  *   seqfuse bench --op OP [shape flags]          time one op at a given shape
  *   seqfuse info                                 build features and devices
  */
+#define _POSIX_C_SOURCE 200809L /* fileno, isatty */
+#include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,6 +40,18 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, int *out
         return 0;
     }
     *out = (int)x;
+    return 1;
+}
+
+static int parse_seed(const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*v == 0 || *v == '-' || *end != 0 || errno == ERANGE) {
+        fprintf(stderr, "seqfuse: --seed expects a non-negative integer, got '%s'\n", v);
+        return 0;
+    }
+    *out = (uint64_t)x;
     return 1;
 }
 
@@ -92,6 +107,8 @@ static int cmd_info(void) {
 /* The default workload: each case with `workload` set for this device,
  * fused backend vs the naive reference. */
 static int cmd_run(int json, int force_cpu, uint64_t seed, int threads) {
+    /* progress lines rewrite themselves with \r: only on a terminal */
+    const int tty = isatty(fileno(stderr));
     int device = (!force_cpu && sf_cuda_device_count() > 0) ? 0 : SF_DEVICE_CPU;
     int want = device >= 0 ? 2 : 1;
     sf_backend be = device >= 0 ? SF_BACKEND_CUDA : SF_BACKEND_CPU;
@@ -118,13 +135,13 @@ static int cmd_run(int json, int force_cpu, uint64_t seed, int threads) {
         if (c->workload != want) continue;
         sf_dtype dt = device >= 0 ? SF_BF16 : SF_F32;
         if (!json) {
-            fprintf(stderr, "  running %s (%s, fused then the naive reference)...\r", c->name, sf_dtype_name(dt));
+            if (tty) fprintf(stderr, "  running %s (%s, fused then the naive reference)...\r", c->name, sf_dtype_name(dt));
             fflush(stderr);
         }
         sfc_result r;
         char msg[512];
         sf_status st = sfc_run(c, dt, be, ctx, ref, seed, 3, 0, &r, msg, sizeof msg);
-        if (!json) fprintf(stderr, "%-70s\r", "");
+        if (!json && tty) fprintf(stderr, "%-70s\r", "");
         if (st != SF_OK) {
             if (json)
                 printf("%s{\"workload\": \"%s\", \"error\": \"%s\"}", first ? "" : ", ", c->name, sf_status_string(st));
@@ -180,9 +197,14 @@ static int cmd_check(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--all")) {
             all = 1;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            seed = strtoull(argv[++i], NULL, 10);
+            if (!parse_seed(argv[++i], &seed)) return 2;
         } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             if (!parse_backend(argv[++i], &only)) return 2;
+            if (only == SF_BACKEND_REF) {
+                fprintf(stderr, "seqfuse check: the reference is what every backend is checked against; "
+                                "give --backend cpu, cuda or auto\n");
+                return 2;
+            }
         } else {
             fprintf(stderr, "seqfuse check: unknown argument '%s'\n", argv[i]);
             usage(stderr);
@@ -331,7 +353,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "run")) continue;
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--cpu")) force_cpu = 1;
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            if (!parse_seed(argv[++i], &seed)) return 2;
+        }
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             if (!parse_int("--threads", argv[++i], 1, 4096, &threads)) return 2;
         } else {
