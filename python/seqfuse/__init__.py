@@ -80,11 +80,30 @@ def last_backend():
     return L.sf_backend_name(L.sf_ctx_last_backend(c.handle)).decode()
 
 
+def _array_shape(call, obj, name):
+    """The shape of an array argument; anything that is not an array (a
+    list, a string, a number) is SeqfuseError, as the library would say."""
+    if hasattr(obj, "shape"):
+        return tuple(obj.shape)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return tuple(obj.__cuda_array_interface__["shape"])
+    fail(SF_ERR_INVALID_ARG, "%s: %s is a %s; pass a numpy array, a torch tensor or an object with "
+                             "__cuda_array_interface__" % (call.op, name, type(obj).__name__))
+
+
+def _as_float(op, name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+        fail(SF_ERR_INVALID_ARG, "%s: %s must be a number, got %r" % (op, name, v))
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        fail(SF_ERR_INVALID_ARG, "%s: %s must be a number, got %r" % (op, name, v))
+
+
 def _shape(call, obj, name, rank, what):
     """Shape of an array, for allocating outputs before the library has
     validated anything: only the rank is checked here."""
-    shp = tuple(obj.shape) if hasattr(obj, "shape") else tuple(
-        obj.__cuda_array_interface__["shape"])
+    shp = _array_shape(call, obj, name)
     if len(shp) != rank:
         fail(SF_ERR_SHAPE, "%s: %s has shape %s; expected rank %d %s" %
              (call.op, name, shp, rank, what))
@@ -680,8 +699,7 @@ def _rows_view(call, obj, name, rows, D):
     """obj (..., D) as (rows, D): the last stride must be 1 (the C kernel
     reads rows contiguously); leading dims are merged as a view when their
     strides allow, else copied (numpy / torch / cupy reshape)."""
-    shp = tuple(obj.shape) if hasattr(obj, "shape") else tuple(
-        obj.__cuda_array_interface__["shape"])
+    shp = _array_shape(call, obj, name)
     st = _estrides(obj)
     if D > 1 and rows > 0 and st[-1] != 1:  # an empty array's strides are arbitrary
         fail(SF_ERR_STRIDE, "%s: %s needs a unit stride along its last dim (got %d); make it "
@@ -735,8 +753,7 @@ def rmsnorm_fn(x, weight, bias=None, z=None, eps=1e-6, group_size=None, norm_bef
     for n in xs[:-1]:
         rows *= n
     if z is not None:
-        zs = tuple(z.shape) if hasattr(z, "shape") else tuple(
-            z.__cuda_array_interface__["shape"])
+        zs = _array_shape(call, z, "z")
         if zs != xs:
             fail(SF_ERR_SHAPE, "%s: z has shape %s, expected x's shape %s" % (op, zs, xs))
 
@@ -753,6 +770,6 @@ def rmsnorm_fn(x, weight, bias=None, z=None, eps=1e-6, group_size=None, norm_bef
     else:
         p.group_size = as_int(op, "group_size", group_size, 1)
     p.norm_before_gate = as_flag(op, "norm_before_gate", norm_before_gate)
-    p.eps = float(eps)
+    p.eps = _as_float(op, "eps", eps)
     call.run(L.sf_rmsnorm_gated, p, backend)
     return out if len(xs) == 2 else out.reshape(xs)

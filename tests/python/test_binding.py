@@ -559,6 +559,43 @@ def test_flash_attn_signature_is_the_peers():
     assert p3 is None and l3.shape == (2, 9)
 
 
+def test_odd_objects_raise_seqfuse_error():
+    """Every argument of every function, given a string, a list, a dict, a
+    bare object, a float, a negative or huge int or NaN: SeqfuseError (or
+    success where the value happens to be valid), never another exception."""
+    import inspect
+    rng = np.random.default_rng(35)
+    q = rnd(rng, (1, 6, 2, 8))
+    a = ssd_inputs(rng, "float32", b=1, L=10)
+    H, P, N = 4, 16, 8
+    state = rnd(rng, (2, H, P, N))
+    calls = [
+        (seqfuse.flash_attn_func, dict(q=q, k=q, v=q)),
+        (seqfuse.flash_attn_varlen_func, dict(q=q[0], k=q[0], v=q[0], cu_seqlens_q=[0, 6], cu_seqlens_k=[0, 6])),
+        (seqfuse.mamba_chunk_scan_combined, dict(chunk_size=64, **a)),
+        (seqfuse.selective_state_update, dict(state=state, x=rnd(rng, (2, H, P)), dt=rnd(rng, (2, H)),
+                                              A=-np.ones(H, np.float32), B=rnd(rng, (2, 1, N)),
+                                              C=rnd(rng, (2, 1, N)))),
+        (seqfuse.rmsnorm_fn, dict(x=q.reshape(6, 16), weight=np.ones(16, np.float32))),
+        (seqfuse.causal_conv1d_fn, dict(x=rnd(rng, (1, 8, 12)), weight=np.ones((8, 4), np.float32))),
+        (seqfuse.causal_conv1d_update, dict(x=rnd(rng, (2, 8)), conv_state=rnd(rng, (2, 8, 3)),
+                                            weight=np.ones((8, 4), np.float32))),
+    ]
+    odd = ["abc", [1, 2], {}, object(), 1.5, -3, 2 ** 70, float("nan")]
+    for fn, kw in calls:
+        fn(**{k: (v.copy() if hasattr(v, "copy") else v) for k, v in kw.items()})
+        for p in inspect.signature(fn).parameters:
+            for o in odd:
+                k2 = {k: (v.copy() if hasattr(v, "copy") else v) for k, v in kw.items()}
+                k2[p] = o
+                try:
+                    fn(**k2)
+                except SeqfuseError:
+                    pass
+                except Exception as e:  # noqa: BLE001 - the point of the test
+                    raise AssertionError("%s(%s=%r): %s: %s" % (fn.__name__, p, o, type(e).__name__, e))
+
+
 def test_error_misc():
     rng = np.random.default_rng(18)
     q = rnd(rng, (1, 4, 6, 8))
