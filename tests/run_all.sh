@@ -4,7 +4,9 @@
 #     as errors, all CTest tests (CUDA tests skip, visibly, without a GPU);
 #  2. a CPU-only build under AddressSanitizer + UBSan (no leaks, no invalid
 #     access), running the C tests again;
-#  3. a CPU-only build without OpenMP (single-threaded CPU backend).
+#  3. a CPU-only build without OpenMP (single-threaded CPU backend);
+#  4. the libFuzzer harness over the C API (clang, ASan + UBSan), run for
+#     SF_FUZZ_SECONDS (default 60) from the case table's seeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -28,4 +30,15 @@ echo "== build (CPU only, no OpenMP) =="
 cmake -S . -B build-noomp -DCMAKE_BUILD_TYPE=Release -DSF_CUDA=OFF -DSF_OPENMP=OFF -DSF_WERROR=ON >/dev/null
 cmake --build build-noomp -j"$jobs"
 ctest --test-dir build-noomp --output-on-failure -j"$jobs" -E python_binding
+echo "== fuzzing the C API (libFuzzer, ASan + UBSan) =="
+if command -v clang >/dev/null && echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' \
+    | clang -x c -fsanitize=fuzzer - -o /tmp/sf_fuzz_probe.$$ 2>/dev/null; then
+  rm -f /tmp/sf_fuzz_probe.$$
+  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DSF_FUZZ=ON -DSF_CUDA=OFF \
+    -DSF_FUZZ_SECONDS="${SF_FUZZ_SECONDS:-60}" >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target fuzz_api
+  ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_api$' -V | grep -E "seeds|DONE|executed_units|Passed|Failed|crash"
+else
+  echo "SKIPPED: clang with libFuzzer not found (apt-get install clang libclang-rt-14-dev)"
+fi
 echo "all tests passed"

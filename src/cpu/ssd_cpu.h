@@ -17,8 +17,9 @@
 #endif
 
 /* Elementwise loops (exp, conversions) get an AVX-512 and an AVX2 clone
- * where the toolchain can dispatch them (ifunc: ELF + glibc). */
-#if defined(SSD_X86) && defined(__ELF__) && defined(__GLIBC__) && defined(__has_attribute)
+ * where the toolchain can dispatch them (ifunc: ELF + glibc; GCC: clang 14
+ * refuses clones of the maybe-unused helpers below). */
+#if defined(SSD_X86) && defined(__ELF__) && defined(__GLIBC__) && defined(__has_attribute) && !defined(__clang__)
 #if __has_attribute(target_clones)
 #define SSD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
