@@ -241,6 +241,11 @@ SF_API const char *sf_version_string(void);
  * Arithmetic is f32 (f64 for the reference); matrix products of f16/bf16
  * inputs take those inputs with f32 accumulation.  Exponents are clamped
  * to <= 0 (the decay exp(dt A) never exceeds 1).
+ * A, D and dt_bias must be finite: checked on the host for CPU contexts
+ * (SF_ERR_INVALID_ARG naming the entry); on a GPU they are not read back,
+ * and a non-finite entry gives unspecified outputs.  A NaN or inf in x, dt,
+ * B, C or z propagates to the outputs of that token and later ones of its
+ * sequence, never to earlier tokens.
  */
 typedef struct sf_ssd_fwd_params {
     sf_tensor x, dt, A, B, C;

@@ -639,6 +639,23 @@ int main(void) {
         EXPECT_STATUS(sf_ssd_fwd(ctx, &f7), SF_ERR_DEVICE, "x has device -7");
     }
 
+    /* non-finite A, D, dt_bias: refused on the host, naming the entry */
+    {
+        sf_ssd_fwd_params f8;
+        ssd_valid(&f8);
+        fbuf[2][1] = NAN;
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &f8), SF_ERR_INVALID_ARG, "A[1] is nan");
+        ssd_valid(&f8);
+        f8.D = T(6, 1, (int64_t[]){4});
+        fbuf[6][3] = INFINITY;
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &f8), SF_ERR_INVALID_ARG, "D[3] is inf");
+        sf_ssd_step_params s8;
+        step_valid(&s8);
+        s8.dt_bias = T(7, 1, (int64_t[]){2});
+        fbuf[7][0] = -INFINITY;
+        EXPECT_STATUS(sf_ssd_step(ctx, &s8), SF_ERR_INVALID_ARG, "dt_bias[0] is -inf");
+    }
+
     /* every op with a NULL context or NULL params */
     checks += 6;
     if (sf_attn_fwd(NULL, &ap) != SF_ERR_NULL_POINTER || sf_ssd_step(NULL, &sp) != SF_ERR_NULL_POINTER ||

@@ -29,6 +29,30 @@ static sf_status check_dt_limits(sf_ctx *ctx, const char *op, float lo, float hi
     return SF_OK;
 }
 
+/* A, D and dt_bias must be finite: a NaN decay would otherwise read as no
+ * decay (min(dt A, 0) drops the NaN).  Checked where the values are on the
+ * host (CPU contexts: H or H x P floats); on a GPU they are device memory
+ * the call does not copy back, and the documented contract stands. */
+static sf_status check_finite_params(sf_ctx *ctx, const char *op, const sf_tensor *A, const sf_tensor *D,
+                                     const sf_tensor *dt_bias) {
+    if (ctx->device >= 0) return SF_OK;
+    const sf_tensor *ts[] = {A, D, dt_bias};
+    const char *names[] = {"A", "D", "dt_bias"};
+    for (int k = 0; k < 3; k++) {
+        const sf_tensor *t = ts[k];
+        if (!t->data) continue;
+        const int64_t n0 = t->shape[0], n1 = t->rank == 2 ? t->shape[1] : 1;
+        for (int64_t i = 0; i < n0; i++)
+            for (int64_t j = 0; j < n1; j++) {
+                const float v = ((const float *)t->data)[i * t->stride[0] + (t->rank == 2 ? j * t->stride[1] : 0)];
+                if (!isfinite(v))
+                    return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %s[%lld] is %g; it must be finite", op, names[k],
+                                   (long long)(i * n1 + j), (double)v);
+            }
+    }
+    return SF_OK;
+}
+
 /* Cuts the host problem into segments: rows, cu_seqlens sequences, or
  * runs of equal seq_idx. */
 static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
@@ -174,6 +198,7 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     pr.chunk = p->chunk_size;
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
     CHK(sf_check_flag(ctx, op, "dt_softplus", p->dt_softplus));
+    CHK(check_finite_params(ctx, op, &p->A, &p->D, &p->dt_bias));
     pr.states_only = states_only;
     if (states_only && (be != SF_BACKEND_CUDA || !pr.has_final))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend and final_states are needed", op);
@@ -264,6 +289,7 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
     CHK(sf_check_flag(ctx, op, "dt_softplus", p->dt_softplus));
+    CHK(check_finite_params(ctx, op, &p->A, &p->D, &p->dt_bias));
 
     if (pr.has_idx && ctx->device < 0) { /* device indices: see seqfuse.h */
         CHK(sf_check_state_idx(ctx, op, &p->state_idx, b, pr.nslots));
