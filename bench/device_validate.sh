@@ -3,7 +3,7 @@
 # given configuration (test_ops --all), compute-sanitizer memcheck and racecheck
 # on the quick case set pinned to each, all at once on the GPU; one line per job.
 #   bench/device_validate.sh BUILD_DIR OP:CONFIG [OP:CONFIG ...]
-# e.g. bench/device_validate.sh build-gpu ssd_fwd:fo32 ssd_fwd:fq32
+# e.g. bench/device_validate.sh build-gpu ssd_fwd:fg32 ssd_fwd:split32
 # Logs stay in $LOGS (default /tmp/validate); exit 1 if any job failed.
 set -uo pipefail
 B=${1:?build directory}

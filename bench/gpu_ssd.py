@@ -189,7 +189,7 @@ def main():
                     help="comma-separated dtypes of the forward points")
     ap.add_argument("--configs", default="",
                     help="comma-separated autotuner configurations of ours to time one by one "
-                         "(SF_AUTOTUNE_FORCE=ssd_fwd:NAME), e.g. wg8,wg4,general")
+                         "(SF_AUTOTUNE_FORCE=ssd_fwd:NAME), e.g. wgq,fuq,general")
     ap.add_argument("--profile", action="store_true",
                     help="time every kernel of one forward, ours and the peer")
     ap.add_argument("--profile-dtype", default="bfloat16", choices=("bfloat16", "float32"),

@@ -58,9 +58,9 @@ const sfc_case sfc_cases[] = {
      * partial last chunk, every option */
     {SSD("ssd_wg_strided", 2, 300, 4, 64, 2, 32, 128), .D = 2, ALL_OPTS, .strided = 1},
     /* enough chunks for the segmented f32 state pass (fg32: segments of 8
-     * chunks, fg32s: of 4): 14 chunks of 128 (segments 8 + 6 and 4 + 4 + 4 +
-     * 2, a partial last chunk), every option; 12 chunks of 256 (8 + 4 and
-     * 4 + 4 + 4, a partial last chunk of 84 tokens), two P tiles, N 128,
+     * chunks): 14 chunks of 128 (segments 8 + 6, a partial last chunk),
+     * every option; 12 chunks of 256 (8 + 4, a partial last chunk of 84
+     * tokens), two P tiles, N 128,
      * initial states but no final states (the last segment's state is not
      * made then) */
     {SSD("ssd_seg128", 2, 1701, 4, 64, 2, 64, 128), .D = 2, ALL_OPTS, .dt_min = 0.001f, .dt_max = 0.3f},

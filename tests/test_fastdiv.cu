@@ -3,7 +3,7 @@
  * divisor up to 4096, powers of two and their neighbours, random divisors up
  * to 2^31 - 1; dividends at the edges (0, d - 1, d, d + 1, multiples,
  * 2^31 - 1) and at random.  The device path computes the same product's
- * high word (__umulhi).  The section sizes of src/cuda/wsp_sched.h against
+ * high word (__umulhi).  The section sizes of src/cuda/attn/scheduler.h against
  * the properties the persistent kernel's launcher relies on. */
 #include "common/fastdiv.h"
 #include "attn/scheduler.h"
@@ -38,7 +38,7 @@ static void divisor(uint32_t d) {
     for (int i = 0; i < 64; i++) check(d, next31());
 }
 
-/* sf_attn::wsp_even_group (src/cuda/wsp_sched.h), for every pair count and
+/* sf_attn::wsp_even_group (src/cuda/attn/scheduler.h), for every pair count and
  * wish up to 300 / 200: a divisor of the pairs in [want / 2, 2 want] when
  * one exists (else want itself), the nearest one at or above want, and one
  * below want only when none lies at or above it; and at shapes of the

@@ -7,7 +7,7 @@ Usage: tools/sass_hashes.py build/libseqfuse.so > hashes.tsv
 
 Each line: arch, kernel (mangled name), sha256 of its SASS text (the
 instructions with their encodings; the header line naming the function
-excluded).  --diff lists kernels whose hash changed, kernels only in one file,
+excluded, whitespace collapsed).  --diff lists kernels whose hash changed, kernels only in one file,
 and counts.
 """
 import hashlib
@@ -35,7 +35,8 @@ def hashes(lib):
             name, body = m.group(1), []
             continue
         if name is not None and line.strip().startswith("/*"):
-            body.append(line.strip())
+            # whitespace collapsed: cuobjdump pads columns to the section's widest line
+            body.append(" ".join(line.split()))
     flush()
     return res
 

@@ -1,4 +1,4 @@
-/* attn_fwd_mma.cuh - FlashAttention-2 style forward kernel (mma.sync, sm_80+).
+/* fwd_mma.cuh - FlashAttention-2 style forward kernel (mma.sync, sm_80+).
  *
  * Grid: x = (batch entry, Q tile) (dense) or a tile slot resolved through
  * cu_seqlens (varlen), y = query head.  One CTA owns BM query rows of one
@@ -24,65 +24,11 @@
 #ifndef SF_ATTN_FWD_MMA_CUH
 #define SF_ATTN_FWD_MMA_CUH
 
-#include "common/cuda_common.h"
-#include "common/ptx.cuh"
+#include "attn/params.h"
 
 #include <stdint.h>
 
 namespace sf_attn {
-
-/* Everything the kernel needs, passed by value.  Strides in elements. */
-struct FwdParams {
-    const void *q, *k, *v;
-    void *o;
-    float *lse;
-    int64_t q_sb, q_sr, q_sh;   /* batch (0 for varlen), row, head strides */
-    int64_t k_sb, k_sr, k_sh;
-    int64_t v_sb, v_sr, v_sh;
-    int64_t o_sb, o_sr, o_sh;
-    int64_t l_sb, l_sh, l_sr;
-    const void *cu_q, *cu_k;    /* device arrays (varlen)                  */
-    int64_t cu_q_s, cu_k_s;     /* their element strides                   */
-    int cu_i64;                 /* 1: cu_seqlens are int64                 */
-    int varlen;
-    int batch, nheads, heads_per_kv, d;
-    int lq, lk;                 /* dense lengths                           */
-    int n_mtiles;               /* dense: Q tiles per sequence             */
-    int wl, wr;                 /* -1: unbounded                           */
-    float scale_log2;           /* softmax scale * log2(e)                 */
-    int aligned;                /* every row start 16-byte aligned         */
-};
-
-/* 1 / l for the epilogue's normalisation, 0 for a row that saw no key (l 0).
- * rcp.approx (1 ulp; l >= 1 whenever it is positive, the row's max term
- * being 2^0, or up to 2^8 with lazy rescaling) rather than the IEEE
- * division, whose slow-path subroutine (a CALL in SASS) shaped the whole
- * persistent kernel's code: H200, stop 25, pinned, three rounds: d 64 causal
- * L 512 +2%, wsp192 L 512 +1.4%, d 128 / 256 L 512 +0.6-0.8% (ViT's
- * wsp128k112 -1.6% on its own, +3.8% with attn_fwd_wsp.cuh's PRE and three
- * Q buffers). */
-__device__ __forceinline__ float inv_row_sum(float l) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(l));
-    return l > 0.f ? y : 0.f;
-}
-
-__device__ __forceinline__ int64_t ld_cu(const void *p, int64_t i, int is64) {
-    return is64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
-}
-
-/* Visible key range [lo, hi) of query row i (sequence-relative), clamped to
- * [0, lk]; empty when lo >= hi.  Bottom-right aligned, as sf_attn_key_range. */
-__device__ __forceinline__ void key_range(int i, int lq, int lk, int wl, int wr, int &lo,
-                                          int &hi) {
-    int64_t pos = (int64_t)i + lk - lq;
-    int64_t a = wl < 0 ? 0 : pos - wl;
-    int64_t b = wr < 0 ? (int64_t)lk : pos + wr + 1;
-    a = a < 0 ? 0 : (a > lk ? lk : a);
-    b = b < 0 ? 0 : (b > lk ? lk : b);
-    lo = (int)a;
-    hi = (int)b;
-}
 
 template <int D> struct Smem {
     static constexpr int LDS = D + 8; /* padded row stride, elements */
@@ -266,21 +212,7 @@ __device__ __forceinline__ void write_out(const FwdParams &p, float (&o)[D / 8][
     constexpr int NO = D / 8, LDS = Smem<D>::LDS;
     const int g = lane >> 2, tq = lane & 3, d8 = p.d >> 3;
     float inv[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        float l = lrow[rr];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[rr] = inv_row_sum(l);
-        if (p.lse && tq == 0) {
-            const int r = r0 + rr * 8;
-            if (r < lq) {
-                /* lse in natural log: m (log2 units) * ln2 + log(l) */
-                const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
-                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + r) * p.l_sr] = v;
-            }
-        }
-    }
+    finish_rows(p, lrow, mrow, inv, b, h, q0, r0, lq, tq);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < NO; i++) {

@@ -1,4 +1,4 @@
-/* attn_fwd_wgmma.cuh - Hopper (sm_90a) attention forward on wgmma.
+/* fwd_wgmma.cuh - Hopper (sm_90a) attention forward on wgmma.
  *
  * Grid as attn_fwd_mma.  A CTA of 2 warpgroups owns 128 query rows (64 per
  * warpgroup); K/V tiles of BN = 128 keys stream through a 2-stage cp.async
@@ -13,7 +13,7 @@
  * Shared tiles are stored as column blocks of 64 elements (128 bytes) x rows,
  * chunk c of row r at ((c ^ r) & 7): the canonical 128B-swizzle layout, each
  * block 1024-byte aligned.  Head dims 64 and 128 only (d zero-padded up to
- * them); the swizzled layout and the wgmma helpers live in wgmma_util.cuh.
+ * them); the swizzled layout and the wgmma helpers live in common/wgmma.cuh.
  */
 #ifndef SF_ATTN_FWD_WGMMA_CUH
 #define SF_ATTN_FWD_WGMMA_CUH

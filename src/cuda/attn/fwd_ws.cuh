@@ -1,4 +1,4 @@
-/* attn_fwd_ws.cuh - Hopper (sm_90a) attention forward, warp-specialised
+/* fwd_ws.cuh - Hopper (sm_90a) attention forward, warp-specialised
  * (the FlashAttention-3 structure), dense batches with d = 64, 128, 192
  * or 256.
  *
@@ -61,10 +61,9 @@ template <int D, int BM_, int NST, int BN_ = WsBn<D>::value> struct WsTraits {
     /* registers: 64K per SM shared by the producer and NC consumers */
     static constexpr int REG_P = NC == 2 ? 24 : 32, REG_C = NC == 2 ? 240 : 160;
     static constexpr int QBYTES = BM * D * 2, KVBYTES = BN * D * 2;
-    /* lazy rescaling of O (ws_softmax): on the H200 (session 16, pinned A/B)
-     * +1-9% for 192-row d 64 tiles, +0-10% at d 128, +1-12% for attn_fwd_ws
-     * at d 128 / 256 from L 4096, but 3-7% slower for 128-row d 64 tiles,
-     * which keep the eager form */
+    /* lazy rescaling of O (ws_softmax): up to 12% faster at d 128 / 256 from
+     * L 4096, but 3-7% slower for 128-row d 64 tiles, which keep the eager
+     * form */
     static constexpr bool LAZY = !(D == 64 && BM == 128);
     static constexpr int BAR_OFF = QBYTES + 2 * NST * KVBYTES;
     /* tiles, 1 + 4 * NST mbarriers, 1 KiB to align the base to 1024 */
@@ -121,7 +120,7 @@ __device__ __forceinline__ int mask_kind(int n0, int bn, int full_lo, int full_h
  * others are neither read nor written.  FIRST: the row's first key tile
  * (m -inf, l 0, O 0 before it), which needs no vote and no rescale.  (A
  * quarter of the exponentials by a cubic on the FMA pipes was tried and
- * measured slower: attn_fwd.cu.) */
+ * measured slower.) */
 template <int NS, int NV = NS, bool LAZY = true, bool FIRST = false>
 __device__ __forceinline__ bool ws_softmax(float (&s)[NS][4], float *mrow, float *lrow,
                                            float *alpha, int n0, int need_mask, const int *rlo,
@@ -569,20 +568,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
 
         /* ---- epilogue: normalise, lse, stage in this WG's Q slice ---- */
         float inv[2];
-#pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            float l = lrow[rr];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            inv[rr] = inv_row_sum(l);
-            if (p.lse && tq == 0) {
-                const int r = r0 + rr * 8;
-                if (r < lq) {
-                    const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
-                    p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)r * p.l_sr] = v;
-                }
-            }
-        }
+        finish_rows(p, lrow, mrow, inv, b, h, 0, r0, lq, tq);
         /* every wgmma of this warpgroup that read its Q slice has completed */
         named_sync(1 + NC + cw, 128);
         stage_o<T, NO, BM>(sQ, o, inv, cw * 64 + wq * 16, lane);

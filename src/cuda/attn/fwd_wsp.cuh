@@ -1,4 +1,4 @@
-/* attn_fwd_wsp.cuh - attn_fwd_ws made persistent (sm_90a): one CTA per SM
+/* fwd_wsp.cuh - attn_fwd_ws made persistent (sm_90a): one CTA per SM
  * loops over (query tile, batch, head) work tiles, so short sequences do
  * not pay the pipeline fill, drain and epilogue of every tile exposed.
  * Design, budgets and validation: notes/attn_persist.md.
@@ -15,7 +15,7 @@
  * problems take 4 pairs, or about one grid of tiles when the tile counter
  * hands them out (launch_wsp has the measurements).
  *
- * Roles are those of attn_fwd_ws (see attn_fwd_ws.cuh); what persistence
+ * Roles are those of attn_fwd_ws (see fwd_ws.cuh); what persistence
  * changes:
  *   - the K/V ring's stage and phase come from a running load counter kv
  *     (stage kv % NST, parity (kv / NST) & 1) that both sides advance by the
@@ -53,9 +53,8 @@
  * try_wait (mbar_wait_sleep) rather than spin.  These three, with the
  * k-step descriptors by addition and the schedule's divisions by
  * multiplication (FastDiv), took ~20% of the instructions of d 128 L 512
- * (ncu: 851 warp instructions a key tile against cuDNN's 662) and gave
- * d 128 L 512 +11%, L 1024-2048 +4-5%, causal +3-6%, d 64 +1-5% (H200,
- * bench/RESULTS.md "Stop 16").
+ * (ncu: 851 warp instructions a key tile against cuDNN's 662; d 128 L 512
+ * +11% without them).
  * Instantiated for d 64 (128 or 192 rows, 3 stages; 112-key tiles too), 128
  * and 256 (128 rows, 2 stages; 64-key tiles too at d 256); d 192 spills two
  * registers (8 bytes a tile) and is not used.
@@ -119,11 +118,8 @@ struct WspTraits : WsTraits<D, BM_, NST, BN_> {
     /* a second Q buffer when it fits: d 64 (16 or 24 KiB more), d 128 (32);
      * a third for the 128-row d 64 kernels (wsp128, wsp128k112), whose short
      * tiles (1-2 key tiles at causal L 512, 2 for ViT) otherwise wait for a
-     * Q load that could start only after the previous tile's first S (ncu,
-     * stop 21: 1.4% of the samples at the Q wait).  H200, stop 25, pinned,
-     * three rounds: d 64 causal L 512 +1.6%, L 1024 +0.8% over two buffers;
-     * ViT (wsp128k112, with PRE in the consumers) 191.3 -> 195.1 TFLOP/s;
-     * wsp192 and d 128 level with it, so they keep two. */
+     * Q load that could start only after the previous tile's first S (ViT:
+     * 191 -> 195 TFLOP/s); wsp192 and d 128 gain nothing, so they keep two. */
     static constexpr int NQ = (D == 64 && BM_ == 128 && smem_for(3) <= 227 * 1024) ? 3
                               : smem_for(2) <= 227 * 1024                         ? 2
                                                                                   : 1;
@@ -207,11 +203,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     constexpr int NN = BN == 80 ? 48 : 0;
     /* FT: the first key tile's softmax without the vote and the rescale
      * factors (ws_softmax's FIRST), and so no rescale of O before the
-     * second P V.  H200, stop 26, pinned, three rounds against the same
-     * library without it: d 64 causal L 2048 / 4096 +2% / +3% (wsp192),
-     * d 64 L 512 +1.2%, d 128 causal L 512 +1.8%, d 128 L 16384 +1.8%,
-     * d 256 L 512 (wsp128k64) +0.8%, others level.  Not in the 80-key
-     * kernel, where ptxas then serialised the wgmma pipeline (C7511). */
+     * second P V (d 64 causal L 4096: +3%).  Not in the 80-key kernel, where
+     * ptxas then serialised the wgmma pipeline (C7511). */
     constexpr bool FT = NN == 0;
     /* SK: empty turns for the leading key tiles no row of the warpgroup sees
      * (ws_skip_leading): 80-key tiles, and 64-key tiles at d 256 (wsp128k64:
@@ -221,21 +214,17 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     /* PP: pingpong turns between the consumer warpgroups (below).  The
      * 112-key d 64 kernel (wsp128k112, the ViT choice: 2 key tiles a query
      * tile) runs without: each warpgroup issues its products as soon as its
-     * softmax is done.  H200, stop 23 (bench/RESULTS.md), pinned, two
-     * rounds: ViT 181.6, 182.1 -> 189.2, 190.2 TFLOP/s (cuDNN 181.0).  The
-     * other kernels keep it: without it, d 64 wsp192 lost 4-5%, d 64 wsp128
-     * causal L 1024-2048 1-1.5%, d 128 L 16384 4% (three rounds). */
+     * softmax is done (ViT: 182 -> 190 TFLOP/s).  The other kernels keep
+     * it: without it d 128 L 16384 lost 4%. */
     constexpr bool PP = !(D == 64 && BN == 112);
     static_assert(PP || !SK, "empty leading turns take pingpong turns");
     /* RS: in masked problems the two consumer warpgroups of the 128-row
      * 128-key d 64 kernel (wsp128, the causal choice at L 512-1024) swap
      * their 64-row halves from one tile to the next, so that the half whose
      * rows see more keys (the causal diagonal's second half) changes hands
-     * (and pingpong position).  H200, stop 23, pinned, three rounds against
-     * fixed halves: causal L 512 250.3, 249.9, 250.6 -> 260.6, 260.6, 257.6
-     * TFLOP/s (cuDNN 259.3), L 1024 +2%, L 2048 +2%.  Why is open: the
-     * halves reversed on every tile (the heavier half always first) lost 3%;
-     * at d 128 the swap was level. */
+     * (and pingpong position): causal L 512 250 -> 260 TFLOP/s.  Why is
+     * open: the halves reversed on every tile (the heavier half always
+     * first) lost 3%; at d 128 the swap was level. */
     constexpr bool RS = D == 64 && BM == 128 && BN == 128 && Tr::NC == 2;
     /* MC (CL = 2): launched in clusters of two CTAs that take neighbouring
      * query tiles of one (batch, head) pair at a time (the host's schedule:
@@ -247,13 +236,10 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
      * (kv_release), so neither producer overwrites a stage its partner
      * still reads.  K and V leave L2 once per 256 query rows instead of once
      * per 128: at the power cap the L2 traffic is energy that the tensor
-     * cores do not get.  H200, stop 27, d 128, seconds of back-to-back
-     * calls at the 690 W cap: every stage loaded twice cost 4% of the SM
-     * clock (1630 -> 1560 MHz); clustered, the clock rose 4% (1620 -> 1687
-     * MHz) while a cycle did 2.6% less (the two CTAs wait for each other's
-     * stage releases): L 16384 640 -> 650 TFLOP/s sustained, L 2048 level.
-     * In short timings L 2048-16384 level to +3%, L 512-1024 2-5% slower:
-     * the autotuner chooses (wsp128c2). */
+     * cores do not get.  Clustered, the sustained clock rises 4% while a
+     * cycle does 2.6% less (the two CTAs wait for each other's stage
+     * releases): d 128 L 16384 640 -> 650 TFLOP/s at the cap, short
+     * sequences 2-5% slower, so the autotuner chooses (wsp128c2). */
     static_assert(CL == 1 || (CL == 2 && CB % 2 == 0), "clusters of two, an even number of 64-column boxes");
     constexpr int NQ = Tr::NQ, NQB = Tr::NQB;
     constexpr bool QS = Tr::QS;
@@ -294,9 +280,8 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
     if (wg == 0) {
         /* ---- producer ---- */
         /* MC: 32 registers for the producer (its cluster rank and the
-         * multicast mask), 232 for the consumers: no spills either side.
-         * H200, stop 27 run 11, against 24 / 240: L 16384 at the power cap
-         * 386 -> 390 TFLOP/s per GHz. */
+         * multicast mask), 232 for the consumers: no spills either side
+         * (+1% per GHz at the power cap against 24 / 240). */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(CL > 1 ? 32 : Tr::REG_P));
         /* dynamic schedule: the whole warp 0 runs the loop (its values stay
          * warp-uniform, in uniform registers, the counter's index by a
@@ -304,10 +289,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
          * schedule needs lane 0 only; with clusters the other 31 lanes would
          * wait for it in the __syncwarp before the final cluster barrier (a
          * diverged warp: its lane 0 seems to resume from its barrier waits
-         * later), so the whole warp runs the loop there.  H200, stop 28, ncu
-         * at base clocks, d 128 L 4096 (B 4, H 16): 1,317,565 -> 1,310,639
-         * cycles (two runs each, within 200; the plain kernel 1,291,000 -
-         * 1,307,000); at the power cap L 16384 level within noise. */
+         * later), so the whole warp runs the loop there (0.5% fewer cycles). */
         if (warp == 0 && (sc.ctr || CL > 1 || lane == 0)) {
             const bool one = lane == 0;
             uint32_t kv = 0; /* K/V loads issued so far (all tiles) */
@@ -439,13 +421,9 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
          * (RS: swapped on odd tiles), this thread's rows' key ranges and hw,
          * the warpgroup's largest key bound (HD / SK, below).  PRE: for the
          * static schedule the next tile's is computed while this tile's last
-         * P V runs (ncu, stop 21: ~190 instructions a warp and tile at the
-         * top of the tile, on the way from one tile's last P V to the next
-         * one's first S).  H200, stop 25, pinned, three rounds, against the
-         * same library without it: d 128 L 512 +0.6%, causal L 512 +1.5%,
-         * L 1024 +1.2%; ViT (wsp128k112, three Q buffers) 188 -> 195 TFLOP/s
-         * with it and inv_row_sum together; d 256 with 80-key tiles (wsp128)
-         * causal L 2048 +2.9%, L 4096 +0.8%; but d 64 wsp128 -4.5% (-5% with
+         * P V runs (ncu: ~190 instructions a warp and tile at the top of the
+         * tile, on the way from one tile's last P V to the next one's first
+         * S; causal d 128 L 512 +1.5% with it); but d 64 wsp128 -4.5% (-5% with
          * the set-up during the tile's first S instead), wsp192 -2.5% (their
          * last P V is half as long: the set-up outlasts it) and d 256 with
          * 64-key tiles (wsp128k64) -0.9% at L 512. */
@@ -579,8 +557,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
                  * sequence's end (the last tile when lq is not a multiple
                  * of 192: one warpgroup at L 512 and 2048, two at L 1024)
                  * takes empty turns for every key tile (its rows are not
-                 * stored).  H200, stop 25, pinned, three rounds: L 1024
-                 * +0.9%, L 2048 +0.8%, causal L 2048 +2.4%, L 512 level. */
+                 * stored; causal L 2048: +2.4%). */
                 if constexpr (PP && !SK && NC == 3)
                     if (w.m0 + cr * 64 >= lq)
                         js = ws_skip_leading<BN, NN, NST, CL>(n, w.t_end, 0, kv, narrow, bKf, bVf, bKe, bVe, my_bar,
@@ -694,20 +671,7 @@ __global__ void __launch_bounds__(128 * (BM_ / 64 + 1), 1)
             /* ---- epilogue: normalise, lse, O through this WG's Q slice ---- */
             const int b = sc.d_heads.div(w.bh), h = w.bh - b * p.nheads;
             float inv[2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                float l = lrow[rr];
-                l += __shfl_xor_sync(0xffffffffu, l, 1);
-                l += __shfl_xor_sync(0xffffffffu, l, 2);
-                inv[rr] = inv_row_sum(l);
-                if (p.lse && tq == 0) {
-                    const int r = r0 + rr * 8;
-                    if (r < lq) {
-                        const float v = l > 0.f ? mrow[rr] * 0.69314718055994531f + logf(l) : -INFINITY;
-                        p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)r * p.l_sr] = v;
-                    }
-                }
-            }
+            finish_rows(p, lrow, mrow, inv, b, h, 0, r0, lq, tq);
             /* every wgmma of this warpgroup that read its Q slice has completed */
             named_sync(1 + NC + cw, 128);
             /* O (normalised, 16-bit) into this warp's 16 rows of the Q buffer */

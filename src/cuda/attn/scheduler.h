@@ -1,6 +1,8 @@
-/* wsp_sched.h - host arithmetic of the persistent attention kernel's
- * schedule (attn_fwd_wsp), kept apart so that tests/test_fastdiv checks it
- * without a GPU. */
+/* scheduler.h - host arithmetic of the persistent attention kernel's tile
+ * schedule (attn_fwd_wsp): section sizes; kept apart so that
+ * tests/test_fastdiv checks it without a GPU.  The schedule itself (static
+ * round robin over L2-sized sections, or a tile counter) is WspSched in
+ * fwd_wsp.cuh, filled by launch_wsp. */
 #ifndef SF_WSP_SCHED_H
 #define SF_WSP_SCHED_H
 
@@ -12,8 +14,8 @@ namespace sf_attn {
  * near want that divides the pairs evenly: the smallest divisor in [want,
  * 2 want], else the largest in [want / 2, want), else want itself.  A short
  * last section starts its longest tiles last, when nothing is left to fill
- * the SMs beside them: H200, d 256 causal L 2048 (64 pairs), 9 pairs a
- * section 516-530 TFLOP/s, 8 and 16 pairs 610-614 (session 20). */
+ * the SMs beside them (d 256 causal L 2048, 64 pairs: 9 pairs a section
+ * 516-530 TFLOP/s, 8 or 16 pairs 610-614). */
 inline int64_t wsp_even_group(int64_t pairs, int64_t want) {
     if (want < 1) want = 1;
     for (int64_t g = want; g <= 2 * want && g <= pairs; g++)

@@ -1,4 +1,4 @@
-/* wgmma_util.cuh - Hopper (sm_90a) building blocks shared by the attention
+/* wgmma.cuh - Hopper (sm_90a) building blocks shared by the attention
  * and SSD kernels: 128-byte-swizzled shared tiles filled with cp.async,
  * wgmma matrix descriptors, the wgmma fence / commit / wait steps, and the
  * Wg<T, N> table of the generated wgmma wrappers (wgmma_ops.cuh).

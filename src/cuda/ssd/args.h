@@ -1,5 +1,5 @@
 /* ssd_args.h - the argument block of the CUDA SSD forward kernels
- * (ssd_fwd_args, filled by ssd_fwd.cu) and the log2(e) they scale by.
+ * (ssd_fwd_args, filled by fwd.cu) and the log2(e) they scale by.
  * Plain C++ with no device code, so the CPU emulation of a kernel
  * (tests/emu) includes the same definition. */
 #ifndef SF_SSD_ARGS_H

@@ -1,5 +1,5 @@
-/* ssd_mma.cuh - warp-level tensor-core fragments and tile staging shared by
- * the SSD kernels (ssd_fwd.cu).  Included only from .cu files.
+/* mma.cuh - the SSD's mma.sync fragment traits (per dtype, on top of
+ * common/ptx.cuh) and tile staging, shared by the kernels of every stage.
  *
  * 16-bit inputs (f16, bf16): mma.sync m16n8k16, f32 accumulation, fragments
  * loaded with ldmatrix (.trans where the tile is stored k-major).

@@ -1,13 +1,10 @@
-/* ssd_out16.cuh - compute_out for 16-bit inputs (f16, bf16) with N <= 128:
- * the fast path of the fused SSD output.  Included only from ssd_fwd.cu
- * (after ssd_chunk.cuh, whose workspace layout and args it uses).
+/* out16.cuh - the fused SSD output on mma.sync for 16-bit inputs (f16,
+ * bf16) with N <= 128 (the general and split paths; any GPU).
  *
- * Why a second kernel: ssd_chunk_out (16 x 64 warp tiles, C fragments and B
- * tiles reloaded per warp from shared memory) was shared-memory bound at
- * 2.91 ms on the 2.7B shape.  Here every warp keeps the C fragments of its
- * rows in registers for the whole block (C H^T and C B^T both reuse them)
- * and owns TWO 16-row tiles that share every B and X fragment it loads:
- * ~128 bytes of ldmatrix per mma instead of ~320.
+ * Every warp keeps the C fragments of its rows in registers for the whole
+ * block (C H^T and C B^T both reuse them) and owns TWO 16-row tiles that
+ * share every B and X fragment it loads: ~128 bytes of ldmatrix per mma
+ * instead of ~320 for ssd_chunk_out's 16 x 64 warp tiles.
  *
  * Work split.  A chunk has M16 = Q / 16 row tiles; tile i sees key tiles
  * 0..i (causal).  Warp pairs tile k with tile M16-1-k, so every warp does
@@ -18,36 +15,14 @@
  *   hf 1: pairs NW .. 2NW-1 (rows [16NW, 32NW) and [Q - 32NW, Q - 16NW))
  * Shared memory (Q 256): C rows 35 KB + H tile 17 KB + B/X key tiles of 64,
  * double-buffered, 53 KB = 106 KB, so two blocks fit on an SM and one
- * block's staging and epilogue overlap the other's products.
- *
- * Per block (Q 256, P 64, N 128): C H^T 2.1 MFLOP, C B^T 4.5, P X 2.2 =
- * 8.8 MFLOP; bytes ~80 KB (x 32 KB, z / out 16 KB each, H 16 KB; B, C from
- * L2).  2.7B b8 L4096: 20480 blocks, 180 GFLOP, ~1.15 GB of HBM traffic
- * (x, z, out, states): ~0.3 ms at 4 TB/s, ~0.35 ms at 500 TFLOP/s of
- * mma.sync: predicted 0.5-0.6 ms with imperfect overlap.
- *
- * Measured (H200, ncu, b8 L4096 bf16): 2.86 ms, no better than
- * ssd_chunk_out (2.91 ms): the prediction assumed the tensor pipe or shared
- * memory would bound it; neither does.  231 registers and 106 KB of shared
- * memory leave 2 warps per scheduler (12.5% occupancy); a warp issues every
- * 6.45 cycles (fixed-latency dependencies the top stall: the 8-deep HMMA
- * accumulate chain of S, the exp2 / select chain of the mask), and the block
- * executes ~10 K instructions per warp of which under 1 K are HMMA / LDSM
- * (index arithmetic of the run-time-thread-count staging loops, the mask
- * evaluated on every 16 x 16 block, the epilogue).  Next, in order:
- *   - mask only diagonal blocks (off-diagonal: exp2 and one multiply);
- *   - split the S accumulation (two k halves or two key blocks at once) so a
- *     warp has more independent HMMAs in flight;
- *   - stage with the bulk copy engine (cp.async.bulk, one thread per row
- *     range) or precomputed offsets instead of per-vector div / mod;
- *   - fewer registers (C fragments of one tile at a time, the other from
- *     shared memory) for 3-4 warps per scheduler, or wgmma on sm_90a with a
- *     warpgroup per 64 rows, which removes the register pressure altogether.
+ * block's staging and epilogue overlap the other's products.  The kernel is
+ * latency-bound (231 registers, 2 warps per scheduler): the sm_90a path
+ * (out_wg.cuh) is what the H200 runs.
  */
 #ifndef SF_SSD_OUT16_CUH
 #define SF_SSD_OUT16_CUH
 
-#include "ssd/chunk.cuh"
+#include "ssd/common.cuh"
 
 /* Tile constants: N padded to 128 (8 k16 steps of C fragments in registers),
  * 64 columns of P per block, 64-key tiles. */

@@ -1,7 +1,6 @@
-/* ssd_out_f32.cuh - ssd_out_sc32: the SSD output kernel for f32 inputs with
- * the intra-chunk off-diagonal term taken through sub-chunk states (the
- * formulation of ssd_out_wgs, branch next/ssd-out-sc), on TF32 mma.sync.
- * Included only from ssd_fwd.cu, after ssd_chunk.cuh.
+/* out_f32.cuh - ssd_out_sc32: the SSD output kernel for f32 inputs
+ * (configuration split32, any GPU) with the intra-chunk off-diagonal term
+ * taken through sub-chunk states, on TF32 mma.sync.
  *
  * Per 64-row block r of a chunk, with q = 64r - 1 (g'_{-1} = 0) and Hs_r the
  * state after token q of the chunk (Hs_0 = H, the state entering the chunk):
@@ -36,8 +35,7 @@
  *    f32 data (an 8 x 8 b16 matrix is 8 rows x 4 f32: thread (g, t) gets row
  *    g, word t, exactly the TF32 fragment element).  ldmatrix cannot round:
  *    C and B are rounded to TF32 in place once they land (each thread its
- *    own cp.async chunks; RL false, configuration split32) or in registers
- *    after every load (RL true, split32l); Hs is rounded when stored.
+ *    own cp.async chunks); Hs is rounded when stored.
  *  - Products with k = token (X'^T B, P X) pair key 2t with k slot t and key
  *    2t + 1 with slot t + 4 on both operands (the sum does not care); output
  *    columns are paired too: of two n-tiles over 16 columns, tile 0's column
@@ -60,7 +58,7 @@
 #ifndef SF_SSD_OUT_F32_CUH
 #define SF_SSD_OUT_F32_CUH
 
-#include "ssd/chunk.cuh"
+#include "ssd/common.cuh"
 
 template <int NP> struct SsdSc32 {
     static constexpr int LDN = NP + 4, LDX = 64 + 4;
@@ -99,17 +97,9 @@ static __device__ __forceinline__ void ssd_sc32_round_own(float *s, int ld) {
     }
 }
 
-/* The four fragment registers of an ldmatrix.x4 of f32 data, rounded to TF32. */
-static __device__ __forceinline__ void ssd_sc32_round4(uint32_t r[4]) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) r[i] = __float_as_uint(sf_tf32(__uint_as_float(r[i])));
-}
-
-/* RL false: C and B are rounded once in shared memory (configuration split32);
- * RL true: they stay raw and every C / B fragment is rounded as it is loaded
- * (split32l: no rounding pass, ~17% less shared-memory traffic, ~320 more
- * roundings of 3 instructions per warp per row block). */
-template <int NP, bool RL>
+/* C and B are rounded once in shared memory, after they land (rounding every
+ * fragment as it is loaded instead: tried and lost, bench/RESULTS.md). */
+template <int NP>
 __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
     typedef SsdSc32<NP> L;
     typedef ssd_mma<float> M;
@@ -151,7 +141,6 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                                     64, a.vec_x);
     };
     auto round_cb = [&](int r) {
-        if (RL) return;
         const int buf = r & 1;
         ssd_sc32_round_own<256, 64, NP>(sCb + buf * L::TN, LDN);
         ssd_sc32_round_own<256, 64, NP>(sBb + buf * L::TN, LDN);
@@ -246,16 +235,13 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
             for (int k = 0; k < NP; k += 8) {
                 uint32_t af[4], bf[4];
                 sf_ldsm_x4(af, pa + k);
-                if (RL) ssd_sc32_round4(af);
                 if (act0) {
                     sf_ldsm_x4(bf, pb + k);
-                    if (RL) ssd_sc32_round4(bf);
                     M::mma(S[0], af, bf);
                     M::mma(S[1], af, bf + 2);
                 }
                 if (act1) {
                     sf_ldsm_x4(bf, pb + 16 * LDN + k);
-                    if (RL) ssd_sc32_round4(bf);
                     M::mma(S[2], af, bf);
                     M::mma(S[3], af, bf + 2);
                 }
@@ -326,12 +312,6 @@ __global__ void __launch_bounds__(256, 1) ssd_out_sc32(const ssd_fwd_args a) {
                         *reinterpret_cast<const float2 *>(bb + (8 * kk + 1) * LDN + 16 * q);
                     uint32_t bA[2] = {__float_as_uint(b0.x), __float_as_uint(b1.x)};
                     uint32_t bB[2] = {__float_as_uint(b0.y), __float_as_uint(b1.y)};
-                    if (RL) {
-                        bA[0] = __float_as_uint(sf_tf32(b0.x));
-                        bA[1] = __float_as_uint(sf_tf32(b1.x));
-                        bB[0] = __float_as_uint(sf_tf32(b0.y));
-                        bB[1] = __float_as_uint(sf_tf32(b1.y));
-                    }
                     M::mma(Hs[q][0], af, bA);
                     M::mma(Hs[q][1], af, bB);
                 }

@@ -1,6 +1,5 @@
-/* ssd_out_tf32.cuh - ssd_out_tf32: the SSD output kernel for f32 inputs on
- * TF32 wgmma (sm_90a), configuration fo32, after ssd_state_fused_tf32.
- * Included only from ssd_fwd.cu, after ssd_state32.cuh.
+/* out_tf32.cuh - ssd_out_tf32: the SSD output kernel for f32 inputs on
+ * TF32 wgmma (sm_90a, configuration fg32), after ssd_state_fused_tf32.
  *
  * The formulation of ssd_out_sc32 (sub-chunk states): per 64-row block r of
  * a chunk, with q = 64r - 1 (g'_{-1} = 0) and Hs_r the state after token q
@@ -43,19 +42,14 @@
  * operations (ssd_tf32r); X^T written in 16-byte chunks.
  *
  * Shared memory: 2 stages x (C 32 KB + B 32 KB + X 18 KB), X^T 16 KB,
- * Hs 32 KB, g' and dt of two units: 217 KB, one block per SM.
- * H200, 2.7B f32 b8 L4096: 1.27 ms (ssd_out_sc32: 2.89 ms; first version of
- * this kernel, one unit per block and cvt.rna rounding: 1.75 ms; WG1 synced
- * with WG0 at barrier 1: 1.51 ms; swizzled addresses recomputed per element:
- * 1.47 ms; descriptors rebuilt per wgmma: 1.31 ms); walking segments (fg32,
- * stop 12): 1.32 ms; C and B by bulk copies instead of 16 cp.async per
- * thread and row block: 1.28 ms (b1 L16384: 669 -> 652 us).
+ * Hs 32 KB, g' and dt of two units: 217 KB, one block per SM (H200, 2.7B
+ * f32 b8 L4096: 1.28 ms against ssd_out_sc32's 2.89).
  */
 #ifndef SF_SSD_OUT_TF32_CUH
 #define SF_SSD_OUT_TF32_CUH
 
-#include "ssd/hopper.cuh"
-#include "ssd/state32.cuh"
+#include "ssd/wg_common.cuh"
+#include "ssd/state_tf32.cuh"
 
 struct SsdO32 {
     static constexpr int LDX = 72; /* X row pitch (floats) */
@@ -99,7 +93,7 @@ struct SsdO32Unit {
     const float *Xg, *hs; /* hs: the state entering the unit (P N floats) */
 };
 
-/* Walks (configurations fg32 / fg32s, wsl > 0): a unit is a segment of
+/* Walks (configuration fg32, wsl > 0): a unit is a segment of
  * wsl chunks of one (b, head, P tile), u = walk * wsl + chunk in the
  * segment (walks flattened like ssd_state_fused_tf32's grid: head fastest,
  * P tile, segment, batch row); the block takes walks walk = blockIdx.x + k

@@ -1,6 +1,5 @@
-/* ssd_state32.cuh - the state pass of the chunked SSD forward for f32 inputs
- * on TF32 wgmma (sm_90a): configuration fs32, ahead of the f32 output kernel
- * ssd_out_sc32.  Included only from ssd_fwd.cu, after ssd_hopper.cuh.
+/* state_tf32.cuh - the state pass of the chunked SSD forward for f32 inputs
+ * on TF32 wgmma (sm_90a, configuration fg32), ahead of ssd_out_tf32.
  *
  * The 16-bit fused pass (ssd_state_fused_wg) takes B as an MN-major wgmma
  * operand straight from its token-major rows; TF32 wgmma has no transposed
@@ -28,10 +27,11 @@
  * Image layout (one 64-token part, 32 KB): K-atom a = j / 32 of token j,
  * row n: byte a * 16384 + n * 128 + (((j / 4) % 8) ^ (n % 8)) * 16 + (j % 4) * 4.
  */
-#ifndef SF_SSD_STATE32_CUH
-#define SF_SSD_STATE32_CUH
+#ifndef SF_SSD_STATE_TF32_CUH
+#define SF_SSD_STATE_TF32_CUH
 
-#include "ssd/hopper.cuh"
+#include "ssd/cumsum.cuh"
+#include "ssd/state_pass.cuh"
 
 struct SsdS32 {
     static constexpr int QS = 64;       /* tokens per part */
@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(256) ssd_prologue_tf32(const ssd_fwd_args a, i
     else ssd_img_block<Q>(a, id, 1, true, img1, nullptr, sb);
 }
 
-/* Scan over the segments of ssd_state_fused_tf32 (configurations fg32 /
- * fg32s), in place: cst[(b H + h) nseg + s] holds segment s's own end state
+/* Scan over the segments of ssd_state_fused_tf32 (configuration fg32), in
+ * place: cst[(b H + h) nseg + s] holds segment s's own end state
  * (from zero; the last one only with final states) and becomes E_s, the
  * state entering it (E_0 the initial state or 0); the final state is the
  * last E.  gseg[(b H + h) nseg + s]:
@@ -157,22 +157,18 @@ __global__ void __launch_bounds__(256) ssd_seg_scan(const ssd_fwd_args a, float 
 }
 
 /* Grid (flattened): head fastest (the heads of a group read one image from
- * L2 together), then P tile, segment (SPLIT: chunk), batch row.  Block 128 = one
+ * L2 together), then P tile, segment, batch row.  Block 128 = one
  * warpgroup; warp w owns state rows p0 + 16w .. + 15, all 128 columns.
- * SPLIT (sl 1): one chunk per block, its own state X^T diag(w) B (from zero)
- * to `cst` (f32, b H nchunks P N) for ssd_state_scan: many more blocks where
- * the batch is small (b 1 L 16384: 5120 against 80).
- * !SPLIT without `gseg` (fo32, fs32; sl = nchunks): one walk per (b, head,
- * P tile) from the initial state, storing the state entering every chunk and
- * the final state.
- * !SPLIT with `gseg` (fg32 / fg32s): the chunks walked in segments of `sl`
+ * Without `gseg` (sl = nchunks): one walk per (b, head, P tile) from the
+ * initial state, storing the state entering every chunk and the final state.
+ * With `gseg` (configuration fg32): the chunks walked in segments of `sl`
  * (grid: b, segment, P tile, head), each from zero, storing only its end
  * state to cst[(b H + h) nseg + s] (P N floats) and its decay exponent
  * (sum of min(g'_last, 0) over its chunks) to gseg[(b H + h) nseg + s]
  * (the last segment only with final states: nothing else reads it);
  * ssd_seg_scan turns them into the states entering the segments, from which
  * ssd_out_tf32 walks each segment's chunks itself. */
-template <int Q, bool SPLIT>
+template <int Q>
 __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_args a, const float *img, float *cst,
                                                                int sl, float *gseg) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int p = pr + (e >> 1) * 8, n = 8 * nt + 2 * t + (e & 1);
-            H[nt][e] = !SPLIT && !gseg && a.has_init && n < a.N
+            H[nt][e] = !gseg && a.has_init && n < a.N
                            ? a.init[(int64_t)b * a.ins[0] + (int64_t)h * a.ins[1] + (int64_t)p * a.ins[2] +
                                     (int64_t)n * a.ins[3]]
                            : 0.0f;
@@ -267,7 +263,7 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         __syncthreads(); /* ... for every thread; stage (s + 1) % 2 free (part s - 1 done) */
         issue(s + 1);
         fetch(s + 2);
-        if (!SPLIT && s % NPART == 0) {
+        if (s % NPART == 0) {
             /* H is the state entering chunk c (segments: from the segment's
              * start): store it (not in segments), then decay it */
             const int c = c0 + s / NPART;
@@ -296,10 +292,8 @@ __global__ void __launch_bounds__(128, 2) ssd_state_fused_tf32(const ssd_fwd_arg
         reg_fence(H);
     }
     if (gseg && pt == 0 && tid == 0) gseg[bh * nseg + seg] = gacc;
-    if (SPLIT || gseg) {
-        /* the chunk's (SPLIT) or segment's own state; ssd_h_store<float>
-         * written out: through the helper the SPLIT variant (validated on
-         * the H200 as it is) compiles to different SASS */
+    if (gseg) {
+        /* the segment's own state (ssd_h_store<float> written out) */
         float *dst = cst + (bh * nseg + seg) * PN + (int64_t)pr * a.N;
 #pragma unroll
         for (int nt = 0; nt < 16; nt++) {
