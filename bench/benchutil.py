@@ -68,3 +68,25 @@ def replace_section(path, name, body):
         f.write(text)
     os.replace(tmp, path)
     return how
+
+
+def merge_rounds(paths, key_fields, time_fields):
+    """The rows of several CSV runs of one script (rounds), one row a point:
+    each field of time_fields the median over the runs, the rest from the
+    first run; rows keep the first run's order.  Returns (rows, rounds)."""
+    import csv
+    import statistics
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs.append(list(csv.DictReader(f)))
+    out = []
+    for r in runs[0]:
+        key = tuple(r[k] for k in key_fields)
+        same = [x for run in runs for x in run if tuple(x[k] for k in key_fields) == key]
+        m = dict(r)
+        for t in time_fields:
+            vals = [float(x[t]) for x in same if x[t] not in ("", "nan")]
+            m[t] = statistics.median(vals) if vals else float("nan")
+        out.append(m)
+    return out, len(runs)

@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from benchutil import BF16_TFLOPS, commit, md_table, replace_section
+from benchutil import merge_rounds, BF16_TFLOPS, commit, md_table, replace_section
 
 try:  # the GPU side; results_section() runs without it
     import torch
@@ -126,10 +126,49 @@ def results_section(rows, torch_version="", plot=None):
     return "\n".join(out) + "\n"
 
 
+def plot(rows, path, gpu, date, dtype):
+    """TFLOP/s against L, one panel per (head dim, mask), ours and the peers."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ds = sorted({int(r["d"]) for r in rows if int(r["L"]) != 196})
+    combos = [(d, c) for d in ds for c in (0, 1)]
+    fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.6), sharey=True)
+    for ax, (d, c) in zip(axes, combos):
+        sel = [r for r in rows if int(r["d"]) == d and int(r["causal"]) == c and int(r["L"]) != 196]
+        for key, lab in (("ours_tflops", "seqfuse"), ("cudnn_tflops", "cuDNN"), ("fa2_tflops", "FA2")):
+            ax.plot([int(r["L"]) for r in sel], [float(r[key]) for r in sel], marker="o", label=lab)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"d {d}, {'causal' if c else 'non-causal'}")
+        ax.set_xlabel("sequence length")
+    axes[0].set_ylabel(f"TFLOP/s ({dtype})")
+    axes[0].legend()
+    fig.suptitle(f"attention forward, {gpu}, {date}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def from_csv(paths, results, plot_path, torch_version):
+    """--from-csv: the section and plot from the CSVs of earlier runs (rounds
+    of one library, e.g. bench/compare_libs.sh's), each time the median."""
+    rows, n = merge_rounds(paths, ("B", "L", "H", "d", "causal"), ("ours_ms", "cudnn_ms", "fa2_ms"))
+    for r in rows:
+        fl = attn_flops(int(r["B"]), int(r["L"]), int(r["H"]), int(r["d"]), int(r["causal"]))
+        for k in ("ours", "cudnn", "fa2"):
+            r[k + "_tflops"] = fl / (float(r[k + "_ms"]) * 1e-3) / 1e12
+        r["rounds"] = n
+    if plot_path:
+        plot(rows, plot_path, rows[0]["gpu"], rows[0]["date"], rows[0]["dtype"])
+    if results:
+        how = replace_section(results, "attn_fwd", results_section(rows, torch_version, plot_path))
+        print(f"{results}: attn_fwd section {how}")
+
+
 def main():
-    if torch is None:
-        raise SystemExit("needs torch, triton and the seqfuse binding (PYTHONPATH=python)")
     ap = argparse.ArgumentParser()
+    ap.add_argument("--from-csv", default="", metavar="A.csv,B.csv",
+                    help="no GPU: write --results / --plot from these runs' CSVs (median over them)")
+    ap.add_argument("--torch-version", default="", help="with --from-csv: the torch of those runs")
     ap.add_argument("--quick", action="store_true", help="d 128 and 64, L 512/4096/16384 only")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--plot", nargs="?", const=PLOT, default=None,
@@ -147,6 +186,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternating rounds of ours and the peers per point; each reports its median")
     a = ap.parse_args()
+    if a.from_csv:
+        from_csv(a.from_csv.split(","), a.results, a.plot, a.torch_version)
+        return
+    if torch is None:
+        raise SystemExit("needs torch, triton and the seqfuse binding (PYTHONPATH=python)")
     a.rounds = max(1, a.rounds)
     gpu = torch.cuda.get_device_name()
     date = time.strftime("%Y-%m-%d")
@@ -193,23 +237,7 @@ def main():
             for r in rows:
                 f.write(",".join(str(r[k]) for k in keys) + "\n")
     if a.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        combos = [(d, c) for d in ds for c in (0, 1)]
-        fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.6), sharey=True)
-        for ax, (d, c) in zip(axes, combos):
-            sel = [r for r in rows if r["d"] == d and r["causal"] == c and r["L"] != 196]
-            for key, lab in (("ours_tflops", "seqfuse"), ("cudnn_tflops", "cuDNN"), ("fa2_tflops", "FA2")):
-                ax.plot([r["L"] for r in sel], [r[key] for r in sel], marker="o", label=lab)
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"d {d}, {'causal' if c else 'non-causal'}")
-            ax.set_xlabel("sequence length")
-        axes[0].set_ylabel(f"TFLOP/s ({a.dtype})")
-        axes[0].legend()
-        fig.suptitle(f"attention forward, {gpu}, {date}")
-        fig.tight_layout()
-        fig.savefig(a.plot, dpi=110)
+        plot(rows, a.plot, gpu, date, a.dtype)
     if a.results:
         how = replace_section(a.results, "attn_fwd", results_section(rows, torch.__version__, a.plot))
         print(f"{a.results}: attn_fwd section {how}")

@@ -17,7 +17,7 @@ import argparse
 import os
 import time
 
-from benchutil import BF16_TFLOPS, COPY_TBS, TF32_TFLOPS, commit, md_table, replace_section
+from benchutil import BF16_TFLOPS, COPY_TBS, TF32_TFLOPS, commit, md_table, merge_rounds, replace_section
 
 try:  # the GPU side; the section writers run without it
     import torch
@@ -176,10 +176,29 @@ def ssd_step_section(rows, torch_version=""):
         md_table(["batch", "ours ms", "mamba_ssm ms", "ours / peer", "TB/s", "of copy"], tab)]) + "\n"
 
 
+def from_csv(paths, results, torch_version):
+    """--from-csv: the sections from the CSVs of earlier runs (rounds of one
+    library, e.g. bench/compare_libs.sh's), each time the median; TFLOP/s and
+    TB/s scaled by the median time."""
+    rows, _ = merge_rounds(paths, ("op", "shape"), ("ours_ms", "peer_ms"))
+    first = {(r["op"], r["shape"]): r for r in merge_rounds(paths[:1], ("op", "shape"), ())[0]}
+    for r in rows:
+        r0 = first[(r["op"], r["shape"])]
+        scale = float(r0["ours_ms"]) / float(r["ours_ms"])
+        r["tflops"] = float(r0["tflops"]) * scale
+        r["tbs"] = float(r0["tbs"]) * scale
+    for op, make in (("ssd_fwd", ssd_fwd_section), ("ssd_step", ssd_step_section)):
+        sel = [r for r in rows if r["op"] == op]
+        if sel and results:
+            how = replace_section(results, op, make(sel, torch_version))
+            print(f"{results}: {op} section {how}")
+
+
 def main():
-    if torch is None:
-        raise SystemExit("needs torch, triton and the seqfuse binding (PYTHONPATH=python)")
     ap = argparse.ArgumentParser()
+    ap.add_argument("--from-csv", default="", metavar="A.csv,B.csv",
+                    help="no GPU: write --results from these runs' CSVs (median over them)")
+    ap.add_argument("--torch-version", default="", help="with --from-csv: the torch of those runs")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--results", default=None, metavar="PATH",
                     help="write the run as the ssd_fwd / ssd_step sections of PATH (bench/RESULTS.md)")
@@ -196,6 +215,11 @@ def main():
                     help="the dtype --profile uses")
     ap.add_argument("--profile-shape", default="8,4096", help="batch,seqlen for --profile")
     a = ap.parse_args()
+    if a.from_csv:
+        from_csv(a.from_csv.split(","), a.results, a.torch_version)
+        return
+    if torch is None:
+        raise SystemExit("needs torch, triton and the seqfuse binding (PYTHONPATH=python)")
     if a.profile:
         pb, pL = (int(v) for v in a.profile_shape.split(","))
         profile_kernels(b=pb, L=pL, dtype=getattr(torch, a.profile_dtype))
