@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One batched run on a GPU machine: the CUDA tests of every op, the default
-# workload, the Python binding's GPU tests, compute-sanitizer on the CUDA op
-# tests, and the side-by-side benchmarks against the peers.  Logs go to $OUT
-# (or ./out).
+# One batched run on a GPU machine: bench/device_check.sh (every CUDA test,
+# each configuration pinned, memcheck and racecheck), the Python binding's GPU
+# tests, the default workload, and the side-by-side benchmarks against the
+# peers, which write $OUT/RESULTS.md.  Logs go to $OUT (or ./out).
 #   bench/device_run.sh BUILD_DIR        (a CUDA build made by CMake)
 # The peer for the SSD benchmark (mamba_ssm's Triton kernels) is looked up on
 # PYTHONPATH; put a checkout's python package in .peer/ to include it.
@@ -19,34 +19,7 @@ export SF_COMMIT=${SF_COMMIT:-}
 export SF_AUTOTUNE_CACHE=$OUT/autotune.tsv
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 rc=0
-echo "== CUDA op tests =="
-for op in ssd_fwd ssd_step attn_fwd conv1d_fwd conv1d_update rmsnorm_gated; do
-  "$B/tests/test_ops" --op "$op" --backend cuda > "$OUT/test_$op.log" 2>&1
-  r=$?
-  tail -1 "$OUT/test_$op.log"
-  grep -E "FAIL" "$OUT/test_$op.log" | head -5
-  [ $r -eq 0 ] || rc=1
-done
-echo "== every configuration pinned (tools/configs.py list: one op:name a row of src/cuda/<op>/configs.h) =="
-for cfg in $(python3 tools/configs.py list); do
-  log="$OUT/test_${cfg/:/_}.log"
-  SF_AUTOTUNE_CACHE= SF_AUTOTUNE_FORCE=$cfg "$B/tests/test_ops" --op "${cfg%%:*}" --backend cuda --all \
-    > "$log" 2>&1
-  r=$?
-  echo "$cfg: $(tail -n 1 "$log")"
-  grep -E "FAIL" "$log" | head -5
-  [ $r -eq 0 ] || rc=1
-done
-if [ -x "$B/tests/test_ssd_big" ]; then
-  echo "== more than 2^31 elements of x =="
-  "$B/tests/test_ssd_big" 2>&1 | tail -4
-fi
-echo "== compute-sanitizer memcheck on the CUDA op tests =="
-for op in ssd_fwd ssd_step attn_fwd conv1d_fwd; do
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_ops" --op "$op" --backend cuda \
-    > "$OUT/memcheck_$op.log" 2>&1
-  echo "memcheck $op: exit $? ($(grep -c 'ERROR SUMMARY: 0' "$OUT/memcheck_$op.log") clean summaries)"
-done
+OUT=$OUT bash bench/device_check.sh "$B" || rc=1
 echo "== Python binding on the GPU =="
 python3 -m pytest -q tests/python -k "cuda or torch" 2>&1 | tail -3
 echo "== seqfuse default workload =="
