@@ -13,6 +13,8 @@
 #ifndef SF_ATTN_CONFIGS_H
 #define SF_ATTN_CONFIGS_H
 
+#include "common/config_table.h"
+
 enum class AttnKernel {
     heuristic, /* ws with the tile rows the length suggests, else wgmma, else mma */
     ws,        /* attn_fwd_ws: TMA + warp-specialised wgmma, one CTA per tile     */
@@ -43,16 +45,5 @@ static const AttnConfig attn_configs[] = {
     {"wsp128c2", AttnKernel::wsp, 128, 0, 2, "wsp128 at d 128, full attention, in clusters of two CTAs that multicast each K/V stage (less energy a call: long sequences at the power cap)"},
 };
 static const int ATTN_NCONFIG = (int)(sizeof attn_configs / sizeof attn_configs[0]);
-
-/* The names, for the autotuner (built once from the table). */
-static const char *const *attn_config_names() {
-    static const char *names[sizeof attn_configs / sizeof attn_configs[0]];
-    static const bool done = [] {
-        for (int i = 0; i < ATTN_NCONFIG; i++) names[i] = attn_configs[i].name;
-        return true;
-    }();
-    (void)done;
-    return names;
-}
 
 #endif

@@ -133,7 +133,7 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     rq.dtype = dt;
     rq.bucket = bucket;
     rq.ncand = ATTN_NCONFIG;
-    rq.names = attn_config_names();
+    rq.names = sf_config_names(attn_configs);
     rq.run = attn_tune_run<T>;
     rq.sustain = attn_tune_sustain<T>;
     rq.arg = &t;

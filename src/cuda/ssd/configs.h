@@ -12,6 +12,8 @@
 #ifndef SF_SSD_CONFIGS_H
 #define SF_SSD_CONFIGS_H
 
+#include "common/config_table.h"
+
 enum class SsdPath {
     hopper16, /* sm_90a wgmma, 16-bit: cumsum, C B^T, states, balanced output   */
     tf32_seg, /* sm_90a TF32 wgmma, f32: states in segments, output walking them */
@@ -38,16 +40,5 @@ static const SsdConfig ssd_configs[] = {
     {"split", SsdPath::split, false, false, 0, "dense batches on any GPU (chunk 128 / 256): every chunk's state at once on mma.sync, then a scan, the general output kernel"},
 };
 static const int SSD_NCONFIG = (int)(sizeof ssd_configs / sizeof ssd_configs[0]);
-
-/* The names, for the autotuner (built once from the table). */
-static const char *const *ssd_config_names() {
-    static const char *names[sizeof ssd_configs / sizeof ssd_configs[0]];
-    static const bool done = [] {
-        for (int i = 0; i < SSD_NCONFIG; i++) names[i] = ssd_configs[i].name;
-        return true;
-    }();
-    (void)done;
-    return names;
-}
 
 #endif

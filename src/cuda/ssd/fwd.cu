@@ -479,7 +479,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
     rq.dtype = (sf_dtype)tc->dtype;
     rq.bucket = bucket;
     rq.ncand = SSD_NCONFIG;
-    rq.names = ssd_config_names();
+    rq.names = sf_config_names(ssd_configs);
     rq.run = ssd_tune_run<T>;
     rq.arg = tc;
     rq.reps = 5;
