@@ -13,7 +13,7 @@
  * changes an operation or its order, so outputs and lse are equal bit for
  * bit; a race in the hand-over of a buffer shows here as a few differing
  * rows, where the tolerance checks of test_ops may see nothing (the SSD's
- * test_ssd_same found such a race that way, stop 14).
+ * test_ssd_same found such a race that way).
  *
  * Shapes: causal with odd lengths, Lq != Lk (bottom-right), GQA, a sliding
  * window, full attention with a partial last key tile; more tiles than an
@@ -24,7 +24,7 @@
  * wsp128c2 falls back to wsp128 for an odd number of query tiles, and
  * which kernel served is not visible through the API: the full d 128
  * shape below has 8 query tiles, and on the H200 the profiler showed
- * attn_fwd_wsp<..., CL = 2> serving it (stop 27).
+ * attn_fwd_wsp<..., CL = 2> serving it.
  * Exit 0: passed; 1: failed; 77: skipped (no CUDA device, or nothing ran). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
