@@ -1,0 +1,747 @@
+/* case_run.c - the machinery that runs one case of the table (cases.c) on
+ * one backend against the reference: seeded inputs, poisoned outputs with
+ * guard bytes, the op, the comparison.  See cases.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "cases.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ */
+/* random numbers: splitmix64                                          */
+/* ------------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unif(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double rng_normal(uint64_t *s) {
+    double u = rng_unif(s), v = rng_unif(s);
+    if (u < 1e-300) u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* ------------------------------------------------------------------ */
+/* tensors of a case                                                   */
+/* ------------------------------------------------------------------ */
+
+enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_OUT };
+
+#define MAXT 13
+#define GUARD 64
+
+typedef struct tspec {
+    int present, rank, gen, is_out, is_inout, is_index;
+    int64_t shape[4], stride[4];
+    sf_dtype dtype;       /* the target's dtype                      */
+    size_t span;          /* bytes spanned by the strided view        */
+    size_t alloc;         /* span + guard                             */
+    unsigned char *h;     /* host data in the target's layout         */
+    float *ref;           /* contiguous f32 copy (reference input/out) */
+    void *dptr;           /* buffer on the target context             */
+} tspec;
+
+static int64_t numel(const tspec *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+    return n;
+}
+
+static void spec(tspec *t, int rank, const int64_t *shape, sf_dtype dt, int gen) {
+    t->present = 1;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+    t->dtype = dt;
+    t->gen = gen;
+    t->is_out = gen == GEN_OUT;
+    t->is_index = dt == SF_I32 || dt == SF_I64;
+}
+
+/* Strides: contiguous, or with every row (dim rank-2) padded by 8 elements
+ * and rank-1 tensors stepping by 2, so views are not contiguous while rows
+ * stay 16-byte aligned. */
+static void layout(tspec *t, int strided) {
+    size_t es = sf_dtype_size(t->dtype);
+    int64_t s = 1;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        t->stride[i] = s;
+        int64_t ext = t->shape[i] > 0 ? t->shape[i] : 1;
+        if (strided && !t->is_index && t->rank >= 2 && i == t->rank - 1) ext += 8;
+        if (strided && !t->is_index && t->rank == 1) t->stride[i] = 2, ext *= 2;
+        s *= ext;
+    }
+    int64_t span = 1;
+    for (int i = 0; i < t->rank; i++)
+        if (t->shape[i] > 0) span += (t->shape[i] - 1) * t->stride[i];
+    if (numel(t) == 0) span = 0;
+    t->span = (size_t)span * es;
+    t->alloc = t->span + GUARD;
+}
+
+/* Element i (row-major logical index) -> offset in elements. */
+static int64_t offset_of(const tspec *t, int64_t i) {
+    int64_t off = 0;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->stride[d];
+        i /= t->shape[d];
+    }
+    return off;
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0) {
+        float f = ldexpf((float)m, -24);
+        return sign ? -f : f;
+    }
+    bits = e == 0x1f ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static uint16_t f32_to_f16(float f) { /* inputs here are small normal numbers or zero */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a < 0x38800000u) return (uint16_t)sign; /* flush tiny values: never generated */
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+static float bf16_to_f32(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+static uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float load(const tspec *t, int64_t i) {
+    int64_t o = offset_of(t, i);
+    switch (t->dtype) {
+    case SF_F32: return ((const float *)t->h)[o];
+    case SF_F16: return f16_to_f32(((const uint16_t *)t->h)[o]);
+    case SF_BF16: return bf16_to_f32(((const uint16_t *)t->h)[o]);
+    case SF_I32: return (float)((const int32_t *)t->h)[o];
+    default: return (float)((const int64_t *)t->h)[o];
+    }
+}
+
+/* Stores v rounded to the target dtype; returns the value actually stored. */
+static float store(tspec *t, int64_t i, float v) {
+    int64_t o = offset_of(t, i);
+    switch (t->dtype) {
+    case SF_F32: ((float *)t->h)[o] = v; return v;
+    case SF_F16: ((uint16_t *)t->h)[o] = f32_to_f16(v); return f16_to_f32(((uint16_t *)t->h)[o]);
+    case SF_BF16: ((uint16_t *)t->h)[o] = f32_to_bf16(v); return bf16_to_f32(((uint16_t *)t->h)[o]);
+    case SF_I32: ((int32_t *)t->h)[o] = (int32_t)v; return v;
+    default: ((int64_t *)t->h)[o] = (int64_t)v; return v;
+    }
+}
+
+static double gen_value(int gen, uint64_t *s) {
+    switch (gen) {
+    case GEN_NORMAL: return rng_normal(s);
+    case GEN_HALF: return 0.5 * rng_normal(s);
+    case GEN_DT_RAW: return -4.0 + 3.0 * rng_unif(s);   /* softplus -> 0.018 .. 0.31 */
+    case GEN_DT_POS: return 0.005 + 0.095 * rng_unif(s);
+    case GEN_A: return -(0.5 + 7.5 * rng_unif(s));
+    case GEN_DTB_SP: return -1.0 + 1.5 * rng_unif(s);
+    case GEN_DTB: return 0.02 * rng_unif(s);
+    default: return 0.0;
+    }
+}
+
+static sf_tensor view(const tspec *t, void *data, int ref, int device) {
+    sf_tensor v;
+    memset(&v, 0, sizeof v);
+    if (!t->present) return v;
+    v.data = data;
+    v.device = ref ? SF_DEVICE_CPU : device;
+    v.dtype = ref && !t->is_index ? SF_F32 : t->dtype;
+    v.rank = t->rank;
+    int64_t s = 1;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        v.shape[i] = t->shape[i];
+        v.stride[i] = ref ? s : t->stride[i];
+        s *= t->shape[i] > 0 ? t->shape[i] : 1;
+    }
+    return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* op-specific: specs, index tensors, params, work counts              */
+/* ------------------------------------------------------------------ */
+
+enum { X, DT, A, B, C, D, Z, DTB, INIT, SEQ, CU, OUT, FIN }; /* ssd_fwd */
+enum { S_STATE, S_X, S_DT, S_A, S_B, S_C, S_D, S_Z, S_DTB, S_IDX, S_OUT };
+enum { Q, K, V, AO, LSE, CUQ, CUK };
+enum { CV_X, CV_W, CV_BIAS, CV_INIT, CV_CU, CV_OUT, CV_FIN };      /* conv1d_fwd    */
+enum { UP_STATE, UP_X, UP_W, UP_BIAS, UP_IDX, UP_OUT };           /* conv1d_update */
+enum { RN_X, RN_Z, RN_W, RN_OUT, RN_NONE };                       /* rmsnorm_gated */
+
+/* conv1d_update: state slots (0 in a hand-made case means one per sequence) */
+static int conv_slots(const sfc_case *c) { return c->nslots > 0 ? c->nslots : c->b; }
+
+static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
+    memset(t, 0, sizeof(tspec) * MAXT);
+    int64_t b = c->b, L = c->L, H = c->H, P = c->P, G = c->G, N = c->N;
+    if (c->op == SFC_SSD_FWD) {
+        int64_t ns = c->varlen == 2 ? c->nseq : b;
+        spec(&t[X], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
+        spec(&t[DT], 3, (int64_t[]){b, L, H}, dt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
+        spec(&t[A], 1, (int64_t[]){H}, SF_F32, GEN_A);
+        spec(&t[B], 4, (int64_t[]){b, L, G, N}, dt, GEN_HALF);
+        spec(&t[C], 4, (int64_t[]){b, L, G, N}, dt, GEN_HALF);
+        if (c->D == 1) spec(&t[D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
+        if (c->D == 2) spec(&t[D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
+        if (c->z) spec(&t[Z], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
+        if (c->dt_bias) spec(&t[DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
+        if (c->init) spec(&t[INIT], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_HALF);
+        if (c->varlen == 1) spec(&t[SEQ], 2, (int64_t[]){b, L}, SF_I32, GEN_NONE);
+        if (c->varlen == 2) spec(&t[CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
+        spec(&t[OUT], 4, (int64_t[]){b, L, H, P}, dt, GEN_OUT);
+        if (c->final) spec(&t[FIN], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_OUT);
+    } else if (c->op == SFC_SSD_STEP) {
+        spec(&t[S_STATE], 4, (int64_t[]){c->nslots, H, P, N}, SF_F32, GEN_HALF);
+        t[S_STATE].is_inout = 1;
+        spec(&t[S_X], 3, (int64_t[]){b, H, P}, dt, GEN_NORMAL);
+        spec(&t[S_DT], 2, (int64_t[]){b, H}, dt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
+        spec(&t[S_A], 1, (int64_t[]){H}, SF_F32, GEN_A);
+        spec(&t[S_B], 3, (int64_t[]){b, G, N}, dt, GEN_HALF);
+        spec(&t[S_C], 3, (int64_t[]){b, G, N}, dt, GEN_HALF);
+        if (c->D == 1) spec(&t[S_D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
+        if (c->D == 2) spec(&t[S_D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
+        if (c->z) spec(&t[S_Z], 3, (int64_t[]){b, H, P}, dt, GEN_NORMAL);
+        if (c->dt_bias) spec(&t[S_DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
+        if (c->nslots != c->b) spec(&t[S_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        spec(&t[S_OUT], 3, (int64_t[]){b, H, P}, dt, GEN_OUT);
+    } else if (c->op == SFC_CONV1D_FWD) {
+        int64_t ns = c->varlen == 2 ? c->nseq : b, dim = c->dim, W = c->width;
+        spec(&t[CV_X], 3, (int64_t[]){b, L, dim}, dt, GEN_NORMAL);
+        spec(&t[CV_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
+        if (c->bias) spec(&t[CV_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        if (c->init) spec(&t[CV_INIT], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_NORMAL);
+        if (c->varlen == 2) spec(&t[CV_CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
+        spec(&t[CV_OUT], 3, (int64_t[]){b, L, dim}, dt, GEN_OUT);
+        if (c->final) spec(&t[CV_FIN], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_OUT);
+    } else if (c->op == SFC_CONV1D_UPDATE) {
+        int64_t dim = c->dim, W = c->width;
+        spec(&t[UP_STATE], 3, (int64_t[]){conv_slots(c), dim, W - 1}, SF_F32, GEN_NORMAL);
+        t[UP_STATE].is_inout = 1;
+        spec(&t[UP_X], 2, (int64_t[]){b, dim}, dt, GEN_NORMAL);
+        spec(&t[UP_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
+        if (c->bias) spec(&t[UP_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        if (conv_slots(c) != c->b) spec(&t[UP_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        spec(&t[UP_OUT], 2, (int64_t[]){b, dim}, dt, GEN_OUT);
+    } else if (c->op == SFC_RMSNORM_GATED) {
+        int64_t rows = b * L, dim = c->dim;
+        spec(&t[RN_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        if (c->z) spec(&t[RN_Z], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        spec(&t[RN_W], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+    } else {
+        int64_t d = c->d, Hkv = c->Hkv;
+        if (c->attn_varlen) {
+            int64_t tq = 0, tk = 0;
+            for (int i = 0; i < c->b; i++) tq += c->qlens[i], tk += c->klens[i];
+            spec(&t[Q], 3, (int64_t[]){tq, H, d}, dt, GEN_NORMAL);
+            spec(&t[K], 3, (int64_t[]){tk, Hkv, d}, dt, GEN_NORMAL);
+            spec(&t[V], 3, (int64_t[]){tk, Hkv, d}, dt, GEN_NORMAL);
+            spec(&t[AO], 3, (int64_t[]){tq, H, d}, dt, GEN_OUT);
+            spec(&t[LSE], 2, (int64_t[]){H, tq}, SF_F32, GEN_OUT);
+            spec(&t[CUQ], 1, (int64_t[]){b + 1}, SF_I32, GEN_NONE);
+            spec(&t[CUK], 1, (int64_t[]){b + 1}, SF_I32, GEN_NONE);
+        } else {
+            spec(&t[Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
+            spec(&t[K], 4, (int64_t[]){b, c->Lk, Hkv, d}, dt, GEN_NORMAL);
+            spec(&t[V], 4, (int64_t[]){b, c->Lk, Hkv, d}, dt, GEN_NORMAL);
+            spec(&t[AO], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
+            spec(&t[LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
+        }
+    }
+}
+
+/* Index tensors: cu_seqlens, seq_idx, a shuffled state_idx with a pad. */
+static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
+    if (c->op == SFC_SSD_FWD && t[CU].present) {
+        int32_t *cu = (int32_t *)t[CU].h;
+        cu[0] = 0;
+        for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->seqlens[i];
+    }
+    if (c->op == SFC_SSD_FWD && t[SEQ].present) {
+        int32_t *si = (int32_t *)t[SEQ].h;
+        for (int64_t r = 0; r < c->b; r++) {
+            int64_t pos = 0, id = 0;
+            for (int s = 0; s < c->nseq; s++, id++)
+                for (int j = 0; j < c->seqlens[s] && pos < c->L; j++) si[r * c->L + pos++] = (int32_t)id;
+            while (pos < c->L) si[r * c->L + pos++] = (int32_t)id;
+        }
+    }
+    if (c->op == SFC_SSD_STEP && t[S_IDX].present) {
+        int32_t *idx = (int32_t *)t[S_IDX].h;
+        int n = c->nslots;
+        int *perm = (int *)malloc(sizeof(int) * (size_t)n);
+        if (!perm) return; /* sfc_run checks the index tensors' contents below */
+        for (int i = 0; i < n; i++) perm[i] = i;
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        for (int i = 0; i < c->b; i++) idx[i] = perm[i];
+        if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
+        free(perm);
+    }
+    if (c->op == SFC_CONV1D_FWD && t[CV_CU].present) {
+        int32_t *cu = (int32_t *)t[CV_CU].h;
+        cu[0] = 0;
+        for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->seqlens[i];
+    }
+    if (c->op == SFC_CONV1D_UPDATE && t[UP_IDX].present) {
+        int32_t *idx = (int32_t *)t[UP_IDX].h;
+        int n = conv_slots(c) > c->b ? conv_slots(c) : c->b;
+        int *perm = (int *)malloc(sizeof(int) * (size_t)n);
+        if (!perm) return; /* sfc_run checks the index tensors' contents below */
+        for (int i = 0; i < n; i++) perm[i] = i;
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        for (int i = 0; i < c->b; i++) idx[i] = perm[i] < conv_slots(c) ? perm[i] : -1;
+        if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
+        free(perm);
+    }
+    if (c->op == SFC_ATTN_FWD && t[CUQ].present) {
+        int32_t *cq = (int32_t *)t[CUQ].h, *ck = (int32_t *)t[CUK].h;
+        cq[0] = ck[0] = 0;
+        for (int i = 0; i < c->b; i++) cq[i + 1] = cq[i] + c->qlens[i], ck[i + 1] = ck[i] + c->klens[i];
+    }
+}
+
+static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_backend be,
+                       void *params) {
+#define VW(i) view(&t[i], ref ? (void *)t[i].ref : t[i].dptr, ref, device)
+    if (c->op == SFC_SSD_FWD) {
+        sf_ssd_fwd_params *p = (sf_ssd_fwd_params *)params;
+        sf_ssd_fwd_params_init(p);
+        p->x = VW(X), p->dt = VW(DT), p->A = VW(A), p->B = VW(B), p->C = VW(C);
+        p->D = VW(D), p->z = VW(Z), p->dt_bias = VW(DTB), p->initial_states = VW(INIT);
+        p->seq_idx = VW(SEQ), p->cu_seqlens = VW(CU), p->out = VW(OUT), p->final_states = VW(FIN);
+        p->chunk_size = c->chunk;
+        p->dt_softplus = c->softplus;
+        p->dt_min = c->dt_min;
+        p->dt_max = c->dt_max > 0 ? c->dt_max : INFINITY;
+        p->backend = be;
+    } else if (c->op == SFC_SSD_STEP) {
+        sf_ssd_step_params *p = (sf_ssd_step_params *)params;
+        sf_ssd_step_params_init(p);
+        p->state = VW(S_STATE), p->x = VW(S_X), p->dt = VW(S_DT), p->A = VW(S_A);
+        p->B = VW(S_B), p->C = VW(S_C), p->D = VW(S_D), p->z = VW(S_Z), p->dt_bias = VW(S_DTB);
+        p->state_idx = VW(S_IDX), p->out = VW(S_OUT);
+        p->dt_softplus = c->softplus;
+        p->dt_min = c->dt_min;
+        p->dt_max = c->dt_max > 0 ? c->dt_max : INFINITY;
+        p->backend = be;
+    } else if (c->op == SFC_CONV1D_FWD) {
+        sf_conv1d_params *p = (sf_conv1d_params *)params;
+        sf_conv1d_params_init(p);
+        p->x = VW(CV_X), p->weight = VW(CV_W), p->bias = VW(CV_BIAS);
+        p->initial_state = VW(CV_INIT), p->final_state = VW(CV_FIN);
+        p->cu_seqlens = VW(CV_CU), p->out = VW(CV_OUT);
+        p->silu = c->silu;
+        p->backend = be;
+    } else if (c->op == SFC_CONV1D_UPDATE) {
+        sf_conv1d_update_params *p = (sf_conv1d_update_params *)params;
+        sf_conv1d_update_params_init(p);
+        p->conv_state = VW(UP_STATE), p->x = VW(UP_X), p->weight = VW(UP_W);
+        p->bias = VW(UP_BIAS), p->state_idx = VW(UP_IDX), p->out = VW(UP_OUT);
+        p->silu = c->silu;
+        p->backend = be;
+    } else if (c->op == SFC_RMSNORM_GATED) {
+        sf_rmsnorm_gated_params *p = (sf_rmsnorm_gated_params *)params;
+        sf_rmsnorm_gated_params_init(p);
+        p->x = VW(RN_X), p->z = VW(RN_Z), p->weight = VW(RN_W), p->out = VW(RN_OUT);
+        p->group_size = c->group;
+        p->norm_before_gate = c->norm_before_gate;
+        p->eps = 1e-5f;
+        p->backend = be;
+    } else {
+        sf_attn_fwd_params *p = (sf_attn_fwd_params *)params;
+        sf_attn_fwd_params_init(p);
+        p->q = VW(Q), p->k = VW(K), p->v = VW(V), p->out = VW(AO), p->lse = VW(LSE);
+        p->cu_seqlens_q = VW(CUQ), p->cu_seqlens_k = VW(CUK);
+        p->causal = c->causal;
+        p->softmax_scale = c->ascale > 0.f ? c->ascale / sqrtf((float)c->d) : 0.f;
+        p->window_left = c->wl == 0 && c->wr == 0 ? -1 : c->wl;
+        p->window_right = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
+        p->backend = be;
+    }
+#undef VW
+}
+
+static sf_status call_op(const sfc_case *c, sf_ctx *ctx, const void *params) {
+    switch (c->op) {
+    case SFC_SSD_FWD: return sf_ssd_fwd(ctx, (const sf_ssd_fwd_params *)params);
+    case SFC_SSD_STEP: return sf_ssd_step(ctx, (const sf_ssd_step_params *)params);
+    case SFC_CONV1D_FWD: return sf_conv1d_fwd(ctx, (const sf_conv1d_params *)params);
+    case SFC_CONV1D_UPDATE: return sf_conv1d_update(ctx, (const sf_conv1d_update_params *)params);
+    case SFC_RMSNORM_GATED: return sf_rmsnorm_gated(ctx, (const sf_rmsnorm_gated_params *)params);
+    default: return sf_attn_fwd(ctx, (const sf_attn_fwd_params *)params);
+    }
+}
+
+/* FLOPs and the fewest bytes one call must move. */
+static void work(const sfc_case *c, const tspec *t, sfc_result *r) {
+    double bytes = 0;
+    for (int i = 0; i < MAXT; i++)
+        if (t[i].present) bytes += (double)numel(&t[i]) * (double)sf_dtype_size(t[i].dtype) * (t[i].is_inout ? 2 : 1);
+    r->bytes = bytes;
+    if (c->op == SFC_SSD_FWD) {
+        double tok = (double)c->b * c->L * c->H, Qc = c->chunk;
+        r->flops = tok * (4.0 * c->P * c->N + Qc * c->N + Qc * c->P);
+    } else if (c->op == SFC_SSD_STEP) {
+        r->flops = (double)c->b * c->H * c->P * c->N * 5.0;
+    } else if (c->op == SFC_CONV1D_FWD || c->op == SFC_CONV1D_UPDATE) {
+        r->flops = 2.0 * c->width * (double)c->b * c->L * c->dim;
+    } else if (c->op == SFC_RMSNORM_GATED) {
+        r->flops = (double)c->b * c->L * c->dim * (c->z ? 6.0 : 4.0);
+    } else {
+        double pairs = 0;
+        int nb = c->b;
+        for (int bi = 0; bi < nb; bi++) {
+            int64_t lq = c->attn_varlen ? c->qlens[bi] : c->Lq, lk = c->attn_varlen ? c->klens[bi] : c->Lk;
+            for (int64_t i = 0; i < lq; i++) {
+                int64_t pos = i + lk - lq;
+                int64_t wl = c->wl == 0 && c->wr == 0 ? -1 : c->wl, wr = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
+                if (c->causal) wr = 0;
+                int64_t lo = wl < 0 ? 0 : pos - wl, hi = wr < 0 ? lk : pos + wr + 1;
+                if (lo < 0) lo = 0;
+                if (hi > lk) hi = lk;
+                if (hi > lo) pairs += (double)(hi - lo);
+            }
+        }
+        r->flops = 4.0 * pairs * c->H * c->d;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* run                                                                  */
+/* ------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Compares output i of the target with the reference output. */
+static double compare(const tspec *t, const float *ref, long long *unwritten, long long *nonfinite) {
+    double num = 0, den = 0;
+    int64_t n = numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double o = load(t, i), r = ref[i];
+        if (isinf(r)) { /* an lse of a fully masked row: must match exactly */
+            if (o != r) (*nonfinite)++;
+            continue;
+        }
+        if (isnan(o)) {
+            (*unwritten)++;
+            continue;
+        }
+        if (isinf(o)) {
+            (*nonfinite)++;
+            continue;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Rounds v to dtype dt (f16/bf16), as a naive kernel storing it would. */
+static float round_to(sf_dtype dt, float v) {
+    return dt == SF_F16 ? f16_to_f32(f32_to_f16(v)) : dt == SF_BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+}
+
+/* The error bar of FlashAttention's own tests: a naive attention in the
+ * low precision (S = QK^T scaled and stored in the dtype, P = exp(S - max)
+ * stored in the dtype, O = PV / rowsum accumulated in f32 and stored), its
+ * relative error against the reference.  Ours must be at most twice it. */
+static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
+    const int64_t H = c->H, Hkv = c->Hkv, d = c->d, grp = H / Hkv;
+    const double scale = (c->ascale > 0.f ? c->ascale : 1.0) / sqrt((double)d);
+    const int32_t *cq = t[CUQ].present ? (const int32_t *)t[CUQ].h : NULL;
+    const int32_t *ck = t[CUK].present ? (const int32_t *)t[CUK].h : NULL;
+    const float *q = t[Q].ref, *k = t[K].ref, *v = t[V].ref, *ref = t[AO].ref;
+    int64_t maxk = 0;
+    for (int bi = 0; bi < c->b; bi++) {
+        int64_t lk = ck ? ck[bi + 1] - ck[bi] : c->Lk;
+        if (lk > maxk) maxk = lk;
+    }
+    float *p = (float *)malloc(sizeof(float) * (size_t)(maxk + 1));
+    float *o = (float *)malloc(sizeof(float) * (size_t)d);
+    if (!p || !o) {
+        free(p);
+        free(o);
+        return NAN; /* no low-precision baseline: reported as such */
+    }
+    double num = 0, den = 0;
+    for (int bi = 0; bi < c->b; bi++) {
+        int64_t q0 = cq ? cq[bi] : (int64_t)bi * c->Lq, lq = cq ? cq[bi + 1] - cq[bi] : c->Lq;
+        int64_t k0 = ck ? ck[bi] : (int64_t)bi * c->Lk, lk = ck ? ck[bi + 1] - ck[bi] : c->Lk;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < lq; i++) {
+                int64_t pos = i + lk - lq;
+                int64_t wl = c->wl == 0 && c->wr == 0 ? -1 : c->wl, wr = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
+                if (c->causal) wr = 0;
+                int64_t lo = wl < 0 ? 0 : pos - wl, hi = wr < 0 ? lk : pos + wr + 1;
+                if (lo < 0) lo = 0;
+                if (hi > lk) hi = lk;
+                const float *qi = q + ((q0 + i) * H + h) * d;
+                float m = -INFINITY;
+                for (int64_t j = lo; j < hi; j++) {
+                    const float *kj = k + ((k0 + j) * Hkv + h / grp) * d;
+                    float s = 0;
+                    for (int64_t e = 0; e < d; e++) s += qi[e] * kj[e];
+                    p[j - lo] = round_to(dt, (float)(s * scale));
+                    if (p[j - lo] > m) m = p[j - lo];
+                }
+                float l = 0;
+                for (int64_t e = 0; e < d; e++) o[e] = 0;
+                for (int64_t j = lo; j < hi; j++) {
+                    float pj = round_to(dt, expf(p[j - lo] - m));
+                    l += pj;
+                    const float *vj = v + ((k0 + j) * Hkv + h / grp) * d;
+                    for (int64_t e = 0; e < d; e++) o[e] += pj * vj[e];
+                }
+                const float *ri = ref + ((q0 + i) * H + h) * d;
+                for (int64_t e = 0; e < d; e++) {
+                    double ov = hi > lo ? round_to(dt, o[e] / l) : 0.0, r = ri[e];
+                    num += (ov - r) * (ov - r);
+                    den += r * r;
+                }
+            }
+    }
+    free(p);
+    free(o);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Output padding and guard bytes must still hold the 0xff poison. */
+static int guards_intact(const tspec *t) {
+    size_t es = sf_dtype_size(t->dtype);
+    unsigned char *mask = (unsigned char *)calloc(t->alloc, 1);
+    if (!mask) return 0; /* cannot check: counted as broken guards */
+    int64_t n = numel(t);
+    for (int64_t i = 0; i < n; i++) memset(mask + offset_of(t, i) * (int64_t)es, 1, es);
+    int ok = 1;
+    for (size_t i = 0; i < t->alloc && ok; i++)
+        if (!mask[i] && t->h[i] != 0xff) ok = 0;
+    free(mask);
+    return ok;
+}
+
+sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf_ctx *ref_ctx,
+                  uint64_t seed, int reps, int skip_ref, sfc_result *res, char *msg, size_t msglen) {
+    tspec t[MAXT];
+    build_specs(c, dt, t);
+    memset(res, 0, sizeof *res);
+    res->guard_ok = 1;
+    if (msg && msglen) msg[0] = 0;
+    uint64_t rng = seed * 0x2545f4914f6cdd1dull + (uint64_t)(c - sfc_cases) + 1;
+    sf_status st = SF_OK;
+    union {
+        sf_ssd_fwd_params a;
+        sf_ssd_step_params b;
+        sf_attn_fwd_params c;
+        sf_conv1d_params d;
+        sf_conv1d_update_params e;
+        sf_rmsnorm_gated_params f;
+    } prm, prm_ref;
+
+    for (int i = 0; i < MAXT; i++) {
+        if (!t[i].present) continue;
+        layout(&t[i], c->strided);
+        t[i].h = (unsigned char *)malloc(t[i].alloc);
+        t[i].ref = (float *)calloc((size_t)numel(&t[i]) + 1, t[i].is_index ? sizeof(int32_t) : sizeof(float));
+        if (!t[i].h || !t[i].ref) {
+            st = SF_ERR_OUT_OF_MEMORY;
+            if (msg && msglen)
+                snprintf(msg, msglen, "cannot allocate %.3g GB of host memory for tensor %d of the case",
+                         ((double)t[i].alloc + (double)numel(&t[i]) * 4.0) * 1e-9, i);
+            goto done;
+        }
+        memset(t[i].h, 0xff, t[i].alloc);
+        if (t[i].is_out) continue;
+        if (t[i].is_index) continue;
+        int64_t n = numel(&t[i]);
+        for (int64_t e = 0; e < n; e++) t[i].ref[e] = store(&t[i], e, (float)gen_value(t[i].gen, &rng));
+    }
+    fill_index(c, t, &rng);
+    for (int i = 0; i < MAXT; i++) /* index tensors are contiguous: the reference shares them */
+        if (t[i].present && t[i].is_index) memcpy(t[i].ref, t[i].h, (size_t)numel(&t[i]) * sf_dtype_size(t[i].dtype));
+    work(c, t, res);
+
+    /* the target's buffers */
+    for (int i = 0; i < MAXT && st == SF_OK; i++) {
+        if (!t[i].present) continue;
+        st = sf_malloc(ctx, &t[i].dptr, t[i].alloc);
+        if (st == SF_OK) st = sf_memcpy(ctx, t[i].dptr, t[i].h, t[i].alloc);
+    }
+    if (st != SF_OK) goto done;
+    set_params(c, t, 0, sf_ctx_device(ctx), be, &prm);
+    sf_ctx_reset_workspace_peak(ctx);
+    st = call_op(c, ctx, &prm);
+    if (st == SF_OK) st = sf_ctx_synchronize(ctx);
+    if (st != SF_OK) goto done;
+    res->ws_peak = sf_ctx_workspace_peak(ctx);
+    for (int i = 0; i < MAXT; i++) {
+        if (!t[i].present || !(t[i].is_out || t[i].is_inout)) continue;
+        /* the state of ssd_step is updated in place: t[i].h becomes the result,
+         * and its reference copy is updated in place by the reference */
+        sf_memcpy(ctx, t[i].h, t[i].dptr, t[i].alloc);
+        if (t[i].is_out && !guards_intact(&t[i])) res->guard_ok = 0;
+    }
+
+    if (reps > 0) {
+        double *ts = (double *)malloc(sizeof(double) * (size_t)reps);
+        if (!ts) {
+            st = SF_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        st = call_op(c, ctx, &prm); /* warm-up */
+        if (st == SF_OK) st = sf_ctx_synchronize(ctx);
+        for (int r = 0; r < reps && st == SF_OK; r++) {
+            double t0 = sfc_now();
+            st = call_op(c, ctx, &prm);
+            if (st == SF_OK) st = sf_ctx_synchronize(ctx);
+            ts[r] = sfc_now() - t0;
+        }
+        if (st == SF_OK) {
+            qsort(ts, (size_t)reps, sizeof(double), cmp_double);
+            res->ms = 1e3 * ts[reps / 2];
+        }
+        free(ts);
+        if (st != SF_OK) goto done;
+    }
+
+    if (!skip_ref) {
+        /* reference: contiguous f32 copies of the same (rounded) inputs */
+        set_params(c, t, 1, SF_DEVICE_CPU, SF_BACKEND_REF, &prm_ref);
+        sf_ctx_reset_workspace_peak(ref_ctx);
+        double t0 = sfc_now();
+        sf_status rs = call_op(c, ref_ctx, &prm_ref);
+        res->ref_ms = 1e3 * (sfc_now() - t0);
+        res->ref_ws_peak = sf_ctx_workspace_peak(ref_ctx);
+        if (rs != SF_OK) {
+            if (msg) snprintf(msg, msglen, "reference failed: %s", sf_ctx_last_error(ref_ctx));
+            st = SF_ERR_INTERNAL;
+            goto done;
+        }
+        int first = c->op == SFC_SSD_FWD ? OUT : c->op == SFC_SSD_STEP ? S_OUT : AO;
+        int second = c->op == SFC_SSD_FWD ? FIN : c->op == SFC_SSD_STEP ? S_STATE : LSE;
+        if (c->op == SFC_CONV1D_FWD) first = CV_OUT, second = CV_FIN;
+        if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
+        if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
+        res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
+        if (t[second].present)
+            res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
+        if (c->op == SFC_ATTN_FWD && dt != SF_F32) res->err_naive = naive_attn_err(c, t, dt);
+    }
+
+done:
+    if (st != SF_OK && msg && msglen && !msg[0]) snprintf(msg, msglen, "%s", sf_ctx_last_error(ctx));
+    for (int i = 0; i < MAXT; i++) {
+        if (t[i].dptr) sf_free(ctx, t[i].dptr);
+        free(t[i].h);
+        free(t[i].ref);
+    }
+    return st;
+}
+
+/* Whether SF_AUTOTUNE_FORCE pins a configuration of this op ("op:name,..."). */
+static int forced_for(sfc_op op) {
+    const char *env = getenv("SF_AUTOTUNE_FORCE");
+    if (!env) return 0;
+    char key[64];
+    snprintf(key, sizeof key, "%s:", sfc_op_name(op));
+    for (const char *s = env; (s = strstr(s, key)) != NULL; s++)
+        if (s == env || s[-1] == ',') return 1;
+    return 0;
+}
+
+/* What a backend documents it does not serve (seqfuse.h). */
+static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
+    return be == SF_BACKEND_CUDA && op == SFC_ATTN_FWD && dt == SF_F32;
+}
+
+int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int threads,
+                  int *passed, int *skipped) {
+    sf_ctx *ctx = NULL, *ref = NULL;
+    int failed = 0;
+    *passed = *skipped = 0;
+    if (sf_ctx_create(&ctx, device) != SF_OK || sf_ctx_create(&ref, SF_DEVICE_CPU) != SF_OK) {
+        printf("  FAIL cannot create contexts\n");
+        sf_ctx_destroy(ctx);
+        return 1;
+    }
+    if (threads > 0) sf_ctx_set_threads(ctx, threads);
+    const sf_dtype dts[] = {SF_F32, SF_F16, SF_BF16};
+    for (int ci = 0; ci < sfc_ncases; ci++) {
+        const sfc_case *c = &sfc_cases[ci];
+        if ((op >= 0 && (int)c->op != op) || c->workload || (c->big && !all)) continue;
+        for (int di = 0; di < 3; di++) {
+            sfc_result r;
+            char msg[512];
+            sf_status st = sfc_run(c, dts[di], be, ctx, ref, seed, 0, 0, &r, msg, sizeof msg);
+            double tol = sfc_tolerance(c->op, dts[di], be);
+            const char *dn = sf_dtype_name(dts[di]);
+            if (st == SF_ERR_UNSUPPORTED && documented_unsupported(c->op, dts[di], be)) {
+                printf("  skip %-22s %-4s documented unsupported: %s\n", c->name, dn, msg);
+                (*skipped)++;
+                continue;
+            }
+            /* SF_AUTOTUNE_FORCE pins one kernel configuration of an op, which
+             * need not serve every case of that op: those are listed, not failed */
+            if (st == SF_ERR_UNSUPPORTED && forced_for(c->op)) {
+                printf("  skip %-22s %-4s the forced configuration cannot serve it: %s\n", c->name, dn, msg);
+                (*skipped)++;
+                continue;
+            }
+            int ok = st == SF_OK && r.err <= tol && r.err2 <= tol && r.unwritten == 0 &&
+                     r.nonfinite == 0 && r.guard_ok;
+            /* low-precision attention: at most twice the naive kernel's error */
+            int naive_ok = r.err_naive <= 0 || r.err <= 2.0 * r.err_naive;
+            ok = ok && naive_ok;
+            if (st != SF_OK)
+                printf("  FAIL %-22s %-4s %s: %s\n", c->name, dn, sf_status_string(st), msg);
+            else
+                printf("  %s %-22s %-4s %-4s err %.2e  err2 %.2e  (tol %.1e%s)%s%s%s%s\n",
+                       ok ? "ok  " : "FAIL", c->name, dn, sf_backend_name(be), r.err, r.err2, tol,
+                       r.err_naive > 0 ? ", <= 2x naive" : "",
+                       naive_ok ? "" : "  WORSE THAN 2x THE NAIVE LOW-PRECISION ATTENTION",
+                       r.unwritten ? "  UNWRITTEN outputs" : "",
+                       r.nonfinite ? "  NON-FINITE outputs" : "",
+                       r.guard_ok ? "" : "  GUARD/PADDING overwritten");
+            fflush(stdout);
+            if (ok)
+                (*passed)++;
+            else
+                failed++;
+        }
+    }
+    sf_ctx_destroy(ctx);
+    sf_ctx_destroy(ref);
+    return failed;
+}
