@@ -63,6 +63,9 @@ const sfc_case sfc_cases[] = {
      * tokens), two P tiles, N 128,
      * initial states but no final states (the last segment's state is not
      * made then) */
+    /* empty: no tokens (final states = initial states), no batch rows */
+    {SSD("ssd_empty_L", 2, 0, 4, 16, 2, 8, 64), .init = 1, .final = 1},
+    {SSD("ssd_empty_b", 0, 40, 4, 16, 2, 8, 64), .final = 1},
     {SSD("ssd_seg128", 2, 1701, 4, 64, 2, 64, 128), .D = 2, ALL_OPTS, .dt_min = 0.001f, .dt_max = 0.3f},
     {SSD("ssd_seg256", 1, 2900, 3, 128, 1, 128, 256), .D = 1, .z = 1, .init = 1, .dt_bias = 1, .softplus = 1},
     {SSD("ssd_2p7b_small", 1, 512, 8, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .final = 1},

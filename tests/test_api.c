@@ -656,6 +656,37 @@ int main(void) {
         EXPECT_STATUS(sf_ssd_step(ctx, &s8), SF_ERR_INVALID_ARG, "dt_bias[0] is -inf");
     }
 
+    /* empty is valid (as in attention): L 0 gives final states = initial
+     * states on every host backend; b 0 leaves everything as it is */
+    for (int be = SF_BACKEND_REF; be <= SF_BACKEND_CPU; be++) {
+        sf_ssd_fwd_params e0;
+        ssd_valid(&e0);
+        e0.backend = (sf_backend)be;
+        e0.x = T(0, 4, (int64_t[]){1, 0, 4, 4}), e0.dt = T(1, 3, (int64_t[]){1, 0, 4});
+        e0.B = T(3, 4, (int64_t[]){1, 0, 2, 4}), e0.C = T(4, 4, (int64_t[]){1, 0, 2, 4});
+        e0.out = T(5, 4, (int64_t[]){1, 0, 4, 4});
+        e0.initial_states = T(6, 4, (int64_t[]){1, 4, 4, 4});
+        e0.final_states = T(7, 4, (int64_t[]){1, 4, 4, 4});
+        for (int i = 0; i < 64; i++) fbuf[6][i] = 0.25f * (float)i - 3.0f, fbuf[7][i] = NAN;
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &e0), SF_OK, NULL);
+        int same = 1;
+        for (int i = 0; i < 64; i++) same &= fbuf[7][i] == fbuf[6][i];
+        checks++;
+        if (!same) printf("FAIL %s SSD with L 0: final states are not the initial ones\n",
+                          sf_backend_name((sf_backend)be)), failures++;
+        e0.initial_states.data = NULL;
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &e0), SF_OK, NULL);
+        same = 1;
+        for (int i = 0; i < 64; i++) same &= fbuf[7][i] == 0.0f;
+        checks++;
+        if (!same) printf("FAIL %s SSD with L 0: final states without initial ones are not 0\n",
+                          sf_backend_name((sf_backend)be)), failures++;
+        e0.x = T(0, 4, (int64_t[]){0, 8, 4, 4}), e0.dt = T(1, 3, (int64_t[]){0, 8, 4});
+        e0.B = T(3, 4, (int64_t[]){0, 8, 2, 4}), e0.C = T(4, 4, (int64_t[]){0, 8, 2, 4});
+        e0.out = T(5, 4, (int64_t[]){0, 8, 4, 4}), e0.final_states = T(7, 4, (int64_t[]){0, 4, 4, 4});
+        EXPECT_STATUS(sf_ssd_fwd(ctx, &e0), SF_OK, NULL);
+    }
+
     /* every op with a NULL context or NULL params */
     checks += 6;
     if (sf_attn_fwd(NULL, &ap) != SF_ERR_NULL_POINTER || sf_ssd_step(NULL, &sp) != SF_ERR_NULL_POINTER ||

@@ -108,6 +108,23 @@ static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
     return SF_OK;
 }
 
+/* No tokens (b or L 0) or no outputs (H or P 0), on the host: each
+ * sequence's final state is its initial state, or zeros without one. */
+static void ssd_fwd_empty_host(const sf_ssd_fwd_params *p, int64_t ns, int64_t H, int64_t P, int64_t N) {
+    const sf_tensor *fi = &p->final_states, *in = &p->initial_states;
+    if (!fi->data) return;
+    for (int64_t s = 0; s < ns; s++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < P; i++)
+                for (int64_t n = 0; n < N; n++) {
+                    const float v = in->data ? ((const float *)in->data)[s * in->stride[0] + h * in->stride[1] +
+                                                                        i * in->stride[2] + n * in->stride[3]]
+                                             : 0.0f;
+                    ((float *)fi->data)[s * fi->stride[0] + h * fi->stride[1] + i * fi->stride[2] +
+                                        n * fi->stride[3]] = v;
+                }
+}
+
 static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const char *op, int states_only) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
@@ -125,9 +142,8 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     pr.headdim = p->x.shape[3];
     int dt = (int)p->x.dtype;
     int64_t b = pr.batch, L = pr.seqlen, H = pr.nheads, P = pr.headdim;
-    if (b == 0 || L == 0 || H == 0 || P == 0)
-        return sf_fail(ctx, SF_ERR_SHAPE, "%s: x has an empty dimension (%lld, %lld, %lld, %lld)",
-                       op, (long long)b, (long long)L, (long long)H, (long long)P);
+    /* empty is valid, as in attention: no tokens (b or L 0) leave out empty
+     * and the final states equal to the initial ones (zeros without them) */
 
     CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 4, (int64_t[]){b, L, SF_ANY, SF_ANY}, dt, 1));
     pr.ngroups = p->B.shape[2];
@@ -203,6 +219,11 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     if (states_only && (be != SF_BACKEND_CUDA || !pr.has_final))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend and final_states are needed", op);
 
+    if ((b == 0 || L == 0 || H == 0 || P == 0) && be != SF_BACKEND_CUDA) {
+        ssd_fwd_empty_host(p, ns, H, P, N);
+        ctx->last_backend = be;
+        return SF_OK;
+    }
     sf_status s;
     switch (be) {
     case SF_BACKEND_REF:

@@ -571,6 +571,18 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     a.vec_C = ssd_vec_ok(&p->C, esz, 3);
     a.vec_z = pr->has_z && ssd_vec_ok(&p->z, esz, 3);
     a.vec_o = ssd_vec_ok(&p->out, esz, 3);
+    if (pr->batch == 0 || pr->seqlen == 0 || pr->nheads == 0 || pr->headdim == 0) {
+        /* no tokens, or no outputs: the final states only */
+        const int64_t ns = pr->varlen == 2 ? pr->nseq : pr->batch;
+        const int64_t total = pr->has_final ? ns * pr->nheads * pr->headdim * pr->dstate : 0;
+        if ((total + 255) / 256 > INT32_MAX)
+            return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
+        if (total > 0) {
+            ssd_final_empty<<<(unsigned)((total + 255) / 256), 256, 0, sf_cuda_stream(ctx)>>>(a, total);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+        return SF_OK;
+    }
     if (pr->states_only) return ssd_states_launch(ctx, pr, a);
 
     /* workspace */

@@ -438,4 +438,19 @@ __global__ void __launch_bounds__(256) ssd_final_varlen(const ssd_fwd_args a) {
     }
 }
 
+/* No tokens (b or L 0): each sequence's final state is its initial state, or
+ * zeros without one.  One thread per (sequence, head, p, n), n fastest. */
+__global__ void __launch_bounds__(256) ssd_final_empty(const ssd_fwd_args a, int64_t total) {
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= total) return;
+    int64_t r = id;
+    const int64_t n = r % a.N;
+    r /= a.N;
+    const int64_t p = r % a.P;
+    r /= a.P;
+    const int64_t h = r % a.H, s = r / a.H;
+    const float v = a.has_init ? a.init[s * a.ins[0] + h * a.ins[1] + p * a.ins[2] + n * a.ins[3]] : 0.0f;
+    a.fin[s * a.fis[0] + h * a.fis[1] + p * a.fis[2] + n * a.fis[3]] = v;
+}
+
 #endif
