@@ -27,6 +27,8 @@ def hashes(lib):
     for line in out.splitlines():
         m = re.match(r"\s*arch = (sm_\w+)", line)
         if m:
+            flush()  # the section's last function belongs to the previous arch
+            name, body = None, []
             arch = m.group(1)
             continue
         m = re.match(r"\s*Function : (\S+)", line)
