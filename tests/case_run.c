@@ -272,6 +272,24 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
     }
 }
 
+/* idx[0..b) = the first b entries of a random permutation of 0..n-1 (n >=
+ * b); without memory for the permutation, the identity. */
+static void shuffled_slots(int32_t *idx, int b, int n, uint64_t *rng) {
+    int *perm = (int *)malloc(sizeof(int) * (size_t)n);
+    if (!perm) {
+        for (int i = 0; i < b; i++) idx[i] = i;
+        return;
+    }
+    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    for (int i = 0; i < b; i++) idx[i] = perm[i];
+    free(perm);
+}
+
 /* Index tensors: cu_seqlens, seq_idx, a shuffled state_idx with a pad. */
 static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
     if (c->op == SFC_SSD_FWD && t[CU].present) {
@@ -290,18 +308,8 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
     }
     if (c->op == SFC_SSD_STEP && t[S_IDX].present) {
         int32_t *idx = (int32_t *)t[S_IDX].h;
-        int n = c->nslots;
-        int *perm = (int *)malloc(sizeof(int) * (size_t)n);
-        if (!perm) return; /* sfc_run checks the index tensors' contents below */
-        for (int i = 0; i < n; i++) perm[i] = i;
-        for (int i = n - 1; i > 0; i--) {
-            int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
-            perm[i] = perm[j];
-            perm[j] = tmp;
-        }
-        for (int i = 0; i < c->b; i++) idx[i] = perm[i];
+        shuffled_slots(idx, c->b, c->nslots, rng);
         if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
-        free(perm);
     }
     if (c->op == SFC_CONV1D_FWD && t[CV_CU].present) {
         int32_t *cu = (int32_t *)t[CV_CU].h;
@@ -310,18 +318,11 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
     }
     if (c->op == SFC_CONV1D_UPDATE && t[UP_IDX].present) {
         int32_t *idx = (int32_t *)t[UP_IDX].h;
-        int n = conv_slots(c) > c->b ? conv_slots(c) : c->b;
-        int *perm = (int *)malloc(sizeof(int) * (size_t)n);
-        if (!perm) return; /* sfc_run checks the index tensors' contents below */
-        for (int i = 0; i < n; i++) perm[i] = i;
-        for (int i = n - 1; i > 0; i--) {
-            int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
-            perm[i] = perm[j];
-            perm[j] = tmp;
-        }
-        for (int i = 0; i < c->b; i++) idx[i] = perm[i] < conv_slots(c) ? perm[i] : -1;
+        const int n = conv_slots(c) > c->b ? conv_slots(c) : c->b;
+        shuffled_slots(idx, c->b, n, rng);
+        /* slots past conv_slots are padding */
+        for (int i = 0; i < c->b; i++) idx[i] = idx[i] < conv_slots(c) ? idx[i] : -1;
         if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
-        free(perm);
     }
     if (c->op == SFC_ATTN_FWD && t[CUQ].present) {
         int32_t *cq = (int32_t *)t[CUQ].h, *ck = (int32_t *)t[CUK].h;
