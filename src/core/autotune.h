@@ -58,7 +58,7 @@ typedef sf_status (*sf_tune_sustain_fn)(sf_ctx *ctx, int cand, void *arg, double
 #define SF_TUNE_SUSTAIN_ROUNDS 2
 #define SF_TUNE_SUSTAIN_MAX 4 /* candidates run sustained at most */
 
-/* most candidates a request may list (the SSD has 25) */
+/* most candidates a request may list (the largest table, attention, has 10) */
 #define SF_TUNE_MAX_CAND 64
 
 typedef struct sf_tune_request {
