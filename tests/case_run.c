@@ -292,8 +292,10 @@ static void shuffled_slots(int32_t *idx, int b, int n, uint64_t *rng) {
 
 /* Index tensors: cu_seqlens, seq_idx, a shuffled state_idx with a pad. */
 static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
-    if (c->op == SFC_SSD_FWD && t[CU].present) {
-        int32_t *cu = (int32_t *)t[CU].h;
+    /* cu_seqlens of the SSD and the conv1d: the running sum of the lengths */
+    const int cu_slot = c->op == SFC_SSD_FWD ? CU : c->op == SFC_CONV1D_FWD ? CV_CU : -1;
+    if (cu_slot >= 0 && t[cu_slot].present) {
+        int32_t *cu = (int32_t *)t[cu_slot].h;
         cu[0] = 0;
         for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->seqlens[i];
     }
@@ -310,11 +312,6 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
         int32_t *idx = (int32_t *)t[S_IDX].h;
         shuffled_slots(idx, c->b, c->nslots, rng);
         if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
-    }
-    if (c->op == SFC_CONV1D_FWD && t[CV_CU].present) {
-        int32_t *cu = (int32_t *)t[CV_CU].h;
-        cu[0] = 0;
-        for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + c->seqlens[i];
     }
     if (c->op == SFC_CONV1D_UPDATE && t[UP_IDX].present) {
         int32_t *idx = (int32_t *)t[UP_IDX].h;
