@@ -396,6 +396,14 @@ SF_API sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p)
  *                    (a negative wl or wr means unbounded on that side;
  *                    causal sets wr = 0)
  * A row that sees no key gets out = 0 and lse = -INFINITY.
+ * Score modifiers, applied in this order to s = scale * q.k of a visible
+ * key (flash_attn's order; lse is taken over the modified scores):
+ *   softcap > 0:     s = softcap * tanh(s / softcap)   (Gemma 2's capping)
+ *   alibi_slopes:    s = s - slope * |i + Lk - Lq - j|  (ALiBi), slope of
+ *                    head h from alibi_slopes (H) f32, or (b, H) f32 for a
+ *                    slope per batch entry and head.  On the host,
+ *                    non-finite slopes are SF_ERR_INVALID_ARG; on the GPU
+ *                    they give NaN outputs.
  *
  * Dense layout:   q (b, Lq, H, d), k and v (b, Lk, Hkv, d), out like q,
  *                 lse (b, H, Lq) f32 optional.
@@ -403,9 +411,11 @@ SF_API sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p)
  *                 q (total_q, H, d), k/v (total_k, Hkv, d), out like q,
  *                 lse (H, total_q) f32 optional.  Sequences may be empty.
  * q, k, v, out: one dtype among f32/f16/bf16, unit inner stride; any other
- * strides.  d <= 256.  CUDA backend: f16 and bf16 only (f32 gives
- * SF_ERR_UNSUPPORTED: use the CPU backend), d a multiple of 8, and
- * cu_seqlens_q and cu_seqlens_k of one dtype.
+ * strides.  Any head dim d from 1 to 256.  CUDA backend: f16 and bf16
+ * only (f32 gives SF_ERR_UNSUPPORTED: use the CPU backend), cu_seqlens_q
+ * and cu_seqlens_k of one dtype; the fastest kernels take d 64, 128, 192
+ * or 256 with 16-byte aligned rows and no score modifier, the others run a
+ * generic tensor-core kernel (d padded on chip).
  * softmax_scale 0 means 1/sqrt(d).
  */
 typedef struct sf_attn_fwd_params {
@@ -416,6 +426,8 @@ typedef struct sf_attn_fwd_params {
     float softmax_scale;
     int causal;
     int window_left, window_right;   /* -1: unbounded */
+    float softcap;                   /* 0: off; > 0: tanh capping       */
+    sf_tensor alibi_slopes;          /* optional (H) or (b, H) f32      */
     sf_backend backend;
 } sf_attn_fwd_params;
 
@@ -565,8 +577,9 @@ SF_API sf_status sf_ssd_fwd_cp(sf_ctx *ctx, sf_comm *comm, const sf_ssd_fwd_para
  * contiguous they are first packed into the communicator's buffer.
  * The communicator's buffer holds 2 K/V blocks in flight, one partial
  * result, and an f32 accumulator and lse when needed.  Dense layout only:
- * cu_seqlens and sliding windows give SF_ERR_UNSUPPORTED; Lq must equal Lk
- * and be even (SF_ERR_SHAPE). */
+ * cu_seqlens, sliding windows and ALiBi (its distances would need each
+ * chunk's offset) give SF_ERR_UNSUPPORTED; softcap is applied per chunk,
+ * exactly.  Lq must equal Lk and be even (SF_ERR_SHAPE). */
 SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_params *p);
 
 #ifdef __cplusplus

@@ -31,7 +31,7 @@ static double rng_normal(uint64_t *s) {
 /* tensors of a case                                                   */
 /* ------------------------------------------------------------------ */
 
-enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_OUT };
+enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_SLOPE, GEN_OUT };
 
 #define MAXT 13
 #define GUARD 64
@@ -158,6 +158,7 @@ static double gen_value(int gen, uint64_t *s) {
     case GEN_A: return -(0.5 + 7.5 * rng_unif(s));
     case GEN_DTB_SP: return -1.0 + 1.5 * rng_unif(s);
     case GEN_DTB: return 0.02 * rng_unif(s);
+    case GEN_SLOPE: return 0.05 + 0.45 * rng_unif(s); /* ALiBi's 2^-8/H .. 2^-1 range */
     default: return 0.0;
     }
 }
@@ -185,7 +186,7 @@ static sf_tensor view(const tspec *t, void *data, int ref, int device) {
 
 enum { X, DT, A, B, C, D, Z, DTB, INIT, SEQ, CU, OUT, FIN }; /* ssd_fwd */
 enum { S_STATE, S_X, S_DT, S_A, S_B, S_C, S_D, S_Z, S_DTB, S_IDX, S_OUT };
-enum { Q, K, V, AO, LSE, CUQ, CUK };
+enum { Q, K, V, AO, LSE, CUQ, CUK, ALI };
 enum { CV_X, CV_W, CV_BIAS, CV_INIT, CV_CU, CV_OUT, CV_FIN };      /* conv1d_fwd    */
 enum { UP_STATE, UP_X, UP_W, UP_BIAS, UP_IDX, UP_OUT };           /* conv1d_update */
 enum { RN_X, RN_Z, RN_W, RN_OUT, RN_NONE };                       /* rmsnorm_gated */
@@ -269,6 +270,8 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
             spec(&t[AO], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
             spec(&t[LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
         }
+        if (c->alibi == 1) spec(&t[ALI], 1, (int64_t[]){H}, SF_F32, GEN_SLOPE);
+        if (c->alibi == 2) spec(&t[ALI], 2, (int64_t[]){b, H}, SF_F32, GEN_SLOPE);
     }
 }
 
@@ -384,6 +387,8 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->softmax_scale = c->ascale > 0.f ? c->ascale / sqrtf((float)c->d) : 0.f;
         p->window_left = c->wl == 0 && c->wr == 0 ? -1 : c->wl;
         p->window_right = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
+        p->softcap = c->softcap;
+        p->alibi_slopes = VW(ALI);
         p->backend = be;
     }
 #undef VW
@@ -482,6 +487,7 @@ static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
     const int32_t *cq = t[CUQ].present ? (const int32_t *)t[CUQ].h : NULL;
     const int32_t *ck = t[CUK].present ? (const int32_t *)t[CUK].h : NULL;
     const float *q = t[Q].ref, *k = t[K].ref, *v = t[V].ref, *ref = t[AO].ref;
+    const float *slopes = t[ALI].present ? t[ALI].ref : NULL;
     int64_t maxk = 0;
     for (int bi = 0; bi < c->b; bi++) {
         int64_t lk = ck ? ck[bi + 1] - ck[bi] : c->Lk;
@@ -512,7 +518,10 @@ static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
                     const float *kj = k + ((k0 + j) * Hkv + h / grp) * d;
                     float s = 0;
                     for (int64_t e = 0; e < d; e++) s += qi[e] * kj[e];
-                    p[j - lo] = round_to(dt, (float)(s * scale));
+                    s = (float)(s * scale);
+                    if (c->softcap > 0.f) s = c->softcap * tanhf(s / c->softcap);
+                    if (slopes) s -= slopes[c->alibi == 2 ? bi * H + h : h] * (float)(pos > j ? pos - j : j - pos);
+                    p[j - lo] = round_to(dt, s);
                     if (p[j - lo] > m) m = p[j - lo];
                 }
                 float l = 0;

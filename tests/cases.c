@@ -98,6 +98,22 @@ const sfc_case sfc_cases[] = {
      .attn_varlen = 1, .qlens = {1, 0, 70, 129, 5}, .klens = {1, 3, 70, 150, 0}},
     {"attn_varlen_window", SFC_ATTN_FWD, 3, .H = 2, .Hkv = 1, .d = 32, .wl = 8, .wr = 8,
      .attn_varlen = 1, .qlens = {33, 1, 64}, .klens = {33, 17, 64}},
+    /* score modifiers and head dims that are not multiples of 8 (served by
+     * the mma kernel on the GPU, padded on chip); ascale 4 makes scores
+     * large enough for the cap to bite */
+    {"attn_softcap", SFC_ATTN_FWD, 2, .H = 4, .Lq = 150, .Lk = 150, .Hkv = 2, .d = 64, .causal = 1,
+     .ascale = 4.f, .softcap = 2.f},
+    {"attn_alibi_gqa", SFC_ATTN_FWD, 2, .H = 8, .Lq = 100, .Lk = 160, .Hkv = 2, .d = 128, .causal = 1, .alibi = 1},
+    {"attn_alibi_bh_window", SFC_ATTN_FWD, 3, .H = 4, .Lq = 90, .Lk = 90, .Hkv = 4, .d = 64, .wl = 20, .wr = 10,
+     .alibi = 2, .softcap = 10.f},
+    {"attn_varlen_alibi_cap", SFC_ATTN_FWD, 4, .H = 4, .Hkv = 2, .d = 96, .causal = 1, .wl = -1, .wr = -1,
+     .attn_varlen = 1, .qlens = {30, 0, 65, 7}, .klens = {30, 5, 90, 40}, .alibi = 1, .softcap = 3.f},
+    {"attn_d59", SFC_ATTN_FWD, 2, .H = 4, .Lq = 80, .Lk = 80, .Hkv = 2, .d = 59, .causal = 1},
+    {"attn_d111_window", SFC_ATTN_FWD, 1, .H = 3, .Lq = 70, .Lk = 100, .Hkv = 1, .d = 111, .wl = 25, .wr = 3},
+    {"attn_d1", SFC_ATTN_FWD, 2, .H = 2, .Lq = 17, .Lk = 33, .Hkv = 1, .d = 1},
+    {"attn_d250_alibi", SFC_ATTN_FWD, 1, .H = 2, .Lq = 70, .Lk = 70, .Hkv = 2, .d = 250, .alibi = 1},
+    {"attn_d59_strided", SFC_ATTN_FWD, 2, .H = 4, .Lq = 40, .Lk = 50, .Hkv = 4, .d = 59, .strided = 1,
+     .alibi = 2, .softcap = 5.f},
     {"attn_strided", SFC_ATTN_FWD, 2, .H = 4, .Lq = 65, .Lk = 65, .Hkv = 2, .d = 64, .causal = 1, .strided = 1},
     /* more queries than keys under the causal mask: whole query tiles see no
      * key (0 output, lse -inf), and more work tiles than H200 SMs, so each

@@ -36,6 +36,8 @@ typedef struct sfc_case {
     int Lq, Lk, Hkv, d, causal, wl, wr;
     int attn_varlen; /* cu_seqlens: per-sequence (Lq, Lk) from qlens/klens  */
     float ascale;    /* softmax scale in units of 1/sqrt(d); 0: the default   */
+    float softcap;   /* > 0: capped scores                                    */
+    int alibi;       /* ALiBi slopes: 0 none, 1 per head (H), 2 per (b, H)    */
     int qlens[8], klens[8];
     /* conv1d (fwd, update): b, L, init, final, varlen 2 + seqlens/nseq,
      * nslots above; channels, kernel width, SiLU, bias */

@@ -310,6 +310,34 @@ int main(void) {
     EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "overlaps");
     attn_valid(&ap), ap.backend = SF_BACKEND_CUDA;
     EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_UNSUPPORTED, "cuda");
+    /* score modifiers: softcap >= 0 and finite; slopes (H) or (b, H) f32,
+     * finite, not overlapping an output */
+    attn_valid(&ap), ap.softcap = 30.0f, ap.alibi_slopes = T(5, 1, (int64_t[]){4});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_OK, NULL);
+    ap.alibi_slopes = T(5, 2, (int64_t[]){1, 4});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_OK, NULL);
+    attn_valid(&ap), ap.softcap = -1.0f;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "softcap");
+    attn_valid(&ap), ap.softcap = INFINITY;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "softcap");
+    attn_valid(&ap), ap.alibi_slopes = T(5, 1, (int64_t[]){2});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_SHAPE, "alibi_slopes has shape");
+    attn_valid(&ap), ap.alibi_slopes = T(5, 2, (int64_t[]){2, 4});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_SHAPE, "alibi_slopes has shape");
+    attn_valid(&ap), ap.alibi_slopes = T(5, 1, (int64_t[]){4}), ap.alibi_slopes.dtype = SF_BF16;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_DTYPE, "alibi_slopes");
+    attn_valid(&ap), ap.alibi_slopes = T(3, 1, (int64_t[]){4});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "overlaps");
+    attn_valid(&ap), ap.alibi_slopes = T(5, 1, (int64_t[]){4}), fbuf[5][2] = NAN;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_ERR_INVALID_ARG, "alibi_slopes[0, 2]");
+    /* any head dim from 1: d 1 and d 59 run */
+    attn_valid(&ap);
+    ap.q.shape[3] = ap.k.shape[3] = ap.v.shape[3] = ap.out.shape[3] = 1;
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_OK, NULL);
+    attn_valid(&ap);
+    ap.q = T(0, 4, (int64_t[]){1, 8, 4, 59}), ap.out = T(3, 4, (int64_t[]){1, 8, 4, 59});
+    ap.k = T(1, 4, (int64_t[]){1, 8, 2, 59}), ap.v = T(2, 4, (int64_t[]){1, 8, 2, 59});
+    EXPECT_STATUS(sf_attn_fwd(ctx, &ap), SF_OK, NULL);
 
     /* a fully masked row: out 0 and lse -inf, never NaN */
     attn_valid(&ap);

@@ -172,6 +172,9 @@ void check_errors(void) {
     EXPECT(fake_run_attn(ctx, &a), SF_ERR_UNSUPPORTED);
     memset(&a.cu_seqlens_q, 0, sizeof(sf_tensor));
     memset(&a.cu_seqlens_k, 0, sizeof(sf_tensor));
+    a.alibi_slopes = T(lp, SF_F32, 1, (int64_t[]){2}); /* ALiBi needs each chunk's offset */
+    EXPECT(fake_run_attn(ctx, &a), SF_ERR_UNSUPPORTED);
+    memset(&a.alibi_slopes, 0, sizeof(sf_tensor));
     const int64_t odd[4] = {1, 3, 2, 8};
     a.q = T(oa, SF_F32, 4, odd);
     a.k = a.v = T(op, SF_F32, 4, odd);

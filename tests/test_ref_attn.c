@@ -14,7 +14,15 @@ typedef struct {
     float scale;              /* 0: 1/sqrt(d)                                */
     int lay;
     sf_dtype dt;
+    float softcap;            /* > 0: capped scores                          */
+    int alibi;                /* slopes: 0 none, 1 (H), 2 (b, H): slope_of() */
 } attn_case;
+
+/* ALiBi slope of (sequence s, head h): distinct per head, and per sequence
+ * when the case has a slope per batch entry. */
+static double slope_of(const attn_case *c, int64_t s, int64_t h) {
+    return 0.1 + 0.05 * (double)h + (c->alibi == 2 ? 0.02 * (double)s : 0.0);
+}
 
 /* Visibility written from the header's definition of the masks. */
 static int visible(const attn_case *c, int64_t i, int64_t j, int64_t lq, int64_t lk) {
@@ -49,6 +57,8 @@ static void attn_online(const attn_case *c, const double *q, const double *k, co
                     double sv = 0.0;
                     for (int64_t t = 0; t < d; t++) sv += qi[t] * kj[t];
                     sv *= sc;
+                    if (c->softcap > 0.0f) sv = c->softcap * tanh(sv / c->softcap);
+                    if (c->alibi) sv -= slope_of(c, s, h) * fabs((double)(i + lk - lq - j));
                     if (sv > m) {
                         double corr = exp(m - sv); /* 0 on the first key */
                         l *= corr;
@@ -72,12 +82,13 @@ static void attn_online(const attn_case *c, const double *q, const double *k, co
 }
 
 typedef struct {
-    tbuf q, k, v, o, lse, cq, ck;
+    tbuf q, k, v, o, lse, cq, ck, ali;
     sf_attn_fwd_params p;
     int64_t nq, nk; /* rows of q and of k (dense: b * L) */
 } attn_setup;
 
 static void attn_prepare(const attn_case *c, attn_setup *a, double *q, double *k, double *v) {
+    memset(a, 0, sizeof *a);
     const int64_t H = c->H, Hkv = c->Hkv, d = c->d;
     int64_t tq = 0, tk = 0;
     for (int s = 0; s < c->nvl; s++) tq += c->lq[s], tk += c->lk[s];
@@ -105,6 +116,18 @@ static void attn_prepare(const attn_case *c, attn_setup *a, double *q, double *k
         a->p.cu_seqlens_q = a->cq.t;
         a->p.cu_seqlens_k = a->ck.t;
     }
+    if (c->alibi) {
+        const int64_t nb = c->nvl ? c->nvl : c->b;
+        double sl[64];
+        for (int64_t s = 0; s < nb; s++)
+            for (int64_t h = 0; h < H; h++) sl[s * H + h] = slope_of(c, s, h);
+        if (c->alibi == 1)
+            tb_new(&a->ali, SF_F32, 1, (int64_t[]){H}, LAY_DENSE, 0, sl);
+        else
+            tb_new(&a->ali, SF_F32, 2, (int64_t[]){nb, H}, c->lay, 0, sl);
+        a->p.alibi_slopes = a->ali.t;
+    }
+    a->p.softcap = c->softcap;
     a->p.softmax_scale = c->scale;
     a->p.causal = c->causal;
     a->p.window_left = c->wl;
@@ -113,7 +136,7 @@ static void attn_prepare(const attn_case *c, attn_setup *a, double *q, double *k
 }
 
 static void attn_release(attn_setup *a) {
-    tbuf *all[] = {&a->q, &a->k, &a->v, &a->o, &a->lse, &a->cq, &a->ck};
+    tbuf *all[] = {&a->q, &a->k, &a->v, &a->o, &a->lse, &a->cq, &a->ck, &a->ali};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tb_free(all[i]);
 }
 
@@ -189,7 +212,7 @@ static void run_attn_case(sf_ctx *ctx, const attn_case *c) {
  * row 0 sits at key 1 and sees keys 0..1 -> weights (1, 2) / 3, lse ln 3;
  * row 1 sees all three. */
 static void run_attn_hand(sf_ctx *ctx) {
-    const attn_case c = {"hand", 1, 1, 1, 2, 2, 3, 0, {0}, {0}, 0, -1, -1, 1.0f, LAY_DENSE, SF_F32};
+    const attn_case c = {"hand", 1, 1, 1, 2, 2, 3, 0, {0}, {0}, 0, -1, -1, 1.0f, LAY_DENSE, SF_F32, 0.0f, 0};
     double q[4] = {1, 0, 0, 1};
     double k[6] = {0, 0, log(2.0), log(3.0), log(3.0), 0};
     double v[6] = {1, 0, 0, 1, 1, 1};
@@ -228,7 +251,7 @@ static void run_attn_hand(sf_ctx *ctx) {
 static void run_attn_gqa(sf_ctx *ctx) {
     const int64_t hkvs[3] = {1, 2, 4};
     for (int r = 0; r < 3; r++) {
-        attn_case c = {"gqa", 2, 8, hkvs[r], 8, 5, 7, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_PAD, SF_F32};
+        attn_case c = {"gqa", 2, 8, hkvs[r], 8, 5, 7, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_PAD, SF_F32, 0.0f, 0};
         const int64_t nq = c.b * c.Lq * c.H * c.d, nk = c.b * c.Lk * c.Hkv * c.d;
         double *q = xcalloc((size_t)nq, sizeof(double)), *k = xcalloc((size_t)nk, sizeof(double));
         double *v = xcalloc((size_t)nk, sizeof(double)), *o = xcalloc((size_t)nq, sizeof(double));
@@ -262,24 +285,28 @@ void run_attn_tests(sf_ctx *ctx) {
     run_attn_gqa(ctx);
     /*  name                     b  H Hkv  d  Lq  Lk nvl lq               lk               ca  wl  wr scale lay */
     static const attn_case cases[] = {
-        {"dense MHA", 2, 4, 4, 16, 13, 13, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_DENSE, SF_F32},
-        {"causal Lq<Lk GQA padded", 2, 6, 2, 8, 5, 11, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_PAD, SF_F32},
-        {"causal Lq>Lk MQA", 1, 4, 1, 8, 9, 4, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_DENSE, SF_F32},
-        {"window (3,2) permuted", 2, 2, 2, 12, 17, 17, 0, {0}, {0}, 0, 3, 2, 0.0f, LAY_PERM, SF_F32},
-        {"causal + window_left 2", 1, 4, 2, 16, 20, 24, 0, {0}, {0}, 1, 2, -1, 0.0f, LAY_DENSE, SF_F32},
-        {"window (1,1) Lq>Lk", 1, 2, 1, 4, 6, 2, 0, {0}, {0}, 0, 1, 1, 0.0f, LAY_DENSE, SF_F32},
-        {"window (0,-1)", 1, 2, 2, 8, 10, 10, 0, {0}, {0}, 0, 0, -1, 0.5f, LAY_DENSE, SF_F32},
-        {"varlen causal padded", 0, 4, 2, 8, 0, 0, 4, {3, 0, 5, 1}, {5, 4, 0, 7}, 1, -1, -1, 0.0f, LAY_PAD, SF_F32},
-        {"varlen scale 0.3", 0, 4, 2, 8, 0, 0, 4, {3, 0, 5, 1}, {5, 4, 0, 7}, 0, -1, -1, 0.3f, LAY_DENSE, SF_F32},
-        {"bf16 causal", 2, 4, 2, 32, 19, 19, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_DENSE, SF_BF16},
-        {"f16 varlen causal", 0, 4, 1, 64, 0, 0, 3, {9, 1, 4}, {12, 1, 0}, 1, -1, -1, 0.0f, LAY_PAD, SF_F16},
-        {"head dim 256", 1, 2, 1, 256, 7, 9, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_DENSE, SF_F32},
+        {"dense MHA", 2, 4, 4, 16, 13, 13, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"causal Lq<Lk GQA padded", 2, 6, 2, 8, 5, 11, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_PAD, SF_F32, 0.0f, 0},
+        {"causal Lq>Lk MQA", 1, 4, 1, 8, 9, 4, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"window (3,2) permuted", 2, 2, 2, 12, 17, 17, 0, {0}, {0}, 0, 3, 2, 0.0f, LAY_PERM, SF_F32, 0.0f, 0},
+        {"causal + window_left 2", 1, 4, 2, 16, 20, 24, 0, {0}, {0}, 1, 2, -1, 0.0f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"window (1,1) Lq>Lk", 1, 2, 1, 4, 6, 2, 0, {0}, {0}, 0, 1, 1, 0.0f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"window (0,-1)", 1, 2, 2, 8, 10, 10, 0, {0}, {0}, 0, 0, -1, 0.5f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"varlen causal padded", 0, 4, 2, 8, 0, 0, 4, {3, 0, 5, 1}, {5, 4, 0, 7}, 1, -1, -1, 0.0f, LAY_PAD, SF_F32, 0.0f, 0},
+        {"varlen scale 0.3", 0, 4, 2, 8, 0, 0, 4, {3, 0, 5, 1}, {5, 4, 0, 7}, 0, -1, -1, 0.3f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"bf16 causal", 2, 4, 2, 32, 19, 19, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_DENSE, SF_BF16, 0.0f, 0},
+        {"f16 varlen causal", 0, 4, 1, 64, 0, 0, 3, {9, 1, 4}, {12, 1, 0}, 1, -1, -1, 0.0f, LAY_PAD, SF_F16, 0.0f, 0},
+        {"head dim 256", 1, 2, 1, 256, 7, 9, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_DENSE, SF_F32, 0.0f, 0},
+        {"softcap 1.5", 2, 4, 2, 16, 13, 13, 0, {0}, {0}, 0, -1, -1, 2.0f, LAY_DENSE, SF_F32, 1.5f, 0},
+        {"alibi causal Lq<Lk", 2, 4, 2, 8, 5, 11, 0, {0}, {0}, 1, -1, -1, 0.0f, LAY_PAD, SF_F32, 0.0f, 1},
+        {"alibi (b,H) window Lq>Lk", 2, 2, 1, 12, 9, 6, 0, {0}, {0}, 0, 3, 2, 0.0f, LAY_PERM, SF_F32, 0.0f, 2},
+        {"varlen alibi (b,H) + cap", 0, 4, 2, 7, 0, 0, 4, {3, 0, 5, 1}, {5, 4, 0, 7}, 1, -1, -1, 0.0f, LAY_PAD, SF_F32, 4.0f, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attn_case(ctx, &cases[i]);
 
     /* the naive reference materialises the whole score matrix: its
      * workspace peak must show at least Lq * Lk doubles */
-    attn_case big = {"peak", 1, 1, 1, 8, 96, 80, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_DENSE, SF_F32};
+    attn_case big = {"peak", 1, 1, 1, 8, 96, 80, 0, {0}, {0}, 0, -1, -1, 0.0f, LAY_DENSE, SF_F32, 0.0f, 0};
     sf_ctx_reset_workspace_peak(ctx);
     run_attn_case(ctx, &big);
     if (sf_ctx_workspace_peak(ctx) < (size_t)(96 * 80) * sizeof(double))

@@ -291,10 +291,13 @@ def _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap
     if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or dropout_p != 0:
         fail(SF_ERR_UNSUPPORTED, "%s: dropout_p %r; seqfuse attention is inference-only "
                                  "(dropout_p must be 0)" % (call.op, dropout_p))
-    if softcap is None or not isinstance(softcap, (int, float)) or softcap != 0:
-        fail(SF_ERR_UNSUPPORTED, "%s: softcap %r is not supported yet (0 only)" % (call.op, softcap))
+    if softcap is None or isinstance(softcap, bool) or not isinstance(softcap, (int, float)) \
+            or not math.isfinite(softcap) or softcap < 0:
+        fail(SF_ERR_INVALID_ARG, "%s: softcap %r; give 0 (off) or a finite positive cap"
+             % (call.op, softcap))
+    p.softcap = float(softcap)
     if alibi_slopes is not None:
-        fail(SF_ERR_UNSUPPORTED, "%s: alibi_slopes are not supported yet (None only)" % call.op)
+        p.alibi_slopes = call.tensor(call.as_f32(alibi_slopes, "alibi_slopes"), "alibi_slopes")
     if softmax_scale is None:
         p.softmax_scale = 0.0  # the library's "1/sqrt(head_dim)"
     else:
@@ -329,8 +332,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     float16 or bfloat16; d <= 256.  causal and window_size are bottom-right
     aligned when Lq != Lk (flash-attn 2.1+).  softmax_scale None means
     1/sqrt(d) (0 is refused: the C API reads 0 as "default").  dropout_p must
-    be 0 (inference only); softcap 0 and alibi_slopes None only, for now;
-    deterministic is accepted (the forward always is).  Returns out (b, Lq, H,
+    be 0 (inference only).  softcap > 0 caps the scaled scores at
+    softcap * tanh(s / softcap); alibi_slopes (H,) or (b, H) float32 adds
+    -slope * |i + Lk - Lq - j| to the score of query i and key j (after the
+    cap), as flash_attn does.  deterministic is accepted (the forward always
+    is).  Returns out (b, Lq, H,
     d); with return_attn_probs (out, lse, None) as flash_attn does, with
     return_lse (out, lse); lse (b, H, Lq) float32.
     """

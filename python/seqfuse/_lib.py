@@ -109,6 +109,8 @@ class sf_attn_fwd_params(ctypes.Structure):
         ("causal", ctypes.c_int),
         ("window_left", ctypes.c_int),
         ("window_right", ctypes.c_int),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", sf_tensor),
         ("backend", ctypes.c_int),
     ]
 

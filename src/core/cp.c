@@ -387,6 +387,9 @@ sf_status sf_cp_attn_ring_run(sf_ctx *ctx, const sf_attn_fwd_params *p, const sf
     if (p->window_left >= 0 || (p->window_right >= 0 && !(p->causal && p->window_right == 0)))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: sliding windows (%d, %d) are not supported by "
                        "ring attention", op, p->window_left, p->window_right);
+    if (p->alibi_slopes.data)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: ALiBi is not supported by ring attention (its "
+                       "distances would need each chunk's offset)", op);
     CHK(sf_check_tensor(ctx, op, "q", &p->q, 1, 4, NULL, SF_DT_FLOAT, 1));
     const int64_t b = p->q.shape[0], L = p->q.shape[1], H = p->q.shape[2], d = p->q.shape[3];
     const int dt = (int)p->q.dtype;
@@ -406,6 +409,7 @@ sf_status sf_cp_attn_ring_run(sf_ctx *ctx, const sf_attn_fwd_params *p, const sf
     sf_attn_fwd_params a;
     sf_attn_fwd_params_init(&a);
     a.softmax_scale = p->softmax_scale;
+    a.softcap = p->softcap;
     a.backend = be;
     a.q = p->q;
     a.k = p->k;

@@ -242,7 +242,22 @@ typedef struct sf_attn_problem {
     int has_lse;
     float scale;
     int64_t wl, wr;                /* -1 unbounded; causal folded into wr = 0 */
+    float softcap;                 /* 0: off                                  */
+    const float *alibi;            /* slopes, NULL: off; slope of (b, h) at   */
+    int64_t alibi_sb, alibi_sh;    /* alibi[b * alibi_sb + h * alibi_sh]      */
 } sf_attn_problem;
+
+/* The score modifiers after s = scale * q.k (sf_attn_fwd_params):
+ * softcap, then the ALiBi bias of query row i and key j. */
+static inline double sf_attn_score_mod(const sf_attn_problem *pr, double s, double slope,
+                                       int64_t i, int64_t j, int64_t lq, int64_t lk) {
+    if (pr->softcap > 0.0f) s = (double)pr->softcap * tanh(s / (double)pr->softcap);
+    if (pr->alibi) {
+        const int64_t dist = i + lk - lq - j;
+        s -= slope * (double)(dist < 0 ? -dist : dist);
+    }
+    return s;
+}
 
 /* Query/key ranges of batch entry b: rows [*q0, *q0 + *lq) of q (varlen)
  * or of q[b] (dense, then *q0 = 0).  Host tensors only. */

@@ -93,6 +93,7 @@ typedef struct attn_plan {
     int64_t esz;           /* bytes per element of q/k/v/out            */
     int row_bytes;         /* bytes of one head row (d elements)        */
     float scale2;          /* scale * log2(e)                           */
+    int score_mod;         /* softcap or ALiBi: score_mod() per tile    */
     const void *q, *k, *v;
     void *o;
     float *lse;
@@ -124,6 +125,31 @@ SF_AI int64_t seq_base(const tstrides *s, int varlen, int64_t b, int64_t start) 
     })
 
 typedef void (*task_fn)(const attn_plan *, float *, int64_t, int64_t, int64_t);
+
+/* Softcap and ALiBi on the S^T tile (key rows j < bc, query columns i <
+ * nq), in the tile's log2 units: s = c tanh(s / c) with c = softcap log2(e),
+ * then s -= slope log2(e) |i + lk - lq - j|.  Before the mask, which then
+ * overwrites whatever the modifiers made of keys a row does not see.
+ * Scalar: the modifiers are not on the CPU's fast path. */
+static void score_mod(const attn_plan *pl, float *St, int64_t b, int64_t h, int64_t i0,
+                      int64_t kt, int nq, int bc, int64_t lq, int64_t lk) {
+    const sf_attn_problem *pr = pl->pr;
+    const float c = pr->softcap * 1.4426950408889634f;
+    const float slope = pr->alibi ? pr->alibi[b * pr->alibi_sb + h * pr->alibi_sh] * 1.4426950408889634f
+                                  : 0.0f;
+    for (int j = 0; j < bc; j++) {
+        float *row = St + (int64_t)j * SLD;
+        for (int i = 0; i < nq; i++) {
+            float v = row[i];
+            if (c > 0.0f) v = c * tanhf(v / c);
+            if (pr->alibi) {
+                const int64_t dist = i0 + i + lk - lq - (kt + j);
+                v -= slope * (float)(dist < 0 ? -dist : dist);
+            }
+            row[i] = v;
+        }
+    }
+}
 
 /* The instances (see the header comment for the blocking). */
 #if SF_X86
@@ -229,6 +255,7 @@ sf_status sf_cpu_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
     pl.kdirect = pl.dt == SF_F32;
     pl.group = pr->nheads_kv > 0 ? H / pr->nheads_kv : 1;
     pl.scale2 = pr->scale * 1.4426950408889634f;
+    pl.score_mod = pr->softcap > 0.0f || pr->alibi != NULL;
     pl.q = p->q.data;
     pl.k = p->k.data;
     pl.v = p->v.data;

@@ -265,6 +265,8 @@ SF_T_ATTR SF_FMA_ATTR static void SF_T(attn_task)(const attn_plan *pl, float *ws
             }
         }
 
+        if (pl->score_mod) score_mod(pl, St, b, h, i0, kt, nq, bc, lq, lk);
+
         if (!(kt >= lo_l && kt + bc <= hi_f)) { /* the band cuts this tile */
             for (int i = 0; i < nq; i++) {
                 int64_t lo, hi;

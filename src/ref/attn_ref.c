@@ -71,8 +71,10 @@ sf_status sf_ref_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
                 kvh_loaded = kvh;
             }
 
-            /* 1. scores, every entry of the Lq x Lk matrix; masked ones
-             *    hold -inf, as the naive algorithm writes them */
+            /* 1. scores, every entry of the Lq x Lk matrix, softcap and
+             *    ALiBi applied; masked ones hold -inf, as the naive
+             *    algorithm writes them */
+            const double slope = pr->alibi ? (double)pr->alibi[b * pr->alibi_sb + h * pr->alibi_sh] : 0.0;
             for (int64_t i = 0; i < lq; i++) {
                 int64_t lo, hi;
                 sf_attn_key_range(pr, i, lq, lk, &lo, &hi);
@@ -87,7 +89,7 @@ sf_status sf_ref_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
                     }
                     double dot = 0.0;
                     for (int64_t c = 0; c < d; c++) dot += qrow[c] * Kd[j * d + c];
-                    srow[j] = dot * scale;
+                    srow[j] = sf_attn_score_mod(pr, dot * scale, slope, i, j, lq, lk);
                 }
             }
 

@@ -282,6 +282,16 @@ static void run_one(rd *r) {
         p.softmax_scale = rdf(r);
         p.causal = (int)(rd8(r) % 3);
         p.window_left = (int)(int8_t)rd8(r), p.window_right = (int)(int8_t)rd8(r);
+        /* the score modifiers last, so older inputs keep their meaning:
+         * a softcap (any float, bad ones included) and ALiBi slopes (H) or
+         * (b, H) */
+        const uint8_t mods = rd8(r);
+        if (mods & 1) p.softcap = rdf(r);
+        if (mods & 2) {
+            if (mods & 4) MK({2, {0, 3}, DT_F32, 0});
+            else MK({1, {3}, DT_F32, 0});
+            p.alibi_slopes = T[nt - 1].t;
+        }
         p.backend = be;
         if (!too_big) st = sf_attn_fwd(ctx, &p);
         break;
@@ -477,6 +487,10 @@ static int encode_case(const sfc_case *c, wr *w) {
         if (op == OP_ATTN_VARLEN) wtensor(w, 1, c->b + 1), wtensor(w, 1, c->b + 1);
         w8(w, 0), w8(w, c->causal), w8(w, (uint8_t)(int8_t)(c->wl ? c->wl : -1));
         w8(w, (uint8_t)(int8_t)(c->wr ? c->wr : -1));
+        w8(w, (uint8_t)((c->softcap > 0.f) | (c->alibi ? 2 : 0) | (c->alibi == 2 ? 4 : 0)));
+        if (c->softcap > 0.f) /* rdf: (byte - 128) / 16 */
+            w8(w, (uint8_t)(c->softcap * 16.f + 128.f < 255.f ? c->softcap * 16.f + 128.f : 255.f));
+        if (c->alibi) wtensor(w, 1, 0);
         break;
     case OP_CONV:
         wtensor(w, 1, 0), wtensor(w, 1, 0), wtensor(w, c->bias, 0), wtensor(w, c->init, 0);

@@ -122,8 +122,10 @@ def ref_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, idx=None, soft
     return out, state
 
 
-def ref_attn_one(q, k, v, scale, causal, window):
-    """One sequence: q (Lq, H, d), k/v (Lk, Hkv, d) -> out (Lq, H, d), lse (H, Lq)."""
+def ref_attn_one(q, k, v, scale, causal, window, softcap=0.0, slopes=None):
+    """One sequence: q (Lq, H, d), k/v (Lk, Hkv, d) -> out (Lq, H, d), lse (H, Lq).
+    softcap > 0: s = softcap tanh(s / softcap); slopes (H,): ALiBi, s -= slope
+    |i + Lk - Lq - j| (flash_attn's attention_ref, in that order)."""
     q, k, v = f64(q), f64(k), f64(v)
     Lq, H, d = q.shape
     Lk, Hkv = k.shape[:2]
@@ -136,6 +138,10 @@ def ref_attn_one(q, k, v, scale, causal, window):
     s = np.einsum("qhd,khd->hqk", q, kk) * scale
     i = np.arange(Lq)[:, None] + Lk - Lq
     j = np.arange(Lk)[None, :]
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    if slopes is not None:
+        s = s - f64(slopes)[:, None, None] * np.abs(i - j)[None]
     wl, wr = window
     if causal:
         wr = 0
@@ -155,8 +161,11 @@ def ref_attn_one(q, k, v, scale, causal, window):
     return o, lse
 
 
-def ref_attn(q, k, v, scale=None, causal=False, window=(-1, -1)):
-    outs, lses = zip(*[ref_attn_one(q[b], k[b], v[b], scale, causal, window)
+def ref_attn(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, slopes=None):
+    """slopes (H,) or (b, H)."""
+    sl = [None if slopes is None else (slopes if np.ndim(slopes) == 1 else slopes[b])
+          for b in range(q.shape[0])]
+    outs, lses = zip(*[ref_attn_one(q[b], k[b], v[b], scale, causal, window, softcap, sl[b])
                        for b in range(q.shape[0])])
     return np.stack(outs), np.stack(lses)
 
@@ -414,6 +423,60 @@ def test_attn(case, dtype, backend):
     np.testing.assert_allclose(lse[fin], wlse[fin], rtol=1e-4, atol=1e-4)
     if case == "causal_lq_gt_lk":  # a row that sees no key: zeros, -inf
         assert np.all(f64(out)[:, :30] == 0) and np.all(lse[:, :, :30] == -np.inf)
+
+
+# (b, Lq, Lk, H, Hkv, d, causal, window, softcap, alibi: None, "h" or "bh")
+MOD_CASES = {
+    "softcap_d59": (2, 37, 37, 4, 2, 59, False, (-1, -1), 5.0, None),
+    "alibi_causal_d111": (1, 45, 60, 4, 4, 111, True, (-1, -1), 0.0, "h"),
+    "both_window_d40": (2, 30, 30, 6, 3, 40, False, (7, 5), 2.0, "bh"),
+    "odd_d1": (1, 9, 13, 2, 1, 1, True, (-1, -1), 0.0, None),
+    "odd_d250_cap": (1, 20, 20, 2, 2, 250, False, (-1, -1), 30.0, "h"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(MOD_CASES))
+def test_attn_softcap_alibi_odd_dims(case, dtype, backend):
+    """softcap, ALiBi (per head and per batch x head) and head dims that are
+    not multiples of 8, against the float64 formula of flash_attn's tests."""
+    b, Lq, Lk, H, Hkv, d, causal, window, cap, al = MOD_CASES[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    q = rnd(rng, (b, Lq, H, d), dtype) * 3  # scores large enough for the cap to bite
+    k = rnd(rng, (b, Lk, Hkv, d), dtype)
+    v = rnd(rng, (b, Lk, Hkv, d), dtype)
+    slopes = None
+    if al == "h":
+        slopes = rng.uniform(0.05, 0.5, H).astype(np.float32)
+    elif al == "bh":
+        slopes = rng.uniform(0.05, 0.5, (b, H)).astype(np.float32)
+    out, lse = seqfuse.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=cap,
+                                       alibi_slopes=slopes, return_lse=True, backend=backend)
+    want, wlse = ref_attn(q, k, v, None, causal, window, cap, slopes)
+    assert rel_err(out, want) < TOL[dtype]
+    np.testing.assert_array_equal(np.isinf(lse), np.isinf(wlse))
+    fin = np.isfinite(wlse)
+    np.testing.assert_allclose(lse[fin], wlse[fin], rtol=1e-4, atol=1e-4)
+    # the same through the varlen entry (ALiBi distances per sequence)
+    if al != "bh":
+        cu = np.arange(b + 1, dtype=np.int32)
+        o2 = seqfuse.flash_attn_varlen_func(q.reshape(b * Lq, H, d), k.reshape(b * Lk, Hkv, d),
+                                            v.reshape(b * Lk, Hkv, d), cu * Lq, cu * Lk,
+                                            causal=causal, window_size=window, softcap=cap,
+                                            alibi_slopes=slopes, backend=backend)
+        assert rel_err(o2.reshape(out.shape), want) < TOL[dtype]
+
+
+def test_attn_softcap_alibi_errors():
+    rng = np.random.default_rng(5)
+    q = rnd(rng, (2, 6, 4, 8))
+    for cap in (-1.0, float("inf"), float("nan"), "3", True):
+        _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_func, q, q, q, softcap=cap)
+    _raises(seqfuse.SF_ERR_SHAPE, seqfuse.flash_attn_func, q, q, q, alibi_slopes=np.ones(3, np.float32))
+    _raises(seqfuse.SF_ERR_SHAPE, seqfuse.flash_attn_func, q, q, q, alibi_slopes=np.ones((3, 4), np.float32))
+    _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_func, q, q, q,
+            alibi_slopes=np.array([0.1, np.nan, 0.1, 0.1], np.float32))
 
 
 def test_attn_scale_and_out_only():
@@ -722,6 +785,27 @@ def test_torch_cuda_attn(dtype):
     assert out.device == qd.device and out.dtype == tdt and lse.shape == (2, 8, 100)
     assert rel_err(out.float().cpu().numpy(), want) < 2e-2
     np.testing.assert_allclose(lse.cpu().numpy(), wlse, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")
+@pytest.mark.parametrize("case", list(MOD_CASES))
+def test_torch_cuda_softcap_alibi_odd_dims(case):
+    b, Lq, Lk, H, Hkv, d, causal, window, cap, al = MOD_CASES[case]
+    g = torch.Generator(device="cpu").manual_seed(1)
+    q = (torch.randn(b, Lq, H, d, generator=g) * 3).to(torch.bfloat16)
+    k = torch.randn(b, Lk, Hkv, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(b, Lk, Hkv, d, generator=g).to(torch.bfloat16)
+    slopes = None
+    if al:
+        slopes = torch.rand((H,) if al == "h" else (b, H), generator=g) * 0.45 + 0.05
+    want, wlse = ref_attn(q.float().numpy(), k.float().numpy(), v.float().numpy(), None, causal, window,
+                          cap, None if slopes is None else slopes.numpy())
+    out, lse = seqfuse.flash_attn_func(q.cuda(), k.cuda(), v.cuda(), causal=causal, window_size=window,
+                                       softcap=cap, alibi_slopes=None if slopes is None else slopes.cuda(),
+                                       return_lse=True)
+    assert rel_err(out.float().cpu().numpy(), want) < 2e-2
+    fin = np.isfinite(wlse)
+    np.testing.assert_allclose(lse.cpu().numpy()[fin], wlse[fin], rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")

@@ -87,8 +87,11 @@ def test_flash_attn_signature_is_the_peers():
     np.testing.assert_array_equal(got, want)
     # a dropout given positionally is refused, not read as the scale
     _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_func, q, k, v, 0.1)
-    _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_func, q, k, v, softcap=30.0)
-    _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_func, q, k, v, alibi_slopes=np.ones(2, np.float32))
+    # softcap and alibi_slopes in their positional places (8th and 9th)
+    sl = np.array([0.3, 0.1], np.float32)
+    np.testing.assert_array_equal(seqfuse.flash_attn_func(q, k, v, 0.0, 0.3, True, (-1, -1), 2.0, sl),
+                                  seqfuse.flash_attn_func(q, k, v, softmax_scale=0.3, causal=True,
+                                                          softcap=2.0, alibi_slopes=sl))
     out, lse, probs = seqfuse.flash_attn_func(q, k, v, 0.0, 0.3, True, (-1, -1), 0.0, None, True, True)
     np.testing.assert_array_equal(out, want)
     assert probs is None and lse.shape == (1, 2, 9)

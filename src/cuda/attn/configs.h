@@ -37,7 +37,7 @@ static const AttnConfig attn_configs[] = {
     {"ws128", AttnKernel::ws, 128, 0, 1, "sm_90a, dense, d 64 / 128 / 192 / 256: 128 query rows a CTA, producer warpgroup + 2 consumers in pingpong (d 256 at L >= 1024)"},
     {"ws192", AttnKernel::ws, 192, 0, 1, "sm_90a, dense, d 64: 192 query rows, 3 consumer warpgroups"},
     {"wgmma", AttnKernel::wgmma, 128, 0, 1, "sm_90a, d <= 256: wgmma with a cp.async double buffer; serves varlen batches"},
-    {"mma", AttnKernel::mma, 0, 0, 1, "any GPU, any head dim (multiple of 8, <= 256), any strides: FlashAttention-2 on mma.sync"},
+    {"mma", AttnKernel::mma, 0, 0, 1, "any GPU, any head dim 1..256, any strides, softcap and ALiBi: FlashAttention-2 on mma.sync"},
     {"wsp128", AttnKernel::wsp, 128, 0, 1, "ws128 persistent: one CTA per SM over L2-sized sections of tiles, the next tile's loads under this tile's epilogue (d 64 / 128 / 256)"},
     {"wsp192", AttnKernel::wsp, 192, 0, 1, "ws192 persistent (d 64)"},
     {"wsp128k112", AttnKernel::wsp, 128, 112, 1, "wsp128 at d 64 with 112-key tiles: less padding for short sequences (ViT's 196 keys)"},

@@ -122,10 +122,10 @@ template <typename T> sf_status attn_launch(sf_ctx *ctx, const FwdParams &p, int
     const int64_t lq = p.varlen ? p.lq / (p.batch > 0 ? p.batch : 1) : p.lq;
     const int64_t lk = p.varlen ? p.lk / (p.batch > 0 ? p.batch : 1) : p.lk;
     char bucket[128];
-    snprintf(bucket, sizeof bucket, "d%d_wl%d_wr%d_%s_lq%lld_lk%lld_bh%lld%s", dpad, p.wl < 0 ? -1 : p.wl > 0,
+    snprintf(bucket, sizeof bucket, "d%d_wl%d_wr%d_%s_lq%lld_lk%lld_bh%lld%s%s", dpad, p.wl < 0 ? -1 : p.wl > 0,
              p.wr < 0 ? -1 : p.wr > 0, p.varlen ? "varlen" : "dense", (long long)pow2_at_least(lq),
              (long long)pow2_at_least(lk), (long long)pow2_at_least((int64_t)p.batch * p.nheads),
-             p.aligned ? "" : "_unaligned");
+             p.aligned ? "" : "_unaligned", has_score_mod(p) ? "_mod" : "");
     sf_tune_request rq;
     memset(&rq, 0, sizeof rq);
     rq.device = cs ? cs->name : "cuda";
@@ -170,11 +170,9 @@ extern "C" sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
         return sf_fail(ctx, SF_ERR_DTYPE, "sf_attn_fwd: CUDA backend: dtype %s not supported",
                        sf_dtype_name(dt));
     const int64_t d = pr->headdim;
-    if (d % 8 != 0 || d > 256)
+    if (d < 1 || d > 256)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "sf_attn_fwd: the CUDA backend needs a head dim that is a multiple of 8 "
-                       "and at most 256 (got %lld)",
-                       (long long)d);
+                       "sf_attn_fwd: the CUDA backend takes head dims 1 to 256 (got %lld)", (long long)d);
     const int dpad = d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : 256;
 
     FwdParams p;
@@ -193,9 +191,15 @@ extern "C" sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
     /* softmax scale in log2 units: exp(x*scale) = 2^(x*scale*log2 e) */
     p.scale_log2 = pr->scale * 1.4426950408889634f;
     p.batch = (int)pr->batch;
+    p.softcap_log2 = pr->softcap * 1.4426950408889634f;
+    p.alibi = pr->alibi;
+    p.alibi_sb = pr->alibi_sb;
+    p.alibi_sh = pr->alibi_sh;
 
     const sf_tensor *q = &a->q, *k = &a->k, *v = &a->v, *o = &a->out;
-    int aligned = aligned16(q->data) && aligned16(k->data) && aligned16(v->data) &&
+    /* "aligned": every row starts on 16 bytes and spans whole 16-byte
+     * chunks (d a multiple of 8); otherwise the mma kernel's element loads */
+    int aligned = d % 8 == 0 && aligned16(q->data) && aligned16(k->data) && aligned16(v->data) &&
                   aligned16(o->data);
     if (!pr->varlen) {
         p.q_sb = q->stride[0]; p.q_sr = q->stride[1]; p.q_sh = q->stride[2];

@@ -17,9 +17,14 @@
  * Shared memory rows are padded by 16 bytes (row stride D+8 elements): the
  * 8 row addresses of one ldmatrix phase then fall in 8 distinct 4-bank
  * groups for every D that is a multiple of 8, so no swizzle is needed and
- * any head dim maps onto the padded buckets 64/96/128/192/256.  Columns
- * d..D and rows past a sequence's end are zero-filled by cp.async
- * (src-size 0): V rows must be finite because P = 0 there and 0*NaN = NaN.
+ * any head dim maps onto the padded buckets 64/96/128/192/256 (one that is
+ * not a multiple of 8 is loaded element by element).  Columns d..D and rows
+ * past a sequence's end are zero-filled (cp.async src-size 0, or zeros in
+ * the element path): V rows must be finite because P = 0 there and 0*NaN =
+ * NaN.
+ *
+ * The score modifiers (softcap, ALiBi) are a template flag, so the plain
+ * kernels are compiled without them.
  */
 #ifndef SF_ATTN_FWD_MMA_CUH
 #define SF_ATTN_FWD_MMA_CUH
@@ -34,17 +39,18 @@ template <int D> struct Smem {
     static constexpr int LDS = D + 8; /* padded row stride, elements */
 };
 
-/* Copies rows [0, rows) x chunks [0, d8) of a tile into shared memory
- * (16-byte chunks) and zero-fills the rest of the ROWS x D/8 chunk grid.
- * aligned: cp.async; otherwise synchronous 2-byte loads (strides or base
- * not 16-byte aligned: slow but correct). */
+/* Copies rows [0, rows) x columns [0, d) of a tile into shared memory and
+ * zero-fills the rest of the ROWS x D grid.  aligned (d a multiple of 8):
+ * 16-byte chunks by cp.async; otherwise synchronous 2-byte loads (strides,
+ * base or d not 16-byte aligned: slow but correct). */
 template <typename T, int ROWS, int D, int NT>
-__device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, int rows, int d8,
+__device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, int rows, int d,
                                           int aligned, int tid) {
     constexpr int CH = D / 8;
     constexpr int LDS = Smem<D>::LDS;
     constexpr int TOTAL = ROWS * CH;
     constexpr int ITERS = (TOTAL + NT - 1) / NT;
+    const int d8 = d >> 3;
     if (aligned) {
 #pragma unroll
         for (int it = 0; it < ITERS; it++) {
@@ -59,12 +65,12 @@ __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t row_stride, 
     } else {
         for (int i = tid; i < TOTAL; i += NT) {
             const int r = i / CH, c = i % CH;
-            const bool ok = r < rows && c < d8;
+            const int n = r < rows ? min(8, d - c * 8) : 0; /* elements of this chunk */
             const uint16_t *src = reinterpret_cast<const uint16_t *>(g) + (int64_t)r * row_stride + c * 8;
             uint32_t w[4];
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                w[j] = ok ? (uint32_t)src[2 * j] | ((uint32_t)src[2 * j + 1] << 16) : 0u;
+                w[j] = (2 * j < n ? (uint32_t)src[2 * j] : 0u) | (2 * j + 1 < n ? (uint32_t)src[2 * j + 1] << 16 : 0u);
             *reinterpret_cast<uint4 *>(s + r * LDS + c * 8) = make_uint4(w[0], w[1], w[2], w[3]);
         }
     }
@@ -150,16 +156,26 @@ __device__ __forceinline__ bool resolve_tile(const FwdParams &p, int lane, TileI
 }
 
 /* One online-softmax step on a 16 x (8*NS) score fragment (m16n8 layout,
- * rows g and g+8): scale to log2 units, mask (boundary tiles only), update
- * the running max / sum, turn s into P and rescale the O accumulator. */
-template <int NS, int NO>
+ * rows g and g+8, sequence rows row0 and row0 + 8): scale to log2 units,
+ * apply the score modifiers (MOD), mask (boundary tiles only), update the
+ * running max / sum, turn s into P and rescale the O accumulator. */
+template <int NS, int NO, bool MOD>
 __device__ __forceinline__ void softmax_step(float (&s)[NS][4], float (&o)[NO][4], float *mrow,
                                              float *lrow, int n0, bool need_mask, const int *rlo,
-                                             const int *rhi, int tq, float scale_log2) {
+                                             const int *rhi, int tq, float scale_log2,
+                                             const ScoreMod &mod, int row0) {
 #pragma unroll
     for (int i = 0; i < NS; i++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) s[i][e] *= scale_log2;
+    }
+    if (MOD) {
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[i][e] = mod.apply(s[i][e], row0 + (e >> 1) * 8, n0 + i * 8 + 2 * tq + (e & 1));
+        }
     }
     if (need_mask) {
 #pragma unroll
@@ -248,8 +264,9 @@ template <int D, int BM, int BN> struct FwdTraits {
     static_assert(D % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
 };
 
-/* attn_fwd_mma: one CTA per (Q tile of BM rows, head); see file comment. */
-template <typename T, int D, int BM, int BN, int MINB>
+/* attn_fwd_mma: one CTA per (Q tile of BM rows, head); see file comment.
+ * MOD: with the score modifiers (softcap, ALiBi). */
+template <typename T, int D, int BM, int BN, int MINB, bool MOD>
 __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) {
     typedef FwdTraits<D, BM, BN> Tr;
     constexpr int NT = Tr::NT, LDS = Tr::LDS;
@@ -272,7 +289,6 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
     if (m0 >= lq) return;
     const int mrows = min(BM, lq - m0);
     const int hk = h / p.heads_per_kv;
-    const int d8 = p.d >> 3;
 
     const T *qg = reinterpret_cast<const T *>(p.q) + (int64_t)b * p.q_sb + (q0 + m0) * p.q_sr +
                   (int64_t)h * p.q_sh;
@@ -297,6 +313,9 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
     key_range(r0, lq, lk, p.wl, p.wr, rlo[0], rhi[0]);
     key_range(r0 + 8, lq, lk, p.wl, p.wr, rlo[1], rhi[1]);
 
+    ScoreMod mod = ScoreMod();
+    if (MOD) mod = score_mod_of(p, b, h, lq, lk);
+
     float o[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -305,10 +324,10 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
 
     if (t_end > t_begin) {
         /* Prologue: Q and the first K tile in one group. */
-        load_tile<T, BM, D, NT>(sQ, qg, p.q_sr, mrows, d8, p.aligned, tid);
+        load_tile<T, BM, D, NT>(sQ, qg, p.q_sr, mrows, p.d, p.aligned, tid);
         {
             const int n0 = (t_end - 1) * BN;
-            load_tile<T, BN, D, NT>(sK, kg + (int64_t)n0 * p.k_sr, p.k_sr, lk - n0, d8, p.aligned,
+            load_tile<T, BN, D, NT>(sK, kg + (int64_t)n0 * p.k_sr, p.k_sr, lk - n0, p.d, p.aligned,
                                     tid);
         }
         sf_cp_async_commit();
@@ -324,7 +343,7 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
             const int n0 = t * BN;
             T *sKs = sK + st * BN * LDS;
             T *sVs = sV + st * BN * LDS;
-            load_tile<T, BN, D, NT>(sVs, vg + (int64_t)n0 * p.v_sr, p.v_sr, lk - n0, d8, p.aligned,
+            load_tile<T, BN, D, NT>(sVs, vg + (int64_t)n0 * p.v_sr, p.v_sr, lk - n0, p.d, p.aligned,
                                     tid);
             sf_cp_async_commit();
             sf_cp_async_wait<1>(); /* Q and K[t] have landed */
@@ -369,13 +388,13 @@ __global__ void __launch_bounds__(BM * 2, MINB) attn_fwd_mma(const FwdParams p) 
             if (t - 1 >= t_begin) {
                 const int n1 = (t - 1) * BN;
                 load_tile<T, BN, D, NT>(sK + (st ^ 1) * BN * LDS, kg + (int64_t)n1 * p.k_sr, p.k_sr,
-                                        lk - n1, d8, p.aligned, tid);
+                                        lk - n1, p.d, p.aligned, tid);
             }
             sf_cp_async_commit(); /* possibly empty: keeps the group count uniform */
 
             /* Scale to log2 units, mask boundary tiles, online softmax. */
             const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
-            softmax_step<NS, NO>(s, o, mrow, lrow, n0, need_mask, rlo, rhi, tq, p.scale_log2);
+            softmax_step<NS, NO, MOD>(s, o, mrow, lrow, n0, need_mask, rlo, rhi, tq, p.scale_log2, mod, r0);
 
             /* P as the A operand of P V (accumulator layout = A layout). */
             uint32_t pa[BN / 16][4];

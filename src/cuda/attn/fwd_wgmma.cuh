@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(256, 1) attn_fwd_wgmma(const FwdParams p) {
             sf_cp_async_commit();
 
             const bool need_mask = !(n0 >= full_lo && n0 + BN <= full_hi);
-            softmax_step<NS, NO>(s, o, mrow, lrow, n0, need_mask, rlo, rhi, tq, p.scale_log2);
+            softmax_step<NS, NO, false>(s, o, mrow, lrow, n0, need_mask, rlo, rhi, tq, p.scale_log2, ScoreMod(), 0);
 
             uint32_t pa[BN / 16][4];
 #pragma unroll

@@ -13,6 +13,7 @@ namespace {
 
 using sf_attn::FwdParams;
 using sf_attn::FwdTraits;
+using sf_attn::has_score_mod;
 
 /* CTAs per SM promised to ptxas (__launch_bounds__), i.e. the register cap.
  * d=64 with 128-row tiles: 2 x 256 threads caps it at 128 registers (150
@@ -20,9 +21,9 @@ using sf_attn::FwdTraits;
  * and it ran 16% faster on H200 (L16384: 251 vs 213 TFLOP/s). */
 template <int D, int BM> struct MinBlocks { static constexpr int value = (D <= 64 && BM == 128) ? 2 : 1; };
 
-template <typename T, int D, int BM, int BN>
+template <typename T, int D, int BM, int BN, bool MOD>
 sf_status launch_mma(sf_ctx *ctx, const FwdParams &p, dim3 grid) {
-    void (*kern)(const FwdParams) = sf_attn::attn_fwd_mma<T, D, BM, BN, MinBlocks<D, BM>::value>;
+    void (*kern)(const FwdParams) = sf_attn::attn_fwd_mma<T, D, BM, BN, MinBlocks<D, BM>::value, MOD>;
     const size_t smem = FwdTraits<D, BM, BN>::SMEM;
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -68,6 +69,7 @@ template <int D> struct BnOf { static constexpr int value = D <= 128 ? 64 : 32; 
 template <typename T, int D>
 sf_status launch_bucket(sf_ctx *ctx, FwdParams p, int bm, int nheads) {
     constexpr int BN = BnOf<D>::value;
+    if (has_score_mod(p)) bm = 64; /* one instantiation per head-dim bucket: not a tuned path */
     const int64_t nx = count_tiles(p, bm);
     if (nx <= 0) return SF_OK;
     if (nx > 0x7fffffffLL || nheads > 65535)
@@ -76,8 +78,9 @@ sf_status launch_bucket(sf_ctx *ctx, FwdParams p, int bm, int nheads) {
                        (long long)nx, nheads);
     if (!p.varlen) p.n_mtiles = (p.lq + bm - 1) / bm;
     dim3 grid((unsigned)nx, (unsigned)nheads, 1);
-    if (bm == 128) return launch_mma<T, D, 128, BN>(ctx, p, grid);
-    return launch_mma<T, D, 64, BN>(ctx, p, grid);
+    if (has_score_mod(p)) return launch_mma<T, D, 64, BN, true>(ctx, p, grid);
+    if (bm == 128) return launch_mma<T, D, 128, BN, false>(ctx, p, grid);
+    return launch_mma<T, D, 64, BN, false>(ctx, p, grid);
 }
 
 int64_t max_smem_needed(int dpad, int bm) {
@@ -105,7 +108,8 @@ bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 template <typename T>
 const char *wgmma_refusal(const FwdParams &p, const sf_cuda_state *cs, bool forced) {
     if (!cs || cs->sm_major != 9) return "it needs an sm_90 GPU";
-    if (!p.aligned) return "it needs 16-byte aligned rows";
+    if (!p.aligned) return "it needs 16-byte aligned rows and a head dim that is a multiple of 8";
+    if (has_score_mod(p)) return "softcap and ALiBi are served by the mma kernel";
     if (p.d > 256) return "it takes head dims up to 256";
     const int64_t avg_len = p.varlen ? p.lq / (p.batch > 0 ? p.batch : 1) : p.lq;
     if (!forced && p.d <= 64 && avg_len < 1024) return "the heuristic leaves d <= 64 below L 1024 to mma";

@@ -16,6 +16,7 @@
 namespace {
 
 using sf_attn::FwdParams;
+using sf_attn::has_score_mod;
 
 /* The Q, K and V maps of the ws kernels: boxes of 64 columns x bm (Q) or
  * bn (K, V) rows. */
@@ -68,12 +69,13 @@ const char *launch_ws(sf_ctx *ctx, FwdParams p, int64_t smem_optin, sf_status *s
  * (TMA would read the next sequence's rows past a varlen sequence's end),
  * d exactly 64, 128, 192 or 256 (the tensor maps and the epilogue span D
  * columns: no padding), 16-byte aligned rows and a positive scale (the
- * softmax folds it into one FFMA) on sm_90. */
+ * softmax folds it into one FFMA), no score modifier, on sm_90. */
 const char *ws_shape_refusal(const FwdParams &p, const sf_cuda_state *cs) {
     if (!cs || cs->sm_major != 9) return "it needs an sm_90 GPU";
     if (p.varlen) return "it takes dense batches (no cu_seqlens)";
     if (!p.aligned) return "it needs 16-byte aligned rows";
     if (!(p.scale_log2 > 0.f)) return "it needs a positive softmax scale";
+    if (has_score_mod(p)) return "softcap and ALiBi are served by the mma kernel";
     if (p.d != 64 && p.d != 128 && p.d != 192 && p.d != 256) return "it takes head dim 64, 128, 192 or 256";
     return nullptr;
 }

@@ -33,7 +33,37 @@ struct FwdParams {
     int wl, wr;                 /* -1: unbounded                           */
     float scale_log2;           /* softmax scale * log2(e)                 */
     int aligned;                /* every row start 16-byte aligned         */
+    /* score modifiers (sf_attn_fwd_params), served by attn_fwd_mma only */
+    float softcap_log2;         /* softcap * log2(e); 0: off               */
+    const float *alibi;         /* ALiBi slopes, NULL: off                 */
+    int64_t alibi_sb, alibi_sh; /* slope of (b, h): alibi[b sb + h sh]     */
 };
+
+/* Whether a score modifier is on (only attn_fwd_mma serves them). */
+inline bool has_score_mod(const FwdParams &p) { return p.softcap_log2 > 0.f || p.alibi != nullptr; }
+
+/* Softcap and ALiBi of one row's scores, in log2 units (the scale already
+ * applied): s = c tanh(s / c), c = softcap log2(e); then s -= slope
+ * log2(e) |row + shift - j| with shift = lk - lq (bottom-right aligned). */
+struct ScoreMod {
+    float cap2;     /* softcap * log2(e), 0: off */
+    float slope2;   /* slope * log2(e), 0 without ALiBi */
+    int64_t shift;  /* lk - lq */
+
+    __device__ __forceinline__ float apply(float s, int64_t row, int j) const {
+        if (cap2 > 0.f) s = cap2 * tanhf(s / cap2);
+        const int64_t dist = row + shift - j;
+        return s - slope2 * (float)(dist < 0 ? -dist : dist);
+    }
+};
+
+__device__ __forceinline__ ScoreMod score_mod_of(const FwdParams &p, int b, int h, int lq, int lk) {
+    ScoreMod m;
+    m.cap2 = p.softcap_log2;
+    m.slope2 = p.alibi ? p.alibi[(int64_t)b * p.alibi_sb + (int64_t)h * p.alibi_sh] * 1.4426950408889634f : 0.f;
+    m.shift = (int64_t)lk - lq;
+    return m;
+}
 
 /* 1 / l for the epilogue's normalisation, 0 for a row that saw no key (l 0).
  * rcp.approx (1 ulp; l >= 1 whenever it is positive, the row's max term
