@@ -39,7 +39,9 @@ def dense_f32(q, k, v, scale, causal, window_size, softcap, alibi_slopes):
     if Hkv != H:
         k = k.repeat_interleave(H // Hkv, dim=2)
         v = v.repeat_interleave(H // Hkv, dim=2)
-    s = torch.einsum("bthd,bshd->bhts", q, k) * (scale if scale is not None else 1.0 / math.sqrt(d))
+    # q scaled before the product, as the tests' attention_ref does (the same roundings)
+    qs = q / math.sqrt(d) if scale is None else q * scale
+    s = torch.einsum("bthd,bshd->bhts", qs, k)
     if softcap and softcap > 0:
         s = torch.tanh(s / softcap) * softcap
     i = torch.arange(Lq, device=q.device).view(Lq, 1) + (Lk - Lq)  # query row's diagonal key
