@@ -75,12 +75,14 @@ def attention(T):
         # packed sequences through the test's generate_qkv and the stand-in's bert_padding
         qm = T.generate_random_padding_mask(sq, 2, "cpu", mode="random")
         km = T.generate_random_padding_mask(sk, 2, "cpu", mode="random")
-        (qu, ku, vu, cq, ck, mq, mk, qq, kk, vv, opad, dqpad, dkpad) = T.generate_qkv(q, k, v, qm, km)
+        qu, ku, vu, cq, ck, mq, mk, qq, kk, vv, opad, dqpad, dkpad = T.generate_qkv(q, k, v,
+                                                                                  qm, km)
         out = opad(flash_attn_varlen_func(qu, ku, vu, cq, ck, mq, mk, 0.0, causal=causal,
                                           window_size=win))
         ref, _ = T.attention_ref(qq, kk, vv, qm, km, causal=causal, window_size=win)
         dq, dk, dv = ad(out, (qu, ku, vu), g)
-        report("varlen " + tag, out, ref, (dqpad(dq), dkpad(dk), dkpad(dv)), ad(ref, (qq, kk, vv), g))
+        report("varlen " + tag, out, ref, (dqpad(dq), dkpad(dk), dkpad(dv)),
+               ad(ref, (qq, kk, vv), g))
 
     # what the binding may refuse today: the backward's ALiBi and softcap on their own
     for causal in (False, True):
