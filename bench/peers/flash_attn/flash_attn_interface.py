@@ -1,0 +1,139 @@
+"""flash_attn.flash_attn_interface, served by seqfuse (a stand-in for running
+flash-attention's own tests against the seqfuse binding; not flash-attention).
+
+Every function keeps flash-attention's signature and return convention and
+calls seqfuse.flash_attn_func / flash_attn_varlen_func with the arguments as
+given (dropout, softcap, ALiBi, window, deterministic, return_attn_probs):
+whatever seqfuse does not support it refuses itself with SeqfuseError
+SF_ERR_UNSUPPORTED.  The packed variants pass q / k / v as views of the packed
+tensor (qkv[:, :, 0], ...), as flash-attention does.
+
+Backward: seqfuse's attention is forward-only.  The outputs come out of an
+autograd.Function whose backward recomputes the attention in float32 with
+PyTorch (flash_attn/_grad.py) — the gradients are PyTorch's, the forward is
+ours; the peers' tests, which also assert on gradients, count as checks of the
+forward.  return_attn_probs gives (out, softmax_lse, None): seqfuse keeps no
+probabilities (the tests read them only with dropout, which is refused).
+"""
+import torch
+
+import seqfuse
+from seqfuse import SF_ERR_UNSUPPORTED, SeqfuseError
+
+from . import _grad
+
+USE_TRITON_ROCM = False  # read by the tests at import time: this is the CUDA path
+
+
+def _refuse(what):
+    raise SeqfuseError(SF_ERR_UNSUPPORTED,
+                       f"flash_attn stand-in: {what} is not provided by seqfuse")
+
+
+def _get_block_size_n(device, head_dim, is_dropout, is_causal):
+    """flash-attention's kernel tile width, read by its tests only to decode
+    dropout masks (S_dmask); seqfuse has neither."""
+    _refuse("_get_block_size_n (the layout of dropout masks)")
+
+
+def _window(window_size):
+    return tuple(_grad._int(w) for w in window_size)
+
+
+class _Attn(torch.autograd.Function):
+    """out, lse = seqfuse attention of (q, k, v), dense (cu_q None) or packed."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, scale, causal, window_size,
+                softcap, alibi_slopes, deterministic):
+        kw = dict(dropout_p=dropout_p, softmax_scale=scale, causal=causal, window_size=window_size,
+                  softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
+                  return_lse=True)
+        if cu_q is None:
+            out, lse = seqfuse.flash_attn_func(q, k, v, **kw)
+        else:
+            out, lse = seqfuse.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
+        ctx.save_for_backward(q, k, v, cu_q, cu_k, alibi_slopes)
+        ctx.args = (scale, causal, window_size, softcap)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, cu_q, cu_k, alibi = ctx.saved_tensors
+        if cu_q is None:
+            dq, dk, dv = _grad.grads(_grad.dense_f32, dout, (q, k, v), *ctx.args, alibi)
+        else:
+            dq, dk, dv = _grad.grads(_grad.varlen_f32, dout, (q, k, v), cu_q, cu_k, *ctx.args,
+                                     alibi)
+        return (dq, dk, dv) + (None,) * 11
+
+
+def _run(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, softmax_scale, causal, window_size, softcap,
+         alibi_slopes, deterministic, return_attn_probs):
+    out, lse = _Attn.apply(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, softmax_scale, causal,
+                           _window(window_size), softcap, alibi_slopes, deterministic)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (b, Lq, H, d), k / v (b, Lk, Hkv, d) -> out (b, Lq, H, d) [, lse (b, H, Lq), None]."""
+    return _run(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size,
+                softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """kv (b, Lk, 2, Hkv, d)."""
+    return _run(q, kv[:, :, 0], kv[:, :, 1], None, None, None, None, dropout_p, softmax_scale,
+                causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False):
+    """qkv (b, L, 3, H, d)."""
+    return _run(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], None, None, None, None, dropout_p,
+                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None):
+    """q (total_q, H, d), k / v (total_k, Hkv, d), cu_seqlens (b+1,) int32
+    -> out (total_q, H, d) [, lse (H, total_q), None].  block_table: refused."""
+    if block_table is not None:
+        _refuse("block_table (paged K/V in flash_attn_varlen_func)")
+    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                    dropout_p=0.0, softmax_scale=None, causal=False,
+                                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                                    deterministic=False, return_attn_probs=False):
+    """kv (total_k, 2, Hkv, d)."""
+    return _run(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """qkv (total, 3, H, d), one cu_seqlens for queries and keys."""
+    return _run(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                deterministic, return_attn_probs)
+
+
+def flash_attn_with_kvcache(*args, **kwargs):
+    """The decode entry point with an in-place KV cache, rotary and paging: not
+    mapped (seqfuse's paged decode has no binding); the in-scope tests do not call it."""
+    _refuse("flash_attn_with_kvcache")

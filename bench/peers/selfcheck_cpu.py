@@ -1,0 +1,164 @@
+"""The stand-ins checked on the CPU, without a GPU: seqfuse's float32 CPU backends through the
+stand-in packages against the peers' own references (flash-attention's attention_ref,
+generate_qkv and padding masks from its test module; mamba_ssm's selective_state_update_ref
+and rms_norm_ref), outputs and the stand-ins' float32 PyTorch gradients, plus the refusals.
+
+    SEQFUSE_LIB=build/libseqfuse.so PYTHONPATH=bench/peers:python:.peers/site \\
+        python3 bench/peers/selfcheck_cpu.py
+
+Needs torch and .peers/ (bench/peers/prepare.sh).  Exits 1 on any mismatch.
+"""
+import importlib.util
+import os
+import sys
+
+import torch
+from einops import repeat
+
+import seqfuse
+from flash_attn import _grad, flash_attn_func, flash_attn_kvpacked_func, flash_attn_varlen_func
+from mamba_ssm.ops.triton.layernorm_gated import layernorm_fn, rms_norm_ref
+from mamba_ssm.ops.triton.selective_state_update import (selective_state_update,
+                                                          selective_state_update_ref)
+from peer_refs import peer_file
+
+TOL = 1e-4
+bad = []
+
+
+def peer_test_module():
+    """flash-attention's test module, imported from .peers/ (it asks the GPU's compute
+    capability at import: answered 9.0 when there is no GPU)."""
+    if not torch.cuda.is_available():
+        torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    path = peer_file("flash-attention/tests/test_flash_attn.py")
+    spec = importlib.util.spec_from_file_location("peer_test_flash_attn", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def report(name, out, ref, grads=None, grads_ref=None):
+    e = (out - ref).abs().max().item()
+    eg = max(((a - b).abs().max().item() for a, b in zip(grads, grads_ref)), default=0.0) \
+        if grads is not None else 0.0
+    ok = e < TOL and eg < TOL
+    print(f"{'ok ' if ok else 'BAD'} {name:44s} out {e:.1e}  grad {eg:.1e}")
+    if not ok:
+        bad.append(name)
+
+
+def ad(out, ins, g):
+    return torch.autograd.grad(out, ins, g)
+
+
+def attention(T):
+    cases = [(113, 203, 6, 2, 59, False, (-1, -1)), (128, 97, 4, 1, 40, True, (-1, -1)),
+             (64, 200, 6, 6, 32, True, (17, 3)), (3, 799, 4, 4, 64, False, (5, 9)),
+             (256, 5, 2, 2, 16, True, (-1, -1)), (20, 64, 2, 2, 16, False, torch.tensor([3, 1]))]
+    for sq, sk, H, Hk, d, causal, win in cases:
+        tag = f"{sq}x{sk} H {H}/{Hk} d {d}{' causal' if causal else ''} w {tuple(map(int, win))}"
+        q = torch.randn(2, sq, H, d, requires_grad=True)
+        k, v = (torch.randn(2, sk, Hk, d, requires_grad=True) for _ in range(2))
+        out, lse, probs = flash_attn_func(q, k, v, 0.0, causal=causal, window_size=win,
+                                          return_attn_probs=True)
+        assert probs is None and tuple(lse.shape) == (2, H, sq)
+        ref, _ = T.attention_ref(q, k, v, causal=causal, window_size=win)
+        g = torch.randn_like(out)
+        report("dense " + tag, out, ref, ad(out, (q, k, v), g), ad(ref, (q, k, v), g))
+
+        kv = torch.randn(2, sk, 2, Hk, d, requires_grad=True)
+        out = flash_attn_kvpacked_func(q, kv, causal=causal, window_size=win)
+        ref, _ = T.attention_kvpacked_ref(q, kv, causal=causal, window_size=win)
+        report("kvpacked " + tag, out, ref, ad(out, (q, kv), g), ad(ref, (q, kv), g))
+
+        # packed sequences through the test's generate_qkv and the stand-in's bert_padding
+        qm = T.generate_random_padding_mask(sq, 2, "cpu", mode="random")
+        km = T.generate_random_padding_mask(sk, 2, "cpu", mode="random")
+        qu, ku, vu, cq, ck, mq, mk, qq, kk, vv, opad, dqpad, dkpad = T.generate_qkv(q, k, v,
+                                                                                  qm, km)
+        out = opad(flash_attn_varlen_func(qu, ku, vu, cq, ck, mq, mk, 0.0, causal=causal,
+                                          window_size=win))
+        ref, _ = T.attention_ref(qq, kk, vv, qm, km, causal=causal, window_size=win)
+        dq, dk, dv = ad(out, (qu, ku, vu), g)
+        report("varlen " + tag, out, ref, (dqpad(dq), dkpad(dk), dkpad(dv)),
+               ad(ref, (qq, kk, vv), g))
+
+    # what the binding may refuse today: the backward's ALiBi and softcap on their own
+    for causal in (False, True):
+        q = (torch.randn(2, 50, 4, 32) * 10).requires_grad_()
+        k, v = (torch.randn(2, 70, 2, 32, requires_grad=True) for _ in range(2))
+        sl = torch.rand(2, 4) * 0.3
+        bias = T.attn_bias_from_alibi_slopes(sl, 50, 70, causal=causal)
+        mine = _grad.dense_f32(q, k, v, None, causal, (9, 4), 50.0, sl)
+        ref, _ = T.attention_ref(q, k, v, attn_bias=bias, causal=causal, window_size=(9, 4),
+                                 softcap=50.0)
+        g = torch.randn_like(mine)
+        report(f"float32 backward, ALiBi + softcap{' causal' if causal else ''}", mine, ref,
+               ad(mine, (q, k, v), g), ad(ref, (q, k, v), g))
+
+
+def mamba():
+    b, H, P, N, G = 3, 8, 64, 16, 2
+    for has_z in (False, True):
+        state, x = torch.randn(b, H, P, N), torch.randn(b, H, P)
+        dt = repeat(torch.randn(b, H), "b h -> b h p", p=P)
+        dt_bias = repeat(torch.rand(H) - 4.0, "h -> h p", p=P)
+        A = repeat(-torch.rand(H) - 1.0, "h -> h p n", p=P, n=N)
+        D = repeat(torch.randn(H), "h -> h p", p=P)
+        B, C = torch.randn(b, G, N), torch.randn(b, G, N)
+        z = torch.randn_like(x) if has_z else None
+        sref = state.clone()
+        out = selective_state_update(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                     dt_softplus=True)
+        ref = selective_state_update_ref(sref, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                         dt_softplus=True)
+        report(f"selective_state_update, tied{' z' if has_z else ''} (grad: state)", out, ref,
+               [state], [sref])
+    for nbg in (True, False):
+        for gs in (None, 64):
+            x, z = (torch.randn(4, 32, 256, requires_grad=True) for _ in range(2))
+            w = torch.randn(256, requires_grad=True)
+            out = layernorm_fn(x, w, None, z=z, eps=1e-5, group_size=gs, norm_before_gate=nbg,
+                               is_rms_norm=True)
+            ref = rms_norm_ref(x, w, None, z=z, eps=1e-5, group_size=gs, norm_before_gate=nbg)
+            g = torch.randn_like(out)
+            report(f"rmsnorm norm_before_gate={nbg} group {gs}", out, ref,
+                   ad(out, (x, z, w), g), ad(ref, (x, z, w), g))
+
+
+def refusals():
+    q = torch.randn(2, 8, 4, 16)
+    calls = {
+        "dropout": lambda: flash_attn_func(q, q, q, 0.17),
+        "untied A": lambda: selective_state_update(
+            torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8), torch.randn(2, 4, 8),
+            -torch.rand(4, 8, 16), torch.randn(2, 1, 16), torch.randn(2, 1, 16)),
+        "Mamba-1 (rank 2)": lambda: selective_state_update(
+            torch.randn(2, 64, 16), torch.randn(2, 64), torch.randn(2, 64), -torch.rand(64, 16),
+            torch.randn(2, 16), torch.randn(2, 16)),
+        "layer norm": lambda: layernorm_fn(torch.randn(2, 64), torch.randn(64), None),
+        "norm bias": lambda: layernorm_fn(torch.randn(2, 64), torch.randn(64), torch.randn(64),
+                                          is_rms_norm=True),
+    }
+    for name, fn in calls.items():
+        try:
+            fn()
+            got = "accepted"
+        except seqfuse.SeqfuseError as e:
+            got = e.status_name
+        ok = got == "SF_ERR_UNSUPPORTED"
+        print(f"{'ok ' if ok else 'BAD'} refused: {name:35s} {got}")
+        if not ok:
+            bad.append(name)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    print(f"seqfuse {seqfuse.version()} ({seqfuse.library_path}), torch {torch.__version__}, "
+          f"peers' files in {os.path.dirname(peer_file('SOURCES.txt'))}")
+    attention(peer_test_module())
+    mamba()
+    refusals()
+    print("all ok" if not bad else f"{len(bad)} mismatches: {bad}")
+    sys.exit(1 if bad else 0)
