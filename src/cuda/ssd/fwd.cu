@@ -533,6 +533,8 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
                        (long long)pr->dstate);
     if (pr->chunk != 64 && pr->chunk != 128 && pr->chunk != 256)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: CUDA chunk_size must be 64/128/256");
+    if (p->dt.dtype != p->x.dtype || p->B.dtype != p->x.dtype || p->C.dtype != p->x.dtype)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: the CUDA kernels take dt, B, C in x's dtype");
     const int64_t nc = (pr->seqlen + pr->chunk - 1) / pr->chunk;
     const int64_t npad = (pr->dstate + 31) / 32 * 32;
     ssd_fwd_args a;

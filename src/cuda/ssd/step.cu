@@ -21,6 +21,10 @@ static sf_status ssd_step_launch(sf_ctx *ctx, const ssd_step_args &a, int kv) {
 
 extern "C" sf_status sf_cuda_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
     const sf_ssd_step_params *p = pr->p;
+    if (p->dt.dtype != p->x.dtype || p->B.dtype != p->x.dtype || p->C.dtype != p->x.dtype ||
+        p->state.dtype != SF_F32)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_ssd_step: the CUDA kernel takes dt, B, C in x's dtype and an f32 state");
     ssd_step_args a;
     memset(&a, 0, sizeof(a));
     a.state = (float *)p->state.data;
