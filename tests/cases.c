@@ -71,18 +71,19 @@ const sfc_case sfc_cases[] = {
     /* mamba_ssm's mixed inputs: dt, B, C in f32 with 16-bit x (in the f32
      * run they are x's dtype anyway).  Varlen with every option and all
      * three in f32; the sm_90a shape (B, C rounded to x's dtype on the GPU,
-     * N 40); seq_idx with an f32 dt alone; strided f32 B and dt; chunk 256
-     * dense (the split paths) with an f32 C alone */
+     * N 40, odd heads per group); seq_idx with f32 dt and C; strided f32 B
+     * and dt; chunk 256 dense with even heads per group (the split paths and
+     * wgq, whose TMA map then reads the rounded copy of B) with an f32 B */
     {SSD("ssd_mix_cu_seqlens", 1, 330, 4, 16, 2, 16, 64), .D = 1, ALL_OPTS, .varlen = 2,
      .seqlens = {100, 1, 0, 165, 64}, .nseq = 5, .f32_in = SFC_F32_DT | SFC_F32_B | SFC_F32_C},
     {SSD("ssd_mix_wg", 2, 333, 6, 128, 2, 40, 128), .D = 2, ALL_OPTS, .dt_min = 0.001f, .dt_max = 0.3f,
      .f32_in = SFC_F32_DT | SFC_F32_B | SFC_F32_C},
-    {SSD("ssd_mix_seq_idx_dt", 2, 250, 2, 16, 1, 32, 64), .D = 2, .z = 1, .init = 1, .final = 1, .varlen = 1,
-     .seqlens = {70, 1, 179}, .nseq = 3, .f32_in = SFC_F32_DT},
+    {SSD("ssd_mix_seq_idx", 2, 250, 2, 16, 1, 32, 64), .D = 2, .z = 1, .init = 1, .final = 1, .varlen = 1,
+     .seqlens = {70, 1, 179}, .nseq = 3, .f32_in = SFC_F32_DT | SFC_F32_C},
     {SSD("ssd_mix_strided", 2, 150, 4, 16, 2, 16, 64), .D = 2, ALL_OPTS, .strided = 1,
      .f32_in = SFC_F32_DT | SFC_F32_B},
-    {SSD("ssd_mix_c_chunk256", 2, 600, 4, 64, 1, 64, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1,
-     .final = 1, .f32_in = SFC_F32_C},
+    {SSD("ssd_mix_b_chunk256", 2, 600, 4, 64, 1, 64, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1,
+     .final = 1, .f32_in = SFC_F32_B},
     {SSD("ssd_2p7b_small", 1, 512, 8, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .final = 1},
     {SSD("ssd_2p7b", 1, 4096, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1, .softplus = 1, .big = 1},
 
