@@ -26,7 +26,6 @@ struct ssd_fwd_args {
     void *states;     /* (b, H, nchunks, P, N) in the operand type T        */
     float *states32;  /* f32 copy for ssd_final_varlen (cu_seqlens + final) */
     int *seqid;
-    int dt32;         /* dt in f32 with 16-bit x: the cumsum's f32 instance */
 };
 
 #endif

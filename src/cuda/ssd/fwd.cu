@@ -56,13 +56,20 @@ static int ssd_vec_ok(const sf_tensor *t, size_t esz, int nstrides) {
 
 static size_t ssd_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The kernels' arguments and what only the host reads (so the kernels'
+ * argument block, and their machine code, stay those of the same-dtype
+ * call). */
+struct ssd_fwd_host : ssd_fwd_args {
+    int dt32; /* dt in f32 with 16-bit x: the cumsum's f32 instance runs */
+};
+
 /* The cumsum instances for dt's dtype: x's (T), or f32 with 16-bit x
  * (a.dt32).  The other stages never read dt, so they stay T's. */
 typedef void (*ssd_kernel_fn)(const ssd_fwd_args);
-template <typename T, int Q> static ssd_kernel_fn ssd_cumsum_warp_for(const ssd_fwd_args &a) {
+template <typename T, int Q> static ssd_kernel_fn ssd_cumsum_warp_for(const ssd_fwd_host &a) {
     return sizeof(T) == 2 && a.dt32 ? ssd_cumsum_warp<float, Q> : ssd_cumsum_warp<T, Q>;
 }
-template <typename T> static ssd_kernel_fn ssd_chunk_cumsum_for(const ssd_fwd_args &a) {
+template <typename T> static ssd_kernel_fn ssd_chunk_cumsum_for(const ssd_fwd_host &a) {
     return sizeof(T) == 2 && a.dt32 ? ssd_chunk_cumsum<float> : ssd_chunk_cumsum<T>;
 }
 
@@ -125,7 +132,7 @@ static const char *ssd_split_refusal(const ssd_fwd_args &a) {
 }
 
 template <typename T, int Q>
-static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
+static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_host &a, float *cst) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
     const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
@@ -261,7 +268,7 @@ static sf_status ssd_fwd_tf32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *
  * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass; with `sc32`
  * too (f32, ssd_sc32_refusal NULL) the output is ssd_out_sc32's. */
 template <typename T>
-static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
+static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_host &a, int64_t grid_state,
                                  int64_t grid_out, float *cst = nullptr, bool sc32 = false) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (cst) {
@@ -364,7 +371,7 @@ static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned b
  * ranges of the (b, chunk, P tile, head) units.  The kernels after the
  * cumsum are launched with programmatic serialisation. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, const SsdConfig &cfg, float *cst, float *cb) {
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_host &a, const SsdConfig &cfg, float *cst, float *cb) {
     typedef SsdWg<Q> L;
     typedef SsdFu<Q, 128, 2> F;
     cudaStream_t stream = sf_cuda_stream(ctx);
@@ -466,7 +473,7 @@ static const char *ssd_config_supports(sf_ctx *ctx, const SsdConfig &c, const ss
 }
 
 struct ssd_tune_ctx {
-    ssd_fwd_args *a;
+    ssd_fwd_host *a;
     float *cst;  /* f32 chunk or segment states (split, hopper16, tf32_seg) */
     float *bimg; /* TF32 operand images (tf32_seg): B^T, C, B */
     float *cb;   /* C B^T tiles (hopper16) */
@@ -479,7 +486,7 @@ struct ssd_tune_ctx {
  * cannot serve the problem). */
 template <typename T>
 static sf_status ssd_run_config(sf_ctx *ctx, ssd_tune_ctx *tc, int i) {
-    ssd_fwd_args &a = *tc->a;
+    ssd_fwd_host &a = *tc->a;
     const SsdConfig &c = ssd_configs[i];
     if (const char *why = ssd_config_supports<T>(ctx, c, a))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s", c.name, why);
@@ -563,7 +570,7 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
 /* sf_ssd_states_only: the split path's state kernels alone (chunk cumsums,
  * every chunk's state by mma.sync, the scan over chunks, which writes
  * final_states); the output kernels do not run. */
-static sf_status ssd_states_launch(sf_ctx *ctx, const sf_ssd_problem *pr, ssd_fwd_args &a) {
+static sf_status ssd_states_launch(sf_ctx *ctx, const sf_ssd_problem *pr, ssd_fwd_host &a) {
     if (const char *why = a.varlen ? "it takes dense batches (no seq_idx / cu_seqlens)" : ssd_split_refusal(a))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_states_only: %s", why);
     const size_t esz = sf_dtype_size(pr->p->x.dtype);
@@ -601,7 +608,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: CUDA chunk_size must be 64/128/256");
     const int64_t nc = (pr->seqlen + pr->chunk - 1) / pr->chunk;
     const int64_t npad = (pr->dstate + 31) / 32 * 32;
-    ssd_fwd_args a;
+    ssd_fwd_host a;
     memset(&a, 0, sizeof(a));
     a.x = p->x.data; a.dt = p->dt.data; a.B = p->B.data; a.C = p->C.data; a.z = p->z.data;
     a.out = p->out.data;
