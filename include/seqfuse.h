@@ -211,9 +211,9 @@ SF_API const char *sf_version_string(void);
  *
  * Tensors (b = batch, L = seqlen):
  *   x      (b, L, H, P)   f32/f16/bf16            required, unit inner stride
- *   dt     (b, L, H)      same dtype as x          required
+ *   dt     (b, L, H)      x's dtype or f32         required
  *   A      (H)            f32                      required (A < 0 expected)
- *   B, C   (b, L, G, N)   same dtype as x          required, unit inner stride
+ *   B, C   (b, L, G, N)   each x's dtype or f32    required, unit inner stride
  *   D      (H) or (H, P)  f32                      optional
  *   z      (b, L, H, P)   same dtype as x          optional, unit inner stride
  *   dt_bias (H)           f32                      optional
@@ -235,9 +235,15 @@ SF_API const char *sf_version_string(void);
  *                         last token (of the last sequence in the row).
  * seq_idx and cu_seqlens are exclusive.  chunk_size is 64, 128 or 256 (the
  * result does not depend on it beyond rounding; the GPU kernels tile by it).
+ * dt, B and C may each be f32 when x is f16 or bf16 (mamba_ssm's mixed
+ * inputs); any other dtype is SF_ERR_DTYPE naming the tensor.  The
+ * reference and the CPU backend read every tensor in its own dtype.
  * CUDA backend: N <= 256 (SF_ERR_UNSUPPORTED beyond); the states entering
  * each chunk are kept in the input dtype between its kernels (as mamba_ssm
- * does), final_states in f32.
+ * does), final_states in f32.  An f32 dt is read as f32.  An f32 B or C
+ * with 16-bit x is rounded to x's dtype (to nearest even) into workspace
+ * first, since the tensor-core products take x's dtype (mamba_ssm rounds B
+ * the same way): results as if B, C were given in x's dtype.
  * Arithmetic is f32 (f64 for the reference); matrix products of f16/bf16
  * inputs take those inputs with f32 accumulation.  Exponents are clamped
  * to <= 0 (the decay exp(dt A) never exceeds 1).
@@ -279,13 +285,17 @@ SF_API sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p);
  *     state[s, h] = dA state[s, h] + dt x[i, h] B[i, g]^T     (in place)
  *     out[i, h]   = state[s, h] C[i, g] + D_h x[i, h], times silu(z) if z
  * where s = state_idx[i] when given, else s = i.
- *   state      (nslots, H, P, N)  f32, read and written in place, unit
- *              inner stride
+ *   state      (nslots, H, P, N)  f32, f16 or bf16 (whatever x's dtype),
+ *              read and written in place, unit inner stride.  Each
+ *              element is updated in f32 and stored rounded to the
+ *              state's dtype (to nearest even); out uses the unrounded
+ *              f32 value.
  *   x          (b, H, P)    f32/f16/bf16, unit inner stride
- *   dt         (b, H)       same dtype as x
+ *   dt         (b, H)       x's dtype or f32
  *   A          (H)          f32
- *   B, C       (b, G, N)    same dtype as x, unit inner stride
- *   D (H) or (H, P) f32, z (b, H, P), dt_bias (H) f32: optional
+ *   B, C       (b, G, N)    each x's dtype or f32, unit inner stride (read
+ *                           in their own dtype on every backend)
+ *   D (H) or (H, P) f32, z (b, H, P) x's dtype, dt_bias (H) f32: optional
  *   state_idx  (b) i32 optional: each in [0, nslots) (SF_ERR_INDEX
  *              otherwise on the CPU backends; the CUDA kernel skips an
  *              entry out of range and writes zeros to its output), and no

@@ -32,6 +32,9 @@ typedef struct sfc_case {
     int seqlens[8];  /* varlen: lengths (sum L for cu_seqlens; a row's split for seq_idx) */
     int nseq;
     int nslots;      /* ssd_step: state slots; > b uses a shuffled state_idx with one pad */
+    int f32_in;      /* SSD fwd and step: SFC_F32_DT | _B | _C give those in f32
+                        whatever the case's dtype (mamba_ssm's mixed inputs)  */
+    sf_dtype state_dtype; /* ssd_step: the state cache's dtype (0: f32)      */
     /* attention: b, H above; */
     int Lq, Lk, Hkv, d, causal, wl, wr;
     int attn_varlen; /* cu_seqlens: per-sequence (Lq, Lk) from qlens/klens  */
@@ -48,6 +51,11 @@ typedef struct sfc_case {
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */
 } sfc_case;
+
+/* sfc_case.f32_in bits */
+#define SFC_F32_DT 1
+#define SFC_F32_B 2
+#define SFC_F32_C 4
 
 extern const sfc_case sfc_cases[];
 extern const int sfc_ncases;
@@ -72,6 +80,9 @@ typedef struct sfc_result {
 
 /* Error bound of a backend on a dtype (DESIGN.md section 5). */
 double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be);
+/* The bound of case c's second output (sfc_result.err2) in dtype dt: the
+ * step's state is rounded to its own dtype, which may be coarser than x's. */
+double sfc_tolerance2(const sfc_case *c, sf_dtype dt, sf_backend be);
 
 /* Runs case `c` in dtype `dt` on backend `be` of context `ctx` (CPU or
  * CUDA), with inputs drawn from `seed`; the reference runs on `ref_ctx` (a

@@ -203,6 +203,24 @@ int main(void) {
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "x has dtype i32");
     ssd_valid(&p), p.x.dtype = (sf_dtype)9;
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "unknown dtype");
+    /* dt, B, C: each x's dtype or f32 (mamba_ssm's mixed inputs), nothing else */
+    ssd_valid(&p), p.x.dtype = p.out.dtype = p.C.dtype = SF_BF16; /* dt, B f32 */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_OK, NULL);
+    p.backend = SF_BACKEND_REF;
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_OK, NULL);
+    p.backend = SF_BACKEND_AUTO, p.B.dtype = SF_F16;
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "B has dtype f16, expected bf16 (the dtype of x) or f32");
+    p.B.dtype = SF_F32, p.C.dtype = SF_F16;
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "C has dtype f16, expected bf16");
+    p.C.dtype = SF_BF16, p.dt.dtype = SF_I32;
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "dt has dtype i32, expected bf16 (the dtype of x) or f32");
+    p.dt.dtype = (sf_dtype)5; /* no f64 */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "dt has unknown dtype 5");
+    ssd_valid(&p), p.x.dtype = p.out.dtype = SF_F16, p.z = T(6, 4, (int64_t[]){1, 8, 4, 4});
+    p.dt.dtype = p.B.dtype = p.C.dtype = SF_F16; /* z f32: z stays x's dtype */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "z has dtype f32, expected f16");
+    ssd_valid(&p), p.B.dtype = SF_BF16; /* f32 x: everything f32 */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "B has dtype bf16, expected f32 (the dtype of x)");
     ssd_valid(&p), p.z = T(6, 4, (int64_t[]){1, 8, 4, 4}), p.z.device = 0;
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DEVICE, "z is on CUDA device 0");
     ssd_valid(&p), p.x.stride[3] = 2;
@@ -287,6 +305,24 @@ int main(void) {
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "state_idx");
     step_valid(&sp), sp.out.data = sp.state.data;
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_INVALID_ARG, "overlaps");
+    /* the state in f32, f16 or bf16 whatever x's dtype; dt, B, C each x's
+     * dtype or f32 */
+    step_valid(&sp), sp.state.dtype = SF_BF16;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_OK, NULL);
+    sp.state.dtype = SF_F16, sp.backend = SF_BACKEND_REF;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_OK, NULL);
+    sp.state.dtype = SF_I32, sp.backend = SF_BACKEND_AUTO;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "state has dtype i32, expected f32, f16 or bf16");
+    step_valid(&sp), sp.x.dtype = sp.out.dtype = sp.dt.dtype = SF_BF16, sp.state.dtype = SF_BF16;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_OK, NULL); /* B, C f32 */
+    sp.B.dtype = SF_F16;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "B has dtype f16, expected bf16 (the dtype of x) or f32");
+    sp.B.dtype = SF_BF16, sp.C.dtype = SF_I64;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "C has dtype i64, expected bf16");
+    sp.C.dtype = SF_F32, sp.dt.dtype = (sf_dtype)5;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "dt has unknown dtype 5");
+    sp.dt.dtype = SF_F16;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "dt has dtype f16, expected bf16 (the dtype of x) or f32");
 
     /* ---- sf_attn_fwd ---- */
     sf_attn_fwd_params ap;

@@ -165,9 +165,11 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
                               backend="auto"):
     """Mamba-2 chunked scan (SSD forward), like mamba_ssm's function.
 
-    x (b, L, H, P), dt (b, L, H) same dtype as x, A (H), B/C (b, L, G, N),
-    D (H) or (H, P), z like x, dt_bias (H); A, D, dt_bias are used as float32
-    (converted if given in another float dtype).  chunk_size 64, 128 or 256.
+    x (b, L, H, P), dt (b, L, H), A (H), B/C (b, L, G, N), D (H) or (H, P),
+    z like x, dt_bias (H).  dt, B and C are each x's dtype or float32 (as
+    mamba_ssm accepts; passed through as they are); A, D, dt_bias are used as
+    float32 (converted if given in another float dtype).  chunk_size 64, 128
+    or 256.
     seq_idx (b, L) int (converted to int32): the state restarts where it
     changes.  cu_seqlens (nseq+1,) with b == 1: sequences packed along L,
     each starting from initial_states[i] (shape (nseq, H, P, N)) or zeros.
@@ -250,9 +252,12 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
                            dt_limit=(0.0, float("inf")), backend="auto"):
     """One Mamba-2 decode step, like mamba_ssm's selective_state_update.
 
-    state (nslots, H, P, N) float32, updated IN PLACE; x (b, H, P); dt (b, H)
-    same dtype as x; A (H); B/C (b, G, N); D (H) or (H, P); z like x;
-    dt_bias (H).  mamba_ssm's broadcast forms are accepted too: A (H, P, N),
+    state (nslots, H, P, N) float32, float16 or bfloat16 (whatever x's dtype),
+    updated IN PLACE in float32 and stored rounded to its dtype; x (b, H, P);
+    dt (b, H); A (H); B/C (b, G, N); D (H) or (H, P); z like x; dt_bias (H).
+    dt, B and C are each x's dtype or float32 (mamba_ssm's own tests pass
+    float32 B, C with a 16-bit x and state); they are passed through as they
+    are.  mamba_ssm's broadcast forms are accepted too: A (H, P, N),
     dt (b, H, P), dt_bias (H, P) with stride 0 along the extra dims.
     state_batch_indices (b,) int (converted to int32): slot of each sequence;
     a negative entry is padding (skipped, output zero).  Returns out (b, H, P).

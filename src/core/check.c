@@ -49,9 +49,18 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
     int dt = (int)t->dtype;
     if (dt < SF_F32 || dt > SF_I64)
         return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has unknown dtype %d", op, name, dt);
-    if (dtype == SF_DT_FLOAT ? !(dt == SF_F32 || dt == SF_F16 || dt == SF_BF16)
-        : dtype == SF_DT_INDEX ? !(dt == SF_I32 || dt == SF_I64)
-                               : dt != dtype)
+    if (dtype <= SF_DT_X_OR_F32(SF_F32)) {
+        const sf_dtype xd = (sf_dtype)(SF_DT_X_OR_F32(SF_F32) - dtype);
+        if (dt != SF_F32 && dt != (int)xd) {
+            if (xd == SF_F32)
+                return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has dtype %s, expected f32 (the dtype of x)", op,
+                               name, sf_dtype_name(t->dtype));
+            return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has dtype %s, expected %s (the dtype of x) or f32", op,
+                           name, sf_dtype_name(t->dtype), sf_dtype_name(xd));
+        }
+    } else if (dtype == SF_DT_FLOAT ? !(dt == SF_F32 || dt == SF_F16 || dt == SF_BF16)
+               : dtype == SF_DT_INDEX ? !(dt == SF_I32 || dt == SF_I64)
+                                      : dt != dtype)
         return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has dtype %s, expected %s", op, name,
                        sf_dtype_name(t->dtype),
                        dtype == SF_DT_FLOAT   ? "f32, f16 or bf16"

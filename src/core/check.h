@@ -7,6 +7,8 @@
 /* Dtype sets accepted by a check. */
 #define SF_DT_FLOAT (-1) /* f32, f16 or bf16 */
 #define SF_DT_INDEX (-2) /* i32 or i64 */
+/* The dtype of x, or f32 (the SSD ops' dt, B and C): -16 - x's dtype. */
+#define SF_DT_X_OR_F32(x) (-16 - (int)(x))
 
 #define SF_ANY (-1) /* wildcard extent */
 
@@ -20,7 +22,7 @@
 /* Validates a tensor named `name` of op `op`:
  *   required: absent -> SF_ERR_NULL_POINTER (an absent optional tensor passes);
  *   rank and each extent of `shape` (SF_ANY matches anything) -> SF_ERR_SHAPE;
- *   dtype (a dtype, SF_DT_FLOAT or SF_DT_INDEX) -> SF_ERR_DTYPE;
+ *   dtype (a dtype, SF_DT_FLOAT, SF_DT_INDEX or SF_DT_X_OR_F32) -> SF_ERR_DTYPE;
  *   device equal to the context's -> SF_ERR_DEVICE;
  *   strides >= 0, unit innermost stride when unit_inner -> SF_ERR_STRIDE;
  *   data aligned to the element size -> SF_ERR_ALIGNMENT;

@@ -145,7 +145,9 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     /* empty is valid, as in attention: no tokens (b or L 0) leave out empty
      * and the final states equal to the initial ones (zeros without them) */
 
-    CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 4, (int64_t[]){b, L, SF_ANY, SF_ANY}, dt, 1));
+    /* dt, B and C: each x's dtype or f32 (mamba_ssm's mixed inputs) */
+    const int dt_bc = SF_DT_X_OR_F32(dt);
+    CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 4, (int64_t[]){b, L, SF_ANY, SF_ANY}, dt_bc, 1));
     pr.ngroups = p->B.shape[2];
     pr.dstate = p->B.shape[3];
     int64_t G = pr.ngroups, N = pr.dstate;
@@ -155,8 +157,8 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
         return sf_fail(ctx, SF_ERR_SHAPE, "%s: ngroups %lld (B dim 2) does not divide nheads %lld",
                        op, (long long)G, (long long)H);
     pr.heads_per_group = H / G;
-    CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 4, (int64_t[]){b, L, G, N}, dt, 1));
-    CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 3, (int64_t[]){b, L, H}, dt, 0));
+    CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 4, (int64_t[]){b, L, G, N}, dt_bc, 1));
+    CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 3, (int64_t[]){b, L, H}, dt_bc, 0));
     CHK(sf_check_tensor(ctx, op, "A", &p->A, 1, 1, (int64_t[]){H}, SF_F32, 0));
     CHK(sf_check_tensor(ctx, op, "out", &p->out, 1, 4, (int64_t[]){b, L, H, P}, dt, 1));
     if (p->D.data) {
@@ -267,7 +269,9 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
     int64_t b = pr.batch, H = pr.nheads, P = pr.headdim;
     if (H == 0 || P == 0)
         return sf_fail(ctx, SF_ERR_SHAPE, "%s: x has an empty head dimension", op);
-    CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 3, (int64_t[]){b, SF_ANY, SF_ANY}, dt, 1));
+    /* dt, B and C: each x's dtype or f32, as in the forward */
+    const int dt_bc = SF_DT_X_OR_F32(dt);
+    CHK(sf_check_tensor(ctx, op, "B", &p->B, 1, 3, (int64_t[]){b, SF_ANY, SF_ANY}, dt_bc, 1));
     pr.ngroups = p->B.shape[1];
     pr.dstate = p->B.shape[2];
     int64_t G = pr.ngroups, N = pr.dstate;
@@ -277,11 +281,12 @@ sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
         return sf_fail(ctx, SF_ERR_SHAPE, "%s: ngroups %lld (B dim 1) does not divide nheads %lld",
                        op, (long long)G, (long long)H);
     pr.heads_per_group = H / G;
-    CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 3, (int64_t[]){b, G, N}, dt, 1));
-    CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 2, (int64_t[]){b, H}, dt, 0));
+    CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 3, (int64_t[]){b, G, N}, dt_bc, 1));
+    CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 2, (int64_t[]){b, H}, dt_bc, 0));
     CHK(sf_check_tensor(ctx, op, "A", &p->A, 1, 1, (int64_t[]){H}, SF_F32, 0));
     CHK(sf_check_tensor(ctx, op, "out", &p->out, 1, 3, (int64_t[]){b, H, P}, dt, 1));
-    CHK(sf_check_tensor(ctx, op, "state", &p->state, 1, 4, (int64_t[]){SF_ANY, H, P, N}, SF_F32, 1));
+    /* the state cache in f32, f16 or bf16, whatever x's dtype */
+    CHK(sf_check_tensor(ctx, op, "state", &p->state, 1, 4, (int64_t[]){SF_ANY, H, P, N}, SF_DT_FLOAT, 1));
     pr.nslots = p->state.shape[0];
     if (p->D.data) {
         if (p->D.rank == 1)

@@ -1,5 +1,6 @@
 /* ssd_step_cpu.c - the Mamba-2 decode step on the CPU: one token per
- * sequence, the f32 state updated in place, threaded over (sequence, head). */
+ * sequence, the state (f32, f16 or bf16) updated in place in f32, threaded
+ * over (sequence, head). */
 #include "ssd_cpu.h"
 
 #ifdef _OPENMP
@@ -34,6 +35,19 @@ SSD_CLONES static void step_rows(float *sbase, int64_t sp, int64_t P, int64_t N,
     }
 }
 
+/* The same for an f16 / bf16 state: each row converted to f32 in `tmp`,
+ * updated by step_rows (y reads the unrounded f32 values, as with an f32
+ * state) and stored back rounded to the state's dtype. */
+static void step_rows16(void *sbase, sf_dtype sdt, int64_t off, int64_t sp, int64_t P, int64_t N,
+                        const float *bn, const float *cn, const float *xv, float dA, float dt,
+                        float *y, float *tmp) {
+    for (int64_t c = 0; c < P; c++) {
+        cvt_in(sbase, sdt, off + c * sp, N, tmp);
+        step_rows(tmp, 0, 1, N, bn, cn, xv + c, dA, dt, y + c);
+        cvt_out(sbase, sdt, off + c * sp, N, tmp);
+    }
+}
+
 sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
     const sf_ssd_step_params *p = pr->p;
     const int64_t H = pr->nheads, P = pr->headdim, N = pr->dstate;
@@ -43,9 +57,9 @@ sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
     nt = 1;
 #endif
     if (pr->batch * H < nt) nt = (int)(pr->batch * H);
-    /* per thread: B, C, x, z, y rows in f32 */
+    /* per thread: B, C, x, z, y rows in f32, and a state row (16-bit state) */
     const int64_t Np = sf_cpu_rup(N, SSD_PAD), Pp = sf_cpu_rup(P, SSD_PAD);
-    const size_t per = (size_t)(2 * Np + 3 * Pp);
+    const size_t per = (size_t)(3 * Np + 3 * Pp);
     void *ws = sf_ws_get(ctx, (size_t)nt * per * sizeof(float) + 64);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
     float *base = sf_cpu_align64(ws);
@@ -62,7 +76,7 @@ sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
 #endif
         for (int64_t u = 0; u < pr->batch * H; u++) {
             float *bn = base + (size_t)sf_cpu_tid() * per;
-            float *cn = bn + Np, *xv = cn + Np, *zv = xv + Pp, *y = zv + Pp;
+            float *cn = bn + Np, *xv = cn + Np, *zv = xv + Pp, *y = zv + Pp, *srow = y + Pp;
             const int64_t i = u / H, h = u % H;
             int64_t s = i;
             if (pr->has_idx)
@@ -84,8 +98,12 @@ sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
                                    p->dt_softplus, p->dt_min, p->dt_max);
             const float e = d * Ah;
             const float dA = expf(e < 0.0f ? e : 0.0f);
-            step_rows((float *)st->data + sf_off4(st, s, h, 0, 0), st->stride[2], P, N, bn, cn, xv,
-                      dA, d, y);
+            if (st->dtype == SF_F32)
+                step_rows((float *)st->data + sf_off4(st, s, h, 0, 0), st->stride[2], P, N, bn, cn, xv,
+                          dA, d, y);
+            else
+                step_rows16(st->data, st->dtype, sf_off4(st, s, h, 0, 0), st->stride[2], P, N, bn, cn, xv,
+                            dA, d, y, srow);
             for (int64_t c = 0; pr->has_D && c < P; c++)
                 y[c] += xv[c] * (pr->D_per_channel
                                      ? sf_ldf(p->D.data, p->D.dtype, sf_off2(&p->D, h, c))

@@ -145,8 +145,9 @@ sf_status sf_ref_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr) {
                     const double bn = (double)sf_ldf(B->data, B->dtype, sf_off3(B, i, g, n));
                     const double cn = (double)sf_ldf(C->data, C->dtype, sf_off3(C, i, g, n));
                     const double v = dA * (double)sf_ldf(st->data, st->dtype, so) + dx * bn;
-                    /* the state is kept in f32; y uses the double value,
-                     * as the forward does within a sequence */
+                    /* the state is stored rounded to its dtype (f32, f16
+                     * or bf16); y uses the double value, as the forward
+                     * does within a sequence */
                     sf_stf(st->data, st->dtype, so, (float)v);
                     y += v * cn;
                 }

@@ -340,6 +340,62 @@ def test_step_in_place(backend, dtype):
     np.testing.assert_array_equal(state[[1, 3, 5]], before[[1, 3, 5]])  # untouched slots
 
 
+STATE_DTYPES = ["float16"] + (["bfloat16"] if "bfloat16" in DTYPES else [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("xdtype", [d for d in DTYPES if d != "float32"])
+@pytest.mark.parametrize("sdtype", STATE_DTYPES)
+def test_step_16bit_state_f32_BC(backend, xdtype, sdtype):
+    """mamba_ssm's own test of selective_state_update: x, dt, z and the state
+    in the model dtype, B, C, D in float32; vLLM keeps the state in the model
+    dtype too.  The state is updated in f32 and stored rounded to its dtype."""
+    rng = np.random.default_rng(17)
+    nslots, b, H, P, G, N = 5, 3, 4, 16, 2, 32
+    state = rnd(rng, (nslots, H, P, N), sdtype)
+    x = rnd(rng, (b, H, P), xdtype)
+    dt = (rng.standard_normal((b, H)) * 0.5 - 1).astype(np_dtype(xdtype))
+    A = -rng.uniform(0.5, 2.0, H).astype(np.float32)
+    B = rng.standard_normal((b, G, N)).astype(np.float32)
+    C = rng.standard_normal((b, G, N)).astype(np.float32)
+    D = rng.standard_normal(H).astype(np.float32)
+    z = rnd(rng, (b, H, P), xdtype)
+    dt_bias = rng.standard_normal(H).astype(np.float32) * 0.3
+    idx = np.array([3, -1, 0], np.int32)
+    before = state.copy()
+    want, wstate = ref_step(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, idx=idx,
+                            softplus=True)
+    out = seqfuse.selective_state_update(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                         dt_softplus=True, state_batch_indices=idx,
+                                         backend=backend)
+    assert state.dtype == np_dtype(sdtype) and out.dtype == x.dtype
+    assert rel_err(out, want) < TOL[xdtype]
+    # the state's own rounding: half an ulp of its dtype, relative
+    assert rel_err(state[[3, 0]], wstate[[3, 0]]) < (2e-3 if sdtype == "float16" else 8e-3)
+    np.testing.assert_array_equal(f64(state[[1, 2, 4]]), f64(before[[1, 2, 4]]))  # untouched slots
+    # the update did happen: the new state is far from the old one
+    assert rel_err(state[[3, 0]], before[[3, 0]]) > 1e-2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "float32"])
+def test_ssd_f32_dt_B_C(backend, dtype):
+    """mamba_chunk_scan_combined with x, z in 16 bits and dt, B, C in float32."""
+    rng = np.random.default_rng(18)
+    a = ssd_inputs(rng, "float32", L=90)
+    a["x"] = a["x"].astype(np_dtype(dtype))
+    z = rnd(rng, a["x"].shape, dtype)
+    H = a["x"].shape[2]
+    D = rng.standard_normal(H).astype(np.float32)
+    out, fin = seqfuse.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], 64, D=D, z=z,
+                                                 dt_softplus=True, return_final_states=True,
+                                                 backend=backend)
+    want, wfin = ref_ssd(**a, D=D, z=z, softplus=True)
+    assert out.dtype == a["x"].dtype
+    assert rel_err(out, want) < TOL[dtype]
+    assert rel_err(fin, wfin) < TOL[dtype]
+
+
 def test_step_padding_and_no_index():
     rng = np.random.default_rng(8)
     H, P, N = 2, 8, 4

@@ -24,10 +24,12 @@
  * cu_seqlens and final_states), sequence ids (b L i32, varlen); the split,
  * sm_90a and TF32 paths add f32 chunk or segment states (b H nchunks P N),
  * the TF32 path three operand images, the sm_90a path the C B^T tiles (b G
- * nchunks, 10 tiles of 64 x 64 f32 at chunk 256).
+ * nchunks, 10 tiles of 64 x 64 f32 at chunk 256); an f32 B or C with 16-bit
+ * x its copy in x's dtype (b L G N each, round_in.cuh).
  */
 #include "common/cuda_common.h"
 #include "common/tmap.h"
+#include "ssd/round_in.cuh"
 #include "ssd/cumsum.cuh"
 #include "ssd/chunk_state.cuh"
 #include "ssd/state_pass.cuh"
@@ -54,6 +56,72 @@ static int ssd_vec_ok(const sf_tensor *t, size_t esz, int nstrides) {
 
 static size_t ssd_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* The kernels' arguments and what only the host reads (so the kernels'
+ * argument block, and their machine code, stay those of the same-dtype
+ * call). */
+struct ssd_fwd_host : ssd_fwd_args {
+    int dt32; /* dt in f32 with 16-bit x: the cumsum's f32 instance runs */
+};
+
+/* The cumsum instances for dt's dtype: x's (T), or f32 with 16-bit x
+ * (a.dt32).  The other stages never read dt, so they stay T's. */
+typedef void (*ssd_kernel_fn)(const ssd_fwd_args);
+template <typename T, int Q> static ssd_kernel_fn ssd_cumsum_warp_for(const ssd_fwd_host &a) {
+    return sizeof(T) == 2 && a.dt32 ? ssd_cumsum_warp<float, Q> : ssd_cumsum_warp<T, Q>;
+}
+template <typename T> static ssd_kernel_fn ssd_chunk_cumsum_for(const ssd_fwd_host &a) {
+    return sizeof(T) == 2 && a.dt32 ? ssd_chunk_cumsum<float> : ssd_chunk_cumsum<T>;
+}
+
+/* Mixed inputs: whether B (C) is f32 with 16-bit x, and so read through a
+ * copy rounded to x's dtype (round_in.cuh). */
+static bool ssd_rounds(const sf_ssd_fwd_params *p, const sf_tensor *t) {
+    return sf_dtype_size(p->x.dtype) == 2 && t->dtype == SF_F32;
+}
+
+/* Strides and the 16-byte row flag of such a copy: contiguous (b, L, G, N)
+ * in x's dtype, 256-byte aligned in the workspace. */
+static void ssd_round_layout(int64_t *st, int *vec, const ssd_fwd_args &a) {
+    const int64_t G = a.H / a.hpg;
+    st[2] = a.N;
+    st[1] = G * a.N;
+    st[0] = (int64_t)a.L * G * a.N;
+    *vec = a.N % 8 == 0;
+}
+
+/* Workspace bytes of the rounded copies. */
+static size_t ssd_round_bytes(const sf_ssd_fwd_params *p, const ssd_fwd_args &a) {
+    const size_t n = (size_t)a.batch * a.L * (a.H / a.hpg) * a.N * 2;
+    return (ssd_rounds(p, &p->B) ? ssd_align(n) : 0) + (ssd_rounds(p, &p->C) ? ssd_align(n) : 0);
+}
+
+/* Rounds the f32 B and / or C into `ws` (ssd_round_bytes of it) and points
+ * `a` at the copies; launched before every other kernel of the call. */
+static sf_status ssd_round_inputs(sf_ctx *ctx, const sf_ssd_fwd_params *p, ssd_fwd_args &a, unsigned char *ws) {
+    const int64_t G = a.H / a.hpg, total = (int64_t)a.batch * a.L * G * a.N;
+    const int64_t nblk = (total + 255) / 256;
+    const unsigned grid = (unsigned)(nblk < ((int64_t)1 << 20) ? nblk : ((int64_t)1 << 20));
+    const sf_tensor *ts[2] = {&p->B, &p->C};
+    const void **dst[2] = {&a.B, &a.C};
+    for (int k = 0; k < 2; k++) {
+        if (!ssd_rounds(p, ts[k])) continue;
+        const sf_tensor *t = ts[k];
+        if (total > 0) {
+            const float *src = (const float *)t->data;
+            if (p->x.dtype == SF_BF16)
+                ssd_round_in<__nv_bfloat16><<<grid, 256, 0, sf_cuda_stream(ctx)>>>(
+                    src, t->stride[0], t->stride[1], t->stride[2], (__nv_bfloat16 *)ws, a.L, (int)G, a.N, total);
+            else
+                ssd_round_in<__half><<<grid, 256, 0, sf_cuda_stream(ctx)>>>(
+                    src, t->stride[0], t->stride[1], t->stride[2], (__half *)ws, a.L, (int)G, a.N, total);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+        *dst[k] = ws;
+        ws += ssd_align((size_t)total * 2);
+    }
+    return SF_OK;
+}
+
 /* Why the split state path (warp cumsum, every chunk's state at once, then
  * the scan) cannot serve the problem, or NULL if it can. */
 static const char *ssd_split_refusal(const ssd_fwd_args &a) {
@@ -64,7 +132,7 @@ static const char *ssd_split_refusal(const ssd_fwd_args &a) {
 }
 
 template <typename T, int Q>
-static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
+static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_host &a, float *cst) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     const int64_t PN = (int64_t)a.P * a.N;
     const int64_t gcum = (int64_t)a.batch * a.nc * ((a.H + 7) / 8);
@@ -73,7 +141,7 @@ static sf_status ssd_split_states(sf_ctx *ctx, ssd_fwd_args &a, float *cst) {
     if (gcum > INT32_MAX || gst > INT32_MAX || gsc > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_ssd_fwd: problem too large for one launch");
     if (gcum > 0) {
-        ssd_cumsum_warp<T, Q><<<(unsigned)gcum, 256, 0, stream>>>(a);
+        ssd_cumsum_warp_for<T, Q>(a)<<<(unsigned)gcum, 256, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (gst > 0) {
@@ -200,7 +268,7 @@ static sf_status ssd_fwd_tf32(sf_ctx *ctx, ssd_fwd_args &a, float *bimg, float *
  * ssd_split_states instead of ssd_chunk_cumsum + ssd_state_pass; with `sc32`
  * too (f32, ssd_sc32_refusal NULL) the output is ssd_out_sc32's. */
 template <typename T>
-static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_state,
+static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_host &a, int64_t grid_state,
                                  int64_t grid_out, float *cst = nullptr, bool sc32 = false) {
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (cst) {
@@ -216,7 +284,7 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_args &a, int64_t grid_stat
     }
     const int64_t gcum = cst ? 0 : (int64_t)a.batch * a.nc * ((a.H + 127) / 128);
     if (gcum > 0) {
-        ssd_chunk_cumsum<T><<<(unsigned)gcum, 128, 0, stream>>>(a);
+        ssd_chunk_cumsum_for<T>(a)<<<(unsigned)gcum, 128, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (grid_state > 0) {
@@ -303,7 +371,7 @@ static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned b
  * ranges of the (b, chunk, P tile, head) units.  The kernels after the
  * cumsum are launched with programmatic serialisation. */
 template <typename T, int Q>
-static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, const SsdConfig &cfg, float *cst, float *cb) {
+static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_host &a, const SsdConfig &cfg, float *cst, float *cb) {
     typedef SsdWg<Q> L;
     typedef SsdFu<Q, 128, 2> F;
     cudaStream_t stream = sf_cuda_stream(ctx);
@@ -330,7 +398,7 @@ static sf_status ssd_fwd_wg(sf_ctx *ctx, ssd_fwd_args &a, const SsdConfig &cfg, 
         ssd_cb_wg<T, Q><<<(unsigned)gcb, 256, L::CBK_SMEM, stream>>>(a, cb);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (gcum > 0) SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_cumsum_warp<T, Q>, (unsigned)gcum, 256, 0, stream, a));
+    if (gcum > 0) SF_CUDA_CHECK(ctx, ssd_launch_pdl(ssd_cumsum_warp_for<T, Q>(a), (unsigned)gcum, 256, 0, stream, a));
     if (cfg.fused_states && gfu > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_state_fused_wg<T, Q, 128, 2>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F::SMEM));
@@ -405,7 +473,7 @@ static const char *ssd_config_supports(sf_ctx *ctx, const SsdConfig &c, const ss
 }
 
 struct ssd_tune_ctx {
-    ssd_fwd_args *a;
+    ssd_fwd_host *a;
     float *cst;  /* f32 chunk or segment states (split, hopper16, tf32_seg) */
     float *bimg; /* TF32 operand images (tf32_seg): B^T, C, B */
     float *cb;   /* C B^T tiles (hopper16) */
@@ -418,7 +486,7 @@ struct ssd_tune_ctx {
  * cannot serve the problem). */
 template <typename T>
 static sf_status ssd_run_config(sf_ctx *ctx, ssd_tune_ctx *tc, int i) {
-    ssd_fwd_args &a = *tc->a;
+    ssd_fwd_host &a = *tc->a;
     const SsdConfig &c = ssd_configs[i];
     if (const char *why = ssd_config_supports<T>(ctx, c, a))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: configuration %s: %s", c.name, why);
@@ -502,19 +570,24 @@ static sf_status ssd_fwd_launch(sf_ctx *ctx, ssd_tune_ctx *tc) {
 /* sf_ssd_states_only: the split path's state kernels alone (chunk cumsums,
  * every chunk's state by mma.sync, the scan over chunks, which writes
  * final_states); the output kernels do not run. */
-static sf_status ssd_states_launch(sf_ctx *ctx, const sf_ssd_problem *pr, ssd_fwd_args &a) {
+static sf_status ssd_states_launch(sf_ctx *ctx, const sf_ssd_problem *pr, ssd_fwd_host &a) {
     if (const char *why = a.varlen ? "it takes dense batches (no seq_idx / cu_seqlens)" : ssd_split_refusal(a))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_states_only: %s", why);
     const size_t esz = sf_dtype_size(pr->p->x.dtype);
     const size_t nvec = (size_t)a.batch * a.H * a.nc * a.Q;
     const size_t nst = (size_t)a.batch * a.H * a.nc * a.P * a.N;
     const size_t b_dt = ssd_align(nvec * 4), b_st = ssd_align(nst * esz), b_cst = ssd_align(nst * 4);
-    unsigned char *ws = (unsigned char *)sf_ws_get(ctx, 2 * b_dt + b_st + b_cst);
+    const size_t b_rnd = ssd_round_bytes(pr->p, a);
+    unsigned char *ws = (unsigned char *)sf_ws_get(ctx, 2 * b_dt + b_st + b_cst + b_rnd);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
     a.dtw = (float *)ws;
     a.gw = (float *)(ws + b_dt);
     a.states = ws + 2 * b_dt;
     float *cst = (float *)(ws + 2 * b_dt + b_st);
+    if (b_rnd) {
+        const sf_status st = ssd_round_inputs(ctx, pr->p, a, ws + 2 * b_dt + b_st + b_cst);
+        if (st != SF_OK) return st;
+    }
     switch (pr->p->x.dtype) {
     case SF_F32: return a.Q == 256 ? ssd_split_states<float, 256>(ctx, a, cst) : ssd_split_states<float, 128>(ctx, a, cst);
     case SF_F16: return a.Q == 256 ? ssd_split_states<__half, 256>(ctx, a, cst) : ssd_split_states<__half, 128>(ctx, a, cst);
@@ -535,7 +608,7 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_ssd_fwd: CUDA chunk_size must be 64/128/256");
     const int64_t nc = (pr->seqlen + pr->chunk - 1) / pr->chunk;
     const int64_t npad = (pr->dstate + 31) / 32 * 32;
-    ssd_fwd_args a;
+    ssd_fwd_host a;
     memset(&a, 0, sizeof(a));
     a.x = p->x.data; a.dt = p->dt.data; a.B = p->B.data; a.C = p->C.data; a.z = p->z.data;
     a.out = p->out.data;
@@ -583,6 +656,12 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
         }
         return SF_OK;
     }
+    /* mixed inputs (the front end allows f32 dt, B, C with 16-bit x): the
+     * cumsum reads an f32 dt as such; B, C are read through copies rounded
+     * to x's dtype, laid out here and made once the workspace is there */
+    a.dt32 = esz == 2 && p->dt.dtype == SF_F32;
+    if (ssd_rounds(p, &p->B)) ssd_round_layout(a.Bs, &a.vec_B, a);
+    if (ssd_rounds(p, &p->C)) ssd_round_layout(a.Cs, &a.vec_C, a);
     if (pr->states_only) return ssd_states_launch(ctx, pr, a);
 
     /* workspace */
@@ -614,7 +693,8 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     const size_t b_cb = any_cb ? ssd_align((size_t)pr->batch * (pr->nheads / pr->heads_per_group) * nc *
                                            (nrb * (nrb + 1) / 2) * 4096 * 4)
                                : 0;
-    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img + b_cb;
+    const size_t b_rnd = ssd_round_bytes(p, a);
+    const size_t total = 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img + b_cb + b_rnd;
     unsigned char *ws = (unsigned char *)sf_ws_get(ctx, total);
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.dtw = (float *)ws;
@@ -625,6 +705,10 @@ extern "C" sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr) {
     float *cst = b_cst ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id) : nullptr;
     float *bimg = b_img ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id + b_cst) : nullptr;
     float *cbw = b_cb ? (float *)(ws + 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img) : nullptr;
+    if (b_rnd) {
+        const sf_status st = ssd_round_inputs(ctx, p, a, ws + 2 * b_dt + b_st + b_s32 + b_id + b_cst + b_img + b_cb);
+        if (st != SF_OK) return st;
+    }
 
     const int64_t grid_state = (int64_t)pr->batch * pr->nheads * ((pr->headdim + 31) / 32) *
                                ((pr->dstate + 63) / 64);

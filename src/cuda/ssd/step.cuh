@@ -1,19 +1,27 @@
 /* ssd_step.cuh - the Mamba-2 decode step (selective_state_update) on the GPU.
  * Included only from ssd_step.cu.
  *
- * Memory-bound: per (token, head) the P x N f32 state is read and written once
- * (8 bytes per element); x, B, C, z, out are noise next to it.  One block per
- * (token, head), 4 warps; a warp owns rows p = warp + 4k and updates each row
- * with 16-byte loads/stores across its lanes (lane l holds columns
- * 4l .. 4l+3 of every 128-column stretch), 4 rows in flight at a time, and
- * reduces the row's dot product with C by butterfly shuffles. */
+ * Memory-bound: per (token, head) the P x N state is read and written once
+ * (8 bytes per element in f32, 4 in f16 / bf16); x, B, C, z, out are noise
+ * next to it.  One block per (token, head), 4 warps; a warp owns rows
+ * p = warp + 4k and updates each row with 4-element loads/stores across its
+ * lanes (16 bytes in f32, 8 in 16 bits; lane l holds columns 4l .. 4l+3 of
+ * every 128-column stretch), 4 rows in flight at a time, and reduces the
+ * row's dot product with C by butterfly shuffles.
+ * Template parameters: T the dtype of x (z, out), TS the state's.  dt, B
+ * and C are each T or f32, a flag in the arguments: they are read once per
+ * block (the vector paths), so the uniform branch costs nothing measurable
+ * next to the state traffic. */
 #ifndef SF_SSD_STEP_CUH
 #define SF_SSD_STEP_CUH
 
 #include "common/cuda_common.h"
 
+#include <string.h>
+#include <type_traits>
+
 struct ssd_step_args {
-    float *state;
+    void *state;      /* TS */
     const void *x, *dt, *B, *C, *z;
     void *out;
     const float *A, *D, *dt_bias;
@@ -23,6 +31,42 @@ struct ssd_step_args {
     int batch, H, P, N, hpg, nslots;
     int has_D, D_pc, has_z, has_bias, softplus, has_idx;
     float dt_min, dt_max;
+    int dt32, B32, C32; /* dt, B, C in f32 (else in x's dtype) */
+};
+
+/* Element i of an input in x's dtype T, or in f32 when `f32` (dt, B, C). */
+template <typename T>
+static __device__ __forceinline__ float ssd_step_ld(const void *p, int64_t i, int f32) {
+    if constexpr (std::is_same<T, float>::value) {
+        (void)f32;
+        return ((const float *)p)[i];
+    } else {
+        return f32 ? ((const float *)p)[i] : sf_elem<T>::to_f(((const T *)p)[i]);
+    }
+}
+
+/* Four consecutive state elements (4-element aligned) as f32, and back
+ * rounded to the state's dtype: one 16-byte access in f32, 8 bytes in
+ * f16 / bf16. */
+template <typename TS> struct ssd_state4 {
+    static __device__ __forceinline__ float4 ld(const TS *p) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        TS e[4];
+        memcpy(e, &u, sizeof u);
+        return make_float4(sf_elem<TS>::to_f(e[0]), sf_elem<TS>::to_f(e[1]), sf_elem<TS>::to_f(e[2]),
+                           sf_elem<TS>::to_f(e[3]));
+    }
+    static __device__ __forceinline__ void st(TS *p, float4 v) {
+        const TS e[4] = {sf_elem<TS>::from_f(v.x), sf_elem<TS>::from_f(v.y), sf_elem<TS>::from_f(v.z),
+                         sf_elem<TS>::from_f(v.w)};
+        uint2 u;
+        memcpy(&u, e, sizeof u);
+        *reinterpret_cast<uint2 *>(p) = u;
+    }
+};
+template <> struct ssd_state4<float> {
+    static __device__ __forceinline__ float4 ld(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+    static __device__ __forceinline__ void st(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
 };
 
 template <typename T>
@@ -37,9 +81,9 @@ static __device__ __forceinline__ float ssd_step_out(const ssd_step_args &a, int
     return acc;
 }
 
-/* KV > 0: N <= 128 KV, state rows 16-byte aligned with unit column stride.
+/* KV > 0: N <= 128 KV, state rows 4-element aligned with unit column stride.
  * KV == 0: any N and strides, one column per lane per 32. */
-template <typename T, int KV>
+template <typename T, typename TS, int KV>
 __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
     const int h = (int)(blockIdx.x % a.H);
     const int i = (int)(blockIdx.x / a.H);
@@ -52,14 +96,14 @@ __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
         for (int p = tid; p < a.P; p += 128) out[p] = sf_elem<T>::from_f(0.0f);
         return;
     }
-    float d = sf_elem<T>::to_f(((const T *)a.dt)[(int64_t)i * a.dts[0] + (int64_t)h * a.dts[1]]);
+    float d = ssd_step_ld<T>(a.dt, (int64_t)i * a.dts[0] + (int64_t)h * a.dts[1], a.dt32);
     if (a.has_bias) d += a.dt_bias[h * a.biass];
     d = sf_dt_process(d, a.softplus, a.dt_min, a.dt_max);
     const float dA = expf(fminf(d * a.A[h * a.As], 0.0f));
     const int grp = h / a.hpg;
-    const T *Bp = (const T *)a.B + (int64_t)i * a.Bs[0] + (int64_t)grp * a.Bs[1];
-    const T *Cp = (const T *)a.C + (int64_t)i * a.Cs[0] + (int64_t)grp * a.Cs[1];
-    float *st = a.state + s * a.ss[0] + (int64_t)h * a.ss[1];
+    const int64_t Bo = (int64_t)i * a.Bs[0] + (int64_t)grp * a.Bs[1];
+    const int64_t Co = (int64_t)i * a.Cs[0] + (int64_t)grp * a.Cs[1];
+    TS *st = (TS *)a.state + s * a.ss[0] + (int64_t)h * a.ss[1];
 
     if constexpr (KV > 0) {
         float4 Bv[KV], Cv[KV];
@@ -69,8 +113,8 @@ __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
             float bb[4], cc[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                bb[e] = n + e < a.N ? sf_elem<T>::to_f(Bp[n + e]) * d : 0.0f;
-                cc[e] = n + e < a.N ? sf_elem<T>::to_f(Cp[n + e]) : 0.0f;
+                bb[e] = n + e < a.N ? ssd_step_ld<T>(a.B, Bo + n + e, a.B32) * d : 0.0f;
+                cc[e] = n + e < a.N ? ssd_step_ld<T>(a.C, Co + n + e, a.C32) : 0.0f;
             }
             Bv[k] = make_float4(bb[0], bb[1], bb[2], bb[3]);
             Cv[k] = make_float4(cc[0], cc[1], cc[2], cc[3]);
@@ -85,9 +129,8 @@ __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
 #pragma unroll
                 for (int k = 0; k < KV; k++) {
                     const int n = 4 * (lane + 32 * k);
-                    v[r][k] = (p < a.P && n < a.N)
-                                  ? *reinterpret_cast<const float4 *>(st + (int64_t)p * a.ss[2] + n)
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+                    v[r][k] = (p < a.P && n < a.N) ? ssd_state4<TS>::ld(st + (int64_t)p * a.ss[2] + n)
+                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
                 }
             }
             float acc[4];
@@ -103,8 +146,7 @@ __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
                     w.y = fmaf(dA, w.y, xv[r] * Bv[k].y);
                     w.z = fmaf(dA, w.z, xv[r] * Bv[k].z);
                     w.w = fmaf(dA, w.w, xv[r] * Bv[k].w);
-                    if (p < a.P && n < a.N)
-                        *reinterpret_cast<float4 *>(st + (int64_t)p * a.ss[2] + n) = w;
+                    if (p < a.P && n < a.N) ssd_state4<TS>::st(st + (int64_t)p * a.ss[2] + n, w);
                     acc[r] = fmaf(w.x, Cv[k].x, acc[r]);
                     acc[r] = fmaf(w.y, Cv[k].y, acc[r]);
                     acc[r] = fmaf(w.z, Cv[k].z, acc[r]);
@@ -131,10 +173,11 @@ __global__ void __launch_bounds__(128) ssd_step_kernel(const ssd_step_args a) {
             const float xv = sf_elem<T>::to_f(x[p]);
             float acc = 0.0f;
             for (int n = lane; n < a.N; n += 32) {
-                float *e = st + (int64_t)p * a.ss[2] + (int64_t)n * a.ss[3];
-                const float w = fmaf(dA, *e, xv * (sf_elem<T>::to_f(Bp[n]) * d));
-                *e = w;
-                acc = fmaf(w, sf_elem<T>::to_f(Cp[n]), acc);
+                TS *e = st + (int64_t)p * a.ss[2] + (int64_t)n * a.ss[3];
+                const float w =
+                    fmaf(dA, sf_elem<TS>::to_f(*e), xv * (ssd_step_ld<T>(a.B, Bo + n, a.B32) * d));
+                *e = sf_elem<TS>::from_f(w); /* out takes the unrounded value */
+                acc = fmaf(w, ssd_step_ld<T>(a.C, Co + n, a.C32), acc);
             }
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
