@@ -592,6 +592,74 @@ SF_API sf_status sf_ssd_fwd_cp(sf_ctx *ctx, sf_comm *comm, const sf_ssd_fwd_para
  * exactly.  Lq must equal Lk and be even (SF_ERR_SHAPE). */
 SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_params *p);
 
+/* ------------------------------------------------------------------ */
+/* Paged KV cache: append, and attention over it (decode, prefill)     */
+/* ------------------------------------------------------------------ */
+/*
+ * One layer's cache is two pools of pages, k_cache and v_cache, each
+ * (num_pages, page_size, Hkv, d), f16 or bf16 (one dtype), unit inner
+ * stride, any other non-negative strides; page_size a power of two from 1
+ * to 256.  Token t of sequence b lives in row t % page_size of page
+ * block_table[b, t / page_size]:
+ *   block_table  (b, max_pages) i32: a sequence's logical pages in order;
+ *                entries past the pages its length needs are never read.
+ * An entry of a page that is read or written must be in [0, num_pages),
+ * and a length must fit in max_pages * page_size.  Host backends check
+ * every entry before touching memory (SF_ERR_INDEX, naming the entry).  On
+ * the GPU the kernels check as they go: a sequence with a bad entry or
+ * length is neither read nor written past the check (attention writes 0
+ * and lse -inf for it), and the context records the error; the next
+ * sf_ctx_synchronize returns SF_ERR_INDEX with the sequence named, and
+ * clears the record.  Nothing outside the pools is ever read or written.
+ */
+
+/* Writes new tokens' K and V into the cache: token j of sequence b (k and
+ * v (b, Lnew, Hkv, d), the cache's dtype) goes to position
+ * cache_seqlens[b] + j.  cache_seqlens (b) i32 >= 0 is read, not updated
+ * (the caller advances it, as with flash_attn_with_kvcache).  k and v must
+ * not overlap the pools. */
+typedef struct sf_kv_append_params {
+    sf_tensor k_cache, v_cache;      /* pools, written in place          */
+    sf_tensor k, v;                  /* (b, Lnew, Hkv, d)                */
+    sf_tensor block_table;           /* (b, max_pages) i32               */
+    sf_tensor cache_seqlens;         /* (b) i32: tokens already cached   */
+    sf_backend backend;
+} sf_kv_append_params;
+
+SF_API void sf_kv_append_params_init(sf_kv_append_params *p);
+SF_API sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p);
+
+/* Attention of Lq new query tokens per sequence over its cached keys:
+ *   q (b, Lq, H, d) with H a multiple of Hkv (query head h reads kv head
+ *   h / (H / Hkv)); seqlens (b) i32 >= 0: keys of sequence b, the new
+ *   tokens included (append them first); out like q; lse (b, H, Lq) f32
+ *   optional.
+ * Query row i of sequence b sits at key position seqlens[b] - Lq + i
+ * (bottom-right aligned, as sf_attn_fwd); causal, window, softcap and
+ * softmax_scale mean what they mean there.  A row that sees no key (length
+ * 0, or a causal row before the first key) gets out 0 and lse -inf.
+ * Lq = 1 is decode; Lq > 1 chunked prefill or speculative decoding.  The
+ * GPU splits long contexts across thread blocks and merges the parts by
+ * their lse; the split is chosen on the device from the lengths, so a
+ * captured CUDA graph stays valid when lengths and tables change between
+ * replays. */
+typedef struct sf_attn_paged_params {
+    sf_tensor q;                     /* (b, Lq, H, d)                    */
+    sf_tensor k_cache, v_cache;      /* pools                            */
+    sf_tensor block_table;           /* (b, max_pages) i32               */
+    sf_tensor seqlens;               /* (b) i32: keys per sequence       */
+    sf_tensor out;                   /* like q                           */
+    sf_tensor lse;                   /* (b, H, Lq) f32, optional         */
+    float softmax_scale;             /* 0: 1/sqrt(d)                     */
+    int causal;
+    int window_left, window_right;   /* -1: unbounded                    */
+    float softcap;                   /* 0: off                           */
+    sf_backend backend;
+} sf_attn_paged_params;
+
+SF_API void sf_attn_paged_params_init(sf_attn_paged_params *p);
+SF_API sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -290,6 +290,19 @@ static inline void sf_attn_key_range(const sf_attn_problem *pr, int64_t i, int64
     *hi = b;
 }
 
+/* A validated paged-cache call (sf_kv_append or sf_attn_paged; the other
+ * pointer is NULL).  Attention: lq = Lq; append: lq = Lnew. */
+typedef struct sf_paged_problem {
+    const sf_attn_paged_params *p;
+    const sf_kv_append_params *a;
+    int64_t batch, nheads, nheads_kv, headdim, lq;
+    int64_t num_pages, page_size, max_pages;
+    int has_lse;
+    float scale;                   /* attention: resolved softmax scale       */
+    int64_t wl, wr;                /* -1 unbounded; causal folded into wr = 0 */
+    float softcap;                 /* 0: off                                  */
+} sf_paged_problem;
+
 /* Backend entry points.  Each receives a validated problem. */
 sf_status sf_ref_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
 sf_status sf_ref_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
@@ -298,6 +311,10 @@ sf_status sf_ref_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
 sf_status sf_cpu_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
 sf_status sf_cpu_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
 sf_status sf_cpu_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
+sf_status sf_ref_kv_append(sf_ctx *ctx, const sf_paged_problem *pr);
+sf_status sf_ref_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr);
+sf_status sf_cpu_kv_append(sf_ctx *ctx, const sf_paged_problem *pr);
+sf_status sf_cpu_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr);
 
 /* CUDA backend (src/cuda); in a build without CUDA these come from
  * src/core/nocuda.c and answer SF_ERR_UNSUPPORTED. */
@@ -309,6 +326,8 @@ sf_status sf_cuda_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);
 sf_status sf_ssd_states_only(sf_ctx *ctx, const sf_ssd_fwd_params *p);
 sf_status sf_cuda_ssd_step(sf_ctx *ctx, const sf_ssd_step_problem *pr);
 sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr);
+sf_status sf_cuda_kv_append(sf_ctx *ctx, const sf_paged_problem *pr);
+sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr);
 /* Device plumbing used by src/core/ctx.c. */
 int sf_cuda_count(void);
 sf_status sf_cuda_ctx_init(sf_ctx *ctx);

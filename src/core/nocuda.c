@@ -16,6 +16,14 @@ sf_status sf_cuda_attn_fwd(sf_ctx *ctx, const sf_attn_problem *pr) {
     (void)pr;
     return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_fwd: " SF_NO_CUDA_MSG);
 }
+sf_status sf_cuda_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
+    (void)pr;
+    return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_kv_append: " SF_NO_CUDA_MSG);
+}
+sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr) {
+    (void)pr;
+    return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_paged: " SF_NO_CUDA_MSG);
+}
 int sf_cuda_count(void) { return 0; }
 sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
     return sf_fail(ctx, SF_ERR_NO_DEVICE, SF_NO_CUDA_MSG);
