@@ -597,6 +597,10 @@ static sf_status run_baseline(const sfc_case *c, tspec *t, tspec *tb, int first,
         sf_ssd_fwd_params a;
         sf_attn_fwd_params c;
     } bp;
+    if (c->op != SFC_SSD_FWD && c->op != SFC_ATTN_FWD) {
+        snprintf(msg, msglen, "no baseline for %s", sfc_op_name(c->op));
+        return SF_ERR_UNSUPPORTED;
+    }
     const int slot[2] = {first, c->op == SFC_SSD_FWD ? second : -1};
     for (int k = 0; k < 2; k++) {
         if (slot[k] < 0 || !t[slot[k]].present) continue;
@@ -618,13 +622,10 @@ static sf_status run_baseline(const sfc_case *c, tspec *t, tspec *tb, int first,
         bp.a = *(const sf_ssd_fwd_params *)prm;
         bp.a.out = view(&tb[0], tb[0].dptr, 0, device);
         bp.a.final_states = view(&tb[1], tb[1].dptr, 0, device);
-    } else if (c->op == SFC_ATTN_FWD) {
+    } else {
         bp.c = *(const sf_attn_fwd_params *)prm;
         bp.c.out = view(&tb[0], tb[0].dptr, 0, device);
         memset(&bp.c.lse, 0, sizeof bp.c.lse);
-    } else {
-        snprintf(msg, msglen, "no baseline for %s", sfc_op_name(c->op));
-        return SF_ERR_UNSUPPORTED;
     }
     sf_status st = bl->prepare(bl->self, c->op, &bp, msg, msglen);
     if (st != SF_OK) return st;
