@@ -28,12 +28,14 @@ def main():
         if "error" in r:
             problems.append("%s: %s" % (name, r["error"]))
             continue
-        tol = r["tolerance"]
         for side in ("fused", "naive"):
             e = r.get(side)
             if not isinstance(e, dict):
                 problems.append("%s: no %s entry" % (name, side))
                 continue
+            tol = e["tolerance"]
+            if not (0 < tol <= r["tolerance"] * 4):
+                problems.append("%s: %s tolerance %r" % (name, side, tol))
             if not (math.isfinite(e["ms"]) and e["ms"] > 0):
                 problems.append("%s: %s time %r" % (name, side, e["ms"]))
             if not (math.isfinite(e["err"]) and e["err"] <= tol):

@@ -163,23 +163,24 @@ static int cmd_run(int json, int force_cpu, uint64_t seed, int threads) {
             status = 1;
             continue;
         }
-        const double tol = sfc_tolerance(c->op, dt, be);
+        const double tol = sfc_tolerance(c->op, dt, be), ntol = sfn_tolerance(c, dt, be, &r);
         tol_shown = tol > tol_shown ? tol : tol_shown;
         const int fused_ok = r.err <= tol && r.err2 <= tol && r.unwritten == 0 && r.nonfinite == 0 && r.guard_ok;
-        const int naive_ok = r.base_err <= tol && r.base_err2 <= tol && r.base_unwritten == 0 &&
+        const int naive_ok = r.base_err <= ntol && r.base_err2 <= ntol && r.base_unwritten == 0 &&
                              r.base_nonfinite == 0 && r.base_guard_ok;
         if (!fused_ok || !naive_ok) status = 1;
         const double fb = r.bytes, nbytes = sfn_bytes(c, dt, device, r.bytes);
         if (json) {
             printf("%s{\"workload\": \"%s\", \"op\": \"%s\", \"dtype\": \"%s\", \"flops\": %.6g, \"tolerance\": %.3g, "
                    "\"fused\": {\"backend\": \"%s\", \"ms\": %.6g, \"gflops\": %.6g, \"bytes\": %.6g, "
-                   "\"workspace_bytes\": %zu, \"err\": %.3e, \"ok\": %s}, "
-                   "\"naive\": {\"ms\": %.6g, \"gflops\": %.6g, \"bytes\": %.6g, \"err\": %.3e, \"ok\": %s}, "
+                   "\"workspace_bytes\": %zu, \"err\": %.3e, \"tolerance\": %.3g, \"ok\": %s}, "
+                   "\"naive\": {\"ms\": %.6g, \"gflops\": %.6g, \"bytes\": %.6g, \"err\": %.3e, "
+                   "\"tolerance\": %.3g, \"ok\": %s}, "
                    "\"speedup\": %.4g, \"bytes_avoided\": %.6g, \"oracle_ms\": %.6g}",
                    first ? "" : ", ", c->name, sfc_op_name(c->op), sf_dtype_name(dt), r.flops, tol,
-                   sf_backend_name(be), r.ms, r.flops / r.ms * 1e-6, fb, r.ws_peak, r.err,
+                   sf_backend_name(be), r.ms, r.flops / r.ms * 1e-6, fb, r.ws_peak, r.err, tol,
                    fused_ok ? "true" : "false", r.base_ms, r.flops / r.base_ms * 1e-6, nbytes, r.base_err,
-                   naive_ok ? "true" : "false", r.base_ms / r.ms, nbytes - fb, r.ref_ms);
+                   ntol, naive_ok ? "true" : "false", r.base_ms / r.ms, nbytes - fb, r.ref_ms);
         } else {
             char b1[32], b2[32], b3[32];
             printf("%-18s %9.3f %9.3f %7.1fx %11s %11s %11s %9.1e %9.1e%s%s\n", c->name, r.ms, r.base_ms,

@@ -35,6 +35,13 @@ void sfn_baseline_init(sfn_baseline *nb, sf_ctx *ctx);
 /* One line: what naive means on this device. */
 const char *sfn_describe(int device);
 
+/* The naive baseline's error bound on case c: the dtype's tolerance
+ * (sfc_tolerance), or for 16-bit attention twice the error of the emulated
+ * low-precision naive attention (r->err_naive, the bar the fused kernels
+ * meet too) where that is larger: a sharp softmax whose scores are stored
+ * in bf16 loses about 1e-2. */
+double sfn_tolerance(const sfc_case *c, sf_dtype dt, sf_backend be, const sfc_result *r);
+
 /* Bytes the naive baseline moves through memory (HBM on a GPU, DRAM on
  * the CPU) for case c in dtype dt, given `fused_bytes`, the fused kernel's
  * minimum (inputs read once, outputs written: sfc_result.bytes). */
