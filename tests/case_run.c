@@ -563,12 +563,107 @@ static int guards_intact(const tspec *t) {
     return ok;
 }
 
-sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf_ctx *ref_ctx,
-                  uint64_t seed, int reps, int skip_ref, sfc_result *res, char *msg, size_t msglen) {
-    tspec t[MAXT];
+/* One timed call: the backend's op, or the baseline's. */
+typedef struct timed_call {
+    const sfc_case *c;
+    sf_ctx *ctx;
+    const void *params;
+    const sfc_baseline *bl; /* NULL: the backend (call_op, then synchronize) */
+    char *msg;
+    size_t msglen;
+} timed_call;
+
+static sf_status timed_once(const timed_call *tc) {
+    if (tc->bl) return tc->bl->run(tc->bl->self, tc->c->op, tc->params, tc->msg, tc->msglen);
+    sf_status st = call_op(tc->c, tc->ctx, tc->params);
+    return st == SF_OK ? sf_ctx_synchronize(tc->ctx) : st;
+}
+
+/* A warm-up, then the median of `reps` calls, each up to its completion
+ * (wall clock: the backend and the baseline are timed alike). */
+static sf_status time_median(const timed_call *tc, int reps, double *ms) {
+    double *ts = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!ts) return SF_ERR_OUT_OF_MEMORY;
+    sf_status st = timed_once(tc);
+    for (int r = 0; r < reps && st == SF_OK; r++) {
+        double t0 = sfc_now();
+        st = timed_once(tc);
+        ts[r] = sfc_now() - t0;
+    }
+    if (st == SF_OK) {
+        qsort(ts, (size_t)reps, sizeof(double), cmp_double);
+        *ms = 1e3 * ts[reps / 2];
+    }
+    free(ts);
+    return st;
+}
+
+/* The baseline's outputs, tb[0] like t[first] and tb[1] like t[second]
+ * (when the op has that output and the baseline writes it): allocated on
+ * the target, poisoned, written by one untimed run and copied back; then
+ * the baseline is timed.  prm is the backend's params: a copy points at
+ * tb. */
+static sf_status run_baseline(const sfc_case *c, tspec *t, tspec *tb, int first, int second,
+                              const void *prm, sf_ctx *ctx, int reps, const sfc_baseline *bl,
+                              sfc_result *res, char *msg, size_t msglen) {
+    union {
+        sf_ssd_fwd_params a;
+        sf_attn_fwd_params c;
+    } bp;
+    if (c->op != SFC_SSD_FWD && c->op != SFC_ATTN_FWD) {
+        snprintf(msg, msglen, "no baseline for %s", sfc_op_name(c->op));
+        return SF_ERR_UNSUPPORTED;
+    }
+    const int slot[2] = {first, c->op == SFC_SSD_FWD ? second : -1};
+    for (int k = 0; k < 2; k++) {
+        if (slot[k] < 0 || !t[slot[k]].present) continue;
+        tb[k] = t[slot[k]];
+        tb[k].ref = NULL;
+        tb[k].dptr = NULL;
+        tb[k].h = (unsigned char *)malloc(tb[k].alloc);
+        if (!tb[k].h) {
+            snprintf(msg, msglen, "cannot allocate %zu bytes of host memory for the baseline's output", tb[k].alloc);
+            return SF_ERR_OUT_OF_MEMORY;
+        }
+        memset(tb[k].h, 0xff, tb[k].alloc);
+        sf_status st = sf_malloc(ctx, &tb[k].dptr, tb[k].alloc);
+        if (st == SF_OK) st = sf_memcpy(ctx, tb[k].dptr, tb[k].h, tb[k].alloc);
+        if (st != SF_OK) return st;
+    }
+    const int device = sf_ctx_device(ctx);
+    if (c->op == SFC_SSD_FWD) {
+        bp.a = *(const sf_ssd_fwd_params *)prm;
+        bp.a.out = view(&tb[0], tb[0].dptr, 0, device);
+        bp.a.final_states = view(&tb[1], tb[1].dptr, 0, device);
+    } else {
+        bp.c = *(const sf_attn_fwd_params *)prm;
+        bp.c.out = view(&tb[0], tb[0].dptr, 0, device);
+        memset(&bp.c.lse, 0, sizeof bp.c.lse);
+    }
+    sf_status st = bl->prepare(bl->self, c->op, &bp, msg, msglen);
+    if (st != SF_OK) return st;
+    st = bl->run(bl->self, c->op, &bp, msg, msglen);
+    for (int k = 0; k < 2 && st == SF_OK; k++) {
+        if (!tb[k].h) continue;
+        st = sf_memcpy(ctx, tb[k].h, tb[k].dptr, tb[k].alloc);
+        if (st == SF_OK && !guards_intact(&tb[k])) res->base_guard_ok = 0;
+    }
+    if (st == SF_OK && reps > 0) {
+        timed_call tc = {c, ctx, &bp, bl, msg, msglen};
+        st = time_median(&tc, reps, &res->base_ms);
+    }
+    return st;
+}
+
+static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx,
+                          sf_ctx *ref_ctx, uint64_t seed, int reps, int skip_ref,
+                          const sfc_baseline *bl, sfc_result *res, char *msg, size_t msglen) {
+    tspec t[MAXT], tb[2];
+    memset(tb, 0, sizeof tb);
     build_specs(c, dt, t);
     memset(res, 0, sizeof *res);
     res->guard_ok = 1;
+    res->base_guard_ok = 1;
     if (msg && msglen) msg[0] = 0;
     uint64_t rng = seed * 0x2545f4914f6cdd1dull + (uint64_t)(c - sfc_cases) + 1;
     sf_status st = SF_OK;
@@ -626,25 +721,24 @@ sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf
     }
 
     if (reps > 0) {
-        double *ts = (double *)malloc(sizeof(double) * (size_t)reps);
-        if (!ts) {
-            st = SF_ERR_OUT_OF_MEMORY;
+        timed_call tc = {c, ctx, &prm, NULL, msg, msglen};
+        st = time_median(&tc, reps, &res->ms);
+        if (st != SF_OK) goto done;
+    }
+
+    int first = c->op == SFC_SSD_FWD ? OUT : c->op == SFC_SSD_STEP ? S_OUT : AO;
+    int second = c->op == SFC_SSD_FWD ? FIN : c->op == SFC_SSD_STEP ? S_STATE : LSE;
+    if (c->op == SFC_CONV1D_FWD) first = CV_OUT, second = CV_FIN;
+    if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
+    if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
+    if (bl) {
+        char bmsg[512] = "";
+        st = run_baseline(c, t, tb, first, second, &prm, ctx, reps, bl, res, bmsg, sizeof bmsg);
+        bl->release(bl->self);
+        if (st != SF_OK) {
+            if (msg && msglen) snprintf(msg, msglen, "naive baseline: %s", bmsg[0] ? bmsg : sf_ctx_last_error(ctx));
             goto done;
         }
-        st = call_op(c, ctx, &prm); /* warm-up */
-        if (st == SF_OK) st = sf_ctx_synchronize(ctx);
-        for (int r = 0; r < reps && st == SF_OK; r++) {
-            double t0 = sfc_now();
-            st = call_op(c, ctx, &prm);
-            if (st == SF_OK) st = sf_ctx_synchronize(ctx);
-            ts[r] = sfc_now() - t0;
-        }
-        if (st == SF_OK) {
-            qsort(ts, (size_t)reps, sizeof(double), cmp_double);
-            res->ms = 1e3 * ts[reps / 2];
-        }
-        free(ts);
-        if (st != SF_OK) goto done;
     }
 
     if (!skip_ref) {
@@ -660,15 +754,14 @@ sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf
             st = SF_ERR_INTERNAL;
             goto done;
         }
-        int first = c->op == SFC_SSD_FWD ? OUT : c->op == SFC_SSD_STEP ? S_OUT : AO;
-        int second = c->op == SFC_SSD_FWD ? FIN : c->op == SFC_SSD_STEP ? S_STATE : LSE;
-        if (c->op == SFC_CONV1D_FWD) first = CV_OUT, second = CV_FIN;
-        if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
-        if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
         res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
         if (t[second].present)
             res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
         if (c->op == SFC_ATTN_FWD && dt != SF_F32) res->err_naive = naive_attn_err(c, t, dt);
+        if (tb[0].h)
+            res->base_err = compare(&tb[0], t[first].ref, &res->base_unwritten, &res->base_nonfinite);
+        if (tb[1].h)
+            res->base_err2 = compare(&tb[1], t[second].ref, &res->base_unwritten, &res->base_nonfinite);
     }
 
 done:
@@ -678,7 +771,22 @@ done:
         free(t[i].h);
         free(t[i].ref);
     }
+    for (int k = 0; k < 2; k++) {
+        if (tb[k].dptr) sf_free(ctx, tb[k].dptr);
+        free(tb[k].h);
+    }
     return st;
+}
+
+sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf_ctx *ref_ctx,
+                  uint64_t seed, int reps, int skip_ref, sfc_result *res, char *msg, size_t msglen) {
+    return run_case(c, dt, be, ctx, ref_ctx, seed, reps, skip_ref, NULL, res, msg, msglen);
+}
+
+sf_status sfc_run_baseline(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx,
+                           sf_ctx *ref_ctx, uint64_t seed, int reps, const sfc_baseline *bl,
+                           sfc_result *res, char *msg, size_t msglen) {
+    return run_case(c, dt, be, ctx, ref_ctx, seed, reps, 0, bl, res, msg, msglen);
 }
 
 /* Whether SF_AUTOTUNE_FORCE pins a configuration of this op ("op:name,..."). */

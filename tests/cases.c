@@ -211,15 +211,16 @@ const sfc_case sfc_cases[] = {
     {RMSN("rms_2p7b_g8", 16, 5120, 640), .z = 1, .norm_before_gate = 1},
     {RMSN("rms_2p7b_big", 32768, 5120, 5120), .z = 1, .big = 1},
 
-    /* the default workload of `seqfuse`: sized so the naive reference takes
-     * seconds on a small CPU (1), and at the real shapes on a GPU (2) */
+    /* the default workload of `seqfuse`: sized so the double reference (the
+     * oracle of both the fused and the naive run) takes seconds on a small
+     * CPU (1), and at the real shapes on a GPU (2) */
     {SSD("mamba2_2.7b_layer", 1, 1024, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1,
      .softplus = 1, .big = 1, .workload = 1},
     {"llm_gqa_causal", SFC_ATTN_FWD, 1, .H = 32, .Lq = 512, .Lk = 512, .Hkv = 8, .d = 128,
      .causal = 1, .big = 1, .workload = 1},
     {"vit_b16", SFC_ATTN_FWD, 8, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1,
      .workload = 1},
-    /* on a GPU the naive reference still runs on the CPU: shapes that keep it to seconds */
+    /* on a GPU the oracle still runs on the CPU: shapes that keep it to seconds */
     {SSD("mamba2_2.7b_layer", 1, 2048, 80, 64, 1, 128, 256), .D = 1, .z = 1, .dt_bias = 1,
      .softplus = 1, .big = 1, .workload = 2},
     {"llm_gqa_causal", SFC_ATTN_FWD, 1, .H = 32, .Lq = 1024, .Lk = 1024, .Hkv = 8, .d = 128,

@@ -76,6 +76,11 @@ typedef struct sfc_result {
     size_t ws_peak;    /* workspace peak of the timed backend (bytes)       */
     double ref_ms;     /* one call of the reference (when it ran)           */
     size_t ref_ws_peak;/* the reference's workspace peak (bytes)            */
+    /* the baseline of sfc_run_baseline (0 otherwise): errors of its main and
+     * second outputs against the same reference, its median time */
+    double base_err, base_err2, base_ms;
+    long long base_unwritten, base_nonfinite;
+    int base_guard_ok;
 } sfc_result;
 
 /* Error bound of a backend on a dtype (DESIGN.md section 5). */
@@ -92,6 +97,30 @@ double sfc_tolerance2(const sfc_case *c, sf_dtype dt, sf_backend be);
 sf_status sfc_run(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx, sf_ctx *ref_ctx,
                   uint64_t seed, int reps, int skip_ref, sfc_result *res, char *msg,
                   size_t msglen);
+
+/* A second implementation of an op timed on a case's own inputs: the
+ * `seqfuse` main job's naive baseline (tools/naive/).  `params` is the op's
+ * params struct (sf_ssd_fwd_params or sf_attn_fwd_params) holding the
+ * target's input tensors and the baseline's own poisoned outputs: out, and
+ * final_states when the case has them; lse is absent. */
+typedef struct sfc_baseline {
+    void *self;
+    /* Untimed, once: checks that it serves the case (SF_ERR_UNSUPPORTED with
+     * the reason in msg otherwise) and allocates everything `run` needs. */
+    sf_status (*prepare)(void *self, sfc_op op, const void *params, char *msg, size_t msglen);
+    /* One call; returns once its outputs are in memory. */
+    sf_status (*run)(void *self, sfc_op op, const void *params, char *msg, size_t msglen);
+    /* Frees what prepare allocated (also after a failed prepare). */
+    void (*release)(void *self);
+} sfc_baseline;
+
+/* sfc_run (reference included), then the baseline `bl` on the same inputs
+ * and device: run once and compared with the reference (res->base_*), and
+ * timed as the backend is (a warm-up, then the median of `reps` calls).
+ * Ops other than ssd_fwd and attn_fwd give SF_ERR_UNSUPPORTED. */
+sf_status sfc_run_baseline(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx *ctx,
+                           sf_ctx *ref_ctx, uint64_t seed, int reps, const sfc_baseline *bl,
+                           sfc_result *res, char *msg, size_t msglen);
 
 /* Runs every case of `op` (-1: all ops) in f32, f16 and bf16 on backend
  * `be` against the reference, printing one line per run to stdout; big
