@@ -41,6 +41,11 @@ typedef struct sf_cuda_state {
      * counter and the count of CTAs done with it (the last one resets
      * both); NULL when the allocation failed (static schedule then) */
     unsigned int *tile_ctr;
+    /* the paged calls' error word (paged/decode.cuh): 0, or 1 + the first
+     * sequence found with a bad length or block-table entry; host memory
+     * mapped into the device (paged_err_d), read and cleared by
+     * sf_cuda_sync; NULL when the allocation failed (nothing recorded) */
+    unsigned int *paged_err_h, *paged_err_d;
     /* NVML for the autotuner's sustained runs (board_power.cu): asked on
      * first use, closed with the context */
     int power_tried;

@@ -40,6 +40,14 @@ extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
         if (st->tile_ctr) cudaFree(st->tile_ctr);
         st->tile_ctr = NULL;
     }
+    if (cudaHostAlloc((void **)&st->paged_err_h, sizeof(unsigned), cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostGetDevicePointer((void **)&st->paged_err_d, st->paged_err_h, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (st->paged_err_h) cudaFreeHost(st->paged_err_h);
+        st->paged_err_h = st->paged_err_d = NULL;
+    } else {
+        *st->paged_err_h = 0;
+    }
     return SF_OK;
 }
 
@@ -50,6 +58,7 @@ extern "C" void sf_cuda_ctx_free(sf_ctx *ctx) {
         cudaSetDevice(ctx->device);
         cudaFree(st->tile_ctr);
     }
+    if (st && st->paged_err_h) cudaFreeHost(st->paged_err_h);
     free(ctx->cuda_state);
     ctx->cuda_state = NULL;
 }
@@ -99,5 +108,14 @@ extern "C" sf_status sf_cuda_activate(sf_ctx *ctx) {
 extern "C" sf_status sf_cuda_sync(sf_ctx *ctx) {
     SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
     SF_CUDA_CHECK(ctx, cudaStreamSynchronize(sf_cuda_stream(ctx)));
+    sf_cuda_state *st = sf_cuda_st(ctx);
+    if (st && st->paged_err_h) {
+        const unsigned v = *(volatile unsigned *)st->paged_err_h;
+        if (v) {
+            *(volatile unsigned *)st->paged_err_h = 0;
+            return sf_fail(ctx, SF_ERR_INDEX, "a paged-cache call met sequence %u with a length or block-table "
+                           "entry out of range (it was neither read nor written past the check)", v - 1);
+        }
+    }
     return SF_OK;
 }

@@ -1,0 +1,349 @@
+/* decode.cuh - attention over a paged KV cache (sf_attn_paged) on mma.sync
+ * (sm_80+): decode (one query token a sequence) up to short chunks of new
+ * tokens, memory-bound on the K/V pages.
+ *
+ * Grid: x = split of the sequence's keys, y = (kv head, 16-row tile of its
+ * query rows), z = sequence.  The query rows of a kv head are its group's
+ * heads times the new tokens (row r: token r / group, head kvh * group +
+ * r % group), so every K/V byte a CTA reads serves all the query heads that
+ * share it (GQA on tensor cores).  Four warps take the CTA's 16-key tiles in
+ * turn, each with its own 3-stage cp.async ring and its own online softmax
+ * (softmax_step of the dense kernel); the warps' (max, sum, O) are merged in
+ * shared memory at the end.  Keys are found through the block table row by
+ * row, so any page size works, tiles may straddle pages.
+ *
+ * Split-KV: the number of splits of a sequence is a function of its length
+ * alone (nsplit_of), evaluated on the device by the attention and combine
+ * kernels alike, so a captured graph stays right when lengths change; the
+ * grid holds the most any length can use.  One split writes the output
+ * directly; several write f32 partial outputs and their lse, merged by
+ * paged_combine.
+ *
+ * paged_validate runs first: a sequence whose length or any block-table
+ * entry it needs is out of range is marked bad (its rows get 0 and lse
+ * -inf, nothing of it is read) and recorded in the context's error word.
+ */
+#ifndef SF_PAGED_DECODE_CUH
+#define SF_PAGED_DECODE_CUH
+
+#include "attn/fwd_mma.cuh"
+
+#include <stdint.h>
+
+namespace sf_paged {
+
+using sf_attn::ScoreMod;
+using sf_attn::key_range;
+
+struct PagedParams {
+    const void *q;
+    void *o;
+    float *lse;
+    const void *kc, *vc;
+    int64_t q_sb, q_sr, q_sh;
+    int64_t o_sb, o_sr, o_sh;
+    int64_t l_sb, l_sh, l_sr;
+    int64_t k_sp, k_sr, k_sh;   /* page, row in page, head strides of k_cache */
+    int64_t v_sp, v_sr, v_sh;
+    const int32_t *bt;
+    int64_t bt_sb, bt_sp;
+    const int32_t *lens;
+    int64_t lens_s;
+    int batch, nheads, nkv, group, lq, d;
+    int page_shift;             /* log2 page_size */
+    int max_pages, num_pages;
+    int wl, wr;
+    float scale_log2;
+    float cap2;                 /* softcap * log2(e), 0: off */
+    int mtiles;                 /* 16-row tiles of a kv head's query rows */
+    int nsplit_max;
+    float *o_part;              /* (nsplit_max, b, lq, H, D) f32 */
+    float *lse_part;            /* (nsplit_max, b, H, lq) f32 */
+    int32_t *seq_ok;            /* (b): 1 when the sequence's table is valid */
+    unsigned int *err;          /* the context's error word (host-mapped), or NULL */
+};
+
+/* Keys a split takes at least: below it, the merge costs more than the
+ * parallelism gives back. */
+constexpr int MIN_SPLIT_KEYS = 256;
+
+/* Splits of a sequence of `len` keys: one per MIN_SPLIT_KEYS, at most
+ * nsplit_max, at least 1.  The same on host and device. */
+__host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max) {
+    int n = (len + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
+    n = n < 1 ? 1 : n;
+    return n < nsplit_max ? n : nsplit_max;
+}
+
+/* Keys of one split: a multiple of the 16-key tile. */
+__device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns - 1) / ns) + 15) & ~15; }
+
+__device__ __forceinline__ void record_error(unsigned int *err, int b) {
+    if (err && *(volatile unsigned int *)err == 0u) {
+        *(volatile unsigned int *)err = (unsigned int)b + 1u;
+        __threadfence_system();
+    }
+}
+
+/* One block per sequence: length in [0, max_pages * page_size] and each
+ * table entry of its pages in [0, num_pages). */
+__global__ void __launch_bounds__(256) paged_validate(const PagedParams p) {
+    __shared__ int bad;
+    const int b = blockIdx.x;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    const int len = p.lens[(int64_t)b * p.lens_s];
+    const int64_t cap = (int64_t)p.max_pages << p.page_shift;
+    if (len < 0 || (int64_t)len > cap) {
+        if (threadIdx.x == 0) bad = 1;
+    } else {
+        const int npages = (int)(((int64_t)len + (1 << p.page_shift) - 1) >> p.page_shift);
+        for (int i = threadIdx.x; i < npages; i += blockDim.x) {
+            const int pg = p.bt[(int64_t)b * p.bt_sb + (int64_t)i * p.bt_sp];
+            if (pg < 0 || pg >= p.num_pages) atomicOr(&bad, 1);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        p.seq_ok[b] = !bad;
+        if (bad) record_error(p.err, b);
+    }
+}
+
+template <int D> struct PagedTraits {
+    static constexpr int NW = 4;          /* warps, each on every 4th key tile */
+    static constexpr int ST = 3;          /* cp.async stages per warp          */
+    static constexpr int LDS = D + 8;     /* padded row (elements)             */
+    static constexpr int TILE = 16;       /* keys a tile                       */
+    static constexpr int STAGE_ELEMS = 2 * TILE * LDS;                 /* K and V */
+    static constexpr size_t SMEM_KV = (size_t)NW * ST * STAGE_ELEMS * 2;
+    static constexpr size_t SMEM = (size_t)TILE * LDS * 2 + SMEM_KV;
+    /* the warps' merge scratch (m, l, O in f32) reuses the K/V ring */
+    static constexpr int OLD = D + 4;
+    static_assert((size_t)NW * 16 * (2 + OLD) * 4 <= SMEM_KV, "merge scratch fits the ring");
+};
+
+template <typename T, int D, bool CAP>
+__global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
+    typedef PagedTraits<D> Tr;
+    constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8, CH = D / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sKV = sQ + 16 * LDS;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int split = blockIdx.x, b = blockIdx.z;
+    const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;
+    const bool ok = p.seq_ok[b] != 0;
+    const int len = ok ? p.lens[(int64_t)b * p.lens_s] : 0;
+    const int ns = nsplit_of(len, p.nsplit_max);
+    if (split >= ns) return;
+    const int nrows = p.group * p.lq, r0 = mt * 16;
+    const int d8 = p.d >> 3;
+
+    /* Q rows of this tile (zeros past the group's rows and past d) */
+    for (int i = tid; i < 16 * CH; i += blockDim.x) {
+        const int r = i / CH, c = i - (i / CH) * CH;
+        const int rr = r0 + r;
+        const bool v = rr < nrows && c < d8;
+        const int tok = v ? rr / p.group : 0, h = kvh * p.group + (v ? rr - tok * p.group : 0);
+        const T *src = reinterpret_cast<const T *>(p.q) + (int64_t)b * p.q_sb + (int64_t)tok * p.q_sr +
+                       (int64_t)h * p.q_sh + c * 8;
+        sf_cp_async16_zfill(sQ + r * LDS + c * 8, v ? (const void *)src : p.q, v ? 16 : 0);
+    }
+    sf_cp_async_commit();
+
+    /* this split's keys, cut to what the tile's rows can see */
+    const int chunk = split_chunk(len, ns);
+    const int ks = split * chunk, ke = min(len, ks + chunk);
+    const int g = lane >> 2, tq = lane & 3;
+    int rlo[2], rhi[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int r = r0 + g + rr * 8;
+        rlo[rr] = rhi[rr] = 0;
+        if (r < nrows) {
+            key_range(r / p.group, p.lq, len, p.wl, p.wr, rlo[rr], rhi[rr]);
+            rlo[rr] = max(rlo[rr], ks);
+            rhi[rr] = min(rhi[rr], ke);
+        }
+    }
+    int lo_u, hi_u, unused;
+    key_range(r0 / p.group, p.lq, len, p.wl, p.wr, lo_u, unused);
+    key_range(min(r0 + 15, nrows - 1) / p.group, p.lq, len, p.wl, p.wr, unused, hi_u);
+    const int kb = max(ks, lo_u), kend = min(ke, hi_u);
+    const int t0 = kb / 16, t1 = kend > kb ? (kend + 15) / 16 : t0;
+    const int my_tiles = t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
+
+    ScoreMod mod = ScoreMod();
+    mod.cap2 = p.cap2;
+
+    T *ring = sKV + warp * ST * Tr::STAGE_ELEMS;
+    const T *kc = reinterpret_cast<const T *>(p.kc) + (int64_t)kvh * p.k_sh;
+    const T *vc = reinterpret_cast<const T *>(p.vc) + (int64_t)kvh * p.v_sh;
+    const int32_t *bt = p.bt + (int64_t)b * p.bt_sb;
+    const int pmask = (1 << p.page_shift) - 1;
+    /* Key tile t into stage st: 16 rows of K then of V; rows past the
+     * sequence are zero-filled (their pages need not exist). */
+    auto load = [&](int t, int st) {
+        T *sk = ring + st * Tr::STAGE_ELEMS, *sv = sk + 16 * LDS;
+#pragma unroll
+        for (int it = 0; it < (16 * CH + 31) / 32; it++) {
+            const int i = lane + it * 32;
+            if ((16 * CH) % 32 == 0 || i < 16 * CH) {
+                const int r = i / CH, c = i - (i / CH) * CH;
+                const int key = t * 16 + r;
+                const bool v = key < len && c < d8;
+                int64_t ko = 0, vo = 0;
+                if (v) {
+                    const int64_t pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+                    const int row = key & pmask;
+                    ko = pg * p.k_sp + (int64_t)row * p.k_sr + c * 8;
+                    vo = pg * p.v_sp + (int64_t)row * p.v_sr + c * 8;
+                }
+                sf_cp_async16_zfill(sk + r * LDS + c * 8, kc + ko, v ? 16 : 0);
+                sf_cp_async16_zfill(sv + r * LDS + c * 8, vc + vo, v ? 16 : 0);
+            }
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < my_tiles) load(t0 + warp + s * NW, s);
+        sf_cp_async_commit();
+    }
+    /* Q (the first group, issued by every thread) is in */
+    sf_cp_async_wait<ST - 1>();
+    __syncthreads();
+    uint32_t qf[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++)
+        sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+
+    float o[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+
+    for (int n = 0; n < my_tiles; n++) {
+        if (n + ST - 1 < my_tiles) load(t0 + warp + (n + ST - 1) * NW, (n + ST - 1) % ST);
+        sf_cp_async_commit();
+        sf_cp_async_wait<ST - 1>();
+        __syncwarp();
+        const T *sk = ring + (n % ST) * Tr::STAGE_ELEMS, *sv = sk + 16 * LDS;
+        float s[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t b0, b1, b2, b3;
+            sf_ldsm_x4(b0, b1, b2, b3, sk + ((lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
+            sf_mma16<T>::run(s[0], qf[kk], b0, b1);
+            sf_mma16<T>::run(s[1], qf[kk], b2, b3);
+        }
+        sf_attn::softmax_step<2, NO, CAP>(s, o, mrow, lrow, (t0 + warp + n * NW) * 16, true, rlo, rhi, tq,
+                                          p.scale_log2, mod, 0);
+        uint32_t pa[4];
+        pa[0] = sf_mma16<T>::pack(s[0][0], s[0][1]);
+        pa[1] = sf_mma16<T>::pack(s[0][2], s[0][3]);
+        pa[2] = sf_mma16<T>::pack(s[1][0], s[1][1]);
+        pa[3] = sf_mma16<T>::pack(s[1][2], s[1][3]);
+#pragma unroll
+        for (int j = 0; j < NO / 2; j++) {
+            uint32_t b0, b1, b2, b3;
+            sf_ldsm_x4_t(b0, b1, b2, b3, sv + (lane & 15) * LDS + j * 16 + (lane >> 4) * 8);
+            sf_mma16<T>::run(o[2 * j], pa, b0, b1);
+            sf_mma16<T>::run(o[2 * j + 1], pa, b2, b3);
+        }
+        __syncwarp(); /* the stage is reloaded next iteration */
+    }
+    sf_cp_async_wait<0>();
+
+    /* merge the warps: m (log2 units), l and the unnormalised O of each */
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
+        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
+    }
+    __syncthreads(); /* every warp is done with the ring */
+    float *ms = reinterpret_cast<float *>(sKV);
+    float *ls = ms + NW * 16;
+    float *os = ls + NW * 16;
+    if (tq == 0) {
+        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
+        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+    }
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
+        o0[0] = o[i][0], o0[1] = o[i][1];
+        o1[0] = o[i][2], o1[1] = o[i][3];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
+        const int r = idx / D, c = idx - (idx / D) * D;
+        const int rr = r0 + r;
+        if (rr >= nrows || c >= p.d) continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float L = 0.f, acc = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            const float f = sf_ex2(ms[w * 16 + r] - base);
+            L += ls[w * 16 + r] * f;
+            acc += os[(w * 16 + r) * Tr::OLD + c] * f;
+        }
+        const float val = L > 0.f ? acc / L : 0.f;
+        const float lsev = L > 0.f ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+        if (ns == 1) {
+            T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+            dst[c] = sf_elem<T>::from_f(val);
+            if (p.lse && c == 0)
+                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+        } else {
+            const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+            p.o_part[row * D + c] = val;
+            if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+        }
+    }
+}
+
+/* The splits of each (sequence, token, head) row merged by their lse; one
+ * warp a row; sequences of one split were written directly. */
+template <typename T, int D>
+__global__ void __launch_bounds__(128) paged_combine(const PagedParams p) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (row >= (int64_t)p.batch * p.lq * p.nheads) return;
+    const int h = (int)(row % p.nheads);
+    const int tok = (int)((row / p.nheads) % p.lq);
+    const int b = (int)(row / ((int64_t)p.nheads * p.lq));
+    const int len = p.seq_ok[b] ? p.lens[(int64_t)b * p.lens_s] : 0;
+    const int ns = nsplit_of(len, p.nsplit_max);
+    if (ns == 1) return;
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++)
+        M = fmaxf(M, p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok]);
+    const float base = M == -INFINITY ? 0.f : M;
+    float W = 0.f;
+    for (int s = 0; s < ns; s++) W += __expf(p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok] - base);
+    const float inv = W > 0.f ? 1.f / W : 0.f;
+    T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+    for (int c = lane; c < p.d; c += 32) {
+        float acc = 0.f;
+        for (int s = 0; s < ns; s++) {
+            const float w = __expf(p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok] - base);
+            acc += w * p.o_part[((((int64_t)s * p.batch + b) * p.lq + tok) * p.nheads + h) * D + c];
+        }
+        dst[c] = sf_elem<T>::from_f(acc * inv);
+    }
+    if (p.lse && lane == 0)
+        p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = W > 0.f ? M + logf(W) : -INFINITY;
+}
+
+} /* namespace sf_paged */
+
+#endif

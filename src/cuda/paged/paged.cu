@@ -1,0 +1,184 @@
+/* paged.cu - the paged KV cache on the GPU: sf_kv_append (append.cuh) and
+ * sf_attn_paged (decode.cuh: validation, split-KV attention, combine).
+ * Nothing here reads a length or a table entry on the host, so both calls
+ * can be captured in a CUDA graph and replayed with other lengths and
+ * tables.
+ */
+#include "common/cuda_common.h"
+#include "paged/append.cuh"
+#include "paged/decode.cuh"
+
+#include <stdint.h>
+#include <string.h>
+
+namespace {
+
+using sf_paged::AppendParams;
+using sf_paged::PagedParams;
+
+int log2_exact(int64_t v) {
+    int s = 0;
+    while (((int64_t)1 << s) < v) s++;
+    return s;
+}
+
+bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* 16-byte rows: base aligned, every stride but the unit one a multiple of 8 elements */
+bool rows16(const sf_tensor *t, int es) {
+    if (!al16(t->data)) return false;
+    for (int i = 0; i + 1 < t->rank; i++)
+        if ((t->stride[i] * es) % 16 != 0) return false;
+    return (t->shape[t->rank - 1] * es) % 16 == 0;
+}
+
+unsigned int *err_word(sf_ctx *ctx) {
+    sf_cuda_state *st = sf_cuda_st(ctx);
+    return st ? st->paged_err_d : nullptr;
+}
+
+template <typename E, typename U, int EPU>
+sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
+    const int64_t blocks = (total + 255) / 256;
+    const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
+    sf_paged::kv_append<E, U, EPU><<<grid, 256, 0, sf_cuda_stream(ctx)>>>(p);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+template <typename T, int D, bool CAP>
+sf_status launch_attn(sf_ctx *ctx, const PagedParams &p) {
+    typedef sf_paged::PagedTraits<D> Tr;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, CAP>;
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)Tr::SMEM));
+    cudaStream_t s = sf_cuda_stream(ctx);
+    sf_paged::paged_validate<<<p.batch, 256, 0, s>>>(p);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    kern<<<dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    if (p.nsplit_max > 1) {
+        const int64_t rows = (int64_t)p.batch * p.lq * p.nheads;
+        sf_paged::paged_combine<T, D><<<(unsigned)((rows + 3) / 4), 128, 0, s>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
+
+template <typename T, int D>
+sf_status attn_dispatch_cap(sf_ctx *ctx, const PagedParams &p) {
+    return p.cap2 > 0.f ? launch_attn<T, D, true>(ctx, p) : launch_attn<T, D, false>(ctx, p);
+}
+
+template <typename T>
+sf_status attn_dispatch(sf_ctx *ctx, PagedParams p, int dpad) {
+    if (dpad == 64) return attn_dispatch_cap<T, 64>(ctx, p);
+    if (dpad == 128) return attn_dispatch_cap<T, 128>(ctx, p);
+    return attn_dispatch_cap<T, 256>(ctx, p);
+}
+
+size_t smem_of(int dpad) {
+    return dpad == 64 ? sf_paged::PagedTraits<64>::SMEM
+                      : dpad == 128 ? sf_paged::PagedTraits<128>::SMEM : sf_paged::PagedTraits<256>::SMEM;
+}
+
+} /* namespace */
+
+extern "C" sf_status sf_cuda_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
+    const sf_kv_append_params *a = pr->a;
+    if (pr->batch == 0 || pr->lq == 0 || pr->nheads_kv == 0) return SF_OK;
+    const int es = (int)sf_dtype_size(a->k_cache.dtype);
+    AppendParams p;
+    memset(&p, 0, sizeof p);
+    p.kc = a->k_cache.data, p.vc = a->v_cache.data;
+    p.k = a->k.data, p.v = a->v.data;
+    p.k_sp = a->k_cache.stride[0], p.k_sr = a->k_cache.stride[1], p.k_sh = a->k_cache.stride[2];
+    p.v_sp = a->v_cache.stride[0], p.v_sr = a->v_cache.stride[1], p.v_sh = a->v_cache.stride[2];
+    p.nk_sb = a->k.stride[0], p.nk_sr = a->k.stride[1], p.nk_sh = a->k.stride[2];
+    p.nv_sb = a->v.stride[0], p.nv_sr = a->v.stride[1], p.nv_sh = a->v.stride[2];
+    p.bt = (const int32_t *)a->block_table.data;
+    p.bt_sb = a->block_table.stride[0], p.bt_sp = a->block_table.stride[1];
+    p.lens = (const int32_t *)a->cache_seqlens.data;
+    p.lens_s = a->cache_seqlens.stride[0];
+    p.batch = (int)pr->batch, p.lnew = (int)pr->lq, p.nkv = (int)pr->nheads_kv;
+    p.page_shift = log2_exact(pr->page_size);
+    p.max_pages = (int)pr->max_pages, p.num_pages = (int)pr->num_pages;
+    p.err = err_word(ctx);
+    const bool vec = rows16(&a->k_cache, es) && rows16(&a->v_cache, es) && rows16(&a->k, es) && rows16(&a->v, es);
+    p.units = vec ? (int)(pr->headdim * es / 16) : (int)pr->headdim;
+    const int64_t total = (int64_t)p.batch * p.lnew * p.nkv * p.units;
+    if (es == 2)
+        return vec ? launch_append<uint16_t, uint4, 8>(ctx, p, total) : launch_append<uint16_t, uint16_t, 1>(ctx, p, total);
+    return vec ? launch_append<uint32_t, uint4, 4>(ctx, p, total) : launch_append<uint32_t, uint32_t, 1>(ctx, p, total);
+}
+
+extern "C" sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr) {
+    static const char *op = "sf_attn_paged";
+    const sf_attn_paged_params *a = pr->p;
+    const sf_dtype dt = a->q.dtype;
+    if (dt != SF_F16 && dt != SF_BF16)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend takes f16/bf16 (got %s); f32 is served "
+                       "by the CPU backend on host memory", op, sf_dtype_name(dt));
+    const int64_t d = pr->headdim;
+    if (d % 8 != 0 || !rows16(&a->q, 2) || !rows16(&a->k_cache, 2) || !rows16(&a->v_cache, 2))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend needs a head dim that is a multiple of 8 "
+                       "(got %lld) and 16-byte aligned rows of q and of the pools (base and strides)", op,
+                       (long long)d);
+    if (pr->batch == 0 || pr->lq == 0 || pr->nheads == 0) return SF_OK;
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    const int dpad = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+    if (st && smem_of(dpad) > st->smem_optin)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: head dim %lld needs %zu bytes of shared memory per block; "
+                       "this GPU allows %zu", op, (long long)d, smem_of(dpad), st->smem_optin);
+
+    PagedParams p;
+    memset(&p, 0, sizeof p);
+    p.q = a->q.data, p.o = a->out.data;
+    p.lse = pr->has_lse ? (float *)a->lse.data : nullptr;
+    p.kc = a->k_cache.data, p.vc = a->v_cache.data;
+    p.q_sb = a->q.stride[0], p.q_sr = a->q.stride[1], p.q_sh = a->q.stride[2];
+    p.o_sb = a->out.stride[0], p.o_sr = a->out.stride[1], p.o_sh = a->out.stride[2];
+    if (p.lse) p.l_sb = a->lse.stride[0], p.l_sh = a->lse.stride[1], p.l_sr = a->lse.stride[2];
+    p.k_sp = a->k_cache.stride[0], p.k_sr = a->k_cache.stride[1], p.k_sh = a->k_cache.stride[2];
+    p.v_sp = a->v_cache.stride[0], p.v_sr = a->v_cache.stride[1], p.v_sh = a->v_cache.stride[2];
+    p.bt = (const int32_t *)a->block_table.data;
+    p.bt_sb = a->block_table.stride[0], p.bt_sp = a->block_table.stride[1];
+    p.lens = (const int32_t *)a->seqlens.data;
+    p.lens_s = a->seqlens.stride[0];
+    p.batch = (int)pr->batch, p.nheads = (int)pr->nheads, p.nkv = (int)pr->nheads_kv;
+    p.group = (int)(pr->nheads / pr->nheads_kv), p.lq = (int)pr->lq, p.d = (int)d;
+    p.page_shift = log2_exact(pr->page_size);
+    p.max_pages = (int)pr->max_pages, p.num_pages = (int)pr->num_pages;
+    p.wl = (int)pr->wl, p.wr = (int)pr->wr;
+    p.scale_log2 = pr->scale * 1.4426950408889634f;
+    p.cap2 = pr->softcap * 1.4426950408889634f;
+    p.mtiles = (p.group * p.lq + 15) / 16;
+    p.err = err_word(ctx);
+    if ((int64_t)p.nkv * p.mtiles > 65535 || p.batch > 65535)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: %d sequences x %d kv heads x %d row tiles exceed the CUDA grid",
+                       op, p.batch, p.nkv, p.mtiles);
+
+    /* Splits: enough CTAs for two waves over the SMs, never more than the
+     * longest possible sequence (the table's capacity) can use.  A function
+     * of shapes only, so graph replays with other lengths keep it. */
+    const int64_t sms = st && st->sm_count > 0 ? st->sm_count : 132;
+    const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
+    const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
+    int64_t nsm = (2 * sms + base - 1) / base;
+    const int64_t by_len = (cap_keys + sf_paged::MIN_SPLIT_KEYS - 1) / sf_paged::MIN_SPLIT_KEYS;
+    if (nsm > by_len) nsm = by_len;
+    if (nsm > 64) nsm = 64;
+    if (nsm < 1) nsm = 1;
+    p.nsplit_max = (int)nsm;
+
+    /* workspace: per-sequence validity, then the split partials */
+    const size_t n_ok = ((size_t)p.batch * sizeof(int32_t) + 255) & ~(size_t)255;
+    const size_t n_lse = nsm > 1 ? (((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255) : 0;
+    const size_t n_o = nsm > 1 ? (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float) : 0;
+    unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_ok + n_lse + n_o);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
+    p.seq_ok = (int32_t *)ws;
+    p.lse_part = nsm > 1 ? (float *)(ws + n_ok) : nullptr;
+    p.o_part = nsm > 1 ? (float *)(ws + n_ok + n_lse) : nullptr;
+    return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16>(ctx, p, dpad) : attn_dispatch<__half>(ctx, p, dpad);
+}
