@@ -597,9 +597,12 @@ SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_
 /* ------------------------------------------------------------------ */
 /*
  * One layer's cache is two pools of pages, k_cache and v_cache, each
- * (num_pages, page_size, Hkv, d), f16 or bf16 (one dtype), unit inner
+ * (num_pages, page_size, Hkv, d), f16 or bf16 (one dtype; f32 too on
+ * the host backends, SF_ERR_UNSUPPORTED from the CUDA backend), unit inner
  * stride, any other non-negative strides; page_size a power of two from 1
- * to 256.  Token t of sequence b lives in row t % page_size of page
+ * to 256 (SF_ERR_SHAPE otherwise); head dim 1 to 256.  q, k, v and out
+ * have the cache's dtype.  block_table, seqlens and cache_seqlens may have
+ * any strides.  Token t of sequence b lives in row t % page_size of page
  * block_table[b, t / page_size]:
  *   block_table  (b, max_pages) i32: a sequence's logical pages in order;
  *                entries past the pages its length needs are never read.
@@ -611,13 +614,19 @@ SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_
  * and lse -inf for it), and the context records the error; the next
  * sf_ctx_synchronize returns SF_ERR_INDEX with the sequence named, and
  * clears the record.  Nothing outside the pools is ever read or written.
+ * Host checks cover the entries of every page a length spans (attention:
+ * [0, seqlens[b]); append: the pages written).
  */
 
 /* Writes new tokens' K and V into the cache: token j of sequence b (k and
  * v (b, Lnew, Hkv, d), the cache's dtype) goes to position
  * cache_seqlens[b] + j.  cache_seqlens (b) i32 >= 0 is read, not updated
  * (the caller advances it, as with flash_attn_with_kvcache).  k and v must
- * not overlap the pools. */
+ * not overlap the pools.  No cache slot may be written twice in one call
+ * (two sequences, or two logical pages of one, mapping a new token to the
+ * same page and row): host backends refuse it (SF_ERR_INDEX naming both
+ * sequences); on the GPU it is a race, and avoiding it is the caller's
+ * duty (as with vLLM's reshape_and_cache).  b or Lnew 0: nothing to do. */
 typedef struct sf_kv_append_params {
     sf_tensor k_cache, v_cache;      /* pools, written in place          */
     sf_tensor k, v;                  /* (b, Lnew, Hkv, d)                */

@@ -190,6 +190,30 @@ enum { Q, K, V, AO, LSE, CUQ, CUK, ALI };
 enum { CV_X, CV_W, CV_BIAS, CV_INIT, CV_CU, CV_OUT, CV_FIN };      /* conv1d_fwd    */
 enum { UP_STATE, UP_X, UP_W, UP_BIAS, UP_IDX, UP_OUT };           /* conv1d_update */
 enum { RN_X, RN_Z, RN_W, RN_OUT, RN_NONE };                       /* rmsnorm_gated */
+enum { PG_Q, PG_KC, PG_VC, PG_BT, PG_SL, PG_OUT, PG_LSE, PG_KN, PG_VN }; /* paged cache */
+
+static int is_paged(const sfc_case *c) { return c->op == SFC_KV_APPEND || c->op == SFC_ATTN_PAGED; }
+
+/* Keys a paged case's sequence bi holds after the call (append: the cached
+ * ones plus the new tokens); b > 8 (a benchmark) repeats the 8 lengths. */
+static int64_t paged_len(const sfc_case *c, int bi) {
+    return (int64_t)c->klens[bi % 8] + (c->op == SFC_KV_APPEND ? c->Lq : 0);
+}
+static int64_t paged_pages(const sfc_case *c, int bi) {
+    return (paged_len(c, bi) + c->page_size - 1) / c->page_size;
+}
+/* max_pages: the longest sequence's pages plus one unused (-1) entry;
+ * num_pages: every needed page plus c->spare unused ones. */
+static void paged_geometry(const sfc_case *c, int64_t *max_pages, int64_t *num_pages) {
+    int64_t mp = 0, np = 0;
+    for (int bi = 0; bi < c->b; bi++) {
+        const int64_t n = paged_pages(c, bi);
+        mp = n > mp ? n : mp;
+        np += n;
+    }
+    *max_pages = mp + 1;
+    *num_pages = np + c->spare;
+}
 
 /* conv1d_update: state slots (0 in a hand-made case means one per sequence) */
 static int conv_slots(const sfc_case *c) { return c->nslots > 0 ? c->nslots : c->b; }
@@ -255,6 +279,22 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
         if (c->z) spec(&t[RN_Z], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
         spec(&t[RN_W], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
         spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+    } else if (is_paged(c)) {
+        int64_t d = c->d, Hkv = c->Hkv, mp, np, ps = c->page_size;
+        paged_geometry(c, &mp, &np);
+        const int gpool = c->op == SFC_KV_APPEND ? GEN_OUT : GEN_NORMAL; /* append: poisoned */
+        spec(&t[PG_KC], 4, (int64_t[]){np, ps, Hkv, d}, dt, gpool);
+        spec(&t[PG_VC], 4, (int64_t[]){np, ps, Hkv, d}, dt, gpool);
+        spec(&t[PG_BT], 2, (int64_t[]){b, mp}, SF_I32, GEN_NONE);
+        spec(&t[PG_SL], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        if (c->op == SFC_ATTN_PAGED) {
+            spec(&t[PG_Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
+            spec(&t[PG_OUT], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
+            spec(&t[PG_LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
+        } else {
+            spec(&t[PG_KN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
+            spec(&t[PG_VN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
+        }
     } else {
         int64_t d = c->d, Hkv = c->Hkv;
         if (c->attn_varlen) {
@@ -328,6 +368,23 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
         for (int i = 0; i < c->b; i++) idx[i] = idx[i] < conv_slots(c) ? idx[i] : -1;
         if (c->b > 1) idx[c->b / 2] = -1; /* one padding entry */
     }
+    if (is_paged(c)) {
+        /* the pages in a random order (non-contiguous, non-monotonic), the
+         * spare ones left unused somewhere in the pool */
+        int64_t mp, np, used = 0;
+        paged_geometry(c, &mp, &np);
+        for (int bi = 0; bi < c->b; bi++) used += paged_pages(c, bi);
+        int32_t *perm = (int32_t *)malloc(sizeof(int32_t) * (size_t)(used + 1));
+        int32_t *bt = (int32_t *)t[PG_BT].h, *sl = (int32_t *)t[PG_SL].h;
+        if (perm) shuffled_slots(perm, (int)used, (int)np, rng);
+        int64_t k = 0;
+        for (int bi = 0; bi < c->b; bi++) {
+            for (int64_t j = 0; j < mp; j++)
+                bt[bi * mp + j] = j < paged_pages(c, bi) ? (perm ? perm[k++] : (int32_t)k++) : -1;
+            sl[bi] = c->klens[bi % 8];
+        }
+        free(perm);
+    }
     if (c->op == SFC_ATTN_FWD && t[CUQ].present) {
         int32_t *cq = (int32_t *)t[CUQ].h, *ck = (int32_t *)t[CUK].h;
         cq[0] = ck[0] = 0;
@@ -382,6 +439,23 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->norm_before_gate = c->norm_before_gate;
         p->eps = 1e-5f;
         p->backend = be;
+    } else if (c->op == SFC_KV_APPEND) {
+        sf_kv_append_params *p = (sf_kv_append_params *)params;
+        sf_kv_append_params_init(p);
+        p->k_cache = VW(PG_KC), p->v_cache = VW(PG_VC), p->k = VW(PG_KN), p->v = VW(PG_VN);
+        p->block_table = VW(PG_BT), p->cache_seqlens = VW(PG_SL);
+        p->backend = be;
+    } else if (c->op == SFC_ATTN_PAGED) {
+        sf_attn_paged_params *p = (sf_attn_paged_params *)params;
+        sf_attn_paged_params_init(p);
+        p->q = VW(PG_Q), p->k_cache = VW(PG_KC), p->v_cache = VW(PG_VC);
+        p->block_table = VW(PG_BT), p->seqlens = VW(PG_SL), p->out = VW(PG_OUT), p->lse = VW(PG_LSE);
+        p->causal = c->causal;
+        p->softmax_scale = c->ascale > 0.f ? c->ascale / sqrtf((float)c->d) : 0.f;
+        p->window_left = c->wl == 0 && c->wr == 0 ? -1 : c->wl;
+        p->window_right = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
+        p->softcap = c->softcap;
+        p->backend = be;
     } else {
         sf_attn_fwd_params *p = (sf_attn_fwd_params *)params;
         sf_attn_fwd_params_init(p);
@@ -405,6 +479,8 @@ static sf_status call_op(const sfc_case *c, sf_ctx *ctx, const void *params) {
     case SFC_CONV1D_FWD: return sf_conv1d_fwd(ctx, (const sf_conv1d_params *)params);
     case SFC_CONV1D_UPDATE: return sf_conv1d_update(ctx, (const sf_conv1d_update_params *)params);
     case SFC_RMSNORM_GATED: return sf_rmsnorm_gated(ctx, (const sf_rmsnorm_gated_params *)params);
+    case SFC_KV_APPEND: return sf_kv_append(ctx, (const sf_kv_append_params *)params);
+    case SFC_ATTN_PAGED: return sf_attn_paged(ctx, (const sf_attn_paged_params *)params);
     default: return sf_attn_fwd(ctx, (const sf_attn_fwd_params *)params);
     }
 }
@@ -424,11 +500,14 @@ static void work(const sfc_case *c, const tspec *t, sfc_result *r) {
         r->flops = 2.0 * c->width * (double)c->b * c->L * c->dim;
     } else if (c->op == SFC_RMSNORM_GATED) {
         r->flops = (double)c->b * c->L * c->dim * (c->z ? 6.0 : 4.0);
+    } else if (c->op == SFC_KV_APPEND) {
+        r->flops = 0.0; /* a copy: bytes only */
     } else {
         double pairs = 0;
         int nb = c->b;
         for (int bi = 0; bi < nb; bi++) {
             int64_t lq = c->attn_varlen ? c->qlens[bi] : c->Lq, lk = c->attn_varlen ? c->klens[bi] : c->Lk;
+            if (c->op == SFC_ATTN_PAGED) lk = paged_len(c, bi);
             for (int64_t i = 0; i < lq; i++) {
                 int64_t pos = i + lk - lq;
                 int64_t wl = c->wl == 0 && c->wr == 0 ? -1 : c->wl, wr = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
@@ -474,6 +553,57 @@ static double compare(const tspec *t, const float *ref, long long *unwritten, lo
         den += r * r;
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* A pool after kv_append against the reference's pool, where NaN marks a
+ * slot that must still hold the poison: a slot written there counts as
+ * non-finite (it should not have been touched), a written slot left NaN as
+ * unwritten; the error of the rest is relative, as compare(). */
+static double compare_pool(const tspec *t, const float *ref, long long *unwritten,
+                           long long *nonfinite) {
+    double num = 0, den = 0;
+    const int64_t n = numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        const double o = load(t, i), r = ref[i];
+        if (isnan(r)) {
+            if (!isnan(o)) (*nonfinite)++;
+            continue;
+        }
+        if (isnan(o)) {
+            (*unwritten)++;
+            continue;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The reference's pools after kv_append equal the expectation computed here
+ * from the block table: new token j of sequence b at position len + j, every
+ * other slot NaN. */
+static int append_ref_ok(const sfc_case *c, const tspec *t) {
+    const int64_t Hkv = c->Hkv, d = c->d, ps = c->page_size, mp = t[PG_BT].shape[1];
+    const int64_t n = numel(&t[PG_KC]);
+    const int32_t *bt = (const int32_t *)t[PG_BT].h;
+    float *want = (float *)malloc(sizeof(float) * (size_t)(n + 1));
+    if (!want) return 0;
+    int ok = 1;
+    for (int pool = 0; pool < 2 && ok; pool++) {
+        const float *src = t[pool ? PG_VN : PG_KN].ref, *got = t[pool ? PG_VC : PG_KC].ref;
+        for (int64_t i = 0; i < n; i++) want[i] = NAN;
+        for (int bi = 0; bi < c->b; bi++)
+            for (int64_t j = 0; j < c->Lq; j++) {
+                const int64_t pos = c->klens[bi % 8] + j, page = bt[bi * mp + pos / ps];
+                for (int64_t h = 0; h < Hkv; h++)
+                    memcpy(want + ((page * ps + pos % ps) * Hkv + h) * d,
+                           src + (((int64_t)bi * c->Lq + j) * Hkv + h) * d, sizeof(float) * (size_t)d);
+            }
+        for (int64_t i = 0; i < n && ok; i++)
+            if (!(want[i] == got[i] || (isnan(want[i]) && isnan(got[i])))) ok = 0;
+    }
+    free(want);
+    return ok;
 }
 
 /* Rounds v to dtype dt (f16/bf16), as a naive kernel storing it would. */
@@ -674,6 +804,8 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
         sf_conv1d_params d;
         sf_conv1d_update_params e;
         sf_rmsnorm_gated_params f;
+        sf_kv_append_params g;
+        sf_attn_paged_params h;
     } prm, prm_ref;
 
     for (int i = 0; i < MAXT; i++) {
@@ -689,6 +821,8 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
             goto done;
         }
         memset(t[i].h, 0xff, t[i].alloc);
+        if (t[i].is_out && c->op == SFC_KV_APPEND) /* the reference's pools: poisoned too */
+            for (int64_t e = 0; e < numel(&t[i]); e++) t[i].ref[e] = NAN;
         if (t[i].is_out) continue;
         if (t[i].is_index) continue;
         int64_t n = numel(&t[i]);
@@ -731,6 +865,7 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
     if (c->op == SFC_CONV1D_FWD) first = CV_OUT, second = CV_FIN;
     if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
     if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
+    if (c->op == SFC_ATTN_PAGED) first = PG_OUT, second = PG_LSE;
     if (bl) {
         char bmsg[512] = "";
         st = run_baseline(c, t, tb, first, second, &prm, ctx, reps, bl, res, bmsg, sizeof bmsg);
@@ -754,9 +889,21 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
             st = SF_ERR_INTERNAL;
             goto done;
         }
-        res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
-        if (t[second].present)
-            res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
+        if (c->op == SFC_KV_APPEND) {
+            /* the whole pools: written slots equal, untouched ones still poison;
+             * and the reference itself against the runner's own expectation */
+            res->err = compare_pool(&t[PG_KC], t[PG_KC].ref, &res->unwritten, &res->nonfinite);
+            res->err2 = compare_pool(&t[PG_VC], t[PG_VC].ref, &res->unwritten, &res->nonfinite);
+            if (!append_ref_ok(c, t)) {
+                if (msg) snprintf(msg, msglen, "the append reference differs from the expected pool");
+                st = SF_ERR_INTERNAL;
+                goto done;
+            }
+        } else {
+            res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
+            if (t[second].present)
+                res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
+        }
         if (c->op == SFC_ATTN_FWD && dt != SF_F32) res->err_naive = naive_attn_err(c, t, dt);
         if (tb[0].h)
             res->base_err = compare(&tb[0], t[first].ref, &res->base_unwritten, &res->base_nonfinite);
@@ -802,7 +949,9 @@ static int forced_for(sfc_op op) {
 
 /* What a backend documents it does not serve (seqfuse.h). */
 static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
-    return be == SF_BACKEND_CUDA && op == SFC_ATTN_FWD && dt == SF_F32;
+    /* the paged cache in f32 is served by the host backends only */
+    return be == SF_BACKEND_CUDA && dt == SF_F32 &&
+           (op == SFC_ATTN_FWD || op == SFC_KV_APPEND || op == SFC_ATTN_PAGED);
 }
 
 int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int threads,

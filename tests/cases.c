@@ -170,6 +170,38 @@ const sfc_case sfc_cases[] = {
     {"attn_llm", SFC_ATTN_FWD, 1, .H = 32, .Lq = 2048, .Lk = 2048, .Hkv = 8, .d = 128, .causal = 1, .big = 1},
     {"attn_vit", SFC_ATTN_FWD, 16, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1},
 
+    /* paged KV cache: attention over shuffled block tables (pages handed
+     * out in a random order, unused pages between them), page sizes 1 to
+     * 256, ragged lengths with 0 and lengths not a multiple of the page,
+     * GQA 1/4/8, decode (Lq 1) and chunked prefill (Lq 4, 16), causal rows
+     * that see no key (Lq > length), a window, softcap, d 64/96/128,
+     * padded-stride views */
+#define PAGED(nm, b_, H_, Hkv_, d_, Lq_, ps) \
+    .name = nm, .op = SFC_ATTN_PAGED, .b = b_, .H = H_, .Hkv = Hkv_, .d = d_, .Lq = Lq_, .page_size = ps, .spare = 3
+    {PAGED("paged_decode_ps16_gqa4", 4, 8, 2, 128, 1, 16), .causal = 1, .klens = {1, 0, 37, 300}},
+    {PAGED("paged_decode_ps1_mha", 3, 4, 4, 64, 1, 1), .causal = 1, .klens = {5, 17, 0}},
+    {PAGED("paged_prefill16_ps64_gqa8", 3, 8, 1, 64, 16, 64), .causal = 1, .klens = {16, 200, 130}},
+    {PAGED("paged_lq4_ps256_gqa4", 2, 4, 1, 128, 4, 256), .causal = 1, .klens = {700, 3}},
+    {PAGED("paged_lq4_full_d96", 3, 4, 2, 96, 4, 16), .klens = {50, 2, 0}},
+    {PAGED("paged_causal_nokey_rows", 2, 2, 1, 64, 16, 16), .causal = 1, .klens = {5, 16}},
+    {PAGED("paged_window", 2, 4, 1, 64, 16, 16), .causal = 1, .wl = 20, .wr = -1, .klens = {100, 40}},
+    {PAGED("paged_softcap", 2, 8, 2, 128, 1, 16), .causal = 1, .ascale = 4.f, .softcap = 2.f,
+     .klens = {90, 513}},
+    {PAGED("paged_strided", 3, 4, 2, 64, 4, 16), .causal = 1, .strided = 1, .klens = {33, 64, 5}},
+    {PAGED("paged_decode_llm", 8, 32, 8, 128, 1, 16), .causal = 1, .big = 1,
+     .klens = {4000, 3000, 2048, 1, 4096, 100, 2500, 3333}},
+    /* append: new tokens through the block table into poisoned pools; every
+     * slot not written must stay poisoned.  Decode (1 token) crossing a page
+     * boundary, page size 1, chunks that straddle pages, a chunk longer than
+     * a page of 256, padded-stride views */
+#define APPEND(nm, b_, Hkv_, d_, Ln, ps) \
+    .name = nm, .op = SFC_KV_APPEND, .b = b_, .H = Hkv_, .Hkv = Hkv_, .d = d_, .Lq = Ln, .page_size = ps, .spare = 3
+    {APPEND("append_decode_ps16", 4, 2, 128, 1, 16), .klens = {0, 15, 16, 100}},
+    {APPEND("append_ps1", 3, 4, 64, 5, 1), .klens = {0, 3, 10}},
+    {APPEND("append_chunk_ps64_d96", 3, 1, 96, 16, 64), .klens = {60, 0, 128}},
+    {APPEND("append_ps256", 2, 2, 64, 300, 256), .klens = {200, 0}},
+    {APPEND("append_strided", 3, 2, 64, 4, 16), .strided = 1, .klens = {14, 0, 33}},
+
     /* conv1d prefill: widths 2-4, L = 1 and L < W-1 with an initial state,
      * channels not a multiple of the vector width, cu_seqlens with length-1
      * and empty sequences, strided views, the Mamba-2 2.7B conv (dim
@@ -238,12 +270,14 @@ const char *sfc_op_name(sfc_op op) {
     case SFC_CONV1D_FWD: return "conv1d_fwd";
     case SFC_CONV1D_UPDATE: return "conv1d_update";
     case SFC_RMSNORM_GATED: return "rmsnorm_gated";
+    case SFC_KV_APPEND: return "kv_append";
+    case SFC_ATTN_PAGED: return "attn_paged";
     }
     return "?";
 }
 
 int sfc_op_from_name(const char *s) {
-    for (int i = 0; i <= (int)SFC_RMSNORM_GATED; i++)
+    for (int i = 0; i <= (int)SFC_ATTN_PAGED; i++)
         if (strcmp(s, sfc_op_name((sfc_op)i)) == 0) return i;
     return -1;
 }
@@ -253,6 +287,7 @@ double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be) {
      * CPU computes in f32 after converting, the GPU multiplies in the input
      * precision (TF32 for f32) with f32 accumulation. */
     int gpu = be == SF_BACKEND_CUDA;
+    if (op == SFC_KV_APPEND) return 0.0; /* a copy: exact on every backend */
     /* f32: the CPU measured <= 6e-7 on most cases, 7.4e-6 once on ssd_L1
      * (16 outputs, each a short cancelling sum); on the GPU only the SSD
      * forward multiplies in TF32 (measured <= 3e-4), the rest is f32 */

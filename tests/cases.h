@@ -16,7 +16,9 @@ typedef enum sfc_op {
     SFC_ATTN_FWD = 2,
     SFC_CONV1D_FWD = 3,
     SFC_CONV1D_UPDATE = 4,
-    SFC_RMSNORM_GATED = 5
+    SFC_RMSNORM_GATED = 5,
+    SFC_KV_APPEND = 6,
+    SFC_ATTN_PAGED = 7
 } sfc_op;
 
 typedef struct sfc_case {
@@ -47,6 +49,13 @@ typedef struct sfc_case {
     int dim, width, silu, bias;
     /* gated RMSNorm: rows b * L, D = dim, z above; group 0 means D */
     int group, norm_before_gate;
+    /* paged KV cache (kv_append, attn_paged): b, H, Hkv, d, causal, wl, wr,
+     * ascale, softcap above; Lq = query tokens (attention) or new tokens
+     * (append); klens[b] = keys per sequence (attention) or tokens already
+     * cached (append).  The pool holds the pages the lengths need plus
+     * `spare` unused ones, handed out in a random order from the seed;
+     * block-table entries past a sequence's pages are -1 (never read). */
+    int page_size, spare;
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */

@@ -25,9 +25,11 @@ static void usage(FILE *f) {
             "                     [--check] [--b N] [--L N] [--H N] [--P N] [--G N] [--N N]\n"
             "                     [--chunk N] [--Lq N] [--Lk N] [--Hkv N] [--d N] [--causal]\n"
             "                     [--window L,R] [--dim N] [--width W] [--group N]\n"
-            "                     [--norm-before-gate] [--no-silu]\n"
+            "                     [--norm-before-gate] [--no-silu] [--page-size N]\n"
             "       seqfuse info\n"
-            "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated\n"
+            "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append,\n"
+            "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
+            "    --page-size N, default 16)\n"
             "\n"
             "With no command, runs the default workload (a Mamba-2 2.7B layer SSD forward, a GQA\n"
             "causal attention and the ViT-B/16 attention) on the GPU when there is one, else the\n"
@@ -214,7 +216,7 @@ static int cmd_check(int argc, char **argv) {
             op = sfc_op_from_name(argv[++i]);
             if (op < 0) {
                 fprintf(stderr, "seqfuse: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
-                                "conv1d_update, rmsnorm_gated)\n", argv[i]);
+                                "conv1d_update, rmsnorm_gated, kv_append, attn_paged)\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--all")) {
@@ -282,7 +284,7 @@ static int cmd_bench(int argc, char **argv) {
             int o = sfc_op_from_name(v);
             if (o < 0) {
                 fprintf(stderr, "seqfuse bench: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, "
-                                "conv1d_fwd, conv1d_update, rmsnorm_gated)\n", v);
+                                "conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append, attn_paged)\n", v);
                 return 2;
             }
             c.op = (sfc_op)o;
@@ -303,6 +305,7 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--dim")) ok = parse_int(a, v, 1, 1 << 20, &c.dim);
         else if (!strcmp(a, "--width")) ok = parse_int(a, v, 1, 64, &c.width);
         else if (!strcmp(a, "--group")) ok = parse_int(a, v, 0, 1 << 20, &c.group);
+        else if (!strcmp(a, "--page-size")) ok = parse_int(a, v, 1, 256, &c.page_size);
         else if (!strcmp(a, "--window")) {
             if (sscanf(v, "%d,%d", &c.wl, &c.wr) != 2) {
                 fprintf(stderr, "seqfuse bench: --window expects L,R (e.g. 128,0 or -1,-1), got '%s'\n", v);
@@ -318,13 +321,18 @@ static int cmd_bench(int argc, char **argv) {
     }
     if ((int)c.op < 0) {
         fprintf(stderr, "seqfuse bench: --op is required (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
-                        "conv1d_update, rmsnorm_gated)\n");
+                        "conv1d_update, rmsnorm_gated, kv_append, attn_paged)\n");
         return 2;
     }
     if (c.Lk < 0) c.Lk = c.Lq;
     if (c.Hkv < 0) c.Hkv = c.H;
     if (!have_window) c.wl = c.wr = 0; /* 0,0 in a case means no window */
     if (c.op == SFC_SSD_STEP || c.op == SFC_CONV1D_UPDATE) c.nslots = c.b, c.L = 1;
+    if (c.op == SFC_KV_APPEND || c.op == SFC_ATTN_PAGED) { /* every sequence holds Lk keys */
+        if (c.page_size == 0) c.page_size = 16;
+        for (int i = 0; i < 8; i++) c.klens[i] = c.Lk;
+        if (c.op == SFC_KV_APPEND) c.H = c.Hkv;
+    }
     int device = SF_DEVICE_CPU;
     if (be == SF_BACKEND_CUDA || (be == SF_BACKEND_AUTO && sf_cuda_device_count() > 0)) {
         if (sf_cuda_device_count() == 0) {

@@ -27,7 +27,7 @@ from ._lib import (SF_OK, SF_ERR_INVALID_ARG, SF_ERR_NULL_POINTER, SF_ERR_SHAPE,
 
 __all__ = [
     "SeqfuseError", "mamba_chunk_scan_combined", "selective_state_update", "flash_attn_func",
-    "flash_attn_varlen_func", "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn",
+    "flash_attn_varlen_func", "flash_attn_with_kvcache", "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn",
     "version", "has_cuda", "has_cuda_build", "has_openmp",
     "cuda_device_count", "cuda_device_name", "set_num_threads", "get_num_threads",
     "last_backend", "library_path",
@@ -407,6 +407,101 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
         p.lse = call.tensor(lse, "lse")
     call.run(L.sf_attn_fwd, p, backend)
     return _attn_result(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
+                            block_table=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            backend="auto"):
+    """Attention over a KV cache, with flash_attn's flash_attn_with_kvcache signature.
+
+    q (b, Lq, H, d).  With block_table (b, max_blocks) int: a paged cache,
+    k_cache/v_cache (num_blocks, page_size, Hkv, d), page_size a power of two
+    from 1 to 256.  Without it: k_cache/v_cache (b, seqlen_cache, Hkv, d),
+    served as one page per sequence, so seqlen_cache must be a power of two
+    up to 256 (else SF_ERR_UNSUPPORTED; use a block table for other sizes).
+    cache_seqlens: int (every sequence) or (b,) int tensor of tokens already
+    cached; None means full (max_blocks * page_size, or seqlen_cache).
+    k, v (b, Lnew, Hkv, d), when given, are first written into the cache in
+    place at positions cache_seqlens .. cache_seqlens + Lnew - 1 (sf_kv_append;
+    cache_seqlens itself is not updated), then q attends to
+    cache_seqlens + Lnew keys per sequence (sf_attn_paged); causal and
+    window_size are bottom-right aligned as in flash_attn.  num_splits is
+    accepted and ignored (the library chooses the split).  rotary_cos/_sin,
+    cache_batch_idx, cache_leftpad and alibi_slopes are not supported
+    (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
+    (out, lse) with return_softmax_lse; lse (b, H, Lq) float32.  Arrays stay
+    where they are: numpy on the CPU, torch tensors on their device.
+    """
+    op = "flash_attn_with_kvcache"
+    call = Call(op, q, "q")
+    qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
+    for name, val in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                      ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
+                      ("alibi_slopes", alibi_slopes)):
+        if val is not None:
+            fail(SF_ERR_UNSUPPORTED, "%s: %s is not supported (give None)" % (op, name))
+    as_int(op, "num_splits", num_splits, 0)
+    as_flag(op, "rotary_interleaved", rotary_interleaved)
+    if (k is None) != (v is None):
+        fail(SF_ERR_NULL_POINTER, "%s: give both k and v, or neither" % op)
+    b = qs[0]
+    kcs = _shape(call, k_cache, "k_cache", 4, "(num_blocks, page_size, nheads_kv, head_dim)"
+                 if block_table is not None else "(batch, seqlen_cache, nheads_kv, head_dim)")
+    if block_table is None:
+        lc = kcs[1]
+        if kcs[0] != b:
+            fail(SF_ERR_SHAPE, "%s: k_cache has batch %d but q has %d" % (op, kcs[0], b))
+        if lc < 1 or lc > 256 or lc & (lc - 1):
+            fail(SF_ERR_UNSUPPORTED,
+                 "%s: without block_table the cache is served as one page per sequence, so "
+                 "seqlen_cache (k_cache.shape[1] = %d) must be a power of two from 1 to 256; "
+                 "pass a paged cache with block_table for other sizes" % (op, lc))
+        bt = call.as_i32([[i] for i in range(b)], "block_table")
+        cap = lc
+    else:
+        bt = call.as_i32(block_table, "block_table")
+        bts = _shape(call, bt, "block_table", 2, "(batch, max_blocks_per_seq)")
+        cap = bts[1] * kcs[1]
+    if cache_seqlens is None:
+        cs = call.as_i32([cap] * b, "cache_seqlens")
+    elif hasattr(cache_seqlens, "__index__") and not hasattr(cache_seqlens, "shape"):
+        cs = call.as_i32([as_int(op, "cache_seqlens", cache_seqlens)] * b, "cache_seqlens")
+    else:
+        cs = call.as_i32(cache_seqlens, "cache_seqlens")
+    seqlens = cs
+    if k is not None:
+        ks = _shape(call, k, "k", 4, "(batch, seqlen_new, nheads_kv, head_dim)")
+        a = L.sf_kv_append_params()
+        L.sf_kv_append_params_init(ctypes.byref(a))
+        a.k_cache = call.tensor(k_cache, "k_cache")
+        a.v_cache = call.tensor(v_cache, "v_cache")
+        a.k = call.tensor(k, "k")
+        a.v = call.tensor(v, "v")
+        a.block_table = call.tensor(bt, "block_table")
+        a.cache_seqlens = call.tensor(cs, "cache_seqlens")
+        call.run(L.sf_kv_append, a, backend)
+        if ks[1]:  # computed where cache_seqlens lives (no device round trip)
+            seqlens = call.as_i32(cs + ks[1], "seqlens")
+    p = L.sf_attn_paged_params()
+    L.sf_attn_paged_params_init(ctypes.byref(p))
+    p.q = call.tensor(q, "q")
+    p.k_cache = call.tensor(k_cache, "k_cache")
+    p.v_cache = call.tensor(v_cache, "v_cache")
+    p.block_table = call.tensor(bt, "block_table")
+    p.seqlens = call.tensor(seqlens, "seqlens")
+    _attn_common(call, p, 0.0, softmax_scale, causal, window_size, softcap, None)
+    want_lse = as_flag(op, "return_softmax_lse", return_softmax_lse)
+    out = call.empty(qs, like=q)
+    p.out = call.tensor(out, "out")
+    lse = None
+    if want_lse:
+        lse = call.empty((qs[0], qs[2], qs[1]))
+        p.lse = call.tensor(lse, "lse")
+    call.run(L.sf_attn_paged, p, backend)
+    return (out, lse) if want_lse else out
 
 
 # ------------------------------------------------------------------ layer ops

@@ -115,6 +115,33 @@ class sf_attn_fwd_params(ctypes.Structure):
     ]
 
 
+class sf_kv_append_params(ctypes.Structure):
+    _fields_ = [
+        ("k_cache", sf_tensor), ("v_cache", sf_tensor),
+        ("k", sf_tensor), ("v", sf_tensor),
+        ("block_table", sf_tensor),
+        ("cache_seqlens", sf_tensor),
+        ("backend", ctypes.c_int),
+    ]
+
+
+class sf_attn_paged_params(ctypes.Structure):
+    _fields_ = [
+        ("q", sf_tensor),
+        ("k_cache", sf_tensor), ("v_cache", sf_tensor),
+        ("block_table", sf_tensor),
+        ("seqlens", sf_tensor),
+        ("out", sf_tensor),
+        ("lse", sf_tensor),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("window_left", ctypes.c_int),
+        ("window_right", ctypes.c_int),
+        ("softcap", ctypes.c_float),
+        ("backend", ctypes.c_int),
+    ]
+
+
 class sf_conv1d_params(ctypes.Structure):
     _fields_ = [
         ("x", sf_tensor), ("weight", sf_tensor), ("bias", sf_tensor),
@@ -258,6 +285,10 @@ sf_ssd_step_params_init = _decl("sf_ssd_step_params_init", None, _P(sf_ssd_step_
 sf_ssd_step = _decl("sf_ssd_step", _c.c_int, _c.c_void_p, _P(sf_ssd_step_params))
 sf_attn_fwd_params_init = _decl("sf_attn_fwd_params_init", None, _P(sf_attn_fwd_params))
 sf_attn_fwd = _decl("sf_attn_fwd", _c.c_int, _c.c_void_p, _P(sf_attn_fwd_params))
+sf_kv_append_params_init = _decl("sf_kv_append_params_init", None, _P(sf_kv_append_params))
+sf_kv_append = _decl("sf_kv_append", _c.c_int, _c.c_void_p, _P(sf_kv_append_params))
+sf_attn_paged_params_init = _decl("sf_attn_paged_params_init", None, _P(sf_attn_paged_params))
+sf_attn_paged = _decl("sf_attn_paged", _c.c_int, _c.c_void_p, _P(sf_attn_paged_params))
 sf_conv1d_params_init = _decl("sf_conv1d_params_init", None, _P(sf_conv1d_params))
 sf_conv1d_fwd = _decl("sf_conv1d_fwd", _c.c_int, _c.c_void_p, _P(sf_conv1d_params))
 sf_conv1d_update_params_init = _decl("sf_conv1d_update_params_init", None,

@@ -30,6 +30,10 @@ sf_status sfn_attn_shape_of(const sf_attn_fwd_params *p, sfn_attn_shape *s, char
         snprintf(msg, msglen, "varlen attention (cu_seqlens) is not served by the naive baseline");
         return SF_ERR_UNSUPPORTED;
     }
+    if (p->softcap != 0.0f || p->alibi_slopes.data) {
+        snprintf(msg, msglen, "softcap and ALiBi are not served by the naive baseline");
+        return SF_ERR_UNSUPPORTED;
+    }
     const sf_tensor *t[4] = {&p->q, &p->k, &p->v, &p->out};
     for (int i = 0; i < 4; i++)
         if (t[i]->rank != 4 || t[i]->stride[3] != 1 || t[i]->dtype != p->q.dtype) {

@@ -1,0 +1,220 @@
+"""flash_attn_with_kvcache (the paged KV cache) against a float64 numpy
+reference written here: keys gathered through the block table, a
+materialised masked softmax.  numpy on the CPU; the torch CUDA test skips
+without a GPU and a CUDA build.
+
+Run: SEQFUSE_LIB=build/libseqfuse.so python -m pytest -q tests/python
+"""
+import numpy as np
+import pytest
+
+from sf_testutil import BACKENDS, DTYPES, TOL, _raises, f64, rel_err, rnd  # noqa: E402 (sets the path)
+
+import seqfuse  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+HAS_GPU = (torch is not None and torch.cuda.is_available() and seqfuse.has_cuda())
+
+
+def ref_attn(q, kc, vc, bt, lens, causal=False, window=(-1, -1), softcap=0.0, scale=None):
+    """out (b, Lq, H, d), lse (b, H, Lq) in float64."""
+    q, kc, vc = f64(q), f64(kc), f64(vc)
+    b, lq, H, d = q.shape
+    ps, hkv = kc.shape[1], kc.shape[2]
+    g = H // hkv
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    out = np.zeros((b, lq, H, d))
+    lse = np.full((b, H, lq), -np.inf)
+    for s in range(b):
+        n = int(lens[s])
+        pos = np.arange(n)
+        K = kc[bt[s][pos // ps], pos % ps] if n else np.zeros((0, hkv, d))
+        V = vc[bt[s][pos // ps], pos % ps] if n else np.zeros((0, hkv, d))
+        for h in range(H):
+            for i in range(lq):
+                p = i + n - lq
+                lo = 0 if window[0] < 0 else max(p - window[0], 0)
+                hi = n if (window[1] < 0 and not causal) else min(p + (0 if causal else window[1]) + 1, n)
+                if lo >= hi:
+                    continue
+                sc = K[lo:hi, h // g] @ q[s, i, h] * scale
+                if softcap > 0:
+                    sc = softcap * np.tanh(sc / softcap)
+                m = sc.max()
+                e = np.exp(sc - m)
+                out[s, i, h] = e @ V[lo:hi, h // g] / e.sum()
+                lse[s, h, i] = m + np.log(e.sum())
+    return out, lse
+
+
+def paged_setup(rng, dtype, b, hkv, d, ps, cached, lnew, spare=3):
+    need = [-(-(c + lnew) // ps) for c in cached]
+    mp = max(need) + 1
+    npg = sum(need) + spare
+    perm = rng.permutation(npg).astype(np.int32)
+    bt = np.full((b, mp), -1, np.int32)
+    k = 0
+    for s in range(b):
+        bt[s, :need[s]] = perm[k:k + need[s]]
+        k += need[s]
+    kc = rnd(rng, (npg, ps, hkv, d), dtype)
+    vc = rnd(rng, (npg, ps, hkv, d), dtype)
+    return kc, vc, bt
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("ps,hq,hkv,lq,causal", [(16, 8, 2, 1, True), (1, 4, 4, 4, False),
+                                                 (64, 8, 1, 16, True), (256, 4, 1, 4, True)])
+def test_append_then_attend(dtype, backend, ps, hq, hkv, lq, causal):
+    rng = np.random.default_rng(ps * 7 + lq)
+    b, d = 3, 64
+    cached = np.array([5, 0, 70], np.int32)
+    kc, vc, bt = paged_setup(rng, dtype, b, hkv, d, ps, cached, lq)
+    q = rnd(rng, (b, lq, hq, d), dtype)
+    kn = rnd(rng, (b, lq, hkv, d), dtype)
+    vn = rnd(rng, (b, lq, hkv, d), dtype)
+    kc0, vc0 = kc.copy(), vc.copy()
+    out, lse = seqfuse.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=cached,
+                                               block_table=bt, causal=causal,
+                                               return_softmax_lse=True, backend=backend)
+    # the cache now holds the new tokens where the table says, nothing else changed
+    want_kc, want_vc = kc0.copy(), vc0.copy()
+    for s in range(b):
+        for j in range(lq):
+            pos = cached[s] + j
+            want_kc[bt[s, pos // ps], pos % ps] = kn[s, j]
+            want_vc[bt[s, pos // ps], pos % ps] = vn[s, j]
+    assert np.array_equal(kc.view(np.uint8), want_kc.view(np.uint8))
+    assert np.array_equal(vc.view(np.uint8), want_vc.view(np.uint8))
+    ro, rl = ref_attn(q, want_kc, want_vc, bt, cached + lq, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert rel_err(out, ro) < TOL[dtype]
+    assert np.all(np.isneginf(lse) == np.isneginf(rl))
+    assert rel_err(lse, rl) < 1e-4
+
+
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
+def test_decode_window_softcap_scale(backend):
+    rng = np.random.default_rng(5)
+    b, hq, hkv, d, ps = 2, 4, 2, 32, 16
+    lens = np.array([50, 0], np.int32)
+    kc, vc, bt = paged_setup(rng, "float32", b, hkv, d, ps, lens, 0)
+    q = rnd(rng, (b, 2, hq, d))
+    out, lse = seqfuse.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=bt,
+                                               causal=True, window_size=(7, 0), softcap=1.5,
+                                               softmax_scale=0.3, return_softmax_lse=True,
+                                               num_splits=4, backend=backend)
+    ro, rl = ref_attn(q, kc, vc, bt, lens, causal=True, window=(7, 0), softcap=1.5, scale=0.3)
+    assert rel_err(out, ro) < 1e-5
+    assert np.all(out[1] == 0) and np.all(np.isneginf(lse[1]))
+    assert rel_err(lse[0], rl[0]) < 1e-5
+
+
+def test_contiguous_cache_int_seqlens():
+    """No block table: (b, seqlen_cache, Hkv, d) with seqlen_cache a power of two."""
+    rng = np.random.default_rng(9)
+    b, hq, hkv, d, lc = 3, 4, 2, 16, 64
+    kc = rnd(rng, (b, lc, hkv, d))
+    vc = rnd(rng, (b, lc, hkv, d))
+    q = rnd(rng, (b, 1, hq, d))
+    kn = rnd(rng, (b, 1, hkv, d))
+    vn = rnd(rng, (b, 1, hkv, d))
+    out = seqfuse.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=10, causal=True)
+    assert np.array_equal(kc[:, 10], kn[:, 0]) and np.array_equal(vc[:, 10], vn[:, 0])
+    ident = np.arange(b, dtype=np.int32).reshape(b, 1)
+    ro, _ = ref_attn(q, kc, vc, ident, np.full(b, 11), causal=True)
+    assert rel_err(out, ro) < 1e-5
+    # cache_seqlens None: the whole cache
+    out = seqfuse.flash_attn_with_kvcache(q, kc, vc)
+    ro, _ = ref_attn(q, kc, vc, ident, np.full(b, lc))
+    assert rel_err(out, ro) < 1e-5
+
+
+def test_errors():
+    rng = np.random.default_rng(1)
+    q = rnd(rng, (2, 1, 4, 16))
+    kc = rnd(rng, (2, 100, 2, 16))
+    _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc, kc.copy())
+    kc, vc, bt = paged_setup(rng, "float32", 2, 2, 16, 16, [3, 4], 0)
+    for kw in ({"rotary_cos": q}, {"rotary_sin": q}, {"cache_batch_idx": [0, 1]},
+               {"cache_leftpad": [0, 0]}, {"alibi_slopes": np.ones(4, np.float32)}):
+        _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc, vc,
+                cache_seqlens=[3, 4], block_table=bt, **kw)
+    e = _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc,
+                cache_seqlens=[3, 4 * 16], block_table=bt)
+    assert "seqlens[1]" in str(e)
+    bad = bt.copy()
+    bad[0, 0] = kc.shape[0]
+    _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc,
+            cache_seqlens=[3, 4], block_table=bad)
+    _raises(seqfuse.SF_ERR_NULL_POINTER, seqfuse.flash_attn_with_kvcache, q, kc, vc,
+            k=rnd(rng, (2, 1, 2, 16)), cache_seqlens=[3, 4], block_table=bt)
+    _raises(seqfuse.SF_ERR_SHAPE, seqfuse.flash_attn_with_kvcache, q, kc[:, :3], vc[:, :3],
+            cache_seqlens=[1, 1], block_table=bt)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_cuda(dtype):
+    rng = np.random.default_rng(3)
+    b, hq, hkv, d, ps, lq = 4, 8, 2, 128, 16, 1
+    cached = np.array([0, 15, 16, 300], np.int32)
+    kc, vc, bt = paged_setup(rng, "float32", b, hkv, d, ps, cached, lq)
+    q = rnd(rng, (b, lq, hq, d))
+    kn = rnd(rng, (b, lq, hkv, d))
+    vn = rnd(rng, (b, lq, hkv, d))
+    tdt = getattr(torch, dtype)
+    T = lambda a: torch.from_numpy(a).cuda().to(tdt)  # noqa: E731
+    tkc, tvc = T(kc), T(vc)
+    out, lse = seqfuse.flash_attn_with_kvcache(
+        T(q), tkc, tvc, k=T(kn), v=T(vn), cache_seqlens=torch.from_numpy(cached).cuda(),
+        block_table=torch.from_numpy(bt).cuda(), causal=True, return_softmax_lse=True)
+    assert out.device.type == "cuda" and out.dtype == tdt
+    torch.cuda.synchronize()
+    ckc, cvc = tkc.float().cpu().numpy(), tvc.float().cpu().numpy()
+    for s in range(b):
+        pos = cached[s]
+        assert np.array_equal(ckc[bt[s, pos // ps], pos % ps], T(kn).float().cpu().numpy()[s, 0])
+    qq = T(q).float().cpu().numpy()
+    ro, rl = ref_attn(qq, ckc, cvc, bt, cached + lq, causal=True)
+    assert rel_err(out.float().cpu().numpy(), ro) < TOL[dtype] * 3
+    assert rel_err(lse.cpu().numpy(), rl) < 1e-3
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")
+def test_torch_cuda_graph_replay_with_new_lengths():
+    """Decode captured once in a CUDA graph, replayed after the lengths and
+    the block table changed in place: the splits follow the lengths on the
+    device, so each replay equals a fresh call (and the reference)."""
+    rng = np.random.default_rng(4)
+    b, hq, hkv, d, ps = 3, 8, 2, 128, 16
+    cap = np.array([900, 900, 900], np.int32)
+    kc, vc, bt = paged_setup(rng, "float32", b, hkv, d, ps, cap, 0)
+    T = lambda a: torch.from_numpy(a).cuda().to(torch.bfloat16)  # noqa: E731
+    tkc, tvc, q = T(kc), T(vc), T(rnd(rng, (b, 1, hq, d)))
+    lens = torch.tensor([1, 300, 900], dtype=torch.int32, device="cuda")
+    tbt = torch.from_numpy(bt).cuda()
+    run = lambda: seqfuse.flash_attn_with_kvcache(q, tkc, tvc, cache_seqlens=lens, block_table=tbt,  # noqa: E731
+                                                  causal=True)
+    run()  # the workspace grows outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run()
+    for new_lens, swap in (([700, 17, 0], False), ([256, 899, 513], True)):
+        lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        if swap:  # sequences 0 and 1 trade tables
+            tbt.copy_(tbt[[1, 0, 2]].clone())
+        g.replay()
+        torch.cuda.synchronize()
+        fresh = run()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fresh)
+        ro, _ = ref_attn(q.float().cpu().numpy(), tkc.float().cpu().numpy(), tvc.float().cpu().numpy(),
+                         tbt.cpu().numpy(), np.array(new_lens), causal=True)
+        assert rel_err(out.float().cpu().numpy(), ro) < TOL["bfloat16"] * 3
