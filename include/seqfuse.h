@@ -669,6 +669,49 @@ typedef struct sf_attn_paged_params {
 SF_API void sf_attn_paged_params_init(sf_attn_paged_params *p);
 SF_API sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p);
 
+/* A paged cache owned by the library: per layer a K and a V pool in the
+ * context's memory, one free list of page numbers shared by the layers
+ * (page n of a sequence is page n in every layer's pools), and per
+ * sequence slot its pages and length.  For callers that do not keep their
+ * own tables (vLLM and FlashInfer do; the ops above take either).
+ *   num_pages  pages in each pool; page_size a power of two 1..256 (0: 16)
+ *   nheads_kv, head_dim, dtype (f16 / bf16; f32 on a CPU context)
+ *   num_layers >= 1, max_seqs >= 1 sequence slots, max_pages_per_seq >= 1
+ * Pools and tables are allocated once, at creation. */
+typedef struct sf_kv_cache sf_kv_cache;
+
+typedef struct sf_kv_cache_desc {
+    int64_t num_pages;
+    int page_size;
+    int nheads_kv, head_dim;
+    sf_dtype dtype;
+    int num_layers;
+    int max_seqs;
+    int max_pages_per_seq;
+} sf_kv_cache_desc;
+
+SF_API sf_status sf_kv_cache_create(sf_ctx *ctx, const sf_kv_cache_desc *d, sf_kv_cache **out);
+/* Frees the pools and tables (NULL is a no-op). */
+SF_API void sf_kv_cache_destroy(sf_kv_cache *c);
+/* Views of layer `layer`'s pools, (num_pages, page_size, Hkv, d). */
+SF_API sf_status sf_kv_cache_pools(const sf_kv_cache *c, int layer, sf_tensor *k_cache, sf_tensor *v_cache);
+/* Sets slot `seq`'s length to `len` tokens, taking pages from the free list
+ * or giving the ones it no longer needs back (the last ones first).
+ * SF_ERR_OUT_OF_MEMORY when too few pages are free, SF_ERR_INVALID_ARG past
+ * max_pages_per_seq: nothing changes then.  Host bookkeeping only: the
+ * tables the kernels read change at the next sf_kv_cache_tables. */
+SF_API sf_status sf_kv_cache_resize(sf_kv_cache *c, int seq, int64_t len);
+/* The length of slot `seq` (-1 for a bad slot) and the free pages. */
+SF_API int64_t sf_kv_cache_length(const sf_kv_cache *c, int seq);
+SF_API int64_t sf_kv_cache_free_pages(const sf_kv_cache *c);
+/* Copies the host tables to the context's memory (synchronously) and gives
+ * views of them: block_table (max_seqs, max_pages_per_seq) i32, entries
+ * past a slot's pages -1, and seqlens (max_seqs) i32, for sf_attn_paged
+ * (and, with the lengths before a resize, sf_kv_append).  The buffers stay
+ * at the same addresses for the cache's life (graph captures may hold
+ * them). */
+SF_API sf_status sf_kv_cache_tables(sf_kv_cache *c, sf_tensor *block_table, sf_tensor *seqlens);
+
 #ifdef __cplusplus
 }
 #endif
