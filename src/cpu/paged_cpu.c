@@ -44,7 +44,9 @@ sf_status sf_cpu_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
     const int64_t ntok = pr->batch * Ln;
     char *kcd = (char *)kc->data, *vcd = (char *)vc->data;
     const char *kd = (const char *)k->data, *vd = (const char *)v->data;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(sf_cpu_threads(ctx)) if (ntok * Hkv > 64)
+#endif
     for (int64_t t = 0; t < ntok; t++) {
         const int64_t b = t / Ln, j = t % Ln;
         const int64_t pos = sf_ldi(cs->data, cs->dtype, b * cs->stride[0]) + j;
@@ -190,11 +192,15 @@ sf_status sf_cpu_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr) {
     ap.softcap = pr->softcap;
 
     const int64_t ntask = pr->batch * pr->nheads_kv * ntiles;
+#ifdef _OPENMP
 #pragma omp parallel num_threads(nth) if (ntask > 1)
+#endif
     {
         slab w;
         carve(sf_cpu_align64(ws + per * (size_t)sf_cpu_tid()), rows, pr->headdim, &w);
+#ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
+#endif
         for (int64_t t = 0; t < ntask; t++) {
             /* latest query tiles first: under a causal mask they see the most keys */
             const int64_t tile = ntiles - 1 - t % ntiles, bg = t / ntiles;

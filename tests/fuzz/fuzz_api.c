@@ -164,9 +164,17 @@ static void free_tensors(tens *t, int n) {
     for (int i = 0; i < n; i++) free(t[i].buf);
 }
 
+/* page_size * max_pages - minus, without overflow (the shape variables
+ * reach 2^62): an index bound for the fuzzed length tensors */
+static int64_t capacity(int64_t ps, int64_t pages, int64_t minus) {
+    const int64_t lim = (int64_t)1 << 31;
+    if (ps < -lim || ps > lim || pages < -lim || pages > lim || minus < -lim || minus > lim) return INT32_MAX;
+    return ps * pages - minus;
+}
+
 /* ---------------------------------------------------------------- ops */
 enum { OP_SSD, OP_STEP, OP_ATTN, OP_ATTN_VARLEN, OP_CONV, OP_CONV_UPD, OP_RMS, OP_MERGE, OP_COMBINE, OP_DESC,
-       OP_ALLOC, OP_COUNT };
+       OP_ALLOC, OP_PAGED, OP_APPEND, OP_COUNT };
 
 static sf_ctx *ctx_get(void) {
     static sf_ctx *ctx;
@@ -361,6 +369,45 @@ static void run_one(rd *r) {
         MK({4, {1, 2, 3, 4}, DT_F32, 0});
         const int rank = (int)(int8_t)rd8(r);
         if (!too_big) st = sf_ssd_cp_combine(ctx, T[0].t, T[1].t, rank, T[2].t);
+        break;
+    }
+    case OP_PAGED: { /* b0 Lq1 H2 Hkv3 d4 pages5 page_size6 max_pages7 */
+        sf_attn_paged_params p;
+        sf_attn_paged_params_init(&p);
+        MK({4, {0, 1, 2, 4}, DT_MAIN, 0});
+        MK({4, {5, 6, 3, 4}, DT_MAIN, 0});
+        MK({4, {5, 6, 3, 4}, DT_MAIN, 0});
+        index_hi = v[5] - 1; /* a run of pages 0 .. pages - 1 */
+        MK({2, {0, 7}, DT_I32, 1});
+        index_hi = capacity(v[6], v[7], 0); /* a run of lengths up to the table's capacity */
+        MK({1, {0}, DT_I32, 1});
+        MK({4, {0, 1, 2, 4}, DT_MAIN, 0});
+        MK({3, {0, 2, 1}, DT_F32, 0});
+        p.q = T[0].t, p.k_cache = T[1].t, p.v_cache = T[2].t, p.block_table = T[3].t, p.seqlens = T[4].t;
+        p.out = T[5].t, p.lse = T[6].t;
+        p.softmax_scale = rdf(r);
+        p.causal = (int)(rd8(r) % 3);
+        p.window_left = (int)(int8_t)rd8(r), p.window_right = (int)(int8_t)rd8(r);
+        if (rd8(r) & 1) p.softcap = rdf(r);
+        p.backend = be;
+        if (!too_big) st = sf_attn_paged(ctx, &p);
+        break;
+    }
+    case OP_APPEND: { /* b0 Lnew1 Hkv2 d3 pages4 page_size5 max_pages6 */
+        sf_kv_append_params p;
+        sf_kv_append_params_init(&p);
+        MK({4, {4, 5, 2, 3}, DT_MAIN, 0});
+        MK({4, {4, 5, 2, 3}, DT_MAIN, 0});
+        MK({4, {0, 1, 2, 3}, DT_MAIN, 0});
+        MK({4, {0, 1, 2, 3}, DT_MAIN, 0});
+        index_hi = v[4] - 1;
+        MK({2, {0, 6}, DT_I32, 1});
+        index_hi = capacity(v[5], v[6], v[1]);
+        MK({1, {0}, DT_I32, 1});
+        p.k_cache = T[0].t, p.v_cache = T[1].t, p.k = T[2].t, p.v = T[3].t, p.block_table = T[4].t;
+        p.cache_seqlens = T[5].t;
+        p.backend = be;
+        if (!too_big) st = sf_kv_append(ctx, &p);
         break;
     }
     case OP_DESC: { /* descriptor helpers on raw 64-bit extents */
