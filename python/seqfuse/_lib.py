@@ -287,6 +287,25 @@ sf_attn_fwd_params_init = _decl("sf_attn_fwd_params_init", None, _P(sf_attn_fwd_
 sf_attn_fwd = _decl("sf_attn_fwd", _c.c_int, _c.c_void_p, _P(sf_attn_fwd_params))
 sf_kv_append_params_init = _decl("sf_kv_append_params_init", None, _P(sf_kv_append_params))
 sf_kv_append = _decl("sf_kv_append", _c.c_int, _c.c_void_p, _P(sf_kv_append_params))
+class sf_kv_cache_desc(ctypes.Structure):
+    _fields_ = [
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int),
+        ("nheads_kv", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("num_layers", ctypes.c_int),
+        ("max_seqs", ctypes.c_int),
+        ("max_pages_per_seq", ctypes.c_int),
+    ]
+
+
+sf_kv_cache_create = _decl("sf_kv_cache_create", _c.c_int, _c.c_void_p, _P(sf_kv_cache_desc), _P(_c.c_void_p))
+sf_kv_cache_destroy = _decl("sf_kv_cache_destroy", None, _c.c_void_p)
+sf_kv_cache_pools = _decl("sf_kv_cache_pools", _c.c_int, _c.c_void_p, _c.c_int, _P(sf_tensor), _P(sf_tensor))
+sf_kv_cache_resize = _decl("sf_kv_cache_resize", _c.c_int, _c.c_void_p, _c.c_int, _c.c_int64)
+sf_kv_cache_length = _decl("sf_kv_cache_length", _c.c_int64, _c.c_void_p, _c.c_int)
+sf_kv_cache_free_pages = _decl("sf_kv_cache_free_pages", _c.c_int64, _c.c_void_p)
+sf_kv_cache_tables = _decl("sf_kv_cache_tables", _c.c_int, _c.c_void_p, _P(sf_tensor), _P(sf_tensor))
 sf_attn_paged_params_init = _decl("sf_attn_paged_params_init", None, _P(sf_attn_paged_params))
 sf_attn_paged = _decl("sf_attn_paged", _c.c_int, _c.c_void_p, _P(sf_attn_paged_params))
 sf_conv1d_params_init = _decl("sf_conv1d_params_init", None, _P(sf_conv1d_params))
