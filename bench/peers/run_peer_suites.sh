@@ -51,7 +51,7 @@ sys.exit(0 if seqfuse.has_cuda() or os.environ.get('SF_PEERS_COLLECT_WITHOUT_GPU
 FA=.peers/flash-attention/tests/test_flash_attn.py
 MT=.peers/mamba/tests/ops/triton
 FA_TESTS="$FA::test_flash_attn_output $FA::test_flash_attn_varlen_output"
-FA_TESTS+=" $FA::test_flash_attn_causal $FA::test_flash_attn_splitkv"
+FA_TESTS+=" $FA::test_flash_attn_causal $FA::test_flash_attn_splitkv $FA::test_flash_attn_kvcache"
 # suite name | seconds at most (0: whatever is left) | pytest targets
 SUITES=(
     "mamba_selective_state_update|90|$MT/test_selective_state_update.py"
@@ -75,7 +75,8 @@ for s in "${SUITES[@]}"; do
 done
 
 [ ${#jsons[@]} -gt 0 ] || { echo "no suite produced a summary; see $OUT/peers_*.log" >&2; exit 1; }
-cp bench/RESULTS.md "$OUT/RESULTS.md"
+# an $OUT/RESULTS.md another script of the same run wrote is updated, not replaced
+[ -f "$OUT/RESULTS.md" ] || cp bench/RESULTS.md "$OUT/RESULTS.md"
 python3 bench/peers/results.py "${jsons[@]}" --results "$OUT/RESULTS.md"
 rc=$?
 echo "total $(( $(date +%s) - T0 )) s"

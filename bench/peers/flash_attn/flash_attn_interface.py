@@ -133,7 +133,17 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                 deterministic, return_attn_probs)
 
 
-def flash_attn_with_kvcache(*args, **kwargs):
-    """The decode entry point with an in-place KV cache, rotary and paging: not
-    mapped (seqfuse's paged decode has no binding); the in-scope tests do not call it."""
-    _refuse("flash_attn_with_kvcache")
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):
+    """The decode entry point: seqfuse.flash_attn_with_kvcache has this signature
+    (k/v appended in place first, paged through block_table); rotary, batch
+    indices, left padding and ALiBi are refused there.  Forward only."""
+    return seqfuse.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+        block_table=block_table, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
+        num_splits=num_splits, return_softmax_lse=return_softmax_lse)
