@@ -64,7 +64,9 @@ sf_status sf_cpu_add_norm(sf_ctx *ctx, const sf_norm_problem *pr) {
     /* workspace: weight and bias in f32, and per thread h and the residual row */
     const size_t bytes = ws_bytes(2 * DP, 2 * DP, nt);
     void *ws = bytes ? sf_ws_get(ctx, bytes) : NULL;
-    if (!ws) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "%s: no workspace for rows of %lld", pr->op, (long long)D);
+    if (!ws) /* sf_ws_get has said what it could not allocate */
+        return bytes ? SF_ERR_OUT_OF_MEMORY
+                     : sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: cannot allocate the workspace for rows of %lld (its size overflows)", pr->op, (long long)D);
     float *w = sf_cpu_align64(ws), *bias = w + DP, *bufs = bias + DP;
     for (int64_t c = 0; c < D; c++) {
         w[c] = sf_ldf(p->weight.data, p->weight.dtype, c * p->weight.stride[0]);
@@ -106,7 +108,9 @@ sf_status sf_cpu_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr) {
     const int64_t per = 2 * NP + (pr->layout == SF_SWIGLU_INTERLEAVED ? 2 * NP : 0);
     const size_t bytes = ws_bytes(0, per, nt);
     void *ws = bytes ? sf_ws_get(ctx, bytes) : NULL;
-    if (!ws) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_swiglu: no workspace for rows of %lld", (long long)n);
+    if (!ws) /* sf_ws_get has said what it could not allocate */
+        return bytes ? SF_ERR_OUT_OF_MEMORY
+                     : sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_swiglu: cannot allocate the workspace for rows of %lld (its size overflows)", (long long)n);
     float *bufs = sf_cpu_align64(ws);
     const sf_tensor *g = &p->gate, *u = &p->up, *out = &p->out;
 
@@ -168,7 +172,9 @@ sf_status sf_cpu_rope(sf_ctx *ctx, const sf_rope_problem *pr) {
     const int64_t HP = sf_cpu_rup(half, FC_PAD), per = 2 * HP + sf_cpu_rup(d, FC_PAD);
     const size_t bytes = ws_bytes(2 * HP, per, nt);
     void *ws = bytes ? sf_ws_get(ctx, bytes) : NULL;
-    if (!ws) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "sf_rope: no workspace for head dim %lld", (long long)d);
+    if (!ws) /* sf_ws_get has said what it could not allocate */
+        return bytes ? SF_ERR_OUT_OF_MEMORY
+                     : sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_rope: cannot allocate the workspace for head dim %lld (its size overflows)", (long long)d);
     double *freq = (double *)sf_cpu_align64(ws);
     float *bufs = (float *)(freq + HP);
     if (!pr->has_tab)
