@@ -395,6 +395,146 @@ SF_API void sf_rmsnorm_gated_params_init(sf_rmsnorm_gated_params *p);
 SF_API sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p);
 
 /* ------------------------------------------------------------------ */
+/* Fused layer ops: residual add + norm, SwiGLU, rotary embedding      */
+/* ------------------------------------------------------------------ */
+/*
+ * Residual add + RMSNorm / LayerNorm, one pass over each row (the last
+ * dimension, D >= 1, any length):
+ *   h = x + residual                     (h = x when residual is absent)
+ *   rmsnorm:   y = h * rsqrt(mean(h^2) + eps) * weight (+ bias)
+ *   layernorm: y = (h - mean(h)) * rsqrt(mean((h - mean(h))^2) + eps) * weight (+ bias)
+ * The statistics and the normalisation are f32 (f64 on the reference), from
+ * the unrounded f32 h; the variance is the biased one (divided by D).
+ *   x            (rows, D)  f32/f16/bf16, unit inner stride, any row stride
+ *   residual     (rows, D)  x's dtype or f32, unit inner stride; optional
+ *   weight       (D)        f32 or x's dtype, any stride; required
+ *   bias         (D)        f32 or x's dtype, any stride; optional (both norms)
+ *   out          (rows, D)  x's dtype, unit inner stride: y
+ *   residual_out (rows, D)  x's dtype or f32, unit inner stride; optional: h,
+ *                rounded to its dtype (f32 keeps a full-precision residual
+ *                stream, flash-attention's residual_in_fp32).  It may be the
+ *                residual itself (in place): the same data pointer, dtype,
+ *                shape and strides.  Any other overlap of an output with an
+ *                input or another output is SF_ERR_INVALID_ARG.
+ * eps: positive and finite (SF_ERR_INVALID_ARG otherwise).  rows = 0 is a
+ * no-op; D = 0 is SF_ERR_SHAPE.
+ * sf_rmsnorm and sf_layernorm are the same operations under the names
+ * without a residual: they share the params and the implementation, and
+ * refuse a residual or a residual_out (SF_ERR_INVALID_ARG), so the name
+ * says what a call does.
+ * CUDA backend: not yet (SF_ERR_UNSUPPORTED); run it on a CPU context.
+ */
+typedef struct sf_norm_params {
+    sf_tensor x, residual;
+    sf_tensor weight, bias;
+    sf_tensor out, residual_out;
+    float eps;           /* default 1e-5 */
+    sf_backend backend;
+} sf_norm_params;
+
+/* Fills defaults: every tensor absent, eps 1e-5, backend AUTO. */
+SF_API void sf_norm_params_init(sf_norm_params *p);
+SF_API sf_status sf_add_rmsnorm(sf_ctx *ctx, const sf_norm_params *p);
+SF_API sf_status sf_add_layernorm(sf_ctx *ctx, const sf_norm_params *p);
+SF_API sf_status sf_rmsnorm(sf_ctx *ctx, const sf_norm_params *p);
+SF_API sf_status sf_layernorm(sf_ctx *ctx, const sf_norm_params *p);
+
+/*
+ * SwiGLU: out[r, j] = silu(gate[r, j]) * up[r, j],  silu(v) = v / (1 + exp(-v)),
+ * computed in f32 (f64 on the reference), for j < n, from
+ *   SF_SWIGLU_SEPARATE:    gate (rows, n) and up (rows, n), two tensors;
+ *   SF_SWIGLU_CONCAT:      gate (rows, 2n) holds [gate | up]: gate[r, j] and
+ *                          up = gate[r, n + j] (Llama's fused gate_up_proj);
+ *                          up must be absent;
+ *   SF_SWIGLU_INTERLEAVED: gate (rows, 2n) holds pairs: gate[r, 2j] and
+ *                          up = gate[r, 2j + 1]; up must be absent.
+ *   gate, up  f32/f16/bf16 (up: gate's dtype), unit inner stride
+ *   out       (rows, n), gate's dtype, unit inner stride, no overlap with the
+ *             inputs
+ * n >= 1; another layout value is SF_ERR_INVALID_ARG.
+ * CUDA backend: not yet (SF_ERR_UNSUPPORTED); run it on a CPU context.
+ */
+typedef enum sf_swiglu_layout {
+    SF_SWIGLU_SEPARATE = 0,
+    SF_SWIGLU_CONCAT = 1,
+    SF_SWIGLU_INTERLEAVED = 2
+} sf_swiglu_layout;
+
+typedef struct sf_swiglu_params {
+    sf_tensor gate, up;
+    sf_tensor out;
+    sf_swiglu_layout layout;
+    sf_backend backend;
+} sf_swiglu_params;
+
+/* Fills defaults: every tensor absent, layout SEPARATE, backend AUTO. */
+SF_API void sf_swiglu_params_init(sf_swiglu_params *p);
+SF_API sf_status sf_swiglu(sf_ctx *ctx, const sf_swiglu_params *p);
+
+/*
+ * Rotary position embedding of q (T, H, d) and k (T, Hkv, d), T tokens,
+ * each head rotated alike.  The first rotary_dim (R, even, 2 <= R <= d; 0
+ * means d) channels of a head are rotated in R/2 pairs, the rest pass
+ * through unchanged:
+ *   SF_ROPE_NEOX: pair i is (i, i + R/2)    (rotate halves; GPT-NeoX, Llama)
+ *   SF_ROPE_GPTJ: pair i is (2i, 2i + 1)    (interleaved; GPT-J)
+ * and with the angle a = pos * f_i of the token's position pos:
+ *   x1' = x1 cos(a) - x2 sin(a),   x2' = x2 cos(a) + x1 sin(a).
+ * Frequencies: f_i = theta^(-2i/R) (theta > 0, 10000 by default), scaled
+ * when scaling = SF_ROPE_LLAMA3 (Llama 3.1's "llama3" rope_type), with
+ * wavelength w_i = 2 pi / f_i, L = original_max_position, lo = L /
+ * low_freq_factor, hi = L / high_freq_factor:
+ *   w_i < hi:            f_i unchanged          (high frequencies)
+ *   w_i > lo:            f_i / factor           (low frequencies)
+ *   otherwise:           s = (L / w_i - low_freq_factor) /
+ *                            (high_freq_factor - low_freq_factor),
+ *                        f_i = (1 - s) f_i / factor + s f_i
+ * (factor > 0, 0 < low_freq_factor < high_freq_factor, L >= 1, all finite).
+ * Alternatively cos and sin tables are given, both (npos, R/2) f32 with any
+ * strides: then cos(a) = cos[pos, i], sin(a) = sin[pos, i], and theta and the
+ * scaling are not used (flash-attention's apply_rotary_emb).
+ *   q          (T, H, d)   f32/f16/bf16, unit inner stride; required
+ *   k          (T, Hkv, d) q's dtype, unit inner stride; optional
+ *   q_out      like q, optional: absent rotates q in place; given, q is read
+ *              only and q_out gets every channel (pass-through ones copied)
+ *   k_out      like k, optional, the same for k (given only with k)
+ *   positions  (T) i32/i64, optional: the position of each token (any
+ *              order); absent, token t is at position t.  Checked on the
+ *              host: >= 0, and < npos with tables (SF_ERR_INDEX).
+ *   cos, sin   (npos, R/2) f32, optional, both or neither
+ * No output (q_out, k_out, or q and k when in place) may overlap another
+ * tensor of the call.
+ * Accuracy: the host backends compute a and its cos and sin in double and
+ * rotate in f32 (f64 on the reference), so the angles carry no error that
+ * grows with the position (an f32 product pos * f_i would be off by up to
+ * pos * 6e-8 radians).
+ * CUDA backend: not yet (SF_ERR_UNSUPPORTED); run it on a CPU context.
+ */
+typedef enum sf_rope_style { SF_ROPE_NEOX = 0, SF_ROPE_GPTJ = 1 } sf_rope_style;
+typedef enum sf_rope_scaling { SF_ROPE_SCALING_NONE = 0, SF_ROPE_LLAMA3 = 1 } sf_rope_scaling;
+
+typedef struct sf_rope_params {
+    sf_tensor q, k;
+    sf_tensor q_out, k_out;
+    sf_tensor positions;
+    sf_tensor cos, sin;
+    int rotary_dim;            /* R; 0 means d                           */
+    sf_rope_style style;
+    float theta;               /* base, 10000 by default                 */
+    sf_rope_scaling scaling;
+    float factor;              /* llama3: 8, 1, 4, 8192 in Llama 3.1     */
+    float low_freq_factor, high_freq_factor;
+    int original_max_position;
+    sf_backend backend;
+} sf_rope_params;
+
+/* Fills defaults: every tensor absent, rotary_dim 0 (= d), NEOX, theta
+ * 10000, no scaling (with Llama 3.1's values factor 8, low 1, high 4,
+ * original_max_position 8192 filled in), backend AUTO. */
+SF_API void sf_rope_params_init(sf_rope_params *p);
+SF_API sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p);
+
+/* ------------------------------------------------------------------ */
 /* Attention forward, flash_attn_func / flash_attn_varlen_func         */
 /* ------------------------------------------------------------------ */
 /*

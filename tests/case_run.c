@@ -31,7 +31,7 @@ static double rng_normal(uint64_t *s) {
 /* tensors of a case                                                   */
 /* ------------------------------------------------------------------ */
 
-enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_SLOPE, GEN_OUT };
+enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_SLOPE, GEN_UNIT, GEN_OUT };
 
 #define MAXT 13
 #define GUARD 64
@@ -159,6 +159,7 @@ static double gen_value(int gen, uint64_t *s) {
     case GEN_DTB_SP: return -1.0 + 1.5 * rng_unif(s);
     case GEN_DTB: return 0.02 * rng_unif(s);
     case GEN_SLOPE: return 0.05 + 0.45 * rng_unif(s); /* ALiBi's 2^-8/H .. 2^-1 range */
+    case GEN_UNIT: return -1.0 + 2.0 * rng_unif(s);   /* cos / sin tables */
     default: return 0.0;
     }
 }
@@ -190,6 +191,9 @@ enum { Q, K, V, AO, LSE, CUQ, CUK, ALI };
 enum { CV_X, CV_W, CV_BIAS, CV_INIT, CV_CU, CV_OUT, CV_FIN };      /* conv1d_fwd    */
 enum { UP_STATE, UP_X, UP_W, UP_BIAS, UP_IDX, UP_OUT };           /* conv1d_update */
 enum { RN_X, RN_Z, RN_W, RN_OUT, RN_NONE };                       /* rmsnorm_gated */
+enum { NM_X, NM_RES, NM_W, NM_B, NM_OUT, NM_HOUT };              /* fused norms   */
+enum { SW_G, SW_U, SW_OUT, SW_NONE };                                /* swiglu        */
+enum { RP_Q, RP_K, RP_QO, RP_KO, RP_POS, RP_COS, RP_SIN };        /* rope          */
 enum { PG_Q, PG_KC, PG_VC, PG_BT, PG_SL, PG_OUT, PG_LSE, PG_KN, PG_VN }; /* paged cache */
 
 static int is_paged(const sfc_case *c) { return c->op == SFC_KV_APPEND || c->op == SFC_ATTN_PAGED; }
@@ -279,6 +283,35 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
         if (c->z) spec(&t[RN_Z], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
         spec(&t[RN_W], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
         spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+    } else if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) {
+        const int64_t rows = b * L, dim = c->dim;
+        const sf_dtype wdt = c->wlow ? dt : SF_F32;
+        spec(&t[NM_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        if (c->residual) spec(&t[NM_RES], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        spec(&t[NM_W], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
+        if (c->bias) spec(&t[NM_B], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
+        spec(&t[NM_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+        if (c->hout) spec(&t[NM_HOUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+    } else if (c->op == SFC_SWIGLU) {
+        const int64_t rows = b * L, n = c->dim;
+        const int sep = c->layout == SF_SWIGLU_SEPARATE;
+        spec(&t[SW_G], 2, (int64_t[]){rows, sep ? n : 2 * n}, dt, GEN_NORMAL);
+        if (sep) spec(&t[SW_U], 2, (int64_t[]){rows, n}, dt, GEN_NORMAL);
+        spec(&t[SW_OUT], 2, (int64_t[]){rows, n}, dt, GEN_OUT);
+    } else if (c->op == SFC_ROPE) {
+        const int64_t T = b * L, d = c->d, R = c->rot_dim ? c->rot_dim : c->d;
+        spec(&t[RP_Q], 3, (int64_t[]){T, H, d}, dt, GEN_NORMAL);
+        spec(&t[RP_K], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_NORMAL);
+        t[RP_Q].is_inout = t[RP_K].is_inout = !c->out_of_place;
+        if (c->out_of_place) {
+            spec(&t[RP_QO], 3, (int64_t[]){T, H, d}, dt, GEN_OUT);
+            spec(&t[RP_KO], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_OUT);
+        }
+        if (c->pos_ids) spec(&t[RP_POS], 1, (int64_t[]){T}, SF_I32, GEN_NONE);
+        if (c->tables) {
+            spec(&t[RP_COS], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
+            spec(&t[RP_SIN], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
+        }
     } else if (is_paged(c)) {
         int64_t d = c->d, Hkv = c->Hkv, mp, np, ps = c->page_size;
         paged_geometry(c, &mp, &np);
@@ -385,6 +418,8 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
         }
         free(perm);
     }
+    if (c->op == SFC_ROPE && t[RP_POS].present) /* distinct positions in a random order */
+        shuffled_slots((int32_t *)t[RP_POS].h, c->b * c->L, c->npos, rng);
     if (c->op == SFC_ATTN_FWD && t[CUQ].present) {
         int32_t *cq = (int32_t *)t[CUQ].h, *ck = (int32_t *)t[CUK].h;
         cq[0] = ck[0] = 0;
@@ -439,6 +474,28 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->norm_before_gate = c->norm_before_gate;
         p->eps = 1e-5f;
         p->backend = be;
+    } else if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) {
+        sf_norm_params *p = (sf_norm_params *)params;
+        sf_norm_params_init(p);
+        p->x = VW(NM_X), p->residual = VW(NM_RES), p->weight = VW(NM_W), p->bias = VW(NM_B);
+        p->out = VW(NM_OUT), p->residual_out = VW(NM_HOUT);
+        if (c->eps > 0.f) p->eps = c->eps;
+        p->backend = be;
+    } else if (c->op == SFC_SWIGLU) {
+        sf_swiglu_params *p = (sf_swiglu_params *)params;
+        sf_swiglu_params_init(p);
+        p->gate = VW(SW_G), p->up = VW(SW_U), p->out = VW(SW_OUT);
+        p->layout = (sf_swiglu_layout)c->layout;
+        p->backend = be;
+    } else if (c->op == SFC_ROPE) {
+        sf_rope_params *p = (sf_rope_params *)params;
+        sf_rope_params_init(p);
+        p->q = VW(RP_Q), p->k = VW(RP_K), p->q_out = VW(RP_QO), p->k_out = VW(RP_KO);
+        p->positions = VW(RP_POS), p->cos = VW(RP_COS), p->sin = VW(RP_SIN);
+        p->rotary_dim = c->rot_dim;
+        p->style = c->gptj ? SF_ROPE_GPTJ : SF_ROPE_NEOX;
+        if (c->llama3) p->scaling = SF_ROPE_LLAMA3, p->theta = 500000.0f;
+        p->backend = be;
     } else if (c->op == SFC_KV_APPEND) {
         sf_kv_append_params *p = (sf_kv_append_params *)params;
         sf_kv_append_params_init(p);
@@ -481,6 +538,10 @@ static sf_status call_op(const sfc_case *c, sf_ctx *ctx, const void *params) {
     case SFC_RMSNORM_GATED: return sf_rmsnorm_gated(ctx, (const sf_rmsnorm_gated_params *)params);
     case SFC_KV_APPEND: return sf_kv_append(ctx, (const sf_kv_append_params *)params);
     case SFC_ATTN_PAGED: return sf_attn_paged(ctx, (const sf_attn_paged_params *)params);
+    case SFC_ADD_RMSNORM: return sf_add_rmsnorm(ctx, (const sf_norm_params *)params);
+    case SFC_ADD_LAYERNORM: return sf_add_layernorm(ctx, (const sf_norm_params *)params);
+    case SFC_SWIGLU: return sf_swiglu(ctx, (const sf_swiglu_params *)params);
+    case SFC_ROPE: return sf_rope(ctx, (const sf_rope_params *)params);
     default: return sf_attn_fwd(ctx, (const sf_attn_fwd_params *)params);
     }
 }
@@ -500,6 +561,12 @@ static void work(const sfc_case *c, const tspec *t, sfc_result *r) {
         r->flops = 2.0 * c->width * (double)c->b * c->L * c->dim;
     } else if (c->op == SFC_RMSNORM_GATED) {
         r->flops = (double)c->b * c->L * c->dim * (c->z ? 6.0 : 4.0);
+    } else if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) {
+        r->flops = (double)c->b * c->L * c->dim * (c->op == SFC_ADD_LAYERNORM ? 7.0 : 5.0);
+    } else if (c->op == SFC_SWIGLU) {
+        r->flops = (double)c->b * c->L * c->dim * 5.0;
+    } else if (c->op == SFC_ROPE) {
+        r->flops = (double)c->b * c->L * (c->H + c->Hkv) * (c->rot_dim ? c->rot_dim : c->d) * 3.0;
     } else if (c->op == SFC_KV_APPEND) {
         r->flops = 0.0; /* a copy: bytes only */
     } else {
@@ -806,6 +873,9 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
         sf_rmsnorm_gated_params f;
         sf_kv_append_params g;
         sf_attn_paged_params h;
+        sf_norm_params i;
+        sf_swiglu_params j;
+        sf_rope_params k;
     } prm, prm_ref;
 
     for (int i = 0; i < MAXT; i++) {
@@ -866,6 +936,9 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
     if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
     if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
     if (c->op == SFC_ATTN_PAGED) first = PG_OUT, second = PG_LSE;
+    if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) first = NM_OUT, second = NM_HOUT;
+    if (c->op == SFC_SWIGLU) first = SW_OUT, second = SW_NONE; /* absent */
+    if (c->op == SFC_ROPE) first = c->out_of_place ? RP_QO : RP_Q, second = c->out_of_place ? RP_KO : RP_K;
     if (bl) {
         char bmsg[512] = "";
         st = run_baseline(c, t, tb, first, second, &prm, ctx, reps, bl, res, bmsg, sizeof bmsg);
@@ -949,9 +1022,12 @@ static int forced_for(sfc_op op) {
 
 /* What a backend documents it does not serve (seqfuse.h). */
 static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
+    if (be != SF_BACKEND_CUDA) return 0;
+    /* the fused layer ops have no CUDA kernels yet */
+    if (op == SFC_ADD_RMSNORM || op == SFC_ADD_LAYERNORM || op == SFC_SWIGLU || op == SFC_ROPE)
+        return 1;
     /* the paged cache in f32 is served by the host backends only */
-    return be == SF_BACKEND_CUDA && dt == SF_F32 &&
-           (op == SFC_ATTN_FWD || op == SFC_KV_APPEND || op == SFC_ATTN_PAGED);
+    return dt == SF_F32 && (op == SFC_ATTN_FWD || op == SFC_KV_APPEND || op == SFC_ATTN_PAGED);
 }
 
 int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int threads,

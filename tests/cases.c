@@ -24,6 +24,9 @@
     .name = nm, .op = SFC_CONV1D_UPDATE, .b = b_, .L = 1, .dim = dim_, .width = w_, .nslots = slots
 #define RMSN(nm, rows, D_, grp) \
     .name = nm, .op = SFC_RMSNORM_GATED, .b = rows, .L = 1, .dim = D_, .group = grp
+#define NORM(nm, op_, rows, D_) .name = nm, .op = op_, .b = rows, .L = 1, .dim = D_
+#define SWI(nm, rows, n_, lay) .name = nm, .op = SFC_SWIGLU, .b = rows, .L = 1, .dim = n_, .layout = lay
+#define ROPE(nm, T_, H_, Hkv_, d_) .name = nm, .op = SFC_ROPE, .b = 1, .L = T_, .H = H_, .Hkv = Hkv_, .d = d_
 #define ALL_OPTS .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1
 const sfc_case sfc_cases[] = {
     {SSD("ssd_basic", 2, 200, 4, 16, 1, 16, 64), .D = 1},
@@ -259,6 +262,37 @@ const sfc_case sfc_cases[] = {
      .causal = 1, .big = 1, .workload = 2},
     {"vit_b16", SFC_ATTN_FWD, 32, .H = 12, .Lq = 196, .Lk = 196, .Hkv = 12, .d = 64, .big = 1,
      .workload = 2},
+    /* (fused layer ops at the end: the seeds of the rows above stay as they were) */
+    /* fused norms: row lengths 1, 7, 4097 (odd, past any vector width),
+     * with and without the residual and the h output, weights in the
+     * activation dtype, strided rows, eps */
+    {NORM("add_rms_d1", SFC_ADD_RMSNORM, 5, 1), .residual = 1, .hout = 1},
+    {NORM("rms_d7", SFC_ADD_RMSNORM, 3, 7), .eps = 1e-6f},
+    {NORM("add_rms_d4097", SFC_ADD_RMSNORM, 4, 4097), .residual = 1, .hout = 1, .wlow = 1},
+    {NORM("add_rms_strided", SFC_ADD_RMSNORM, 33, 256), .residual = 1, .hout = 1, .strided = 1, .eps = 1e-2f},
+    {NORM("add_rms_bias_no_h", SFC_ADD_RMSNORM, 6, 130), .residual = 1, .bias = 1},
+    {NORM("add_ln_d1", SFC_ADD_LAYERNORM, 4, 1), .residual = 1, .hout = 1, .bias = 1},
+    {NORM("ln_d7", SFC_ADD_LAYERNORM, 3, 7), .bias = 1, .eps = 1e-6f},
+    {NORM("add_ln_d4097", SFC_ADD_LAYERNORM, 3, 4097), .residual = 1, .hout = 1, .bias = 1, .wlow = 1},
+    {NORM("add_ln_strided", SFC_ADD_LAYERNORM, 21, 320), .residual = 1, .hout = 1, .strided = 1},
+    /* SwiGLU: the three layouts, odd widths, strided rows */
+    {SWI("swiglu_sep_n7", 9, 7, SF_SWIGLU_SEPARATE)},
+    {SWI("swiglu_sep_strided", 17, 300, SF_SWIGLU_SEPARATE), .strided = 1},
+    {SWI("swiglu_concat_n4097", 3, 4097, SF_SWIGLU_CONCAT)},
+    {SWI("swiglu_concat_strided", 11, 96, SF_SWIGLU_CONCAT), .strided = 1},
+    {SWI("swiglu_inter_n1", 4, 1, SF_SWIGLU_INTERLEAVED)},
+    {SWI("swiglu_inter_strided", 13, 333, SF_SWIGLU_INTERLEAVED), .strided = 1},
+    /* RoPE: NeoX and GPT-J, partial rotary dims, shuffled and absent
+     * position ids, llama3 scaling over positions past the original
+     * context, cos/sin tables, GQA, in place and out of place */
+    {ROPE("rope_neox", 9, 4, 2, 64), .pos_ids = 1, .npos = 50},
+    {ROPE("rope_gptj_partial", 7, 3, 1, 80), .gptj = 1, .rot_dim = 32},
+    {ROPE("rope_neox_partial_oop", 5, 8, 2, 128), .rot_dim = 64, .pos_ids = 1, .npos = 4000, .out_of_place = 1},
+    {ROPE("rope_llama3", 12, 4, 1, 128), .llama3 = 1, .pos_ids = 1, .npos = 60000},
+    {ROPE("rope_tables_gptj", 10, 2, 2, 48), .gptj = 1, .tables = 1, .pos_ids = 1, .npos = 37},
+    {ROPE("rope_tables_nopos_oop", 6, 4, 4, 64), .tables = 1, .rot_dim = 16, .npos = 8, .out_of_place = 1},
+    {ROPE("rope_strided", 8, 6, 2, 32), .pos_ids = 1, .npos = 100, .strided = 1, .out_of_place = 1},
+    {ROPE("rope_d2", 3, 1, 1, 2), .gptj = 1},
 };
 const int sfc_ncases = (int)(sizeof sfc_cases / sizeof sfc_cases[0]);
 
@@ -272,12 +306,16 @@ const char *sfc_op_name(sfc_op op) {
     case SFC_RMSNORM_GATED: return "rmsnorm_gated";
     case SFC_KV_APPEND: return "kv_append";
     case SFC_ATTN_PAGED: return "attn_paged";
+    case SFC_ADD_RMSNORM: return "add_rmsnorm";
+    case SFC_ADD_LAYERNORM: return "add_layernorm";
+    case SFC_SWIGLU: return "swiglu";
+    case SFC_ROPE: return "rope";
     }
     return "?";
 }
 
 int sfc_op_from_name(const char *s) {
-    for (int i = 0; i <= (int)SFC_ATTN_PAGED; i++)
+    for (int i = 0; i <= (int)SFC_ROPE; i++)
         if (strcmp(s, sfc_op_name((sfc_op)i)) == 0) return i;
     return -1;
 }

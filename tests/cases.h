@@ -18,7 +18,11 @@ typedef enum sfc_op {
     SFC_CONV1D_UPDATE = 4,
     SFC_RMSNORM_GATED = 5,
     SFC_KV_APPEND = 6,
-    SFC_ATTN_PAGED = 7
+    SFC_ATTN_PAGED = 7,
+    SFC_ADD_RMSNORM = 8,
+    SFC_ADD_LAYERNORM = 9,
+    SFC_SWIGLU = 10,
+    SFC_ROPE = 11
 } sfc_op;
 
 typedef struct sfc_case {
@@ -56,6 +60,18 @@ typedef struct sfc_case {
      * `spare` unused ones, handed out in a random order from the seed;
      * block-table entries past a sequence's pages are -1 (never read). */
     int page_size, spare;
+    /* fused norms (add_rmsnorm, add_layernorm): rows b, D = dim, bias above;
+     * a residual, the h output (residual_out), weight and bias in the
+     * activation dtype instead of f32, eps (0: 1e-5) */
+    int residual, hout, wlow;
+    float eps;
+    /* swiglu: rows b, n = dim, layout (sf_swiglu_layout) */
+    int layout;
+    /* rope: T = L tokens, q heads H, k heads Hkv, head dim d; rotary dim
+     * (0: d), GPT-J pairs, shuffled position ids, llama3 scaling, cos/sin
+     * tables of npos rows, out-of-place outputs (else in place).  npos is
+     * also the range of shuffled positions without tables. */
+    int rot_dim, gptj, pos_ids, llama3, tables, npos, out_of_place;
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */

@@ -29,7 +29,9 @@ static void usage(FILE *f) {
             "       seqfuse info\n"
             "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append,\n"
             "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
-            "    --page-size N, default 16)\n"
+            "    --page-size N, default 16),\n"
+            "    add_rmsnorm, add_layernorm, swiglu, rope (fused layer ops: `check --op` runs\n"
+            "    their cases; host backends only for now)\n"
             "\n"
             "With no command, runs the default workload (a Mamba-2 2.7B layer SSD forward, a GQA\n"
             "causal attention and the ViT-B/16 attention) on the GPU when there is one, else the\n"
@@ -216,7 +218,7 @@ static int cmd_check(int argc, char **argv) {
             op = sfc_op_from_name(argv[++i]);
             if (op < 0) {
                 fprintf(stderr, "seqfuse: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
-                                "conv1d_update, rmsnorm_gated, kv_append, attn_paged)\n", argv[i]);
+                                "conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope)\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--all")) {
@@ -284,7 +286,7 @@ static int cmd_bench(int argc, char **argv) {
             int o = sfc_op_from_name(v);
             if (o < 0) {
                 fprintf(stderr, "seqfuse bench: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, "
-                                "conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append, attn_paged)\n", v);
+                                "conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope)\n", v);
                 return 2;
             }
             c.op = (sfc_op)o;
@@ -321,7 +323,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     if ((int)c.op < 0) {
         fprintf(stderr, "seqfuse bench: --op is required (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
-                        "conv1d_update, rmsnorm_gated, kv_append, attn_paged)\n");
+                        "conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope)\n");
         return 2;
     }
     if (c.Lk < 0) c.Lk = c.Lq;

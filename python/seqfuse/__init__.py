@@ -30,8 +30,11 @@ __all__ = [
     "flash_attn_varlen_func", "flash_attn_with_kvcache", "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn",
     "version", "has_cuda", "has_cuda_build", "has_openmp",
     "cuda_device_count", "cuda_device_name", "set_num_threads", "get_num_threads",
-    "last_backend", "library_path",
+    "last_backend", "library_path", "rms_norm", "add_rms_norm", "layer_norm", "swiglu",
+    "apply_rotary_emb",
 ]
+
+from ._fused import rms_norm, add_rms_norm, layer_norm, swiglu, apply_rotary_emb  # noqa: E402
 
 library_path = L.lib_path
 __version__ = L.sf_version_string().decode()

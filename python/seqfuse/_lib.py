@@ -175,6 +175,48 @@ class sf_rmsnorm_gated_params(ctypes.Structure):
     ]
 
 
+class sf_norm_params(ctypes.Structure):
+    _fields_ = [
+        ("x", sf_tensor), ("residual", sf_tensor),
+        ("weight", sf_tensor), ("bias", sf_tensor),
+        ("out", sf_tensor), ("residual_out", sf_tensor),
+        ("eps", ctypes.c_float),
+        ("backend", ctypes.c_int),
+    ]
+
+
+SF_SWIGLU_SEPARATE, SF_SWIGLU_CONCAT, SF_SWIGLU_INTERLEAVED = 0, 1, 2
+
+
+class sf_swiglu_params(ctypes.Structure):
+    _fields_ = [
+        ("gate", sf_tensor), ("up", sf_tensor), ("out", sf_tensor),
+        ("layout", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
+SF_ROPE_NEOX, SF_ROPE_GPTJ = 0, 1
+SF_ROPE_SCALING_NONE, SF_ROPE_LLAMA3 = 0, 1
+
+
+class sf_rope_params(ctypes.Structure):
+    _fields_ = [
+        ("q", sf_tensor), ("k", sf_tensor),
+        ("q_out", sf_tensor), ("k_out", sf_tensor),
+        ("positions", sf_tensor),
+        ("cos", sf_tensor), ("sin", sf_tensor),
+        ("rotary_dim", ctypes.c_int),
+        ("style", ctypes.c_int),
+        ("theta", ctypes.c_float),
+        ("scaling", ctypes.c_int),
+        ("factor", ctypes.c_float),
+        ("low_freq_factor", ctypes.c_float), ("high_freq_factor", ctypes.c_float),
+        ("original_max_position", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
 # ------------------------------------------------------------------ loading
 
 def _lib_names():
@@ -316,3 +358,11 @@ sf_conv1d_update = _decl("sf_conv1d_update", _c.c_int, _c.c_void_p, _P(sf_conv1d
 sf_rmsnorm_gated_params_init = _decl("sf_rmsnorm_gated_params_init", None,
                                      _P(sf_rmsnorm_gated_params))
 sf_rmsnorm_gated = _decl("sf_rmsnorm_gated", _c.c_int, _c.c_void_p, _P(sf_rmsnorm_gated_params))
+
+sf_norm_params_init = _decl("sf_norm_params_init", None, _P(sf_norm_params))
+sf_add_rmsnorm = _decl("sf_add_rmsnorm", _c.c_int, _c.c_void_p, _P(sf_norm_params))
+sf_add_layernorm = _decl("sf_add_layernorm", _c.c_int, _c.c_void_p, _P(sf_norm_params))
+sf_swiglu_params_init = _decl("sf_swiglu_params_init", None, _P(sf_swiglu_params))
+sf_swiglu = _decl("sf_swiglu", _c.c_int, _c.c_void_p, _P(sf_swiglu_params))
+sf_rope_params_init = _decl("sf_rope_params_init", None, _P(sf_rope_params))
+sf_rope = _decl("sf_rope", _c.c_int, _c.c_void_p, _P(sf_rope_params))

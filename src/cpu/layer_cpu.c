@@ -35,33 +35,8 @@
 #define UPD_CB 512     /* channels per conv update item                 */
 
 
-/* n contiguous elements at data + off (in elements) to f32, and back. */
-static void row_in(const void *data, sf_dtype dt, int64_t off, int64_t n, float *dst) {
-    if (dt == SF_F32) {
-        memcpy(dst, (const float *)data + off, (size_t)n * sizeof(float));
-    } else if (dt == SF_BF16) {
-        const uint16_t *s = (const uint16_t *)data + off;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)s[i] << 16;
-            memcpy(&dst[i], &u, 4);
-        }
-    } else {
-        const uint16_t *s = (const uint16_t *)data + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = sf_f16_to_f32(s[i]);
-    }
-}
-
-static void row_out(void *data, sf_dtype dt, int64_t off, int64_t n, const float *src) {
-    if (dt == SF_F32) {
-        memcpy((float *)data + off, src, (size_t)n * sizeof(float));
-    } else if (dt == SF_BF16) {
-        uint16_t *d = (uint16_t *)data + off;
-        for (int64_t i = 0; i < n; i++) d[i] = sf_f32_to_bf16(src[i]);
-    } else {
-        uint16_t *d = (uint16_t *)data + off;
-        for (int64_t i = 0; i < n; i++) d[i] = sf_f32_to_f16(src[i]);
-    }
-}
+#define row_in sf_cpu_row_in
+#define row_out sf_cpu_row_out
 
 /* ------------------------------------------------------------------ */
 /* conv1d prefill                                                       */

@@ -1,0 +1,75 @@
+/* fused_ops.h - validated problems and backend entry points of the fused
+ * layer ops: residual add + RMSNorm / LayerNorm, SwiGLU, rotary embedding.
+ * Built by src/core/fused_ops.c, read by src/ref/fused_ref.c and
+ * src/cpu/fused_cpu.c.  Not installed; include only from src/. */
+#ifndef SF_FUSED_OPS_H
+#define SF_FUSED_OPS_H
+
+#include "internal.h"
+
+#include <math.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sf_norm_problem {
+    const sf_norm_params *p;
+    const char *op;
+    int64_t rows, dim;
+    int layer;                 /* 1: LayerNorm, 0: RMSNorm              */
+    int has_res, has_hout, has_bias;
+    float eps;
+} sf_norm_problem;
+
+typedef struct sf_swiglu_problem {
+    const sf_swiglu_params *p;
+    int64_t rows, n;
+    int layout;                /* sf_swiglu_layout                       */
+} sf_swiglu_problem;
+
+typedef struct sf_rope_problem {
+    const sf_rope_params *p;
+    int64_t T, H, Hkv, d, R;   /* R: rotary dim, even, <= d              */
+    int has_k, has_pos, has_tab, gptj;
+    int q_inplace, k_inplace;  /* no q_out / k_out: rotate in place      */
+} sf_rope_problem;
+
+/* Frequency of pair i (0 <= i < R/2) from theta and the llama3 scaling,
+ * in double: the definition both host backends share (seqfuse.h). */
+static inline double sf_rope_freq(const sf_rope_params *p, int64_t R, int64_t i) {
+    double f = pow((double)p->theta, -2.0 * (double)i / (double)R);
+    if (p->scaling != SF_ROPE_LLAMA3) return f;
+    const double L = (double)p->original_max_position, lf = (double)p->low_freq_factor,
+                 hf = (double)p->high_freq_factor, fac = (double)p->factor;
+    const double w = 2.0 * 3.14159265358979323846 / f;
+    if (w < L / hf) return f;
+    if (w > L / lf) return f / fac;
+    const double s = (L / w - lf) / (hf - lf);
+    return (1.0 - s) * f / fac + s * f;
+}
+
+/* Position of token t: positions[t], or t. */
+static inline int64_t sf_rope_pos(const sf_rope_problem *pr, int64_t t) {
+    const sf_tensor *ps = &pr->p->positions;
+    return pr->has_pos ? sf_ldi(ps->data, ps->dtype, t * ps->stride[0]) : t;
+}
+
+sf_status sf_ref_add_norm(sf_ctx *ctx, const sf_norm_problem *pr);
+sf_status sf_ref_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr);
+sf_status sf_ref_rope(sf_ctx *ctx, const sf_rope_problem *pr);
+
+sf_status sf_cpu_add_norm(sf_ctx *ctx, const sf_norm_problem *pr);
+sf_status sf_cpu_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr);
+sf_status sf_cpu_rope(sf_ctx *ctx, const sf_rope_problem *pr);
+
+/* CUDA backend: no kernels yet.  src/core/fused_nocuda.c, compiled in every
+ * build (no nvcc needed), answers SF_ERR_UNSUPPORTED. */
+sf_status sf_cuda_add_norm(sf_ctx *ctx, const sf_norm_problem *pr);
+sf_status sf_cuda_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr);
+sf_status sf_cuda_rope(sf_ctx *ctx, const sf_rope_problem *pr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
