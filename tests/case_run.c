@@ -2,184 +2,13 @@
  * one backend against the reference: seeded inputs, poisoned outputs with
  * guard bytes, the op, the comparison.  See cases.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "cases.h"
+#include "case_tensor.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ------------------------------------------------------------------ */
-/* random numbers: splitmix64                                          */
-/* ------------------------------------------------------------------ */
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unif(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
-static double rng_normal(uint64_t *s) {
-    double u = rng_unif(s), v = rng_unif(s);
-    if (u < 1e-300) u = 1e-300;
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-/* ------------------------------------------------------------------ */
-/* tensors of a case                                                   */
-/* ------------------------------------------------------------------ */
-
-enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_SLOPE, GEN_UNIT, GEN_OUT };
-
-#define MAXT 13
-#define GUARD 64
-
-typedef struct tspec {
-    int present, rank, gen, is_out, is_inout, is_index;
-    int64_t shape[4], stride[4];
-    sf_dtype dtype;       /* the target's dtype                      */
-    size_t span;          /* bytes spanned by the strided view        */
-    size_t alloc;         /* span + guard                             */
-    unsigned char *h;     /* host data in the target's layout         */
-    float *ref;           /* contiguous f32 copy (reference input/out) */
-    void *dptr;           /* buffer on the target context             */
-} tspec;
-
-static int64_t numel(const tspec *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
-    return n;
-}
-
-static void spec(tspec *t, int rank, const int64_t *shape, sf_dtype dt, int gen) {
-    t->present = 1;
-    t->rank = rank;
-    for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
-    t->dtype = dt;
-    t->gen = gen;
-    t->is_out = gen == GEN_OUT;
-    t->is_index = dt == SF_I32 || dt == SF_I64;
-}
-
-/* Strides: contiguous, or with every row (dim rank-2) padded by 8 elements
- * and rank-1 tensors stepping by 2, so views are not contiguous while rows
- * stay 16-byte aligned. */
-static void layout(tspec *t, int strided) {
-    size_t es = sf_dtype_size(t->dtype);
-    int64_t s = 1;
-    for (int i = t->rank - 1; i >= 0; i--) {
-        t->stride[i] = s;
-        int64_t ext = t->shape[i] > 0 ? t->shape[i] : 1;
-        if (strided && !t->is_index && t->rank >= 2 && i == t->rank - 1) ext += 8;
-        if (strided && !t->is_index && t->rank == 1) t->stride[i] = 2, ext *= 2;
-        s *= ext;
-    }
-    int64_t span = 1;
-    for (int i = 0; i < t->rank; i++)
-        if (t->shape[i] > 0) span += (t->shape[i] - 1) * t->stride[i];
-    if (numel(t) == 0) span = 0;
-    t->span = (size_t)span * es;
-    t->alloc = t->span + GUARD;
-}
-
-/* Element i (row-major logical index) -> offset in elements. */
-static int64_t offset_of(const tspec *t, int64_t i) {
-    int64_t off = 0;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        off += (i % t->shape[d]) * t->stride[d];
-        i /= t->shape[d];
-    }
-    return off;
-}
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
-    if (e == 0) {
-        float f = ldexpf((float)m, -24);
-        return sign ? -f : f;
-    }
-    bits = e == 0x1f ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-static uint16_t f32_to_f16(float f) { /* inputs here are small normal numbers or zero */
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    if (a < 0x38800000u) return (uint16_t)sign; /* flush tiny values: never generated */
-    uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-static float bf16_to_f32(uint16_t h) {
-    uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-static uint16_t f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-static float load(const tspec *t, int64_t i) {
-    int64_t o = offset_of(t, i);
-    switch (t->dtype) {
-    case SF_F32: return ((const float *)t->h)[o];
-    case SF_F16: return f16_to_f32(((const uint16_t *)t->h)[o]);
-    case SF_BF16: return bf16_to_f32(((const uint16_t *)t->h)[o]);
-    case SF_I32: return (float)((const int32_t *)t->h)[o];
-    default: return (float)((const int64_t *)t->h)[o];
-    }
-}
-
-/* Stores v rounded to the target dtype; returns the value actually stored. */
-static float store(tspec *t, int64_t i, float v) {
-    int64_t o = offset_of(t, i);
-    switch (t->dtype) {
-    case SF_F32: ((float *)t->h)[o] = v; return v;
-    case SF_F16: ((uint16_t *)t->h)[o] = f32_to_f16(v); return f16_to_f32(((uint16_t *)t->h)[o]);
-    case SF_BF16: ((uint16_t *)t->h)[o] = f32_to_bf16(v); return bf16_to_f32(((uint16_t *)t->h)[o]);
-    case SF_I32: ((int32_t *)t->h)[o] = (int32_t)v; return v;
-    default: ((int64_t *)t->h)[o] = (int64_t)v; return v;
-    }
-}
-
-static double gen_value(int gen, uint64_t *s) {
-    switch (gen) {
-    case GEN_NORMAL: return rng_normal(s);
-    case GEN_HALF: return 0.5 * rng_normal(s);
-    case GEN_DT_RAW: return -4.0 + 3.0 * rng_unif(s);   /* softplus -> 0.018 .. 0.31 */
-    case GEN_DT_POS: return 0.005 + 0.095 * rng_unif(s);
-    case GEN_A: return -(0.5 + 7.5 * rng_unif(s));
-    case GEN_DTB_SP: return -1.0 + 1.5 * rng_unif(s);
-    case GEN_DTB: return 0.02 * rng_unif(s);
-    case GEN_SLOPE: return 0.05 + 0.45 * rng_unif(s); /* ALiBi's 2^-8/H .. 2^-1 range */
-    case GEN_UNIT: return -1.0 + 2.0 * rng_unif(s);   /* cos / sin tables */
-    default: return 0.0;
-    }
-}
-
-static sf_tensor view(const tspec *t, void *data, int ref, int device) {
-    sf_tensor v;
-    memset(&v, 0, sizeof v);
-    if (!t->present) return v;
-    v.data = data;
-    v.device = ref ? SF_DEVICE_CPU : device;
-    v.dtype = ref && !t->is_index ? SF_F32 : t->dtype;
-    v.rank = t->rank;
-    int64_t s = 1;
-    for (int i = t->rank - 1; i >= 0; i--) {
-        v.shape[i] = t->shape[i];
-        v.stride[i] = ref ? s : t->stride[i];
-        s *= t->shape[i] > 0 ? t->shape[i] : 1;
-    }
-    return v;
-}
 
 /* ------------------------------------------------------------------ */
 /* op-specific: specs, index tensors, params, work counts              */
@@ -231,124 +60,124 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
     const sf_dtype cdt = c->f32_in & SFC_F32_C ? SF_F32 : dt;
     if (c->op == SFC_SSD_FWD) {
         int64_t ns = c->varlen == 2 ? c->nseq : b;
-        spec(&t[X], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
-        spec(&t[DT], 3, (int64_t[]){b, L, H}, dtdt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
-        spec(&t[A], 1, (int64_t[]){H}, SF_F32, GEN_A);
-        spec(&t[B], 4, (int64_t[]){b, L, G, N}, bdt, GEN_HALF);
-        spec(&t[C], 4, (int64_t[]){b, L, G, N}, cdt, GEN_HALF);
-        if (c->D == 1) spec(&t[D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
-        if (c->D == 2) spec(&t[D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
-        if (c->z) spec(&t[Z], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
-        if (c->dt_bias) spec(&t[DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
-        if (c->init) spec(&t[INIT], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_HALF);
-        if (c->varlen == 1) spec(&t[SEQ], 2, (int64_t[]){b, L}, SF_I32, GEN_NONE);
-        if (c->varlen == 2) spec(&t[CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
-        spec(&t[OUT], 4, (int64_t[]){b, L, H, P}, dt, GEN_OUT);
-        if (c->final) spec(&t[FIN], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_OUT);
+        ct_spec(&t[X], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
+        ct_spec(&t[DT], 3, (int64_t[]){b, L, H}, dtdt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
+        ct_spec(&t[A], 1, (int64_t[]){H}, SF_F32, GEN_A);
+        ct_spec(&t[B], 4, (int64_t[]){b, L, G, N}, bdt, GEN_HALF);
+        ct_spec(&t[C], 4, (int64_t[]){b, L, G, N}, cdt, GEN_HALF);
+        if (c->D == 1) ct_spec(&t[D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
+        if (c->D == 2) ct_spec(&t[D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
+        if (c->z) ct_spec(&t[Z], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
+        if (c->dt_bias) ct_spec(&t[DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
+        if (c->init) ct_spec(&t[INIT], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_HALF);
+        if (c->varlen == 1) ct_spec(&t[SEQ], 2, (int64_t[]){b, L}, SF_I32, GEN_NONE);
+        if (c->varlen == 2) ct_spec(&t[CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
+        ct_spec(&t[OUT], 4, (int64_t[]){b, L, H, P}, dt, GEN_OUT);
+        if (c->final) ct_spec(&t[FIN], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_OUT);
     } else if (c->op == SFC_SSD_STEP) {
-        spec(&t[S_STATE], 4, (int64_t[]){c->nslots, H, P, N}, c->state_dtype, GEN_HALF);
+        ct_spec(&t[S_STATE], 4, (int64_t[]){c->nslots, H, P, N}, c->state_dtype, GEN_HALF);
         t[S_STATE].is_inout = 1;
-        spec(&t[S_X], 3, (int64_t[]){b, H, P}, dt, GEN_NORMAL);
-        spec(&t[S_DT], 2, (int64_t[]){b, H}, dtdt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
-        spec(&t[S_A], 1, (int64_t[]){H}, SF_F32, GEN_A);
-        spec(&t[S_B], 3, (int64_t[]){b, G, N}, bdt, GEN_HALF);
-        spec(&t[S_C], 3, (int64_t[]){b, G, N}, cdt, GEN_HALF);
-        if (c->D == 1) spec(&t[S_D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
-        if (c->D == 2) spec(&t[S_D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
-        if (c->z) spec(&t[S_Z], 3, (int64_t[]){b, H, P}, dt, GEN_NORMAL);
-        if (c->dt_bias) spec(&t[S_DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
-        if (c->nslots != c->b) spec(&t[S_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
-        spec(&t[S_OUT], 3, (int64_t[]){b, H, P}, dt, GEN_OUT);
+        ct_spec(&t[S_X], 3, (int64_t[]){b, H, P}, dt, GEN_NORMAL);
+        ct_spec(&t[S_DT], 2, (int64_t[]){b, H}, dtdt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
+        ct_spec(&t[S_A], 1, (int64_t[]){H}, SF_F32, GEN_A);
+        ct_spec(&t[S_B], 3, (int64_t[]){b, G, N}, bdt, GEN_HALF);
+        ct_spec(&t[S_C], 3, (int64_t[]){b, G, N}, cdt, GEN_HALF);
+        if (c->D == 1) ct_spec(&t[S_D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
+        if (c->D == 2) ct_spec(&t[S_D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
+        if (c->z) ct_spec(&t[S_Z], 3, (int64_t[]){b, H, P}, dt, GEN_NORMAL);
+        if (c->dt_bias) ct_spec(&t[S_DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
+        if (c->nslots != c->b) ct_spec(&t[S_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        ct_spec(&t[S_OUT], 3, (int64_t[]){b, H, P}, dt, GEN_OUT);
     } else if (c->op == SFC_CONV1D_FWD) {
         int64_t ns = c->varlen == 2 ? c->nseq : b, dim = c->dim, W = c->width;
-        spec(&t[CV_X], 3, (int64_t[]){b, L, dim}, dt, GEN_NORMAL);
-        spec(&t[CV_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
-        if (c->bias) spec(&t[CV_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
-        if (c->init) spec(&t[CV_INIT], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_NORMAL);
-        if (c->varlen == 2) spec(&t[CV_CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
-        spec(&t[CV_OUT], 3, (int64_t[]){b, L, dim}, dt, GEN_OUT);
-        if (c->final) spec(&t[CV_FIN], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_OUT);
+        ct_spec(&t[CV_X], 3, (int64_t[]){b, L, dim}, dt, GEN_NORMAL);
+        ct_spec(&t[CV_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
+        if (c->bias) ct_spec(&t[CV_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        if (c->init) ct_spec(&t[CV_INIT], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_NORMAL);
+        if (c->varlen == 2) ct_spec(&t[CV_CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
+        ct_spec(&t[CV_OUT], 3, (int64_t[]){b, L, dim}, dt, GEN_OUT);
+        if (c->final) ct_spec(&t[CV_FIN], 3, (int64_t[]){ns, dim, W - 1}, SF_F32, GEN_OUT);
     } else if (c->op == SFC_CONV1D_UPDATE) {
         int64_t dim = c->dim, W = c->width;
-        spec(&t[UP_STATE], 3, (int64_t[]){conv_slots(c), dim, W - 1}, SF_F32, GEN_NORMAL);
+        ct_spec(&t[UP_STATE], 3, (int64_t[]){conv_slots(c), dim, W - 1}, SF_F32, GEN_NORMAL);
         t[UP_STATE].is_inout = 1;
-        spec(&t[UP_X], 2, (int64_t[]){b, dim}, dt, GEN_NORMAL);
-        spec(&t[UP_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
-        if (c->bias) spec(&t[UP_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
-        if (conv_slots(c) != c->b) spec(&t[UP_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
-        spec(&t[UP_OUT], 2, (int64_t[]){b, dim}, dt, GEN_OUT);
+        ct_spec(&t[UP_X], 2, (int64_t[]){b, dim}, dt, GEN_NORMAL);
+        ct_spec(&t[UP_W], 2, (int64_t[]){dim, W}, SF_F32, GEN_HALF);
+        if (c->bias) ct_spec(&t[UP_BIAS], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        if (conv_slots(c) != c->b) ct_spec(&t[UP_IDX], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        ct_spec(&t[UP_OUT], 2, (int64_t[]){b, dim}, dt, GEN_OUT);
     } else if (c->op == SFC_RMSNORM_GATED) {
         int64_t rows = b * L, dim = c->dim;
-        spec(&t[RN_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
-        if (c->z) spec(&t[RN_Z], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
-        spec(&t[RN_W], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
-        spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+        ct_spec(&t[RN_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        if (c->z) ct_spec(&t[RN_Z], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        ct_spec(&t[RN_W], 1, (int64_t[]){dim}, SF_F32, GEN_NORMAL);
+        ct_spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
     } else if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) {
         const int64_t rows = b * L, dim = c->dim;
         const sf_dtype wdt = c->wlow ? dt : SF_F32;
-        spec(&t[NM_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
-        if (c->residual) spec(&t[NM_RES], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
-        spec(&t[NM_W], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
-        if (c->bias) spec(&t[NM_B], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
-        spec(&t[NM_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
-        if (c->hout) spec(&t[NM_HOUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+        ct_spec(&t[NM_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        if (c->residual) ct_spec(&t[NM_RES], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        ct_spec(&t[NM_W], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
+        if (c->bias) ct_spec(&t[NM_B], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
+        ct_spec(&t[NM_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+        if (c->hout) ct_spec(&t[NM_HOUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
     } else if (c->op == SFC_SWIGLU) {
         const int64_t rows = b * L, n = c->dim;
         const int sep = c->layout == SF_SWIGLU_SEPARATE;
-        spec(&t[SW_G], 2, (int64_t[]){rows, sep ? n : 2 * n}, dt, GEN_NORMAL);
-        if (sep) spec(&t[SW_U], 2, (int64_t[]){rows, n}, dt, GEN_NORMAL);
-        spec(&t[SW_OUT], 2, (int64_t[]){rows, n}, dt, GEN_OUT);
+        ct_spec(&t[SW_G], 2, (int64_t[]){rows, sep ? n : 2 * n}, dt, GEN_NORMAL);
+        if (sep) ct_spec(&t[SW_U], 2, (int64_t[]){rows, n}, dt, GEN_NORMAL);
+        ct_spec(&t[SW_OUT], 2, (int64_t[]){rows, n}, dt, GEN_OUT);
     } else if (c->op == SFC_ROPE) {
         const int64_t T = b * L, d = c->d, R = c->rot_dim ? c->rot_dim : c->d;
-        spec(&t[RP_Q], 3, (int64_t[]){T, H, d}, dt, GEN_NORMAL);
-        spec(&t[RP_K], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_NORMAL);
+        ct_spec(&t[RP_Q], 3, (int64_t[]){T, H, d}, dt, GEN_NORMAL);
+        ct_spec(&t[RP_K], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_NORMAL);
         t[RP_Q].is_inout = t[RP_K].is_inout = !c->out_of_place;
         if (c->out_of_place) {
-            spec(&t[RP_QO], 3, (int64_t[]){T, H, d}, dt, GEN_OUT);
-            spec(&t[RP_KO], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_OUT);
+            ct_spec(&t[RP_QO], 3, (int64_t[]){T, H, d}, dt, GEN_OUT);
+            ct_spec(&t[RP_KO], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_OUT);
         }
-        if (c->pos_ids) spec(&t[RP_POS], 1, (int64_t[]){T}, SF_I32, GEN_NONE);
+        if (c->pos_ids) ct_spec(&t[RP_POS], 1, (int64_t[]){T}, SF_I32, GEN_NONE);
         if (c->tables) {
-            spec(&t[RP_COS], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
-            spec(&t[RP_SIN], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
+            ct_spec(&t[RP_COS], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
+            ct_spec(&t[RP_SIN], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
         }
     } else if (is_paged(c)) {
         int64_t d = c->d, Hkv = c->Hkv, mp, np, ps = c->page_size;
         paged_geometry(c, &mp, &np);
         const int gpool = c->op == SFC_KV_APPEND ? GEN_OUT : GEN_NORMAL; /* append: poisoned */
-        spec(&t[PG_KC], 4, (int64_t[]){np, ps, Hkv, d}, dt, gpool);
-        spec(&t[PG_VC], 4, (int64_t[]){np, ps, Hkv, d}, dt, gpool);
-        spec(&t[PG_BT], 2, (int64_t[]){b, mp}, SF_I32, GEN_NONE);
-        spec(&t[PG_SL], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
+        ct_spec(&t[PG_KC], 4, (int64_t[]){np, ps, Hkv, d}, dt, gpool);
+        ct_spec(&t[PG_VC], 4, (int64_t[]){np, ps, Hkv, d}, dt, gpool);
+        ct_spec(&t[PG_BT], 2, (int64_t[]){b, mp}, SF_I32, GEN_NONE);
+        ct_spec(&t[PG_SL], 1, (int64_t[]){b}, SF_I32, GEN_NONE);
         if (c->op == SFC_ATTN_PAGED) {
-            spec(&t[PG_Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
-            spec(&t[PG_OUT], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
-            spec(&t[PG_LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
+            ct_spec(&t[PG_Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
+            ct_spec(&t[PG_OUT], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
+            ct_spec(&t[PG_LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
         } else {
-            spec(&t[PG_KN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
-            spec(&t[PG_VN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
+            ct_spec(&t[PG_KN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
+            ct_spec(&t[PG_VN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
         }
     } else {
         int64_t d = c->d, Hkv = c->Hkv;
         if (c->attn_varlen) {
             int64_t tq = 0, tk = 0;
             for (int i = 0; i < c->b; i++) tq += c->qlens[i], tk += c->klens[i];
-            spec(&t[Q], 3, (int64_t[]){tq, H, d}, dt, GEN_NORMAL);
-            spec(&t[K], 3, (int64_t[]){tk, Hkv, d}, dt, GEN_NORMAL);
-            spec(&t[V], 3, (int64_t[]){tk, Hkv, d}, dt, GEN_NORMAL);
-            spec(&t[AO], 3, (int64_t[]){tq, H, d}, dt, GEN_OUT);
-            spec(&t[LSE], 2, (int64_t[]){H, tq}, SF_F32, GEN_OUT);
-            spec(&t[CUQ], 1, (int64_t[]){b + 1}, SF_I32, GEN_NONE);
-            spec(&t[CUK], 1, (int64_t[]){b + 1}, SF_I32, GEN_NONE);
+            ct_spec(&t[Q], 3, (int64_t[]){tq, H, d}, dt, GEN_NORMAL);
+            ct_spec(&t[K], 3, (int64_t[]){tk, Hkv, d}, dt, GEN_NORMAL);
+            ct_spec(&t[V], 3, (int64_t[]){tk, Hkv, d}, dt, GEN_NORMAL);
+            ct_spec(&t[AO], 3, (int64_t[]){tq, H, d}, dt, GEN_OUT);
+            ct_spec(&t[LSE], 2, (int64_t[]){H, tq}, SF_F32, GEN_OUT);
+            ct_spec(&t[CUQ], 1, (int64_t[]){b + 1}, SF_I32, GEN_NONE);
+            ct_spec(&t[CUK], 1, (int64_t[]){b + 1}, SF_I32, GEN_NONE);
         } else {
-            spec(&t[Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
-            spec(&t[K], 4, (int64_t[]){b, c->Lk, Hkv, d}, dt, GEN_NORMAL);
-            spec(&t[V], 4, (int64_t[]){b, c->Lk, Hkv, d}, dt, GEN_NORMAL);
-            spec(&t[AO], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
-            spec(&t[LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
+            ct_spec(&t[Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
+            ct_spec(&t[K], 4, (int64_t[]){b, c->Lk, Hkv, d}, dt, GEN_NORMAL);
+            ct_spec(&t[V], 4, (int64_t[]){b, c->Lk, Hkv, d}, dt, GEN_NORMAL);
+            ct_spec(&t[AO], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
+            ct_spec(&t[LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
         }
-        if (c->alibi == 1) spec(&t[ALI], 1, (int64_t[]){H}, SF_F32, GEN_SLOPE);
-        if (c->alibi == 2) spec(&t[ALI], 2, (int64_t[]){b, H}, SF_F32, GEN_SLOPE);
+        if (c->alibi == 1) ct_spec(&t[ALI], 1, (int64_t[]){H}, SF_F32, GEN_SLOPE);
+        if (c->alibi == 2) ct_spec(&t[ALI], 2, (int64_t[]){b, H}, SF_F32, GEN_SLOPE);
     }
 }
 
@@ -362,7 +191,7 @@ static void shuffled_slots(int32_t *idx, int b, int n, uint64_t *rng) {
     }
     for (int i = 0; i < n; i++) perm[i] = i;
     for (int i = n - 1; i > 0; i--) {
-        int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
+        int j = (int)(ct_rng_next(rng) % (uint64_t)(i + 1)), tmp = perm[i];
         perm[i] = perm[j];
         perm[j] = tmp;
     }
@@ -429,7 +258,7 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
 
 static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_backend be,
                        void *params) {
-#define VW(i) view(&t[i], ref ? (void *)t[i].ref : t[i].dptr, ref, device)
+#define VW(i) ct_view(&t[i], ref ? (void *)t[i].ref : t[i].dptr, ref, device)
     if (c->op == SFC_SSD_FWD) {
         sf_ssd_fwd_params *p = (sf_ssd_fwd_params *)params;
         sf_ssd_fwd_params_init(p);
@@ -550,7 +379,7 @@ static sf_status call_op(const sfc_case *c, sf_ctx *ctx, const void *params) {
 static void work(const sfc_case *c, const tspec *t, sfc_result *r) {
     double bytes = 0;
     for (int i = 0; i < MAXT; i++)
-        if (t[i].present) bytes += (double)numel(&t[i]) * (double)sf_dtype_size(t[i].dtype) * (t[i].is_inout ? 2 : 1);
+        if (t[i].present) bytes += (double)ct_numel(&t[i]) * (double)sf_dtype_size(t[i].dtype) * (t[i].is_inout ? 2 : 1);
     r->bytes = bytes;
     if (c->op == SFC_SSD_FWD) {
         double tok = (double)c->b * c->L * c->H, Qc = c->chunk;
@@ -598,60 +427,12 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Compares output i of the target with the reference output. */
-static double compare(const tspec *t, const float *ref, long long *unwritten, long long *nonfinite) {
-    double num = 0, den = 0;
-    int64_t n = numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        double o = load(t, i), r = ref[i];
-        if (isinf(r)) { /* an lse of a fully masked row: must match exactly */
-            if (o != r) (*nonfinite)++;
-            continue;
-        }
-        if (isnan(o)) {
-            (*unwritten)++;
-            continue;
-        }
-        if (isinf(o)) {
-            (*nonfinite)++;
-            continue;
-        }
-        num += (o - r) * (o - r);
-        den += r * r;
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-/* A pool after kv_append against the reference's pool, where NaN marks a
- * slot that must still hold the poison: a slot written there counts as
- * non-finite (it should not have been touched), a written slot left NaN as
- * unwritten; the error of the rest is relative, as compare(). */
-static double compare_pool(const tspec *t, const float *ref, long long *unwritten,
-                           long long *nonfinite) {
-    double num = 0, den = 0;
-    const int64_t n = numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        const double o = load(t, i), r = ref[i];
-        if (isnan(r)) {
-            if (!isnan(o)) (*nonfinite)++;
-            continue;
-        }
-        if (isnan(o)) {
-            (*unwritten)++;
-            continue;
-        }
-        num += (o - r) * (o - r);
-        den += r * r;
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* The reference's pools after kv_append equal the expectation computed here
  * from the block table: new token j of sequence b at position len + j, every
  * other slot NaN. */
 static int append_ref_ok(const sfc_case *c, const tspec *t) {
     const int64_t Hkv = c->Hkv, d = c->d, ps = c->page_size, mp = t[PG_BT].shape[1];
-    const int64_t n = numel(&t[PG_KC]);
+    const int64_t n = ct_numel(&t[PG_KC]);
     const int32_t *bt = (const int32_t *)t[PG_BT].h;
     float *want = (float *)malloc(sizeof(float) * (size_t)(n + 1));
     if (!want) return 0;
@@ -671,11 +452,6 @@ static int append_ref_ok(const sfc_case *c, const tspec *t) {
     }
     free(want);
     return ok;
-}
-
-/* Rounds v to dtype dt (f16/bf16), as a naive kernel storing it would. */
-static float round_to(sf_dtype dt, float v) {
-    return dt == SF_F16 ? f16_to_f32(f32_to_f16(v)) : dt == SF_BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
 }
 
 /* The error bar of FlashAttention's own tests: a naive attention in the
@@ -722,20 +498,20 @@ static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
                     s = (float)(s * scale);
                     if (c->softcap > 0.f) s = c->softcap * tanhf(s / c->softcap);
                     if (slopes) s -= slopes[c->alibi == 2 ? bi * H + h : h] * (float)(pos > j ? pos - j : j - pos);
-                    p[j - lo] = round_to(dt, s);
+                    p[j - lo] = ct_round_to(dt, s);
                     if (p[j - lo] > m) m = p[j - lo];
                 }
                 float l = 0;
                 for (int64_t e = 0; e < d; e++) o[e] = 0;
                 for (int64_t j = lo; j < hi; j++) {
-                    float pj = round_to(dt, expf(p[j - lo] - m));
+                    float pj = ct_round_to(dt, expf(p[j - lo] - m));
                     l += pj;
                     const float *vj = v + ((k0 + j) * Hkv + h / grp) * d;
                     for (int64_t e = 0; e < d; e++) o[e] += pj * vj[e];
                 }
                 const float *ri = ref + ((q0 + i) * H + h) * d;
                 for (int64_t e = 0; e < d; e++) {
-                    double ov = hi > lo ? round_to(dt, o[e] / l) : 0.0, r = ri[e];
+                    double ov = hi > lo ? ct_round_to(dt, o[e] / l) : 0.0, r = ri[e];
                     num += (ov - r) * (ov - r);
                     den += r * r;
                 }
@@ -746,19 +522,6 @@ static double naive_attn_err(const sfc_case *c, const tspec *t, sf_dtype dt) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Output padding and guard bytes must still hold the 0xff poison. */
-static int guards_intact(const tspec *t) {
-    size_t es = sf_dtype_size(t->dtype);
-    unsigned char *mask = (unsigned char *)calloc(t->alloc, 1);
-    if (!mask) return 0; /* cannot check: counted as broken guards */
-    int64_t n = numel(t);
-    for (int64_t i = 0; i < n; i++) memset(mask + offset_of(t, i) * (int64_t)es, 1, es);
-    int ok = 1;
-    for (size_t i = 0; i < t->alloc && ok; i++)
-        if (!mask[i] && t->h[i] != 0xff) ok = 0;
-    free(mask);
-    return ok;
-}
 
 /* One timed call: the backend's op, or the baseline's. */
 typedef struct timed_call {
@@ -830,11 +593,11 @@ static sf_status run_baseline(const sfc_case *c, tspec *t, tspec *tb, int first,
     const int device = sf_ctx_device(ctx);
     if (c->op == SFC_SSD_FWD) {
         bp.a = *(const sf_ssd_fwd_params *)prm;
-        bp.a.out = view(&tb[0], tb[0].dptr, 0, device);
-        bp.a.final_states = view(&tb[1], tb[1].dptr, 0, device);
+        bp.a.out = ct_view(&tb[0], tb[0].dptr, 0, device);
+        bp.a.final_states = ct_view(&tb[1], tb[1].dptr, 0, device);
     } else {
         bp.c = *(const sf_attn_fwd_params *)prm;
-        bp.c.out = view(&tb[0], tb[0].dptr, 0, device);
+        bp.c.out = ct_view(&tb[0], tb[0].dptr, 0, device);
         memset(&bp.c.lse, 0, sizeof bp.c.lse);
     }
     sf_status st = bl->prepare(bl->self, c->op, &bp, msg, msglen);
@@ -843,7 +606,7 @@ static sf_status run_baseline(const sfc_case *c, tspec *t, tspec *tb, int first,
     for (int k = 0; k < 2 && st == SF_OK; k++) {
         if (!tb[k].h) continue;
         st = sf_memcpy(ctx, tb[k].h, tb[k].dptr, tb[k].alloc);
-        if (st == SF_OK && !guards_intact(&tb[k])) res->base_guard_ok = 0;
+        if (st == SF_OK && !ct_guards_intact(&tb[k])) res->base_guard_ok = 0;
     }
     if (st == SF_OK && reps > 0) {
         timed_call tc = {c, ctx, &bp, bl, msg, msglen};
@@ -880,27 +643,27 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
 
     for (int i = 0; i < MAXT; i++) {
         if (!t[i].present) continue;
-        layout(&t[i], c->strided);
+        ct_layout(&t[i], c->strided);
         t[i].h = (unsigned char *)malloc(t[i].alloc);
-        t[i].ref = (float *)calloc((size_t)numel(&t[i]) + 1, t[i].is_index ? sizeof(int32_t) : sizeof(float));
+        t[i].ref = (float *)calloc((size_t)ct_numel(&t[i]) + 1, t[i].is_index ? sizeof(int32_t) : sizeof(float));
         if (!t[i].h || !t[i].ref) {
             st = SF_ERR_OUT_OF_MEMORY;
             if (msg && msglen)
                 snprintf(msg, msglen, "cannot allocate %.3g GB of host memory for tensor %d of the case",
-                         ((double)t[i].alloc + (double)numel(&t[i]) * 4.0) * 1e-9, i);
+                         ((double)t[i].alloc + (double)ct_numel(&t[i]) * 4.0) * 1e-9, i);
             goto done;
         }
         memset(t[i].h, 0xff, t[i].alloc);
         if (t[i].is_out && c->op == SFC_KV_APPEND) /* the reference's pools: poisoned too */
-            for (int64_t e = 0; e < numel(&t[i]); e++) t[i].ref[e] = NAN;
+            for (int64_t e = 0; e < ct_numel(&t[i]); e++) t[i].ref[e] = NAN;
         if (t[i].is_out) continue;
         if (t[i].is_index) continue;
-        int64_t n = numel(&t[i]);
-        for (int64_t e = 0; e < n; e++) t[i].ref[e] = store(&t[i], e, (float)gen_value(t[i].gen, &rng));
+        int64_t n = ct_numel(&t[i]);
+        for (int64_t e = 0; e < n; e++) t[i].ref[e] = ct_store(&t[i], e, (float)ct_gen_value(t[i].gen, &rng));
     }
     fill_index(c, t, &rng);
     for (int i = 0; i < MAXT; i++) /* index tensors are contiguous: the reference shares them */
-        if (t[i].present && t[i].is_index) memcpy(t[i].ref, t[i].h, (size_t)numel(&t[i]) * sf_dtype_size(t[i].dtype));
+        if (t[i].present && t[i].is_index) memcpy(t[i].ref, t[i].h, (size_t)ct_numel(&t[i]) * sf_dtype_size(t[i].dtype));
     work(c, t, res);
 
     /* the target's buffers */
@@ -921,7 +684,7 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
         /* the state of ssd_step is updated in place: t[i].h becomes the result,
          * and its reference copy is updated in place by the reference */
         sf_memcpy(ctx, t[i].h, t[i].dptr, t[i].alloc);
-        if (t[i].is_out && !guards_intact(&t[i])) res->guard_ok = 0;
+        if (t[i].is_out && !ct_guards_intact(&t[i])) res->guard_ok = 0;
     }
 
     if (reps > 0) {
@@ -965,23 +728,23 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
         if (c->op == SFC_KV_APPEND) {
             /* the whole pools: written slots equal, untouched ones still poison;
              * and the reference itself against the runner's own expectation */
-            res->err = compare_pool(&t[PG_KC], t[PG_KC].ref, &res->unwritten, &res->nonfinite);
-            res->err2 = compare_pool(&t[PG_VC], t[PG_VC].ref, &res->unwritten, &res->nonfinite);
+            res->err = ct_compare_pool(&t[PG_KC], t[PG_KC].ref, &res->unwritten, &res->nonfinite);
+            res->err2 = ct_compare_pool(&t[PG_VC], t[PG_VC].ref, &res->unwritten, &res->nonfinite);
             if (!append_ref_ok(c, t)) {
                 if (msg) snprintf(msg, msglen, "the append reference differs from the expected pool");
                 st = SF_ERR_INTERNAL;
                 goto done;
             }
         } else {
-            res->err = compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
+            res->err = ct_compare(&t[first], t[first].ref, &res->unwritten, &res->nonfinite);
             if (t[second].present)
-                res->err2 = compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
+                res->err2 = ct_compare(&t[second], t[second].ref, &res->unwritten, &res->nonfinite);
         }
         if (c->op == SFC_ATTN_FWD && dt != SF_F32) res->err_naive = naive_attn_err(c, t, dt);
         if (tb[0].h)
-            res->base_err = compare(&tb[0], t[first].ref, &res->base_unwritten, &res->base_nonfinite);
+            res->base_err = ct_compare(&tb[0], t[first].ref, &res->base_unwritten, &res->base_nonfinite);
         if (tb[1].h)
-            res->base_err2 = compare(&tb[1], t[second].ref, &res->base_unwritten, &res->base_nonfinite);
+            res->base_err2 = ct_compare(&tb[1], t[second].ref, &res->base_unwritten, &res->base_nonfinite);
     }
 
 done:
