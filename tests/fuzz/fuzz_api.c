@@ -174,7 +174,7 @@ static int64_t capacity(int64_t ps, int64_t pages, int64_t minus) {
 
 /* ---------------------------------------------------------------- ops */
 enum { OP_SSD, OP_STEP, OP_ATTN, OP_ATTN_VARLEN, OP_CONV, OP_CONV_UPD, OP_RMS, OP_MERGE, OP_COMBINE, OP_DESC,
-       OP_ALLOC, OP_PAGED, OP_APPEND, OP_COUNT };
+       OP_ALLOC, OP_PAGED, OP_APPEND, OP_NORM, OP_SWIGLU, OP_ROPE, OP_COUNT };
 
 static sf_ctx *ctx_get(void) {
     static sf_ctx *ctx;
@@ -408,6 +408,61 @@ static void run_one(rd *r) {
         p.cache_seqlens = T[5].t;
         p.backend = be;
         if (!too_big) st = sf_kv_append(ctx, &p);
+        break;
+    }
+    case OP_NORM: { /* rows0 D1: the four norm entry points, residual and h optional */
+        sf_norm_params p;
+        sf_norm_params_init(&p);
+        MK({2, {0, 1}, DT_MAIN, 0});
+        MK({2, {0, 1}, DT_MAIN, 0});
+        MK({1, {1}, DT_F32, 0});
+        MK({1, {1}, DT_F32, 0});
+        MK({2, {0, 1}, DT_MAIN, 0});
+        MK({2, {0, 1}, DT_MAIN, 0});
+        p.x = T[0].t, p.residual = T[1].t, p.weight = T[2].t, p.bias = T[3].t, p.out = T[4].t;
+        p.residual_out = rd8(r) & 1 ? T[1].t : T[5].t; /* in place, or a tensor of its own */
+        p.eps = rdf(r);
+        p.backend = be;
+        const uint8_t which = rd8(r) % 4;
+        if (!too_big)
+            st = which == 0 ? sf_add_rmsnorm(ctx, &p) : which == 1 ? sf_add_layernorm(ctx, &p)
+                 : which == 2 ? sf_rmsnorm(ctx, &p) : sf_layernorm(ctx, &p);
+        break;
+    }
+    case OP_SWIGLU: { /* rows0 n1 2n2 */
+        v[2] = capacity(v[1], 2, 0);
+        sf_swiglu_params p;
+        sf_swiglu_params_init(&p);
+        p.layout = (sf_swiglu_layout)(int8_t)rd8(r);
+        MK({2, {0, p.layout == SF_SWIGLU_SEPARATE ? 1 : 2}, DT_MAIN, 0});
+        MK({2, {0, 1}, DT_MAIN, 0});
+        MK({2, {0, 1}, DT_MAIN, 0});
+        p.gate = T[0].t, p.up = T[1].t, p.out = T[2].t;
+        p.backend = be;
+        if (!too_big) st = sf_swiglu(ctx, &p);
+        break;
+    }
+    case OP_ROPE: { /* T0 H1 Hkv2 d3 npos4 R/2 5 */
+        sf_rope_params p;
+        sf_rope_params_init(&p);
+        MK({3, {0, 1, 3}, DT_MAIN, 0});
+        MK({3, {0, 2, 3}, DT_MAIN, 0});
+        MK({3, {0, 1, 3}, DT_MAIN, 0});
+        MK({3, {0, 2, 3}, DT_MAIN, 0});
+        index_hi = v[4] > 0 ? v[4] - 1 : 0;
+        MK({1, {0}, DT_IDX, 1});
+        MK({2, {4, 5}, DT_F32, 0});
+        MK({2, {4, 5}, DT_F32, 0});
+        p.q = T[0].t, p.k = T[1].t, p.q_out = T[2].t, p.k_out = T[3].t, p.positions = T[4].t;
+        p.cos = T[5].t, p.sin = T[6].t;
+        p.rotary_dim = (int)(int8_t)rd8(r);
+        p.style = (sf_rope_style)(int8_t)rd8(r);
+        p.theta = rdf(r);
+        p.scaling = (sf_rope_scaling)(int8_t)rd8(r);
+        p.factor = rdf(r), p.low_freq_factor = rdf(r), p.high_freq_factor = rdf(r);
+        p.original_max_position = (int)(int16_t)rd32(r);
+        p.backend = be;
+        if (!too_big) st = sf_rope(ctx, &p);
         break;
     }
     case OP_DESC: { /* descriptor helpers on raw 64-bit extents */
