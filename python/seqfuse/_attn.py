@@ -1,0 +1,223 @@
+"""Attention: flash_attn_func, flash_attn_varlen_func and flash_attn_with_kvcache
+(sf_attn_fwd, sf_kv_append, sf_attn_paged)."""
+import ctypes
+import math
+
+from . import _lib as L
+from ._core import Call, as_flag, as_int, fail
+from ._lib import SF_ERR_INVALID_ARG, SF_ERR_NULL_POINTER, SF_ERR_SHAPE, SF_ERR_UNSUPPORTED
+from ._common import _shape
+
+
+# ------------------------------------------------------------------ attention
+
+def _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes):
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or dropout_p != 0:
+        fail(SF_ERR_UNSUPPORTED, "%s: dropout_p %r; seqfuse attention is inference-only "
+                                 "(dropout_p must be 0)" % (call.op, dropout_p))
+    if softcap is None or isinstance(softcap, bool) or not isinstance(softcap, (int, float)) \
+            or not math.isfinite(softcap) or softcap < 0:
+        fail(SF_ERR_INVALID_ARG, "%s: softcap %r; give 0 (off) or a finite positive cap"
+             % (call.op, softcap))
+    p.softcap = float(softcap)
+    if alibi_slopes is not None:
+        p.alibi_slopes = call.tensor(call.as_f32(alibi_slopes, "alibi_slopes"), "alibi_slopes")
+    if softmax_scale is None:
+        p.softmax_scale = 0.0  # the library's "1/sqrt(head_dim)"
+    else:
+        try:
+            s = float(softmax_scale)
+        except (TypeError, ValueError):
+            s = float("nan")
+        if s == 0.0 or not math.isfinite(s):
+            fail(SF_ERR_INVALID_ARG, "%s: softmax_scale %r; give a finite nonzero scale or None"
+                 % (call.op, softmax_scale))
+        p.softmax_scale = s
+    p.causal = as_flag(call.op, "causal", causal)
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
+        fail(SF_ERR_INVALID_ARG, "%s: window_size must be a pair (left, right), got %r" %
+             (call.op, window_size))
+    p.window_left = as_int(call.op, "window_size[0]", window_size[0])
+    p.window_right = as_int(call.op, "window_size[1]", window_size[1])
+
+
+def _attn_result(out, lse, return_lse, return_attn_probs):
+    if return_attn_probs:  # flash_attn's (out, softmax_lse, S_dmask): no probabilities kept
+        return out, lse, None
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                    return_lse=False, backend="auto"):
+    """softmax(q k^T * scale + mask) v, with flash_attn's flash_attn_func signature.
+
+    q (b, Lq, H, d), k/v (b, Lk, Hkv, d) with Hkv dividing H; float32,
+    float16 or bfloat16; d <= 256.  causal and window_size are bottom-right
+    aligned when Lq != Lk (flash-attn 2.1+).  softmax_scale None means
+    1/sqrt(d) (0 is refused: the C API reads 0 as "default").  dropout_p must
+    be 0 (inference only).  softcap > 0 caps the scaled scores at
+    softcap * tanh(s / softcap); alibi_slopes (H,) or (b, H) float32 adds
+    -slope * |i + Lk - Lq - j| to the score of query i and key j (after the
+    cap), as flash_attn does.  deterministic is accepted (the forward always
+    is).  Returns out (b, Lq, H,
+    d); with return_attn_probs (out, lse, None) as flash_attn does, with
+    return_lse (out, lse); lse (b, H, Lq) float32.
+    """
+    op = "flash_attn_func"
+    call = Call(op, q, "q")
+    qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
+    p = L.sf_attn_fwd_params()
+    L.sf_attn_fwd_params_init(ctypes.byref(p))
+    p.q = call.tensor(q, "q")
+    p.k = call.tensor(k, "k")
+    p.v = call.tensor(v, "v")
+    _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    as_flag(op, "deterministic", deterministic)
+    want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
+    out = call.empty(qs, like=q)
+    p.out = call.tensor(out, "out")
+    lse = None
+    if want_lse:
+        lse = call.empty((qs[0], qs[2], qs[1]))
+        p.lse = call.tensor(lse, "lse")
+    call.run(L.sf_attn_fwd, p, backend)
+    return _attn_result(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
+                           max_seqlen_k=None, dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, return_lse=False,
+                           backend="auto"):
+    """Attention over packed sequences, with flash_attn's flash_attn_varlen_func signature.
+
+    q (total_q, H, d), k/v (total_k, Hkv, d); cu_seqlens_q/_k (b+1,) int
+    (converted to int32).  max_seqlen_q/_k are accepted for compatibility
+    and not needed (the library derives them).  block_table (paged K/V) is not
+    supported here.  Returns out (total_q, H, d); with return_attn_probs
+    (out, lse, None), with return_lse (out, lse); lse (H, total_q) float32.
+    """
+    op = "flash_attn_varlen_func"
+    call = Call(op, q, "q")
+    qs = _shape(call, q, "q", 3, "(total_q, nheads, head_dim)")
+    if block_table is not None:
+        fail(SF_ERR_UNSUPPORTED, "%s: block_table (paged K/V) is not supported here" % op)
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if m is not None:
+            as_int(op, name, m, 0)
+    p = L.sf_attn_fwd_params()
+    L.sf_attn_fwd_params_init(ctypes.byref(p))
+    p.q = call.tensor(q, "q")
+    p.k = call.tensor(k, "k")
+    p.v = call.tensor(v, "v")
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        fail(SF_ERR_NULL_POINTER, "%s: cu_seqlens_q and cu_seqlens_k are both required" % op)
+    p.cu_seqlens_q = call.tensor(call.as_i32(cu_seqlens_q, "cu_seqlens_q"), "cu_seqlens_q")
+    p.cu_seqlens_k = call.tensor(call.as_i32(cu_seqlens_k, "cu_seqlens_k"), "cu_seqlens_k")
+    _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    as_flag(op, "deterministic", deterministic)
+    want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
+    out = call.empty(qs, like=q)
+    p.out = call.tensor(out, "out")
+    lse = None
+    if want_lse:
+        lse = call.empty((qs[1], qs[0]))
+        p.lse = call.tensor(lse, "lse")
+    call.run(L.sf_attn_fwd, p, backend)
+    return _attn_result(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
+                            block_table=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            backend="auto"):
+    """Attention over a KV cache, with flash_attn's flash_attn_with_kvcache signature.
+
+    q (b, Lq, H, d).  With block_table (b, max_blocks) int: a paged cache,
+    k_cache/v_cache (num_blocks, page_size, Hkv, d), page_size a power of two
+    from 1 to 256.  Without it: k_cache/v_cache (b, seqlen_cache, Hkv, d),
+    served as one page per sequence, so seqlen_cache must be a power of two
+    up to 256 (else SF_ERR_UNSUPPORTED; use a block table for other sizes).
+    cache_seqlens: int (every sequence) or (b,) int tensor of tokens already
+    cached; None means full (max_blocks * page_size, or seqlen_cache).
+    k, v (b, Lnew, Hkv, d), when given, are first written into the cache in
+    place at positions cache_seqlens .. cache_seqlens + Lnew - 1 (sf_kv_append;
+    cache_seqlens itself is not updated), then q attends to
+    cache_seqlens + Lnew keys per sequence (sf_attn_paged); causal and
+    window_size are bottom-right aligned as in flash_attn.  num_splits is
+    accepted and ignored (the library chooses the split).  rotary_cos/_sin,
+    cache_batch_idx, cache_leftpad and alibi_slopes are not supported
+    (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
+    (out, lse) with return_softmax_lse; lse (b, H, Lq) float32.  Arrays stay
+    where they are: numpy on the CPU, torch tensors on their device.
+    """
+    op = "flash_attn_with_kvcache"
+    call = Call(op, q, "q")
+    qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
+    for name, val in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                      ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
+                      ("alibi_slopes", alibi_slopes)):
+        if val is not None:
+            fail(SF_ERR_UNSUPPORTED, "%s: %s is not supported (give None)" % (op, name))
+    as_int(op, "num_splits", num_splits, 0)
+    as_flag(op, "rotary_interleaved", rotary_interleaved)
+    if (k is None) != (v is None):
+        fail(SF_ERR_NULL_POINTER, "%s: give both k and v, or neither" % op)
+    b = qs[0]
+    kcs = _shape(call, k_cache, "k_cache", 4, "(num_blocks, page_size, nheads_kv, head_dim)"
+                 if block_table is not None else "(batch, seqlen_cache, nheads_kv, head_dim)")
+    if block_table is None:
+        lc = kcs[1]
+        if kcs[0] != b:
+            fail(SF_ERR_SHAPE, "%s: k_cache has batch %d but q has %d" % (op, kcs[0], b))
+        if lc < 1 or lc > 256 or lc & (lc - 1):
+            fail(SF_ERR_UNSUPPORTED,
+                 "%s: without block_table the cache is served as one page per sequence, so "
+                 "seqlen_cache (k_cache.shape[1] = %d) must be a power of two from 1 to 256; "
+                 "pass a paged cache with block_table for other sizes" % (op, lc))
+        bt = call.as_i32([[i] for i in range(b)], "block_table")
+        cap = lc
+    else:
+        bt = call.as_i32(block_table, "block_table")
+        bts = _shape(call, bt, "block_table", 2, "(batch, max_blocks_per_seq)")
+        cap = bts[1] * kcs[1]
+    if cache_seqlens is None:
+        cs = call.as_i32([cap] * b, "cache_seqlens")
+    elif hasattr(cache_seqlens, "__index__") and not hasattr(cache_seqlens, "shape"):
+        cs = call.as_i32([as_int(op, "cache_seqlens", cache_seqlens)] * b, "cache_seqlens")
+    else:
+        cs = call.as_i32(cache_seqlens, "cache_seqlens")
+    seqlens = cs
+    if k is not None:
+        ks = _shape(call, k, "k", 4, "(batch, seqlen_new, nheads_kv, head_dim)")
+        a = L.sf_kv_append_params()
+        L.sf_kv_append_params_init(ctypes.byref(a))
+        a.k_cache = call.tensor(k_cache, "k_cache")
+        a.v_cache = call.tensor(v_cache, "v_cache")
+        a.k = call.tensor(k, "k")
+        a.v = call.tensor(v, "v")
+        a.block_table = call.tensor(bt, "block_table")
+        a.cache_seqlens = call.tensor(cs, "cache_seqlens")
+        call.run(L.sf_kv_append, a, backend)
+        if ks[1]:  # computed where cache_seqlens lives (no device round trip)
+            seqlens = call.as_i32(cs + ks[1], "seqlens")
+    p = L.sf_attn_paged_params()
+    L.sf_attn_paged_params_init(ctypes.byref(p))
+    p.q = call.tensor(q, "q")
+    p.k_cache = call.tensor(k_cache, "k_cache")
+    p.v_cache = call.tensor(v_cache, "v_cache")
+    p.block_table = call.tensor(bt, "block_table")
+    p.seqlens = call.tensor(seqlens, "seqlens")
+    _attn_common(call, p, 0.0, softmax_scale, causal, window_size, softcap, None)
+    want_lse = as_flag(op, "return_softmax_lse", return_softmax_lse)
+    out = call.empty(qs, like=q)
+    p.out = call.tensor(out, "out")
+    lse = None
+    if want_lse:
+        lse = call.empty((qs[0], qs[2], qs[1]))
+        p.lse = call.tensor(lse, "lse")
+    call.run(L.sf_attn_paged, p, backend)
+    return (out, lse) if want_lse else out
