@@ -6,23 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "seqfuse.h"
+#include "expect.h"
 
 static int failures = 0, checks = 0;
-
-#define EXPECT_STATUS(call, want, needle)                                                    \
-    do {                                                                                      \
-        sf_status got_ = (call);                                                              \
-        checks++;                                                                             \
-        const char *m_ = sf_ctx_last_error(ctx);                                              \
-        const char *n_ = (needle);                                                            \
-        if (got_ != (want) || (n_ && !strstr(m_, n_))) {                                      \
-            printf("FAIL %s:%d: %s -> %s (want %s), detail \"%s\" (want it to mention \"%s\")\n", \
-                   __FILE__, __LINE__, #call, sf_status_string(got_), sf_status_string(want),  \
-                   m_, n_ ? n_ : "");                                                 \
-            failures++;                                                                       \
-        }                                                                                     \
-    } while (0)
 
 /* Buffers big enough for every small shape used below. */
 static float fbuf[8][4096];

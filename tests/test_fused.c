@@ -7,33 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "seqfuse.h"
+#include "expect.h"
 
 static int failures, checks;
-
-#define EXPECT_STATUS(call, want, needle)                                                     \
-    do {                                                                                      \
-        sf_status got_ = (call);                                                              \
-        checks++;                                                                             \
-        const char *m_ = sf_ctx_last_error(ctx);                                              \
-        const char *n_ = (needle);                                                            \
-        if (got_ != (want) || (n_ && !strstr(m_, n_))) {                                      \
-            printf("FAIL %s:%d: %s -> %s (want %s), detail \"%s\" (want it to mention \"%s\")\n", \
-                   __FILE__, __LINE__, #call, sf_status_string(got_), sf_status_string(want),  \
-                   m_, n_ ? n_ : "");                                                         \
-            failures++;                                                                       \
-        }                                                                                     \
-    } while (0)
-
-#define EXPECT_NEAR(got, want, tol, what)                                                     \
-    do {                                                                                      \
-        double g_ = (got), w_ = (want);                                                       \
-        checks++;                                                                             \
-        if (!(fabs(g_ - w_) <= (tol))) {                                                      \
-            printf("FAIL %s:%d: %s = %.9g, want %.9g\n", __FILE__, __LINE__, (what), g_, w_); \
-            failures++;                                                                       \
-        }                                                                                     \
-    } while (0)
 
 static sf_tensor t2(void *d, sf_dtype dt, int64_t a, int64_t b) {
     return sf_tensor_contiguous(d, dt, SF_DEVICE_CPU, 2, (int64_t[]){a, b});

@@ -13,20 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "seqfuse.h"
+#include "expect.h"
 
 static int failures = 0, checks = 0;
-
-#define EXPECT(cond, ...)                                \
-    do {                                                 \
-        checks++;                                        \
-        if (!(cond)) {                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);  \
-            printf(__VA_ARGS__);                         \
-            printf("\n");                                \
-            failures++;                                  \
-        }                                                \
-    } while (0)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float urand(void) {

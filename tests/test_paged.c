@@ -9,34 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "seqfuse.h"
+#include "expect.h"
 
 static int failures = 0, checks = 0;
-
-#define EXPECT_STATUS(call, want, needle)                                                    \
-    do {                                                                                      \
-        sf_status got_ = (call);                                                              \
-        checks++;                                                                             \
-        const char *m_ = sf_ctx_last_error(ctx);                                              \
-        const char *n_ = (needle);                                                            \
-        if (got_ != (want) || (n_ && !strstr(m_, n_))) {                                      \
-            printf("FAIL %s:%d: %s -> %s (want %s), detail \"%s\" (want it to mention \"%s\")\n", \
-                   __FILE__, __LINE__, #call, sf_status_string(got_), sf_status_string(want),  \
-                   m_, n_ ? n_ : "");                                                         \
-            failures++;                                                                       \
-        }                                                                                     \
-    } while (0)
-
-#define EXPECT(cond, ...)                   \
-    do {                                    \
-        checks++;                           \
-        if (!(cond)) {                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);            \
-            printf("\n");                   \
-            failures++;                     \
-        }                                   \
-    } while (0)
 
 /* ------------------------------------------------------------------ */
 /* 1. validation: b 2, Lq 2, H 4, Hkv 2, d 16; 6 pages of 4 rows, 3 per table */
