@@ -30,6 +30,14 @@
  *    calls on one context must not run concurrently on different streams
  *    (nor may they share attention's tile counter, another per-context
  *    device buffer).
+ *  - CUDA graphs: a call captured on the context's stream allocates and
+ *    synchronises nothing, provided the arena is already big enough (run
+ *    the call once first, or sf_ctx_reserve_workspace); otherwise it fails
+ *    with SF_ERR_OUT_OF_MEMORY (the arena cannot grow there; the message says
+ *    so) instead of breaking the capture.  A block a
+ *    captured call used stays allocated until the context is destroyed,
+ *    even if the arena grows later, so the graph stays valid; replays must
+ *    not run concurrently with other calls on the context.
  *  - Index tensors in device memory (cu_seqlens, seq_idx, state_idx) cannot
  *    be checked without a synchronisation, so CUDA contexts do not check
  *    them: the kernels clamp them to the tensors' bounds (never an access

@@ -96,14 +96,50 @@ class _Ctx:
                 pass
 
 
-def get_ctx(device, stream=0):
+def get_ctx(device, stream=0, capturing=False):
     cache = getattr(_tls, "ctxs", None)
     if cache is None:
         cache = _tls.ctxs = {}
     key = (device, stream or 0)
+    if capturing:
+        return _ctx_for_capture(cache, device, key)
     c = cache.get(key)
     if c is None:
         c = cache[key] = _Ctx(device)
+    return c
+
+
+# Contexts a captured CUDA graph may still use: never destroyed (their
+# workspace is where the graph's kernels write).
+_captured = []
+
+
+def _ctx_for_capture(cache, device, key):
+    """The context for a call on a stream being captured into a CUDA graph
+    (torch.cuda.graph captures on a stream of its own).  Nothing may be
+    allocated inside a capture, so the call takes this thread's context of
+    the device with the largest workspace (normally the warm-up's, run
+    before the capture).  That context moves to the capture stream; the
+    stream it leaves gets a fresh context on its next call, so replays and
+    eager calls never share a workspace.  The capture stream's previous
+    context, if it is set aside, is kept alive for the graphs captured with
+    it."""
+    mine = [k for k in cache if k[0] == device]
+    if not mine:
+        fail(L.SF_ERR_INVALID_ARG, "seqfuse: no context exists on CUDA device %d to capture this call into a "
+                                   "CUDA graph with (creating one allocates, which breaks the capture): run "
+                                   "the call once before capturing" % device)
+    best = max(mine, key=lambda k: L.sf_ctx_workspace_size(cache[k].handle))
+    cur = cache.get(key)
+    if cur is not None and (best == key or L.sf_ctx_workspace_size(cur.handle) >=
+                            L.sf_ctx_workspace_size(cache[best].handle)):
+        return cur
+    if cur is not None:
+        _captured.append(cache.pop(key))
+    c = cache.pop(best)
+    cache[key] = c
+    if c not in _captured:
+        _captured.append(c)
     return c
 
 
@@ -406,10 +442,16 @@ class Call:
         s = self.primary.__cuda_array_interface__.get("stream")
         return s if isinstance(s, int) else 0
 
+    def _capturing(self):
+        if self.device < 0 or self.kind != "torch":
+            return False
+        import torch
+        return torch.cuda.is_current_stream_capturing()
+
     def run(self, fn, params, backend):
         params.backend = backend_code(self.op, backend)
         stream = self._stream()
-        ctx = get_ctx(self.device, stream)
+        ctx = get_ctx(self.device, stream, self._capturing())
         if self.device >= 0:
             st = L.sf_ctx_set_stream(ctx.handle, stream or None)
             if st != L.SF_OK:

@@ -42,6 +42,8 @@ void sf_ctx_destroy(sf_ctx *ctx) {
         else
             free(ctx->ws.base);
     }
+    for (int i = 0; i < ctx->ws.nretired; i++) sf_cuda_free(ctx, ctx->ws.retired[i]);
+    free(ctx->ws.retired);
     free(ctx->host.base);
     sf_tune_table_free(ctx->tune);
     free(ctx->tune);
@@ -88,6 +90,24 @@ static sf_status arena_grow(sf_ctx *ctx, sf_arena *a, size_t bytes, int on_devic
     if (bytes <= a->size) return SF_OK;
     if (bytes > SIZE_MAX / 4) /* no machine has it; keeps the arithmetic below exact */
         return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "workspace: %zu bytes requested", bytes);
+    /* cudaMalloc and cudaFree are not allowed while the stream is captured
+     * (they would invalidate the capture): the arena must be big enough
+     * before the capture starts. */
+    if (on_device && sf_cuda_stream_capturing(ctx))
+        return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY,
+                       "workspace: this call needs %zu bytes while the stream is being captured into a CUDA "
+                       "graph, and the context holds %zu; run the call once on this context before "
+                       "capturing, or size it with sf_ctx_reserve_workspace", bytes, a->size);
+    /* a block a captured graph points to outlives the growth */
+    if (on_device && a->base && a->captured) {
+        void **r = (void **)realloc(a->retired, (size_t)(a->nretired + 1) * sizeof(void *));
+        if (!r) return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "workspace: cannot record a retired block");
+        a->retired = r;
+        a->retired[a->nretired++] = a->base;
+        a->base = NULL;
+        a->size = 0;
+        a->captured = 0;
+    }
     size_t want = bytes + bytes / 8; /* a little slack: fewer regrowths */
     if (sf_alloc_should_fail(ctx)) {
         if (on_device)
@@ -121,6 +141,7 @@ void *sf_ws_get(sf_ctx *ctx, size_t bytes) {
     if (bytes > ctx->ws.peak) ctx->ws.peak = bytes;
     if (bytes == 0) return ctx->ws.base;
     if (arena_grow(ctx, &ctx->ws, bytes, ctx->device >= 0) != SF_OK) return NULL;
+    if (ctx->device >= 0 && !ctx->ws.captured && sf_cuda_stream_capturing(ctx)) ctx->ws.captured = 1;
     return ctx->ws.base;
 }
 

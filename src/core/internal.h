@@ -23,6 +23,11 @@ typedef struct sf_arena {
     void *base;
     size_t size;
     size_t peak;
+    int captured;        /* base was handed to a call being captured into a
+                            CUDA graph: the graph keeps its address, so a
+                            later growth retires it instead of freeing it  */
+    void **retired;      /* such blocks, freed with the context            */
+    int nretired;
 } sf_arena;
 
 struct sf_ctx {
@@ -334,6 +339,9 @@ sf_status sf_cuda_ctx_init(sf_ctx *ctx);
 void sf_cuda_ctx_free(sf_ctx *ctx);
 sf_status sf_cuda_alloc(sf_ctx *ctx, void **p, size_t bytes);
 void sf_cuda_free(sf_ctx *ctx, void *p);
+/* Whether the context's stream is being captured into a CUDA graph (0
+ * without CUDA).  Nothing may allocate, free or synchronise then. */
+int sf_cuda_stream_capturing(sf_ctx *ctx);
 sf_status sf_cuda_name(int device, char *buf, size_t len);
 sf_status sf_cuda_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes);
 sf_status sf_cuda_sync(sf_ctx *ctx);

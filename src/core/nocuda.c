@@ -38,6 +38,11 @@ void sf_cuda_free(sf_ctx *ctx, void *p) {
     (void)ctx;
     (void)p;
 }
+
+int sf_cuda_stream_capturing(sf_ctx *ctx) {
+    (void)ctx;
+    return 0;
+}
 sf_status sf_cuda_name(int device, char *buf, size_t len) {
     (void)device;
     (void)buf;

@@ -82,6 +82,8 @@ extern "C" void sf_cuda_free(sf_ctx *ctx, void *p) {
     cudaFree(p);
 }
 
+extern "C" int sf_cuda_stream_capturing(sf_ctx *ctx) { return sf_cuda_capturing(ctx); }
+
 extern "C" sf_status sf_cuda_name(int device, char *buf, size_t len) {
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return SF_ERR_NO_DEVICE;
