@@ -148,9 +148,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_seqlens itself is not updated), then q attends to
     cache_seqlens + Lnew keys per sequence (sf_attn_paged); causal and
     window_size are bottom-right aligned as in flash_attn.  num_splits is
-    accepted and ignored (the library chooses the split).  rotary_cos/_sin,
-    cache_batch_idx, cache_leftpad and alibi_slopes are not supported
-    (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
+    accepted and ignored (the library chooses the split).  cache_batch_idx
+    (b,) int, without block_table: sequence i uses row cache_batch_idx[i] of
+    the cache (rows checked against it; duplicates with k/v given leave one
+    of the writes, as in flash_attn).  rotary_cos/_sin, cache_leftpad and
+    alibi_slopes are not supported (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
     (out, lse) with return_softmax_lse; lse (b, H, Lq) float32.  Arrays stay
     where they are: numpy on the CPU, torch tensors on their device.
     """
@@ -158,8 +160,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     call = Call(op, q, "q")
     qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
     for name, val in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
-                      ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
-                      ("alibi_slopes", alibi_slopes)):
+                      ("cache_leftpad", cache_leftpad), ("alibi_slopes", alibi_slopes)):
         if val is not None:
             fail(SF_ERR_UNSUPPORTED, "%s: %s is not supported (give None)" % (op, name))
     as_int(op, "num_splits", num_splits, 0)
@@ -169,16 +170,28 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     b = qs[0]
     kcs = _shape(call, k_cache, "k_cache", 4, "(num_blocks, page_size, nheads_kv, head_dim)"
                  if block_table is not None else "(batch, seqlen_cache, nheads_kv, head_dim)")
+    if block_table is not None and cache_batch_idx is not None:
+        fail(SF_ERR_INVALID_ARG, "%s: cache_batch_idx selects rows of a contiguous cache; with "
+                                 "block_table, give each sequence its pages instead" % op)
     if block_table is None:
         lc = kcs[1]
-        if kcs[0] != b:
+        if cache_batch_idx is None and kcs[0] != b:
             fail(SF_ERR_SHAPE, "%s: k_cache has batch %d but q has %d" % (op, kcs[0], b))
         if lc < 1 or lc > 256 or lc & (lc - 1):
             fail(SF_ERR_UNSUPPORTED,
                  "%s: without block_table the cache is served as one page per sequence, so "
                  "seqlen_cache (k_cache.shape[1] = %d) must be a power of two from 1 to 256; "
                  "pass a paged cache with block_table for other sizes" % (op, lc))
-        bt = call.as_i32([[i] for i in range(b)], "block_table")
+        if cache_batch_idx is None:
+            bt = call.as_i32([[i] for i in range(b)], "block_table")
+        else:
+            # row i of the cache serves sequence i's one page; the library
+            # checks every row index against the cache (SF_ERR_INDEX)
+            idx = call.as_i32(cache_batch_idx, "cache_batch_idx")
+            if tuple(idx.shape) != (b,):
+                fail(SF_ERR_SHAPE, "%s: cache_batch_idx has shape %s; it must be (batch,) = (%d,)" %
+                     (op, tuple(idx.shape), b))
+            bt = idx.reshape(b, 1)
         cap = lc
     else:
         bt = call.as_i32(block_table, "block_table")

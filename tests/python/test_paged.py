@@ -135,13 +135,40 @@ def test_contiguous_cache_int_seqlens():
     assert rel_err(out, ro) < 1e-5
 
 
+def test_cache_batch_idx():
+    """Sequence i reads (and with k/v appends to) row cache_batch_idx[i] of a
+    contiguous cache: the same as the rows gathered into a cache of its own."""
+    rng = np.random.default_rng(6)
+    b, hq, hkv, d, lc = 3, 4, 2, 32, 64
+    q = rnd(rng, (b, 2, hq, d))
+    kc, vc = rnd(rng, (5, lc, hkv, d)), rnd(rng, (5, lc, hkv, d))
+    kn, vn = rnd(rng, (b, 2, hkv, d)), rnd(rng, (b, 2, hkv, d))
+    idx = np.array([4, 0, 2], np.int32)
+    lens = np.array([10, 62, 0], np.int32)
+    kg, vg = kc[idx].copy(), vc[idx].copy()
+    untouched = [1, 3]
+    k_before = kc[untouched].copy()
+    out = seqfuse.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=lens, cache_batch_idx=idx,
+                                          causal=True)
+    ref = seqfuse.flash_attn_with_kvcache(q, kg, vg, k=kn, v=vn, cache_seqlens=lens, causal=True)
+    assert np.array_equal(out, ref)
+    assert np.array_equal(kc[idx], kg) and np.array_equal(vc[idx], vg)
+    assert np.array_equal(kc[untouched], k_before)
+    _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc, cache_seqlens=lens,
+            cache_batch_idx=np.array([4, 5, 0], np.int32))
+    _raises(seqfuse.SF_ERR_SHAPE, seqfuse.flash_attn_with_kvcache, q, kc, vc, cache_seqlens=lens,
+            cache_batch_idx=np.array([4, 0], np.int32))
+
+
 def test_errors():
     rng = np.random.default_rng(1)
     q = rnd(rng, (2, 1, 4, 16))
     kc = rnd(rng, (2, 100, 2, 16))
     _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc, kc.copy())
     kc, vc, bt = paged_setup(rng, "float32", 2, 2, 16, 16, [3, 4], 0)
-    for kw in ({"rotary_cos": q}, {"rotary_sin": q}, {"cache_batch_idx": [0, 1]},
+    _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_with_kvcache, q, kc, vc,
+            cache_seqlens=[3, 4], block_table=bt, cache_batch_idx=[0, 1])
+    for kw in ({"rotary_cos": q}, {"rotary_sin": q},
                {"cache_leftpad": [0, 0]}, {"alibi_slopes": np.ones(4, np.float32)}):
         _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc, vc,
                 cache_seqlens=[3, 4], block_table=bt, **kw)
