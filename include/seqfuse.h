@@ -624,10 +624,12 @@ SF_API sf_status sf_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_params *p);
  *   symmetric int8:  s = max|v| / 127, q = clamp(rne(v / s), -127, 127)
  *   with mins:       m = min(v), s = (max(v) - m) / L (L = 15 int4, 255 int8),
  *                    u = clamp(rne((v - m) / s), 0, L)
- * where s and m are first rounded to the scales' dtype (to nearest even) and
- * those stored values are the ones divided by (v / s and (v - m) / s in
- * double, rne = round half to even); s = 0 (a group of zeros, or of equal
- * values with mins) gives q = 0 (u = 8 for symmetric int4).  A weight that
+ * where s and m are computed in double and stored in the scales' dtype, s
+ * rounded up and m down (so that no code is clamped: every dequantised value
+ * lies within s / 2 of its weight), and the stored values are the ones
+ * divided by (v / s and (v - m) / s in double, rne = round half to even);
+ * s = 0 (a group of zeros, or of equal values with mins) gives q = 0 (u = 8
+ * for symmetric int4).  A weight that
  * is not finite, or a scale or min past the scales' dtype's range, is
  * SF_ERR_INVALID_ARG naming the row and group.  CPU contexts only (quantise
  * on the host, then copy with sf_memcpy); a CUDA context is

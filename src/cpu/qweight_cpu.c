@@ -43,6 +43,23 @@ static float round_dt(sf_dtype dt, double v) {
     }
 }
 
+/* v rounded to dtype dt toward +inf (dir > 0) or -inf (dir < 0): the
+ * nearest value first, then one step outward when that fell short. */
+static float round_dt_dir(sf_dtype dt, double v, int dir) {
+    float r = round_dt(dt, v);
+    if (!isfinite(r) || (dir > 0 ? (double)r >= v : (double)r <= v)) return r;
+    if (dt == SF_F32) return nextafterf(r, dir > 0 ? INFINITY : -INFINITY);
+    /* f16 / bf16: one unit in the last place away from r, toward dir */
+    uint16_t h = dt == SF_F16 ? sf_f32_to_f16(r) : sf_f32_to_bf16(r);
+    if (r == 0.0f)
+        h = dir > 0 ? 0x0001 : 0x8001;
+    else if ((r > 0.0f) == (dir > 0))
+        h = (uint16_t)(h + 1); /* magnitude up */
+    else
+        h = (uint16_t)(h - 1); /* magnitude down */
+    return dt == SF_F16 ? sf_f16_to_f32(h) : sf_bf16_to_f32(h);
+}
+
 /* Quantises row n; on a fault returns the group index (>= 0) and what. */
 static int64_t quant_row(const sf_tensor *w, const sf_qweight *q, int64_t n, const char **what) {
     const int64_t K = q->k, g = q->group_size, G = K / g;
@@ -63,15 +80,18 @@ static int64_t quant_row(const sf_tensor *w, const sf_qweight *q, int64_t n, con
             amax = fabs(v) > amax ? fabs(v) : amax;
         }
         double s, m = 0.0;
+        /* s rounded up and m down: every value lies in [m, m + L s] (or
+         * within +-7 s, +-127 s), so no code is clamped and each dequantised
+         * value is within s / 2 of its weight */
         if (has_min) {
-            m = round_dt(sdt, lo);
+            m = round_dt_dir(sdt, lo, -1);
             if (!isfinite(m)) {
                 *what = "a min past the range of the scales' dtype";
                 return j;
             }
-            s = round_dt(sdt, (hi - m) / (double)L);
+            s = round_dt_dir(sdt, (hi - m) / (double)L, 1);
         } else {
-            s = round_dt(sdt, amax / (int4 ? 7.0 : 127.0));
+            s = round_dt_dir(sdt, amax / (int4 ? 7.0 : 127.0), 1);
         }
         if (!isfinite(s)) {
             *what = "a scale past the range of the scales' dtype";
