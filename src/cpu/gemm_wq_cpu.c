@@ -42,17 +42,19 @@ static void dequant_row(const sf_qweight *q, int64_t n, float *dst) {
     }
 }
 
-/* out[r] = sum_k x[k] * w[r * K + k] for r < nr (nr <= WQ_RB), 8 lanes each. */
+/* out[r] = sum_k x[k] * w[r * K + k] for r < nr (nr <= WQ_RB), 8 lanes each
+ * (K is a multiple of 32).  A full block runs the fixed-trip loop the
+ * compiler vectorises; the last, partial one pads with row 0 (its sums are
+ * not used). */
 static void dot_rows(const float *x, const float *w, int64_t K, int nr, float *out) {
     float a[WQ_RB][8];
     memset(a, 0, sizeof a);
+    const float *wr[WQ_RB];
+    for (int r = 0; r < WQ_RB; r++) wr[r] = w + (r < nr ? r : 0) * K;
     int64_t k = 0;
     for (; k + 8 <= K; k += 8)
-        for (int r = 0; r < WQ_RB; r++) {
-            if (r >= nr) break;
-            const float *wr = w + r * K + k;
-            for (int u = 0; u < 8; u++) a[r][u] += x[k + u] * wr[u];
-        }
+        for (int r = 0; r < WQ_RB; r++)
+            for (int u = 0; u < 8; u++) a[r][u] += x[k + u] * wr[r][k + u];
     for (int r = 0; r < nr; r++) {
         for (int64_t t = k; t < K; t++) a[r][0] += x[t] * w[r * K + t];
         out[r] = ((a[r][0] + a[r][1]) + (a[r][2] + a[r][3])) + ((a[r][4] + a[r][5]) + (a[r][6] + a[r][7]));
