@@ -597,9 +597,13 @@ typedef struct sf_qweight {
  * accumulation, one group at a time, and applies the group's scale (and min
  * times the group's sum of x) in f32: the only differences from the
  * reference come from the order of the f32 sums and y's final rounding.
- * CUDA paths: M <= 16 a decode kernel that streams the weights (bandwidth-
- * bound: the bytes of `data` once per 16 rows of x); larger M a tiled
- * tensor-core kernel.  No workspace, no synchronisation: graph capturable.
+ * CUDA backend: f16 / bf16 x with scales (and mins) in x's dtype, w.data
+ * 16-byte aligned (SF_ERR_ALIGNMENT), x 16-byte aligned with a row stride
+ * that is a multiple of 8 elements (SF_ERR_UNSUPPORTED otherwise).  M <= 16
+ * runs decode tiles that stream the weights once per 8 or 16 rows of x
+ * (bandwidth-bound on the bytes of `data`); larger M taller tensor-core
+ * tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=gemm_wq:NAME pins
+ * one).  No workspace, no synchronisation: graph capturable.
  */
 typedef struct sf_gemm_wq_params {
     sf_tensor x;

@@ -158,3 +158,19 @@ def test_torch_cuda(dt, bits, group, symmetric, M):
     wd = qw.dequantize().double()
     want = x.double() @ wd.T + bias.double()
     assert rel_err(y.float().cpu().numpy(), want.cpu().numpy()) < {"float16": 5e-3, "bfloat16": 1.5e-2}[dt]
+
+
+def test_params_struct_layout():
+    """sf_gemm_wq_params (with the sf_qweight inside) has the C size and
+    field offsets: sf_gemm_wq_params_init writes exactly sizeof bytes and
+    its defaults land where ctypes reads them."""
+    import ctypes
+    from seqfuse import _lib
+    S = _lib.sf_gemm_wq_params
+    n = ctypes.sizeof(S)
+    buf = (ctypes.c_ubyte * (n + 64))(*([0xAB] * (n + 64)))
+    _lib.sf_gemm_wq_params_init(ctypes.cast(buf, ctypes.POINTER(S)))
+    assert bytes(buf[n:]) == b"\xab" * 64, "the C struct is larger than the ctypes one"
+    p = S.from_buffer(buf)
+    assert p.backend == _lib.SF_BACKEND_AUTO and p.w.group_size == 128 and p.w.format == _lib.SF_QW_INT4
+    assert p.w.n == 0 and p.w.k == 0 and p.y.data is None and p.w.mins.data is None
