@@ -103,12 +103,14 @@ typedef enum sf_dtype {
     SF_F16 = 1,
     SF_BF16 = 2,
     SF_I32 = 3,
-    SF_I64 = 4
+    SF_I64 = 4,
+    SF_U8 = 5,     /* bytes: the packed codes of quantised weights (sf_qweight) */
+    SF_I8 = 6      /* signed bytes: int8 codes (sf_qweight, SF_QW_INT8)        */
 } sf_dtype;
 
 /* Size in bytes of one element; 0 for an unknown dtype. */
 SF_API size_t sf_dtype_size(sf_dtype dt);
-/* "f32", "f16", "bf16", "i32", "i64"; "?" for an unknown dtype. */
+/* "f32", "f16", "bf16", "i32", "i64", "u8", "i8"; "?" for an unknown dtype. */
 SF_API const char *sf_dtype_name(sf_dtype dt);
 
 /* Device ids: SF_DEVICE_CPU, or N >= 0 for CUDA device N. */
@@ -541,6 +543,137 @@ typedef struct sf_rope_params {
  * original_max_position 8192 filled in), backend AUTO. */
 SF_API void sf_rope_params_init(sf_rope_params *p);
 SF_API sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p);
+
+/* ------------------------------------------------------------------ */
+/* Weight-only quantised matrix product                                */
+/* ------------------------------------------------------------------ */
+/*
+ * A weight matrix W (N x K: N output features, K input features, the layout
+ * of torch.nn.Linear.weight) stored as integer codes with one scale (and
+ * optionally one min) per group of `group_size` consecutive elements along
+ * K of one row.  Group j of row n covers W[n, j*g .. j*g + g - 1].
+ *
+ *   format      code per element                      value
+ *   SF_QW_INT4  u in [0, 15], two per byte            w = s * (u - 8)      no mins (GGUF Q4_0)
+ *                                                     w = s * u + m        mins    (GGUF Q4_1)
+ *   SF_QW_INT8  one byte: q = signed (two's           w = s * q            no mins (GGUF Q8_0)
+ *               complement) without mins, u =
+ *               unsigned [0, 255] with mins           w = s * u + m        mins
+ *
+ * with s = scales[j, n] and m = mins[j, n].  A zero point z (GPTQ / AWQ,
+ * w = s * (u - z)) is the min m = -s * z.
+ *
+ * Tensors (all contiguous row-major, on the context's device):
+ *   data    (N, K/2) int4: byte i of row n holds element 2i in its low
+ *           nibble (bits 0-3) and element 2i+1 in its high nibble;
+ *           (N, K) int8: byte i is element i.
+ *           dtype SF_U8; SF_I8 is also accepted for int8 without mins.
+ *   scales  (K/group_size, N)  f16 or bf16 (f32 on the host backends);
+ *           group-major, as GPTQ and AWQ store them.
+ *   mins    (K/group_size, N)  scales' dtype, optional (absent: symmetric).
+ * group_size is 32, 64 or 128 and divides K (K >= 1; N >= 1).  The CUDA
+ * backend also needs data 16-byte aligned (sf_malloc'd memory is).
+ */
+typedef enum sf_qw_format { SF_QW_INT4 = 0, SF_QW_INT8 = 1 } sf_qw_format;
+
+typedef struct sf_qweight {
+    sf_qw_format format;
+    int64_t n, k;              /* W is n x k                                */
+    int group_size;            /* 32, 64 or 128                             */
+    sf_tensor data;            /* packed codes                              */
+    sf_tensor scales;          /* (k / group_size, n)                       */
+    sf_tensor mins;            /* (k / group_size, n), optional             */
+} sf_qweight;
+
+/*
+ * y = x W^T (+ bias):  y[i, n] = sum_k x[i, k] * w[n, k] (+ bias[n]), with
+ * w the dequantised weights above, never written to memory: each backend
+ * expands the codes inside its product.
+ *   x     (M, K)  f16 or bf16 (f32 on the host backends), unit inner stride,
+ *                 any row stride; M >= 0 (M = 0 is a no-op)
+ *   w     an sf_qweight with w.k = K and N = w.n; scales and mins f16, bf16
+ *         or f32 on the host backends, in x's dtype on the CUDA backend
+ *         (SF_ERR_UNSUPPORTED otherwise)
+ *   bias  (N)     f32 or x's dtype, any stride; optional
+ *   y     (M, N)  x's dtype, unit inner stride, any row stride; it may not
+ *                 overlap any input (SF_ERR_INVALID_ARG).
+ * Numerics: the reference sums in double over the exactly dequantised
+ * weights.  The CPU backend dequantises to f32 (exact: an f16/bf16 scale
+ * times a code of at most 8 bits fits f32's significand; with a min, w is
+ * rounded once to f32) and sums in f32.  The CUDA backend multiplies the
+ * integer codes (exact in f16/bf16) with x on the tensor cores with f32
+ * accumulation, one group at a time, and applies the group's scale (and min
+ * times the group's sum of x) in f32: the only differences from the
+ * reference come from the order of the f32 sums and y's final rounding.
+ * CUDA backend: f16 / bf16 x with scales (and mins) in x's dtype, w.data
+ * 16-byte aligned (SF_ERR_ALIGNMENT), x 16-byte aligned with a row stride
+ * that is a multiple of 8 elements (SF_ERR_UNSUPPORTED otherwise).  M <= 16
+ * runs decode tiles that stream the weights once per 8 or 16 rows of x
+ * (bandwidth-bound on the bytes of `data`); larger M taller tensor-core
+ * tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=gemm_wq:NAME pins
+ * one).  No workspace, no synchronisation: graph capturable.
+ */
+typedef struct sf_gemm_wq_params {
+    sf_tensor x;
+    sf_qweight w;
+    sf_tensor bias;
+    sf_tensor y;
+    sf_backend backend;
+} sf_gemm_wq_params;
+
+/* Fills defaults: every tensor absent, w.format SF_QW_INT4, w.group_size
+ * 128, w.n = w.k = 0, backend AUTO. */
+SF_API void sf_gemm_wq_params_init(sf_gemm_wq_params *p);
+SF_API sf_status sf_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_params *p);
+
+/*
+ * Quantises w (N, K; f32, f16 or bf16, unit inner stride, any row stride)
+ * into the tensors of *q, which say what to produce: q->format, group_size,
+ * n = N, k = K, data and scales (and mins: present asks for the asymmetric
+ * form) allocated by the caller in host memory with the shapes above.
+ * Round to nearest, per group of g values v (read in their own dtype):
+ *   symmetric int4:  s = max|v| / 7,   q = clamp(rne(v / s), -8, 7), u = q + 8
+ *   symmetric int8:  s = max|v| / 127, q = clamp(rne(v / s), -127, 127)
+ *   with mins:       m = min(v), s = (max(v) - m) / L (L = 15 int4, 255 int8),
+ *                    u = clamp(rne((v - m) / s), 0, L)
+ * where s and m are computed in double and stored in the scales' dtype, s
+ * rounded up and m down (so that no code is clamped: every dequantised value
+ * lies within s / 2 of its weight), and the stored values are the ones
+ * divided by (v / s and (v - m) / s in double, rne = round half to even);
+ * s = 0 (a group of zeros, or of equal values with mins) gives q = 0 (u = 8
+ * for symmetric int4).  A weight that
+ * is not finite, or a scale or min past the scales' dtype's range, is
+ * SF_ERR_INVALID_ARG naming the row and group.  CPU contexts only (quantise
+ * on the host, then copy with sf_memcpy); a CUDA context is
+ * SF_ERR_UNSUPPORTED.
+ */
+SF_API sf_status sf_quantize_weights(sf_ctx *ctx, const sf_tensor *w, const sf_qweight *q);
+
+/* The dequantised weights of *q into w (N, K; f32, f16 or bf16, unit inner
+ * stride): each value computed in double from the definition above and
+ * rounded once to w's dtype.  Host memory, CPU contexts only. */
+SF_API sf_status sf_dequantize_weights(sf_ctx *ctx, const sf_qweight *q, const sf_tensor *w);
+
+/*
+ * GGUF / ggml block types (their ggml_type ids) that sf_repack_gguf reads.
+ * Each block covers 32 consecutive elements of one row, little-endian:
+ *   Q4_0  18 bytes: f16 d, 16 bytes qs;  element j (j < 16) is the low
+ *         nibble of qs[j], element j + 16 its high nibble; w = d * (u - 8)
+ *   Q4_1  20 bytes: f16 d, f16 m, 16 bytes qs (nibbles as Q4_0); w = d * u + m
+ *   Q8_0  34 bytes: f16 d, 32 int8 qs; w = d * qs[j]
+ */
+typedef enum sf_gguf_type { SF_GGUF_Q4_0 = 2, SF_GGUF_Q4_1 = 3, SF_GGUF_Q8_0 = 8 } sf_gguf_type;
+
+/* Rewrites a GGUF tensor of n rows x k elements (k a multiple of 32; the
+ * blocks row after row, as a GGUF file stores a 2-D weight of ne0 = k,
+ * ne1 = n) of `bytes` bytes (exactly n * k / 32 blocks) into *q, whose
+ * tensors the caller allocated in host memory: Q4_0 -> SF_QW_INT4 without
+ * mins, Q4_1 -> SF_QW_INT4 with mins, Q8_0 -> SF_QW_INT8 without mins; group
+ * 32; scales (and mins) f16 (copied bit for bit) or f32 (exact).  The
+ * dequantised values of *q equal the GGUF definition's exactly.  CPU
+ * contexts only. */
+SF_API sf_status sf_repack_gguf(sf_ctx *ctx, sf_gguf_type type, const void *blocks, size_t bytes,
+                                const sf_qweight *q);
 
 /* ------------------------------------------------------------------ */
 /* Attention forward, flash_attn_func / flash_attn_varlen_func         */

@@ -23,6 +23,7 @@ enum { RN_X, RN_Z, RN_W, RN_OUT, RN_NONE };                       /* rmsnorm_gat
 enum { NM_X, NM_RES, NM_W, NM_B, NM_OUT, NM_HOUT };              /* fused norms   */
 enum { SW_G, SW_U, SW_OUT, SW_NONE };                                /* swiglu        */
 enum { RP_Q, RP_K, RP_QO, RP_KO, RP_POS, RP_COS, RP_SIN };        /* rope          */
+enum { WQ_X, WQ_D, WQ_S, WQ_MIN, WQ_BIAS, WQ_Y, WQ_NONE };          /* gemm_wq       */
 enum { PG_Q, PG_KC, PG_VC, PG_BT, PG_SL, PG_OUT, PG_LSE, PG_KN, PG_VN }; /* paged cache */
 
 static int is_paged(const sfc_case *c) { return c->op == SFC_KV_APPEND || c->op == SFC_ATTN_PAGED; }
@@ -141,6 +142,19 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
             ct_spec(&t[RP_COS], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
             ct_spec(&t[RP_SIN], 2, (int64_t[]){c->npos, R / 2}, SF_F32, GEN_UNIT);
         }
+    } else if (c->op == SFC_GEMM_WQ) {
+        const int64_t M = b, n = c->wq_n, k = c->wq_k, ng = k / c->wq_group;
+        ct_spec(&t[WQ_X], 2, (int64_t[]){M, k}, dt, GEN_NORMAL);
+        ct_spec(&t[WQ_D], 2, (int64_t[]){n, c->wq_bits == 4 ? k / 2 : k}, SF_U8, GEN_NONE);
+        /* scales and mins in x's dtype (f32 with f32 x), contiguous by contract */
+        ct_spec(&t[WQ_S], 2, (int64_t[]){ng, n}, dt, GEN_SCALE);
+        t[WQ_S].contig = 1;
+        if (c->wq_min) {
+            ct_spec(&t[WQ_MIN], 2, (int64_t[]){ng, n}, dt, GEN_MIN);
+            t[WQ_MIN].contig = 1;
+        }
+        if (c->bias) ct_spec(&t[WQ_BIAS], 1, (int64_t[]){n}, dt, GEN_NORMAL);
+        ct_spec(&t[WQ_Y], 2, (int64_t[]){M, n}, dt, GEN_OUT);
     } else if (is_paged(c)) {
         int64_t d = c->d, Hkv = c->Hkv, mp, np, ps = c->page_size;
         paged_geometry(c, &mp, &np);
@@ -247,6 +261,8 @@ static void fill_index(const sfc_case *c, tspec *t, uint64_t *rng) {
         }
         free(perm);
     }
+    if (c->op == SFC_GEMM_WQ) /* uniformly random codes, every byte value */
+        for (int64_t e = 0; e < ct_numel(&t[WQ_D]); e++) t[WQ_D].h[e] = (unsigned char)(ct_rng_next(rng) >> 56);
     if (c->op == SFC_ROPE && t[RP_POS].present) /* distinct positions in a random order */
         shuffled_slots((int32_t *)t[RP_POS].h, c->b * c->L, c->npos, rng);
     if (c->op == SFC_ATTN_FWD && t[CUQ].present) {
@@ -325,6 +341,14 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->style = c->gptj ? SF_ROPE_GPTJ : SF_ROPE_NEOX;
         if (c->llama3) p->scaling = SF_ROPE_LLAMA3, p->theta = 500000.0f;
         p->backend = be;
+    } else if (c->op == SFC_GEMM_WQ) {
+        sf_gemm_wq_params *p = (sf_gemm_wq_params *)params;
+        sf_gemm_wq_params_init(p);
+        p->x = VW(WQ_X), p->bias = VW(WQ_BIAS), p->y = VW(WQ_Y);
+        p->w.format = c->wq_bits == 4 ? SF_QW_INT4 : SF_QW_INT8;
+        p->w.n = c->wq_n, p->w.k = c->wq_k, p->w.group_size = c->wq_group;
+        p->w.data = VW(WQ_D), p->w.scales = VW(WQ_S), p->w.mins = VW(WQ_MIN);
+        p->backend = be;
     } else if (c->op == SFC_KV_APPEND) {
         sf_kv_append_params *p = (sf_kv_append_params *)params;
         sf_kv_append_params_init(p);
@@ -371,6 +395,7 @@ static sf_status call_op(const sfc_case *c, sf_ctx *ctx, const void *params) {
     case SFC_ADD_LAYERNORM: return sf_add_layernorm(ctx, (const sf_norm_params *)params);
     case SFC_SWIGLU: return sf_swiglu(ctx, (const sf_swiglu_params *)params);
     case SFC_ROPE: return sf_rope(ctx, (const sf_rope_params *)params);
+    case SFC_GEMM_WQ: return sf_gemm_wq(ctx, (const sf_gemm_wq_params *)params);
     default: return sf_attn_fwd(ctx, (const sf_attn_fwd_params *)params);
     }
 }
@@ -396,6 +421,8 @@ static void work(const sfc_case *c, const tspec *t, sfc_result *r) {
         r->flops = (double)c->b * c->L * c->dim * 5.0;
     } else if (c->op == SFC_ROPE) {
         r->flops = (double)c->b * c->L * (c->H + c->Hkv) * (c->rot_dim ? c->rot_dim : c->d) * 3.0;
+    } else if (c->op == SFC_GEMM_WQ) {
+        r->flops = 2.0 * c->b * c->L * (double)c->wq_n * c->wq_k;
     } else if (c->op == SFC_KV_APPEND) {
         r->flops = 0.0; /* a copy: bytes only */
     } else {
@@ -639,6 +666,7 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
         sf_norm_params i;
         sf_swiglu_params j;
         sf_rope_params k;
+        sf_gemm_wq_params l;
     } prm, prm_ref;
 
     for (int i = 0; i < MAXT; i++) {
@@ -702,6 +730,7 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
     if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) first = NM_OUT, second = NM_HOUT;
     if (c->op == SFC_SWIGLU) first = SW_OUT, second = SW_NONE; /* absent */
     if (c->op == SFC_ROPE) first = c->out_of_place ? RP_QO : RP_Q, second = c->out_of_place ? RP_KO : RP_K;
+    if (c->op == SFC_GEMM_WQ) first = WQ_Y, second = WQ_NONE; /* absent */
     if (bl) {
         char bmsg[512] = "";
         st = run_baseline(c, t, tb, first, second, &prm, ctx, reps, bl, res, bmsg, sizeof bmsg);
@@ -789,8 +818,9 @@ static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
     /* the fused layer ops have no CUDA kernels yet */
     if (op == SFC_ADD_RMSNORM || op == SFC_ADD_LAYERNORM || op == SFC_SWIGLU || op == SFC_ROPE)
         return 1;
-    /* the paged cache in f32 is served by the host backends only */
-    return dt == SF_F32 && (op == SFC_ATTN_FWD || op == SFC_KV_APPEND || op == SFC_ATTN_PAGED);
+    /* the paged cache and the quantised product in f32 are served by the
+     * host backends only */
+    return dt == SF_F32 && (op == SFC_GEMM_WQ || op == SFC_ATTN_FWD || op == SFC_KV_APPEND || op == SFC_ATTN_PAGED);
 }
 
 int sfc_check_all(int op, sf_backend be, int device, uint64_t seed, int all, int threads,

@@ -41,7 +41,7 @@ void ct_spec(tspec *t, int rank, const int64_t *shape, sf_dtype dt, int gen) {
     t->dtype = dt;
     t->gen = gen;
     t->is_out = gen == GEN_OUT;
-    t->is_index = dt == SF_I32 || dt == SF_I64;
+    t->is_index = dt == SF_I32 || dt == SF_I64 || dt == SF_U8;
 }
 
 /* Strides: contiguous, or with every row (dim rank-2) padded by 8 elements
@@ -53,8 +53,9 @@ void ct_layout(tspec *t, int strided) {
     for (int i = t->rank - 1; i >= 0; i--) {
         t->stride[i] = s;
         int64_t ext = t->shape[i] > 0 ? t->shape[i] : 1;
-        if (strided && !t->is_index && t->rank >= 2 && i == t->rank - 1) ext += 8;
-        if (strided && !t->is_index && t->rank == 1) t->stride[i] = 2, ext *= 2;
+        const int pad = strided && !t->is_index && !t->contig;
+        if (pad && t->rank >= 2 && i == t->rank - 1) ext += 8;
+        if (pad && t->rank == 1) t->stride[i] = 2, ext *= 2;
         s *= ext;
     }
     int64_t span = 1;
@@ -114,6 +115,7 @@ float ct_load(const tspec *t, int64_t i) {
     case SF_F16: return ct_f16_to_f32(((const uint16_t *)t->h)[o]);
     case SF_BF16: return ct_bf16_to_f32(((const uint16_t *)t->h)[o]);
     case SF_I32: return (float)((const int32_t *)t->h)[o];
+    case SF_U8: return (float)t->h[o];
     default: return (float)((const int64_t *)t->h)[o];
     }
 }
@@ -126,6 +128,7 @@ float ct_store(tspec *t, int64_t i, float v) {
     case SF_F16: ((uint16_t *)t->h)[o] = ct_f32_to_f16(v); return ct_f16_to_f32(((uint16_t *)t->h)[o]);
     case SF_BF16: ((uint16_t *)t->h)[o] = ct_f32_to_bf16(v); return ct_bf16_to_f32(((uint16_t *)t->h)[o]);
     case SF_I32: ((int32_t *)t->h)[o] = (int32_t)v; return v;
+    case SF_U8: t->h[o] = (unsigned char)v; return v;
     default: ((int64_t *)t->h)[o] = (int64_t)v; return v;
     }
 }
@@ -141,6 +144,8 @@ double ct_gen_value(int gen, uint64_t *s) {
     case GEN_DTB: return 0.02 * ct_rng_unif(s);
     case GEN_SLOPE: return 0.05 + 0.45 * ct_rng_unif(s); /* ALiBi's 2^-8/H .. 2^-1 range */
     case GEN_UNIT: return -1.0 + 2.0 * ct_rng_unif(s);   /* cos / sin tables */
+    case GEN_SCALE: return 0.02 + 0.03 * ct_rng_unif(s); /* quantisation scales */
+    case GEN_MIN: return -(0.1 + 0.2 * ct_rng_unif(s));  /* quantisation mins, about -8 s */
     default: return 0.0;
     }
 }

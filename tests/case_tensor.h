@@ -6,13 +6,16 @@
 
 #include "cases.h"
 
-enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_SLOPE, GEN_UNIT, GEN_OUT };
+enum { GEN_NONE, GEN_NORMAL, GEN_HALF, GEN_DT_RAW, GEN_DT_POS, GEN_A, GEN_DTB_SP, GEN_DTB, GEN_SLOPE, GEN_UNIT, GEN_SCALE, GEN_MIN, GEN_OUT };
 
 #define MAXT 13
 #define GUARD 64
 
 typedef struct tspec {
-    int present, rank, gen, is_out, is_inout, is_index;
+    int present, rank, gen, is_out, is_inout;
+    int is_index;         /* integer data (indices, quantised codes): shared
+                             as-is with the reference, never padded        */
+    int contig;           /* kept contiguous in strided cases            */
     int64_t shape[4], stride[4];
     sf_dtype dtype;       /* the target's dtype                      */
     size_t span;          /* bytes spanned by the strided view        */

@@ -27,6 +27,8 @@
 #define NORM(nm, op_, rows, D_) .name = nm, .op = op_, .b = rows, .L = 1, .dim = D_
 #define SWI(nm, rows, n_, lay) .name = nm, .op = SFC_SWIGLU, .b = rows, .L = 1, .dim = n_, .layout = lay
 #define ROPE(nm, T_, H_, Hkv_, d_) .name = nm, .op = SFC_ROPE, .b = 1, .L = T_, .H = H_, .Hkv = Hkv_, .d = d_
+#define GWQ(nm, M_, n_, k_, bits_, g_) \
+    .name = nm, .op = SFC_GEMM_WQ, .b = M_, .L = 1, .wq_n = n_, .wq_k = k_, .wq_bits = bits_, .wq_group = g_
 #define ALL_OPTS .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1
 const sfc_case sfc_cases[] = {
     {SSD("ssd_basic", 2, 200, 4, 16, 1, 16, 64), .D = 1},
@@ -293,6 +295,25 @@ const sfc_case sfc_cases[] = {
     {ROPE("rope_tables_nopos_oop", 6, 4, 4, 64), .tables = 1, .rot_dim = 16, .npos = 8, .out_of_place = 1},
     {ROPE("rope_strided", 8, 6, 2, 32), .pos_ids = 1, .npos = 100, .strided = 1, .out_of_place = 1},
     {ROPE("rope_d2", 3, 1, 1, 2), .gptj = 1},
+    /* weight-only quantised product: int4 and int8, groups 32 / 64 / 128,
+     * with and without mins; M in {1, 3, 16} (the decode path), 17, 64, 200
+     * (the tiled path: partial row tiles); odd N and N = 1 (partial column
+     * tiles), K of one to 32 groups (a partial last K tile), bias, strided x
+     * and y (padded rows) */
+    {GWQ("gwq4_g128_m1", 1, 257, 512, 4, 128)},
+    {GWQ("gwq4_g32_min_m3", 3, 129, 96, 4, 32), .wq_min = 1},
+    {GWQ("gwq4_g64_m16_bias", 16, 300, 320, 4, 64), .bias = 1},
+    {GWQ("gwq4_g128_m16_k4096", 16, 96, 4096, 4, 128), .wq_min = 1},
+    {GWQ("gwq4_g128_min_m17_str", 17, 77, 384, 4, 128), .wq_min = 1, .strided = 1},
+    {GWQ("gwq4_g64_m3_n1", 3, 1, 64, 4, 64)},
+    {GWQ("gwq4_g128_m64", 64, 512, 1024, 4, 128), .wq_min = 1, .bias = 1},
+    {GWQ("gwq4_g32_m200_str", 200, 255, 160, 4, 32), .bias = 1, .strided = 1},
+    {GWQ("gwq8_g32_m1", 1, 131, 256, 8, 32)},
+    {GWQ("gwq8_g64_min_m3_str", 3, 70, 448, 8, 64), .wq_min = 1, .strided = 1},
+    {GWQ("gwq8_g128_m16", 16, 33, 128, 8, 128), .bias = 1},
+    {GWQ("gwq8_g32_m17_str", 17, 65, 64, 8, 32), .strided = 1},
+    {GWQ("gwq8_g128_min_m64_bias", 64, 96, 512, 8, 128), .wq_min = 1, .bias = 1},
+    {GWQ("gwq8_g64_m200", 200, 133, 192, 8, 64)},
 };
 const int sfc_ncases = (int)(sizeof sfc_cases / sizeof sfc_cases[0]);
 
@@ -310,12 +331,13 @@ const char *sfc_op_name(sfc_op op) {
     case SFC_ADD_LAYERNORM: return "add_layernorm";
     case SFC_SWIGLU: return "swiglu";
     case SFC_ROPE: return "rope";
+    case SFC_GEMM_WQ: return "gemm_wq";
     }
     return "?";
 }
 
 int sfc_op_from_name(const char *s) {
-    for (int i = 0; i <= (int)SFC_ROPE; i++)
+    for (int i = 0; i <= (int)SFC_GEMM_WQ; i++)
         if (strcmp(s, sfc_op_name((sfc_op)i)) == 0) return i;
     return -1;
 }

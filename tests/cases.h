@@ -22,7 +22,8 @@ typedef enum sfc_op {
     SFC_ADD_RMSNORM = 8,
     SFC_ADD_LAYERNORM = 9,
     SFC_SWIGLU = 10,
-    SFC_ROPE = 11
+    SFC_ROPE = 11,
+    SFC_GEMM_WQ = 12
 } sfc_op;
 
 typedef struct sfc_case {
@@ -72,6 +73,9 @@ typedef struct sfc_case {
      * tables of npos rows, out-of-place outputs (else in place).  npos is
      * also the range of shuffled positions without tables. */
     int rot_dim, gptj, pos_ids, llama3, tables, npos, out_of_place;
+    /* gemm_wq: M = b rows of x; W (wq_n x wq_k) of wq_bits (4 or 8) codes,
+     * groups of wq_group, mins when wq_min, bias above */
+    int wq_n, wq_k, wq_bits, wq_group, wq_min;
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */

@@ -200,8 +200,8 @@ int main(void) {
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "C has dtype f16, expected bf16");
     p.C.dtype = SF_BF16, p.dt.dtype = SF_I32;
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "dt has dtype i32, expected bf16 (the dtype of x) or f32");
-    p.dt.dtype = (sf_dtype)5; /* no f64 */
-    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "dt has unknown dtype 5");
+    p.dt.dtype = (sf_dtype)17; /* no such dtype (no f64) */
+    EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "dt has unknown dtype 17");
     ssd_valid(&p), p.x.dtype = p.out.dtype = SF_F16, p.z = T(6, 4, (int64_t[]){1, 8, 4, 4});
     p.dt.dtype = p.B.dtype = p.C.dtype = SF_F16; /* z f32: z stays x's dtype */
     EXPECT_STATUS(sf_ssd_fwd(ctx, &p), SF_ERR_DTYPE, "z has dtype f32, expected f16");
@@ -305,8 +305,8 @@ int main(void) {
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "B has dtype f16, expected bf16 (the dtype of x) or f32");
     sp.B.dtype = SF_BF16, sp.C.dtype = SF_I64;
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "C has dtype i64, expected bf16");
-    sp.C.dtype = SF_F32, sp.dt.dtype = (sf_dtype)5;
-    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "dt has unknown dtype 5");
+    sp.C.dtype = SF_F32, sp.dt.dtype = (sf_dtype)17;
+    EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "dt has unknown dtype 17");
     sp.dt.dtype = SF_F16;
     EXPECT_STATUS(sf_ssd_step(ctx, &sp), SF_ERR_DTYPE, "dt has dtype f16, expected bf16 (the dtype of x) or f32");
 

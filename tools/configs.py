@@ -14,7 +14,8 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TABLES = (("ssd_fwd", "src/cuda/ssd/configs.h"), ("attn_fwd", "src/cuda/attn/configs.h"))
+TABLES = (("ssd_fwd", "src/cuda/ssd/configs.h"), ("attn_fwd", "src/cuda/attn/configs.h"),
+          ("gemm_wq", "src/cuda/gemm_wq/configs.h"))
 ROW = re.compile(r'^\s*\{"([a-z0-9]+)",.*"((?:[^"\\]|\\.)*)"\},\s*$')
 BEGIN, END = "<!-- BEGIN configs (tools/configs.py readme) -->", "<!-- END configs -->"
 
@@ -27,7 +28,9 @@ def rows(path):
 def readme_block():
     lines = [BEGIN, "```"]
     for op, path in TABLES:
-        lines.append(f"{op} ({path}; the first row that serves a shape is the untuned default):")
+        how = ("wq_pick chooses by the rows of x" if op == "gemm_wq"
+               else "the first row that serves a shape is the untuned default")
+        lines.append(f"{op} ({path}; {how}):")
         for name, about in rows(path):
             lines.append(f"  {name:<12} {about}")
     lines += ["```", END]

@@ -26,12 +26,15 @@ static void usage(FILE *f) {
             "                     [--chunk N] [--Lq N] [--Lk N] [--Hkv N] [--d N] [--causal]\n"
             "                     [--window L,R] [--dim N] [--width W] [--group N]\n"
             "                     [--norm-before-gate] [--no-silu] [--page-size N]\n"
+            "                     [--wq-n N] [--wq-k K] [--bits 4|8] [--wq-group 32|64|128] [--mins]\n"
             "       seqfuse info\n"
             "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append,\n"
             "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
             "    --page-size N, default 16),\n"
             "    add_rmsnorm, add_layernorm, swiglu, rope (fused layer ops: `check --op` runs\n"
-            "    their cases; host backends only for now)\n"
+            "    their cases; host backends only for now),\n"
+            "    gemm_wq (y = x W^T with W in int4 / int8 codes: --b rows of x, W --wq-n x --wq-k,\n"
+            "    default 1 x 4096 x 4096, int4, groups of 128, symmetric unless --mins)\n"
             "\n"
             "With no command, runs the default workload (a Mamba-2 2.7B layer SSD forward, a GQA\n"
             "causal attention and the ViT-B/16 attention) on the GPU when there is one, else the\n"
@@ -218,7 +221,7 @@ static int cmd_check(int argc, char **argv) {
             op = sfc_op_from_name(argv[++i]);
             if (op < 0) {
                 fprintf(stderr, "seqfuse: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
-                                "conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope)\n", argv[i]);
+                                "conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope, gemm_wq)\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--all")) {
@@ -277,6 +280,7 @@ static int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--check")) { check = 1; continue; }
         if (!strcmp(a, "--norm-before-gate")) { c.norm_before_gate = 1; continue; }
         if (!strcmp(a, "--no-silu")) { c.silu = 0; continue; }
+        if (!strcmp(a, "--mins")) { c.wq_min = 1; continue; }
         if (!v) {
             fprintf(stderr, "seqfuse bench: %s needs a value\n", a);
             return 2;
@@ -286,7 +290,7 @@ static int cmd_bench(int argc, char **argv) {
             int o = sfc_op_from_name(v);
             if (o < 0) {
                 fprintf(stderr, "seqfuse bench: unknown op '%s' (ssd_fwd, ssd_step, attn_fwd, "
-                                "conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope)\n", v);
+                                "conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope, gemm_wq)\n", v);
                 return 2;
             }
             c.op = (sfc_op)o;
@@ -308,6 +312,10 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--width")) ok = parse_int(a, v, 1, 64, &c.width);
         else if (!strcmp(a, "--group")) ok = parse_int(a, v, 0, 1 << 20, &c.group);
         else if (!strcmp(a, "--page-size")) ok = parse_int(a, v, 1, 256, &c.page_size);
+        else if (!strcmp(a, "--wq-n")) ok = parse_int(a, v, 1, 1 << 20, &c.wq_n);
+        else if (!strcmp(a, "--wq-k")) ok = parse_int(a, v, 32, 1 << 20, &c.wq_k);
+        else if (!strcmp(a, "--bits")) ok = parse_int(a, v, 4, 8, &c.wq_bits);
+        else if (!strcmp(a, "--wq-group")) ok = parse_int(a, v, 32, 128, &c.wq_group);
         else if (!strcmp(a, "--window")) {
             if (sscanf(v, "%d,%d", &c.wl, &c.wr) != 2) {
                 fprintf(stderr, "seqfuse bench: --window expects L,R (e.g. 128,0 or -1,-1), got '%s'\n", v);
@@ -323,8 +331,20 @@ static int cmd_bench(int argc, char **argv) {
     }
     if ((int)c.op < 0) {
         fprintf(stderr, "seqfuse bench: --op is required (ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, "
-                        "conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope)\n");
+                        "conv1d_update, rmsnorm_gated, kv_append, attn_paged, add_rmsnorm, add_layernorm, swiglu, rope, gemm_wq)\n");
         return 2;
+    }
+    if (c.op == SFC_GEMM_WQ) { /* Llama-3-8B's q projection, one token, unless given */
+        if (c.wq_n == 0) c.wq_n = 4096;
+        if (c.wq_k == 0) c.wq_k = 4096;
+        if (c.wq_bits == 0) c.wq_bits = 4;
+        if (c.wq_group == 0) c.wq_group = 128;
+        c.L = 1;
+        c.bias = 0;
+        if (c.wq_bits != 4 && c.wq_bits != 8) {
+            fprintf(stderr, "seqfuse bench: --bits is 4 or 8\n");
+            return 2;
+        }
     }
     if (c.Lk < 0) c.Lk = c.Lq;
     if (c.Hkv < 0) c.Hkv = c.H;

@@ -150,9 +150,11 @@ def last_ctx():
 # ------------------------------------------------------------------ dtypes
 
 _NP_CODES = {np.dtype(np.float32): L.SF_F32, np.dtype(np.float16): L.SF_F16,
-             np.dtype(np.int32): L.SF_I32, np.dtype(np.int64): L.SF_I64}
-_CAI_CODES = {"<f4": L.SF_F32, "<f2": L.SF_F16, "<i4": L.SF_I32, "<i8": L.SF_I64}
-_ACCEPTED = "float32, float16 or bfloat16 (int32/int64 for index tensors)"
+             np.dtype(np.int32): L.SF_I32, np.dtype(np.int64): L.SF_I64,
+             np.dtype(np.uint8): L.SF_U8, np.dtype(np.int8): L.SF_I8}
+_CAI_CODES = {"<f4": L.SF_F32, "<f2": L.SF_F16, "<i4": L.SF_I32, "<i8": L.SF_I64,
+              "|u1": L.SF_U8, "|i1": L.SF_I8}
+_ACCEPTED = "float32, float16 or bfloat16 (int32/int64 for index tensors, uint8/int8 for quantised codes)"
 
 
 def _np_code(dt):
@@ -171,7 +173,7 @@ def _np_code(dt):
 
 def _torch_codes(torch):
     return {torch.float32: L.SF_F32, torch.float16: L.SF_F16, torch.bfloat16: L.SF_BF16,
-            torch.int32: L.SF_I32, torch.int64: L.SF_I64}
+            torch.int32: L.SF_I32, torch.int64: L.SF_I64, torch.uint8: L.SF_U8, torch.int8: L.SF_I8}
 
 
 def kind_of(obj):

@@ -39,6 +39,8 @@ SF_F16 = 1
 SF_BF16 = 2
 SF_I32 = 3
 SF_I64 = 4
+SF_U8 = 5
+SF_I8 = 6
 
 SF_DEVICE_CPU = -1
 SF_MAX_RANK = 6
@@ -366,3 +368,36 @@ sf_swiglu_params_init = _decl("sf_swiglu_params_init", None, _P(sf_swiglu_params
 sf_swiglu = _decl("sf_swiglu", _c.c_int, _c.c_void_p, _P(sf_swiglu_params))
 sf_rope_params_init = _decl("sf_rope_params_init", None, _P(sf_rope_params))
 sf_rope = _decl("sf_rope", _c.c_int, _c.c_void_p, _P(sf_rope_params))
+
+
+# ------------------------------------------------------------------ quantised weights
+
+SF_QW_INT4, SF_QW_INT8 = 0, 1
+SF_GGUF_Q4_0, SF_GGUF_Q4_1, SF_GGUF_Q8_0 = 2, 3, 8
+
+
+class sf_qweight(ctypes.Structure):
+    _fields_ = [
+        ("format", ctypes.c_int),
+        ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+        ("group_size", ctypes.c_int),
+        ("data", sf_tensor), ("scales", sf_tensor), ("mins", sf_tensor),
+    ]
+
+
+class sf_gemm_wq_params(ctypes.Structure):
+    _fields_ = [
+        ("x", sf_tensor),
+        ("w", sf_qweight),
+        ("bias", sf_tensor),
+        ("y", sf_tensor),
+        ("backend", ctypes.c_int),
+    ]
+
+
+sf_gemm_wq_params_init = _decl("sf_gemm_wq_params_init", None, _P(sf_gemm_wq_params))
+sf_gemm_wq = _decl("sf_gemm_wq", _c.c_int, _c.c_void_p, _P(sf_gemm_wq_params))
+sf_quantize_weights = _decl("sf_quantize_weights", _c.c_int, _c.c_void_p, _P(sf_tensor), _P(sf_qweight))
+sf_dequantize_weights = _decl("sf_dequantize_weights", _c.c_int, _c.c_void_p, _P(sf_qweight), _P(sf_tensor))
+sf_repack_gguf = _decl("sf_repack_gguf", _c.c_int, _c.c_void_p, _c.c_int, _c.c_void_p, _c.c_size_t,
+                       _P(sf_qweight))

@@ -118,6 +118,10 @@ static const char *forced_name(const char *op, char *buf, size_t len) {
     return NULL;
 }
 
+const char *sf_autotune_forced_name(const char *op, char *buf, size_t len) {
+    return forced_name(op, buf, len);
+}
+
 int sf_autotune_forced(const char *op) {
     char fb[64];
     return forced_name(op, fb, sizeof fb) != NULL;

@@ -84,6 +84,9 @@ sf_status sf_autotune(sf_ctx *ctx, const sf_tune_request *rq, int *choice, int *
 
 /* Whether SF_AUTOTUNE_FORCE names a configuration for `op`. */
 int sf_autotune_forced(const char *op);
+/* The configuration SF_AUTOTUNE_FORCE names for `op`, copied into buf; NULL
+ * if none (for ops that pick by a selector rather than by timing). */
+const char *sf_autotune_forced_name(const char *op, char *buf, size_t len);
 
 /* The per-context table (ctx->tune); freed with the context. */
 typedef struct sf_tune_entry {

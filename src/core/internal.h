@@ -142,6 +142,8 @@ static inline float sf_ldf(const void *data, sf_dtype dt, int64_t off) {
     case SF_BF16: return sf_bf16_to_f32(((const uint16_t *)data)[off]);
     case SF_I32: return (float)((const int32_t *)data)[off];
     case SF_I64: return (float)((const int64_t *)data)[off];
+    case SF_U8: return (float)((const uint8_t *)data)[off];
+    case SF_I8: return (float)((const int8_t *)data)[off];
     }
     return NAN;
 }

@@ -31,6 +31,8 @@ size_t sf_dtype_size(sf_dtype dt) {
     case SF_BF16: return 2;
     case SF_I32: return 4;
     case SF_I64: return 8;
+    case SF_U8: return 1;
+    case SF_I8: return 1;
     }
     return 0;
 }
@@ -42,6 +44,8 @@ const char *sf_dtype_name(sf_dtype dt) {
     case SF_BF16: return "bf16";
     case SF_I32: return "i32";
     case SF_I64: return "i64";
+    case SF_U8: return "u8";
+    case SF_I8: return "i8";
     }
     return "?";
 }

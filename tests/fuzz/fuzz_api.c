@@ -51,7 +51,7 @@ static int64_t var_value(uint8_t b) {
 }
 
 /* ---------------------------------------------------------------- tensors */
-enum { DT_MAIN, DT_F32, DT_IDX, DT_I32 };
+enum { DT_MAIN, DT_F32, DT_IDX, DT_I32, DT_U8 };
 typedef struct tmpl {
     int rank;
     int dims[5];  /* >= 0: shape variable; < 0: the constant -dims[i] - 1 */
@@ -72,7 +72,7 @@ static size_t span_bytes(const sf_tensor *t, int *too_big) {
         if (t->shape[i] <= 0) return 0;
         ext += (double)(t->shape[i] - 1) * (double)(t->stride[i] < 0 ? 0 : t->stride[i]);
     }
-    size_t es = (size_t)t->dtype <= SF_I64 ? sf_dtype_size(t->dtype) : 4;
+    size_t es = (size_t)t->dtype <= SF_I8 ? sf_dtype_size(t->dtype) : 4;
     if (ext * (double)es > SPAN_CAP) {
         *too_big = 1;
         return 0;
@@ -87,12 +87,13 @@ static void make_tensor(rd *r, const tmpl *tp, const int64_t *v, sf_dtype main_d
     const uint8_t m = rd8(r);
     if (m == 0xff) return; /* absent */
     sf_tensor *t = &out->t;
-    static const sf_dtype any[] = {SF_F32, SF_F16, SF_BF16, SF_I32, SF_I64};
+    static const sf_dtype any[] = {SF_F32, SF_F16, SF_BF16, SF_I32, SF_I64, SF_U8, SF_I8};
     sf_dtype dt = tp->dclass == DT_MAIN ? main_dt
                   : tp->dclass == DT_F32 ? SF_F32
                   : tp->dclass == DT_I32 ? SF_I32
+                  : tp->dclass == DT_U8  ? SF_U8
                                          : ((m & 0x80) ? SF_I64 : SF_I32);
-    if ((m & 0x0e) == 0x0e) dt = (m & 0x10) ? (sf_dtype)(40 + (m >> 5)) : any[(m >> 5) % 5];
+    if ((m & 0x0e) == 0x0e) dt = (m & 0x10) ? (sf_dtype)(40 + (m >> 5)) : any[(m >> 5) % 7];
     int rank = tp->rank;
     if ((m & 0x30) == 0x30 && (m & 0x0e) != 0x0e) rank = (m >> 6) + tp->rank - 1; /* off by one or two */
     if (rank > SF_MAX_RANK) rank = SF_MAX_RANK;
@@ -174,7 +175,7 @@ static int64_t capacity(int64_t ps, int64_t pages, int64_t minus) {
 
 /* ---------------------------------------------------------------- ops */
 enum { OP_SSD, OP_STEP, OP_ATTN, OP_ATTN_VARLEN, OP_CONV, OP_CONV_UPD, OP_RMS, OP_MERGE, OP_COMBINE, OP_DESC,
-       OP_ALLOC, OP_PAGED, OP_APPEND, OP_NORM, OP_SWIGLU, OP_ROPE, OP_COUNT };
+       OP_ALLOC, OP_PAGED, OP_APPEND, OP_NORM, OP_SWIGLU, OP_ROPE, OP_GEMM_WQ, OP_QWEIGHT, OP_COUNT };
 
 static sf_ctx *ctx_get(void) {
     static sf_ctx *ctx;
@@ -465,6 +466,58 @@ static void run_one(rd *r) {
         if (!too_big) st = sf_rope(ctx, &p);
         break;
     }
+    case OP_GEMM_WQ:   /* M0 N1 K2, groups3 and bytes per row4 derived */
+    case OP_QWEIGHT: { /* the same weight: quantise, dequantise or repack */
+        const uint8_t fb = rd8(r), gb = rd8(r);
+        sf_qweight q;
+        memset(&q, 0, sizeof q);
+        q.format = fb < 250 ? (sf_qw_format)(fb & 1) : (sf_qw_format)(int8_t)fb;
+        q.group_size = gb < 240 ? (int[]){32, 64, 128}[gb % 3] : (int)(int8_t)gb;
+        v[3] = q.group_size > 0 && v[2] >= 0 ? v[2] / q.group_size : 1;
+        v[4] = q.format == SF_QW_INT4 && v[2] >= 0 ? v[2] / 2 : v[2];
+        MK({2, {1, 4}, DT_U8, 0});
+        MK({2, {3, 1}, DT_MAIN, 0});
+        MK({2, {3, 1}, DT_MAIN, 0});
+        q.data = T[0].t, q.scales = T[1].t, q.mins = T[2].t;
+        q.n = v[1], q.k = v[2];
+        const uint8_t nk = rd8(r); /* n or k off the tensors' */
+        if (nk == 1) q.n = var_value(rd8(r));
+        if (nk == 2) q.k = var_value(rd8(r));
+        if (op == OP_GEMM_WQ) {
+            sf_gemm_wq_params p;
+            sf_gemm_wq_params_init(&p);
+            MK({2, {0, 2}, DT_MAIN, 0});
+            MK({1, {1}, DT_MAIN, 0});
+            MK({2, {0, 1}, DT_MAIN, 0});
+            p.w = q, p.x = T[3].t, p.bias = T[4].t, p.y = T[5].t;
+            if (rd8(r) == 7) p.y = T[3].t; /* the output over the input */
+            p.backend = be;
+            if (!too_big) st = sf_gemm_wq(ctx, &p);
+            break;
+        }
+        MK({2, {1, 2}, DT_MAIN, 0});
+        const uint8_t which = rd8(r) % 3;
+        if (which == 0 && !too_big) st = sf_quantize_weights(ctx, &T[3].t, &q);
+        if (which == 1 && !too_big) st = sf_dequantize_weights(ctx, &q, &T[3].t);
+        if (which == 2) {
+            const uint8_t tb = rd8(r);
+            const sf_gguf_type type = tb < 250 ? (sf_gguf_type)(int[]){2, 3, 8}[tb % 3] : (sf_gguf_type)(int8_t)tb;
+            const int bs = type == SF_GGUF_Q4_1 ? 20 : type == SF_GGUF_Q8_0 ? 34 : 18;
+            /* the blocks the weight needs, or a count off by a few bytes */
+            const int64_t nb = q.n > 0 && q.k > 0 && q.n < (1 << 20) && q.k < (1 << 20) ? q.n * (q.k / 32) : 1;
+            int64_t bytes = nb * bs + (int64_t)(int8_t)rd8(r) % 3;
+            if (bytes < 1) bytes = 1;
+            if (bytes <= (int64_t)SPAN_CAP && !too_big) {
+                uint8_t *blk = (uint8_t *)malloc((size_t)bytes);
+                if (blk) {
+                    for (int64_t i = 0; i < bytes; i++) blk[i] = (uint8_t)(i * 131 + 7);
+                    st = sf_repack_gguf(ctx, type, blk, (size_t)bytes, &q);
+                    free(blk);
+                }
+            }
+        }
+        break;
+    }
     case OP_DESC: { /* descriptor helpers on raw 64-bit extents */
         int64_t shape[SF_MAX_RANK];
         const int rank = (int)(int8_t)rd8(r);
@@ -538,6 +591,7 @@ static int encode_case(const sfc_case *c, wr *w) {
     case SFC_CONV1D_FWD: op = OP_CONV; break;
     case SFC_CONV1D_UPDATE: op = OP_CONV_UPD; break;
     case SFC_RMSNORM_GATED: op = OP_RMS; break;
+    case SFC_GEMM_WQ: op = OP_GEMM_WQ; break;
     default: return 0;
     }
     w8(w, op);
@@ -562,6 +616,7 @@ static int encode_case(const sfc_case *c, wr *w) {
     case OP_CONV_UPD: vars[0] = c->b, vars[1] = c->dim, vars[2] = c->width;
         vars[3] = c->nslots > c->b ? c->nslots : c->b; break;
     case OP_RMS: vars[0] = c->b * c->L, vars[1] = c->dim; break;
+    case OP_GEMM_WQ: vars[0] = c->b, vars[1] = c->wq_n, vars[2] = c->wq_k; break;
     }
     for (int i = 0; i < 8; i++) {
         if (vars[i] > 121 || vars[i] < 0) return 0; /* what var_value can give */
@@ -607,6 +662,13 @@ static int encode_case(const sfc_case *c, wr *w) {
     case OP_RMS:
         wtensor(w, 1, 0), wtensor(w, c->z, 0), wtensor(w, 1, 0), wtensor(w, 1, 0);
         w8(w, c->group), w8(w, c->norm_before_gate), w8(w, 4); /* eps 1e-6 */
+        break;
+    case OP_GEMM_WQ:
+        w8(w, c->wq_bits == 8), w8(w, c->wq_group == 32 ? 0 : c->wq_group == 64 ? 1 : 2);
+        wtensor(w, 1, 0), wtensor(w, 1, 0), wtensor(w, c->wq_min, 0);
+        w8(w, 0); /* n and k as the tensors' */
+        wtensor(w, 1, 0), wtensor(w, c->bias, 0), wtensor(w, 1, 0);
+        w8(w, 0);
         break;
     }
     return 1;

@@ -1,0 +1,148 @@
+"""Weight-only quantised matrix product on the GPU: seqfuse's sf_gemm_wq (int4
+and int8 codes, groups of 128, bf16 x and scales) against torch's bf16 matmul
+(cuBLAS) on the dequantised weights, and against dequantise-then-matmul (a
+bf16 copy of W made from the int4 codes by torch, then cuBLAS: what a
+framework without a fused kernel does), in one run on the same GPU.
+
+Llama-3-8B's projections, y = x W^T with W (N x K): 4096 x 4096 (q / o),
+28672 x 4096 (gate and up together), 4096 x 14336 (down); x with M rows,
+M = 1, 16 (decode: bound by reading W once), 64, 512, 4096 (prefill: bound
+by the tensor cores).  Reported: median time (triton do_bench), for M <= 16
+the weight bytes read per second (codes + scales; the copy ceiling is ~4.2
+TB/s on an H200: int4 moves a quarter of bf16's bytes, so its ideal is ~3.9x
+cuBLAS's GEMV), for M >= 64 TFLOP/s (2 M N K / time), and cuBLAS's time over
+ours.  The weights are random codes and scales (the speed does not depend on
+their values); the relative error of ours against float32 x times the
+dequantised weights is checked once per shape.
+
+    PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_gemm_wq.py \\
+        [--results bench/RESULTS.md] [--csv out.csv] [--quick]
+"""
+import argparse
+import sys
+
+from benchutil import commit, md_table, replace_section
+
+try:
+    import torch
+    import triton.testing
+
+    import seqfuse
+except ImportError:
+    torch = None
+
+COPY_TBS = 4.2
+GROUP = 128
+SHAPES = [("q/o", 4096, 4096), ("gate+up", 28672, 4096), ("down", 4096, 14336)]
+MS = [1, 16, 64, 512, 4096]
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def make_weight(n, k, bits, g):
+    """Random codes and bf16 scales (0.005 .. 0.015) on the GPU, as a QWeight."""
+    dev = "cuda"
+    data = torch.randint(0, 256, (n, k // 2 if bits == 4 else k), dtype=torch.uint8, device=dev, generator=g)
+    scales = (0.005 + 0.01 * torch.rand(k // GROUP, n, device=dev, generator=g)).to(torch.bfloat16)
+    return seqfuse.QWeight(data, scales, None, bits, GROUP, n, k)
+
+
+def dequant_torch(qw):
+    """W (n, k) bf16 from the codes by torch (the unfused baseline)."""
+    d = qw.data
+    if qw.bits == 4:
+        v = torch.stack(((d & 15), (d >> 4)), dim=-1).reshape(qw.n, qw.k).to(torch.bfloat16) - 8
+    else:
+        v = d.view(torch.int8).to(torch.bfloat16)
+    return v * qw.scales.t().repeat_interleave(GROUP, dim=1)
+
+
+def run_shape(n, k, ms, g):
+    q4, q8 = make_weight(n, k, 4, g), make_weight(n, k, 8, g)
+    w4 = dequant_torch(q4)  # cuBLAS's operand: the same weights in bf16
+    out = []
+    for m in ms:
+        x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=g)
+        t4 = bench(lambda: seqfuse.gemm_wq(x, q4))
+        t8 = bench(lambda: seqfuse.gemm_wq(x, q8))
+        tc = bench(lambda: torch.matmul(x, w4.t()))
+        td = bench(lambda: torch.matmul(x, dequant_torch(q4).t()))
+        err = float("nan")
+        if m in (16, 512) or m == ms[0]:
+            y = seqfuse.gemm_wq(x, q4).float()
+            ref = x.float() @ w4.float().t()
+            err = ((y - ref).norm() / ref.norm()).item()
+        out.append(dict(m=m, t4=t4, t8=t8, tc=tc, td=td, err=err))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", default=None)
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--quick", action="store_true", help="M = 1 and 4096 only")
+    a = ap.parse_args()
+    if torch is None or not torch.cuda.is_available():
+        print("gpu_gemm_wq.py: needs torch with CUDA, triton and seqfuse", file=sys.stderr)
+        return 77
+    gpu = torch.cuda.get_device_name()
+    import datetime
+    date = datetime.date.today().isoformat()
+    ms = [1, 4096] if a.quick else MS
+    g = torch.Generator(device="cuda").manual_seed(1)
+    rows = []
+    print(f"{gpu}, torch {torch.__version__}, commit {commit()}, bf16, group {GROUP}")
+    print(f"{'proj':>8s} {'N':>6s} {'K':>6s} {'M':>5s}   int4 us   int8 us  cuBLAS us  deq+mm us   "
+          f"int4 rate   int8 rate  cuBLAS rate  cuBLAS/int4 cuBLAS/int8  err")
+    for name, n, k in SHAPES:
+        for r in run_shape(n, k, ms, g):
+            m = r["m"]
+            if m <= 16:  # weight bytes per second (TB/s)
+                b4 = n * k / 2 + n * k / GROUP * 2
+                b8 = n * k + n * k / GROUP * 2
+                bc = n * k * 2
+                rate = [b4 / r["t4"] / 1e9, b8 / r["t8"] / 1e9, bc / r["tc"] / 1e9]
+                unit = "TB/s"
+            else:  # TFLOP/s
+                f = 2.0 * m * n * k
+                rate = [f / r[t] / 1e9 for t in ("t4", "t8", "tc")]
+                unit = "TFLOP/s"
+            row = dict(proj=name, n=n, k=k, m=m, int4_us=1e3 * r["t4"], int8_us=1e3 * r["t8"],
+                       cublas_us=1e3 * r["tc"], deq_mm_us=1e3 * r["td"], int4_rate=rate[0],
+                       int8_rate=rate[1], cublas_rate=rate[2], unit=unit,
+                       speedup4=r["tc"] / r["t4"], speedup8=r["tc"] / r["t8"], err=r["err"])
+            rows.append(row)
+            print(f"{name:>8s} {n:6d} {k:6d} {m:5d}  {row['int4_us']:8.1f}  {row['int8_us']:8.1f}  "
+                  f"{row['cublas_us']:9.1f}  {row['deq_mm_us']:9.1f}   {rate[0]:7.2f}   {rate[1]:7.2f}    "
+                  f"{rate[2]:7.2f} {unit:7s} {row['speedup4']:5.2f}x     {row['speedup8']:5.2f}x   "
+                  f"{r['err']:.1e}", flush=True)
+    if a.csv:
+        with open(a.csv, "w") as f:
+            keys = list(rows[0].keys())
+            f.write(",".join(keys) + "\n")
+            for r in rows:
+                f.write(",".join(str(r[k]) for k in keys) + "\n")
+    if a.results:
+        body = [f"{date}, {gpu}, commit {commit()}, torch {torch.__version__}; bf16 x and scales, groups of "
+                f"{GROUP}, symmetric codes; y = x W^T with Llama-3-8B's projections.  cuBLAS: torch.matmul on "
+                f"the same weights dequantised to bf16 beforehand; deq+mm: the int4 codes dequantised by torch "
+                f"in every call, then cuBLAS.  Rates: weight bytes / time for M <= 16 (copy ceiling ~{COPY_TBS} "
+                f"TB/s; int4 reads 0.27 of bf16's bytes), 2 M N K / time for larger M.  Median of triton "
+                f"do_bench.  err: ours (int4) against float32 x times the dequantised weights.", ""]
+        body.append(md_table(
+            ["proj", "N x K", "M", "int4 us", "int8 us", "cuBLAS bf16 us", "deq+mm us", "int4", "int8",
+             "cuBLAS", "unit", "cuBLAS / int4", "cuBLAS / int8", "% of copy (int4)", "err"],
+            [[r["proj"], f"{r['n']}x{r['k']}", r["m"], f"{r['int4_us']:.1f}", f"{r['int8_us']:.1f}",
+              f"{r['cublas_us']:.1f}", f"{r['deq_mm_us']:.1f}", f"{r['int4_rate']:.2f}", f"{r['int8_rate']:.2f}",
+              f"{r['cublas_rate']:.2f}", r["unit"], f"{r['speedup4']:.2f}x", f"{r['speedup8']:.2f}x",
+              f"{100 * r['int4_rate'] / COPY_TBS:.0f}%" if r["unit"] == "TB/s" else "",
+              f"{r['err']:.1e}" if r["err"] == r["err"] else ""] for r in rows]))
+        how = replace_section(a.results, "gemm_wq", "\n".join(body))
+        print(f"{a.results}: gemm_wq section {how}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

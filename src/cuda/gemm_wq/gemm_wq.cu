@@ -1,0 +1,403 @@
+/* gemm_wq.cu - the CUDA backend of sf_gemm_wq: y = x W^T with W in integer
+ * codes, dequantised in registers inside the main loop.
+ *
+ * One kernel template, tiled by configs.h.  The product is computed as
+ * y^T = W x^T on mma.sync m16n8k16: W is the A operand (16 rows of W per
+ * tile, so a decode step with M <= 8 rows of x fills the n8 side and no
+ * tensor-core work is wasted on padding rows of W), x the B operand.
+ *
+ * Main loop, per stage of BK elements of K (cp.async, STAGES deep):
+ *   - the x tile (BM x BK, 16-bit) and the W tile (BN rows x BK codes, 4 or 8
+ *     bits) land in shared memory by 16-byte cp.async (zero-filled past M,
+ *     N and K); the stage's scales (and mins) are read by plain loads one
+ *     iteration ahead into registers and stored the next iteration (their
+ *     rows are N values apart with no alignment to lean on);
+ *   - each warp takes 32-element sub-blocks of its K range: its lanes read 8
+ *     codes of each of their W rows (4 or 8 bytes) and 8 values of their x
+ *     row (16 bytes) from shared memory, turn both into the pairs of
+ *     dequant.cuh (exact integers on the W side) and issue two mma steps per
+ *     tile into a per-group f32 accumulator;
+ *   - at the end of each group the group's scale (and min, times the
+ *     group's sum of x, which one more mma against a tile of ones gives in
+ *     the accumulator layout) is applied in f32:
+ *         acc += s * sum(x q) + m * sum(x).
+ *     The weights are never rounded: y differs from the reference only by
+ *     the order of the f32 sums and its final rounding.
+ * Epilogue: the warps' partial sums (several when warps split K) meet in
+ * shared memory, bias added, y written in 16-byte stores when aligned.
+ * No workspace, no host synchronisation: graph capturable.  Offsets are
+ * 64-bit; blocks beyond grid.y's 65535 loop over row tiles.
+ */
+#include "common/config_table.h"
+#include "common/cuda_common.h"
+#include "common/ptx.cuh"
+#include "gemm_wq.h"
+#include "gemm_wq/configs.h"
+#include "gemm_wq/dequant.cuh"
+#include "autotune.h"
+
+#include <stdint.h>
+
+namespace {
+
+struct WqArgs {
+    const void *x;
+    int64_t x_rs;          /* row stride of x (elements)                   */
+    const uint8_t *w;
+    int64_t w_rb;          /* bytes per row of codes                        */
+    const uint16_t *scales, *mins;
+    const void *bias;
+    int64_t bias_s;
+    int bias_f32;
+    void *y;
+    int64_t y_rs;
+    int y_vec;             /* 16-byte stores of y: aligned rows, N % 8 == 0 */
+    int64_t M, N, K, G;
+    int group;
+};
+
+template <int BM_, int BN_, int WM_, int WN_, int WK_, int BK_, int ST_, bool INT4_>
+struct WqTile {
+    static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, WK = WK_, BK = BK_, STAGES = ST_;
+    static constexpr int NTHR = 32 * WM * WN * WK;
+    static constexpr int WTM = BM / WM, WTN = BN / WN; /* a warp's rows of x, of W */
+    static constexpr int MT = WTN / 16, NT = WTM / 8;  /* its m16 (W) and n8 (x) tiles */
+    static constexpr int KS = BK / WK;                  /* its K per stage */
+    static constexpr int BKB = INT4_ ? BK / 2 : BK;     /* code bytes per row per stage */
+    /* padded rows: 16-byte x reads of 8 lanes (2 rows) and 4- / 8-byte code
+     * reads of a whole warp (8 rows) hit distinct banks */
+    static constexpr int XS = BK + 32;                  /* elements */
+    static constexpr int WS = BKB + (INT4_ ? 16 : 32);  /* bytes */
+    static constexpr int SG = BK / 32;                  /* most groups a stage touches */
+    static constexpr int X_BYTES = BM * XS * 2, W_BYTES = BN * WS, S_BYTES = 2 * SG * BN * 2;
+    static constexpr int STAGE = X_BYTES + W_BYTES + S_BYTES;
+    static constexpr int RS = BN + 4;                   /* epilogue row (floats) */
+    static constexpr int EPI = WK * BM * RS * 4;
+    static constexpr int SMEM = STAGES * STAGE > EPI ? STAGES * STAGE : EPI;
+    static_assert(WTN % 16 == 0 && WTM % 8 == 0 && KS % 32 == 0, "warp tiles");
+    static_assert(WK == 1 || KS % 128 == 0, "a warp's K range holds whole groups");
+    static_assert(BK % 64 == 0 && STAGES >= 3, "padding and pipelining");
+    static_assert(X_BYTES % 16 == 0 && W_BYTES % 16 == 0 && S_BYTES % 16 == 0, "16-byte stage parts");
+};
+
+template <typename T, typename Tl, bool INT4, bool MIN>
+__global__ void __launch_bounds__(Tl::NTHR) gemm_wq_kernel(const WqArgs a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int BM = Tl::BM, BN = Tl::BN, BK = Tl::BK, ST = Tl::STAGES, NTHR = Tl::NTHR;
+    constexpr int MT = Tl::MT, NT = Tl::NT, XS = Tl::XS, WS = Tl::WS, SG = Tl::SG, BKB = Tl::BKB;
+    constexpr int SR = (2 * SG * BN + NTHR - 1) / NTHR; /* scale (and min) values per thread */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp % Tl::WM, wn = (warp / Tl::WM) % Tl::WN, wk = warp / (Tl::WM * Tl::WN);
+    const int64_t M = a.M, N = a.N, K = a.K;
+    const int group = a.group;
+    const int gps = BK >= group ? BK / group : 1; /* groups a stage holds */
+    const int nkt = (int)((K + BK - 1) / BK);
+    const int64_t n0 = (int64_t)blockIdx.x * BN;
+    const T *xg = (const T *)a.x;
+
+    for (int64_t mb = blockIdx.y; mb * BM < M; mb += gridDim.y) {
+        const int64_t m0 = mb * BM;
+        auto xs_of = [&](int s) { return (T *)(smem + (size_t)s * Tl::STAGE); };
+        auto ws_of = [&](int s) { return smem + (size_t)s * Tl::STAGE + Tl::X_BYTES; };
+        auto ss_of = [&](int s) { return (uint16_t *)(smem + (size_t)s * Tl::STAGE + Tl::X_BYTES + Tl::W_BYTES); };
+
+        /* x and W tiles of stage kt into slot s (zeros past M, N, K) */
+        auto load_tiles = [&](int kt, int s) {
+            const int64_t k0 = (int64_t)kt * BK;
+            T *xs = xs_of(s);
+            for (int c = tid; c < BM * (BK / 8); c += NTHR) {
+                const int r = c / (BK / 8), q = c % (BK / 8);
+                const int64_t m = m0 + r, k = k0 + q * 8;
+                const bool ok = m < M && k < K;
+                sf_cp_async16_zfill(xs + r * XS + q * 8, ok ? xg + m * a.x_rs + k : xg, ok ? 16 : 0);
+            }
+            unsigned char *ws = ws_of(s);
+            for (int c = tid; c < BN * (BKB / 16); c += NTHR) {
+                const int r = c / (BKB / 16), q = c % (BKB / 16);
+                const int64_t n = n0 + r, b = (int64_t)kt * BKB + q * 16;
+                const bool ok = n < N && b < a.w_rb;
+                sf_cp_async16_zfill(ws + r * WS + q * 16, ok ? a.w + n * a.w_rb + b : a.w, ok ? 16 : 0);
+            }
+        };
+        /* scales [SG][BN] then mins [SG][BN] of stage kt, through registers */
+        uint16_t sreg[SR];
+        auto load_scales = [&](int kt) {
+            const int64_t j0 = (int64_t)kt * BK / group;
+#pragma unroll
+            for (int i = 0; i < SR; i++) {
+                const int e = tid + i * NTHR;
+                const int which = e / (SG * BN), gl = (e % (SG * BN)) / BN, nl = e % BN;
+                const int64_t j = j0 + gl, n = n0 + nl;
+                const uint16_t *src = which ? a.mins : a.scales;
+                sreg[i] = (e < 2 * SG * BN && (MIN || which == 0) && kt < nkt && gl < gps && j < a.G && n < N)
+                              ? src[j * N + n] : (uint16_t)0;
+            }
+        };
+        auto store_scales = [&](int s) {
+            uint16_t *ss = ss_of(s);
+#pragma unroll
+            for (int i = 0; i < SR; i++) {
+                const int e = tid + i * NTHR;
+                if (e < 2 * SG * BN) ss[e] = sreg[i];
+            }
+        };
+
+        float acc[MT][NT][4], tmp[MT][NT][4], sx[NT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[i][j][e] = tmp[i][j][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sx[j][e] = 0.0f;
+        const uint32_t ones[4] = {wq_bits<T>::ONE2, wq_bits<T>::ONE2, wq_bits<T>::ONE2, wq_bits<T>::ONE2};
+
+        /* prologue: stages 0 .. ST-2 in flight; scales of 0 .. ST-3 stored,
+         * those of ST-2 in registers (stored by the first iteration) */
+#pragma unroll
+        for (int s = 0; s < ST - 1; s++) {
+            if (s < nkt) load_tiles(s, s);
+            sf_cp_async_commit();
+        }
+#pragma unroll
+        for (int s = 0; s < ST - 2; s++) {
+            load_scales(s);
+            store_scales(s);
+        }
+        load_scales(ST - 2);
+
+        for (int kt = 0; kt < nkt; kt++) {
+            sf_cp_async_wait<ST - 2>();
+            __syncthreads(); /* stage kt landed; every warp is done with stage kt - 1 */
+            store_scales((kt + ST - 2) % ST);
+            const int nk = kt + ST - 1;
+            if (nk < nkt) load_tiles(nk, nk % ST);
+            sf_cp_async_commit();
+            load_scales(nk);
+
+            const int slot = kt % ST;
+            const T *xs = xs_of(slot);
+            const unsigned char *ws = ws_of(slot);
+            const uint16_t *ss = ss_of(slot);
+            const int64_t k0 = (int64_t)kt * BK;
+#pragma unroll
+            for (int sb = 0; sb < Tl::KS / 32; sb++) {
+                const int kk = wk * Tl::KS + sb * 32;
+                if (k0 + kk >= K) break; /* a partial last stage: whole groups */
+                uint32_t bx[NT][4];
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint4 q = *(const uint4 *)(xs + (wm * Tl::WTM + j * 8 + (lane >> 2)) * XS + kk + 8 * (lane & 3));
+                    wq_x_pairs(q, bx[j]);
+                }
+                uint32_t aw[MT][2][4];
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int row = wn * Tl::WTN + i * 16 + (lane >> 2) + 8 * h;
+                        if (INT4) {
+                            const uint32_t v = *(const uint32_t *)(ws + row * WS + kk / 2 + 4 * (lane & 3));
+                            wq_int4_pairs<T>(v, MIN ? 0 : 8, aw[i][h]);
+                        } else {
+                            const uint2 v = *(const uint2 *)(ws + row * WS + kk + 8 * (lane & 3));
+                            wq_int8_pairs<T>(v.x, v.y, !MIN, aw[i][h]);
+                        }
+                    }
+#pragma unroll
+                for (int st = 0; st < 2; st++) {
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        const uint32_t af[4] = {aw[i][0][2 * st], aw[i][1][2 * st], aw[i][0][2 * st + 1],
+                                                aw[i][1][2 * st + 1]};
+#pragma unroll
+                        for (int j = 0; j < NT; j++) sf_mma16<T>::run(tmp[i][j], af, bx[j][2 * st], bx[j][2 * st + 1]);
+                    }
+                    if (MIN)
+#pragma unroll
+                        for (int j = 0; j < NT; j++) sf_mma16<T>::run(sx[j], ones, bx[j][2 * st], bx[j][2 * st + 1]);
+                }
+                if ((k0 + kk + 32) % group == 0) { /* the group ends: scale, min, fold */
+                    const int gl = BK >= group ? kk / group : 0;
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        const int nl = wn * Tl::WTN + i * 16 + (lane >> 2);
+                        const float s0 = wq_bits<T>::tof(ss[gl * BN + nl]), s1 = wq_bits<T>::tof(ss[gl * BN + nl + 8]);
+                        const float mn0 = MIN ? wq_bits<T>::tof(ss[(SG + gl) * BN + nl]) : 0.0f;
+                        const float mn1 = MIN ? wq_bits<T>::tof(ss[(SG + gl) * BN + nl + 8]) : 0.0f;
+#pragma unroll
+                        for (int j = 0; j < NT; j++) {
+                            acc[i][j][0] += s0 * tmp[i][j][0] + mn0 * sx[j][0];
+                            acc[i][j][1] += s0 * tmp[i][j][1] + mn0 * sx[j][1];
+                            acc[i][j][2] += s1 * tmp[i][j][2] + mn1 * sx[j][0];
+                            acc[i][j][3] += s1 * tmp[i][j][3] + mn1 * sx[j][1];
+#pragma unroll
+                            for (int e = 0; e < 4; e++) tmp[i][j][e] = 0.0f;
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) sx[j][e] = 0.0f;
+                }
+            }
+        }
+        sf_cp_async_wait<0>();
+        __syncthreads(); /* the pipeline's memory becomes the epilogue's */
+
+        /* partial sums [WK][BM][RS] (f32): C row = W row n, column = x row m */
+        float *red = (float *)smem;
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int n = wn * Tl::WTN + i * 16 + (lane >> 2), m = wm * Tl::WTM + j * 8 + 2 * (lane & 3);
+                float *r0 = red + ((size_t)wk * BM + m) * Tl::RS;
+                r0[n] = acc[i][j][0];
+                r0[Tl::RS + n] = acc[i][j][1];
+                r0[n + 8] = acc[i][j][2];
+                r0[Tl::RS + n + 8] = acc[i][j][3];
+            }
+        __syncthreads();
+        auto out_val = [&](int m, int n) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < Tl::WK; w++) v += red[((size_t)w * BM + m) * Tl::RS + n];
+            if (a.bias) {
+                const int64_t off = (n0 + n) * a.bias_s;
+                v += a.bias_f32 ? ((const float *)a.bias)[off] : wq_bits<T>::tof(((const uint16_t *)a.bias)[off]);
+            }
+            return v;
+        };
+        T *yg = (T *)a.y;
+        if (a.y_vec) {
+            for (int e = tid; e < BM * (BN / 8); e += NTHR) {
+                const int m = e / (BN / 8), n = (e % (BN / 8)) * 8;
+                if (m0 + m >= M || n0 + n >= N) continue;
+                uint4 o;
+                uint32_t *op = (uint32_t *)&o;
+#pragma unroll
+                for (int u = 0; u < 4; u++) op[u] = sf_mma16<T>::pack(out_val(m, n + 2 * u), out_val(m, n + 2 * u + 1));
+                *(uint4 *)(yg + (m0 + m) * a.y_rs + n0 + n) = o;
+            }
+        } else {
+            for (int e = tid; e < BM * BN; e += NTHR) {
+                const int m = e / BN, n = e % BN;
+                if (m0 + m >= M || n0 + n >= N) continue;
+                yg[(m0 + m) * a.y_rs + n0 + n] = (T)out_val(m, n);
+            }
+        }
+        __syncthreads(); /* before the next row tile reuses shared memory */
+    }
+}
+
+template <typename T, typename Tl, bool INT4, bool MIN>
+sf_status launch_one(sf_ctx *ctx, const WqArgs &a) {
+    auto kern = gemm_wq_kernel<T, Tl, INT4, MIN>;
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    const size_t optin = st ? st->smem_optin : 227 * 1024;
+    if ((size_t)Tl::SMEM > optin)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_gemm_wq: the tile needs %d bytes of shared memory, this GPU gives %zu",
+                       Tl::SMEM, optin);
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::SMEM));
+    const int64_t nb = (a.N + Tl::BN - 1) / Tl::BN, mb = (a.M + Tl::BM - 1) / Tl::BM;
+    if (nb > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_gemm_wq: N = %lld needs more than 2^31 blocks", (long long)a.N);
+    const dim3 grid((unsigned)nb, (unsigned)(mb < 65535 ? mb : 65535));
+    kern<<<grid, Tl::NTHR, Tl::SMEM, sf_cuda_stream(ctx)>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+template <typename T, typename Tl>
+sf_status launch_fmt(sf_ctx *ctx, const WqArgs &a, int int4, int has_min) {
+    if (int4) return has_min ? launch_one<T, Tl, true, true>(ctx, a) : launch_one<T, Tl, true, false>(ctx, a);
+    return has_min ? launch_one<T, Tl, false, true>(ctx, a) : launch_one<T, Tl, false, false>(ctx, a);
+}
+
+/* Row `cfg` of wq_configs, instantiated for both code widths. */
+template <typename T>
+sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_min) {
+#define WQ_ROW(i, BM, BN, WM, WN, WK, BK, S)                                                                     \
+    case i:                                                                                                       \
+        return int4 ? launch_fmt<T, WqTile<BM, BN, WM, WN, WK, BK, S, true>>(ctx, a, 1, has_min)                  \
+                    : launch_fmt<T, WqTile<BM, BN, WM, WN, WK, BK, S, false>>(ctx, a, 0, has_min);
+    switch (cfg) {
+        /* the rows of configs.h, in order (checked below) */
+        WQ_ROW(0, 8, 16, 1, 1, 4, 512, 4)
+        WQ_ROW(1, 16, 32, 1, 1, 4, 512, 3)
+        WQ_ROW(2, 64, 32, 2, 1, 2, 256, 4)
+        WQ_ROW(3, 128, 128, 4, 2, 1, 64, 4)
+    default: return sf_fail(ctx, SF_ERR_INTERNAL, "sf_gemm_wq: no kernel for configuration %d", cfg);
+    }
+#undef WQ_ROW
+}
+
+/* The instantiations above follow the table. */
+static bool rows_match() {
+    static const int want[][7] = {{8, 16, 1, 1, 4, 512, 4}, {16, 32, 1, 1, 4, 512, 3},
+                                  {64, 32, 2, 1, 2, 256, 4}, {128, 128, 4, 2, 1, 64, 4}};
+    if ((int)(sizeof want / sizeof want[0]) != WQ_NCONFIGS) return false;
+    for (int i = 0; i < WQ_NCONFIGS; i++) {
+        const wq_config &c = wq_configs[i];
+        const int got[7] = {c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages};
+        for (int f = 0; f < 7; f++)
+            if (got[f] != want[i][f]) return false;
+    }
+    return true;
+}
+
+} // namespace
+
+extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
+    static const char *op = "sf_gemm_wq";
+    const sf_gemm_wq_params *p = pr->p;
+    const sf_qweight *q = &p->w;
+    const sf_dtype dt = p->x.dtype;
+    if (dt != SF_F16 && dt != SF_BF16)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend takes f16 or bf16 x, not %s (f32 runs on the host backends)",
+                       op, sf_dtype_name(dt));
+    if (q->scales.dtype != dt)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend needs w.scales (and w.mins) in x's dtype %s, got %s",
+                       op, sf_dtype_name(dt), sf_dtype_name(q->scales.dtype));
+    if (((uintptr_t)q->data.data & 15) != 0)
+        return sf_fail(ctx, SF_ERR_ALIGNMENT, "%s: the CUDA backend needs w.data 16-byte aligned (%p)", op, q->data.data);
+    if (((uintptr_t)p->x.data & 15) != 0 || (p->x.stride[0] % 8 != 0 && pr->M > 1))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "%s: the CUDA backend reads x in 16-byte pieces: its data must be 16-byte aligned and its row "
+                       "stride a multiple of 8 elements (got %p, %lld)",
+                       op, p->x.data, (long long)p->x.stride[0]);
+    if (!rows_match())
+        return sf_fail(ctx, SF_ERR_INTERNAL, "%s: configs.h and the kernel instantiations disagree", op);
+    WqArgs a;
+    a.x = p->x.data;
+    a.x_rs = p->x.stride[0];
+    a.w = (const uint8_t *)q->data.data;
+    a.w_rb = sf_wq_row_bytes(pr->int4, pr->K);
+    a.scales = (const uint16_t *)q->scales.data;
+    a.mins = (const uint16_t *)q->mins.data;
+    a.bias = p->bias.data;
+    a.bias_s = pr->has_bias ? p->bias.stride[0] : 0;
+    a.bias_f32 = pr->has_bias && p->bias.dtype == SF_F32;
+    a.y = p->y.data;
+    a.y_rs = p->y.stride[0];
+    a.y_vec = ((uintptr_t)p->y.data & 15) == 0 && (p->y.stride[0] % 8 == 0 || pr->M == 1) && pr->N % 8 == 0;
+    a.M = pr->M, a.N = pr->N, a.K = pr->K, a.G = pr->G;
+    a.group = pr->group;
+
+    int cfg = wq_pick(pr->M);
+    char fb[64];
+    if (sf_autotune_forced_name("gemm_wq", fb, sizeof fb)) {
+        cfg = -1;
+        for (int i = 0; i < WQ_NCONFIGS; i++)
+            if (!strcmp(fb, wq_configs[i].name)) cfg = i;
+        if (cfg < 0)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
+                           op, fb);
+    }
+    return dt == SF_F16 ? launch_cfg<__half>(ctx, cfg, a, pr->int4, pr->has_min)
+                        : launch_cfg<__nv_bfloat16>(ctx, cfg, a, pr->int4, pr->has_min);
+}
