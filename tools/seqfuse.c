@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
             "    --page-size N, default 16),\n"
             "    add_rmsnorm, add_layernorm, swiglu, rope (fused layer ops: `check --op` runs\n"
-            "    their cases; host backends only for now)\n"
+            "    their cases, on the CPU and on the GPU)\n"
             "\n"
             "With no command, runs the default workload (a Mamba-2 2.7B layer SSD forward, a GQA\n"
             "causal attention and the ViT-B/16 attention) on the GPU when there is one, else the\n"

@@ -1,7 +1,7 @@
 """The fused layer ops of the binding: residual add + RMSNorm / LayerNorm
 (flash-attention's layer_norm_fn / rms_norm_fn shape of call), SwiGLU and
 rotary embedding (flash_attn.layers.rotary.apply_rotary_emb's signature).
-Host backends only for now: the CUDA backend answers SF_ERR_UNSUPPORTED."""
+numpy arrays run on the CPU backend, torch CUDA tensors on the CUDA one."""
 import ctypes
 
 import numpy as np
