@@ -62,9 +62,12 @@ typedef struct sfc_case {
     int page_size, spare;
     /* fused norms (add_rmsnorm, add_layernorm): rows b, D = dim, bias above;
      * a residual, the h output (residual_out), weight and bias in the
-     * activation dtype instead of f32, eps (0: 1e-5) */
+     * activation dtype instead of f32, eps (0: 1e-5); the residual and h in
+     * f32 whatever the dtype (residual_in_fp32); h written over the
+     * residual (residual_out = residual, in place) */
     int residual, hout, wlow;
     float eps;
+    int res_f32, h_inplace;
     /* swiglu: rows b, n = dim, layout (sf_swiglu_layout) */
     int layout;
     /* rope: T = L tokens, q heads H, k heads Hkv, head dim d; rotary dim
@@ -72,6 +75,7 @@ typedef struct sfc_case {
      * tables of npos rows, out-of-place outputs (else in place).  npos is
      * also the range of shuffled positions without tables. */
     int rot_dim, gptj, pos_ids, llama3, tables, npos, out_of_place;
+    int no_k;        /* rope: q only (k absent; Hkv unused)                  */
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */
