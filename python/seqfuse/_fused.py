@@ -142,7 +142,10 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
     p.q = call.tensor(x3, "x")
     p.cos = call.tensor(call.as_f32(cos, "cos"), "cos")
     p.sin = call.tensor(call.as_f32(sin, "sin"), "sin")
-    p.positions = call.tensor(call._as_array(np.ascontiguousarray(pos), "positions"), "positions")
+    pos = np.ascontiguousarray(pos)
+    if call.device >= 0:  # to x's device, in x's kind (one small copy)
+        pos = call._as_array(pos.tolist(), "positions")
+    p.positions = call.tensor(call._as_array(pos, "positions"), "positions")
     p.rotary_dim = 2 * ro[-1] if len(ro) == 2 else 0
     p.style = L.SF_ROPE_GPTJ if interleaved else L.SF_ROPE_NEOX
     out = None
