@@ -115,13 +115,15 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
         ct_spec(&t[RN_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
     } else if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) {
         const int64_t rows = b * L, dim = c->dim;
-        const sf_dtype wdt = c->wlow ? dt : SF_F32;
+        const sf_dtype wdt = c->wlow ? dt : SF_F32, rdt = c->res_f32 ? SF_F32 : dt;
         ct_spec(&t[NM_X], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
-        if (c->residual) ct_spec(&t[NM_RES], 2, (int64_t[]){rows, dim}, dt, GEN_NORMAL);
+        if (c->residual) ct_spec(&t[NM_RES], 2, (int64_t[]){rows, dim}, rdt, GEN_NORMAL);
         ct_spec(&t[NM_W], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
         if (c->bias) ct_spec(&t[NM_B], 1, (int64_t[]){dim}, wdt, GEN_NORMAL);
         ct_spec(&t[NM_OUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
-        if (c->hout) ct_spec(&t[NM_HOUT], 2, (int64_t[]){rows, dim}, dt, GEN_OUT);
+        /* h in place: written over the residual (set_params), compared there */
+        if (c->residual && c->h_inplace) t[NM_RES].is_inout = 1;
+        else if (c->hout) ct_spec(&t[NM_HOUT], 2, (int64_t[]){rows, dim}, rdt, GEN_OUT);
     } else if (c->op == SFC_SWIGLU) {
         const int64_t rows = b * L, n = c->dim;
         const int sep = c->layout == SF_SWIGLU_SEPARATE;
@@ -131,11 +133,11 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
     } else if (c->op == SFC_ROPE) {
         const int64_t T = b * L, d = c->d, R = c->rot_dim ? c->rot_dim : c->d;
         ct_spec(&t[RP_Q], 3, (int64_t[]){T, H, d}, dt, GEN_NORMAL);
-        ct_spec(&t[RP_K], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_NORMAL);
+        if (!c->no_k) ct_spec(&t[RP_K], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_NORMAL);
         t[RP_Q].is_inout = t[RP_K].is_inout = !c->out_of_place;
         if (c->out_of_place) {
             ct_spec(&t[RP_QO], 3, (int64_t[]){T, H, d}, dt, GEN_OUT);
-            ct_spec(&t[RP_KO], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_OUT);
+            if (!c->no_k) ct_spec(&t[RP_KO], 3, (int64_t[]){T, c->Hkv, d}, dt, GEN_OUT);
         }
         if (c->pos_ids) ct_spec(&t[RP_POS], 1, (int64_t[]){T}, SF_I32, GEN_NONE);
         if (c->tables) {
@@ -323,7 +325,7 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         sf_norm_params *p = (sf_norm_params *)params;
         sf_norm_params_init(p);
         p->x = VW(NM_X), p->residual = VW(NM_RES), p->weight = VW(NM_W), p->bias = VW(NM_B);
-        p->out = VW(NM_OUT), p->residual_out = VW(NM_HOUT);
+        p->out = VW(NM_OUT), p->residual_out = c->h_inplace ? p->residual : VW(NM_HOUT);
         if (c->eps > 0.f) p->eps = c->eps;
         p->backend = be;
     } else if (c->op == SFC_SWIGLU) {
@@ -727,7 +729,8 @@ static sf_status run_case(const sfc_case *c, sf_dtype dt, sf_backend be, sf_ctx 
     if (c->op == SFC_CONV1D_UPDATE) first = UP_OUT, second = UP_STATE;
     if (c->op == SFC_RMSNORM_GATED) first = RN_OUT, second = RN_NONE; /* absent */
     if (c->op == SFC_ATTN_PAGED) first = PG_OUT, second = PG_LSE;
-    if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM) first = NM_OUT, second = NM_HOUT;
+    if (c->op == SFC_ADD_RMSNORM || c->op == SFC_ADD_LAYERNORM)
+        first = NM_OUT, second = c->residual && c->h_inplace ? NM_RES : NM_HOUT;
     if (c->op == SFC_SWIGLU) first = SW_OUT, second = SW_NONE; /* absent */
     if (c->op == SFC_ROPE) first = c->out_of_place ? RP_QO : RP_Q, second = c->out_of_place ? RP_KO : RP_K;
     if (c->op == SFC_GEMM_WQ) first = WQ_Y, second = WQ_NONE; /* absent */
@@ -815,9 +818,6 @@ static int forced_for(sfc_op op) {
 /* What a backend documents it does not serve (seqfuse.h). */
 static int documented_unsupported(sfc_op op, sf_dtype dt, sf_backend be) {
     if (be != SF_BACKEND_CUDA) return 0;
-    /* the fused layer ops have no CUDA kernels yet */
-    if (op == SFC_ADD_RMSNORM || op == SFC_ADD_LAYERNORM || op == SFC_SWIGLU || op == SFC_ROPE)
-        return 1;
     /* the paged cache and the quantised product in f32 are served by the
      * host backends only */
     return dt == SF_F32 && (op == SFC_GEMM_WQ || op == SFC_ATTN_FWD || op == SFC_KV_APPEND || op == SFC_ATTN_PAGED);

@@ -277,6 +277,24 @@ const sfc_case sfc_cases[] = {
     {NORM("ln_d7", SFC_ADD_LAYERNORM, 3, 7), .bias = 1, .eps = 1e-6f},
     {NORM("add_ln_d4097", SFC_ADD_LAYERNORM, 3, 4097), .residual = 1, .hout = 1, .bias = 1, .wlow = 1},
     {NORM("add_ln_strided", SFC_ADD_LAYERNORM, 21, 320), .residual = 1, .hout = 1, .strided = 1},
+    /* the CUDA kernel's paths: warp slices sharing a block (D 64), a block
+     * per row with 2-8 vectors per thread (4096 .. 16384), the element path
+     * (odd D up to 8191), rows that stream (40000; 9001 on the element
+     * path), decode (1 row), h over the residual, a residual and h in f32 */
+    {NORM("add_rms_d64_slices", SFC_ADD_RMSNORM, 37, 64), .residual = 1, .hout = 1},
+    {NORM("add_rms_decode_d4096", SFC_ADD_RMSNORM, 1, 4096), .residual = 1, .hout = 1},
+    {NORM("add_rms_d8192_inplace", SFC_ADD_RMSNORM, 24, 8192), .residual = 1, .h_inplace = 1},
+    {NORM("add_rms_d16384_wlow", SFC_ADD_RMSNORM, 5, 16384), .residual = 1, .hout = 1, .wlow = 1},
+    {NORM("add_rms_d8191", SFC_ADD_RMSNORM, 3, 8191), .residual = 1, .hout = 1},
+    {NORM("rms_d40000_stream", SFC_ADD_RMSNORM, 2, 40000), .bias = 1},
+    {NORM("add_rms_res32", SFC_ADD_RMSNORM, 17, 1024), .residual = 1, .hout = 1, .res_f32 = 1},
+    {NORM("add_rms_res32_inplace_strided", SFC_ADD_RMSNORM, 9, 512), .residual = 1, .res_f32 = 1,
+     .h_inplace = 1, .strided = 1},
+    {NORM("add_ln_d2048_bias", SFC_ADD_LAYERNORM, 40, 2048), .residual = 1, .hout = 1, .bias = 1},
+    {NORM("add_ln_d8192_res32_inplace", SFC_ADD_LAYERNORM, 6, 8192), .residual = 1, .res_f32 = 1,
+     .h_inplace = 1, .bias = 1, .wlow = 1},
+    {NORM("add_ln_d9001_stream", SFC_ADD_LAYERNORM, 2, 9001), .residual = 1, .hout = 1, .bias = 1},
+    {NORM("ln_decode_d4096", SFC_ADD_LAYERNORM, 1, 4096), .bias = 1},
     /* SwiGLU: the three layouts, odd widths, strided rows */
     {SWI("swiglu_sep_n7", 9, 7, SF_SWIGLU_SEPARATE)},
     {SWI("swiglu_sep_strided", 17, 300, SF_SWIGLU_SEPARATE), .strided = 1},
@@ -284,6 +302,13 @@ const sfc_case sfc_cases[] = {
     {SWI("swiglu_concat_strided", 11, 96, SF_SWIGLU_CONCAT), .strided = 1},
     {SWI("swiglu_inter_n1", 4, 1, SF_SWIGLU_INTERLEAVED)},
     {SWI("swiglu_inter_strided", 13, 333, SF_SWIGLU_INTERLEAVED), .strided = 1},
+    /* the CUDA kernel's paths: 16-byte vectors with 1 and (past ~1M
+     * vectors) 4 per thread, decode rows */
+    {SWI("swiglu_sep_d8192_u4", 1100, 8192, SF_SWIGLU_SEPARATE)},
+    {SWI("swiglu_inter_d8192_u4", 1100, 8192, SF_SWIGLU_INTERLEAVED)},
+    {SWI("swiglu_concat_decode", 1, 14336, SF_SWIGLU_CONCAT)},
+    {SWI("swiglu_inter_vec", 33, 512, SF_SWIGLU_INTERLEAVED)},
+    {SWI("swiglu_concat_vec_strided", 40, 1024, SF_SWIGLU_CONCAT), .strided = 1},
     /* RoPE: NeoX and GPT-J, partial rotary dims, shuffled and absent
      * position ids, llama3 scaling over positions past the original
      * context, cos/sin tables, GQA, in place and out of place */
@@ -295,6 +320,17 @@ const sfc_case sfc_cases[] = {
     {ROPE("rope_tables_nopos_oop", 6, 4, 4, 64), .tables = 1, .rot_dim = 16, .npos = 8, .out_of_place = 1},
     {ROPE("rope_strided", 8, 6, 2, 32), .pos_ids = 1, .npos = 100, .strided = 1, .out_of_place = 1},
     {ROPE("rope_d2", 3, 1, 1, 2), .gptj = 1},
+    /* the CUDA kernel's paths: 16-byte vectors (NeoX halves, GPT-J pairs,
+     * pass-through copies), q without k, decode, GQA at d 128, frequencies
+     * past the 128 the launcher precomputes (R 512) */
+    {ROPE("rope_llama3_gqa_d128", 300, 32, 8, 128), .llama3 = 1, .pos_ids = 1, .npos = 100000},
+    {ROPE("rope_gptj_vec_oop", 64, 8, 2, 64), .gptj = 1, .out_of_place = 1},
+    {ROPE("rope_partial_vec_oop", 40, 4, 2, 128), .rot_dim = 64, .out_of_place = 1, .pos_ids = 1, .npos = 3000},
+    {ROPE("rope_q_only", 33, 5, 0, 128), .no_k = 1, .pos_ids = 1, .npos = 500},
+    {ROPE("rope_q_only_tables_oop", 17, 3, 0, 96), .no_k = 1, .tables = 1, .rot_dim = 64, .npos = 20, .out_of_place = 1},
+    {ROPE("rope_decode", 1, 32, 8, 128), .pos_ids = 1, .npos = 5000},
+    {ROPE("rope_d512_llama3", 4, 2, 1, 512), .llama3 = 1, .pos_ids = 1, .npos = 9000},
+    {ROPE("rope_gptj_d512_partial_oop", 5, 2, 2, 512), .gptj = 1, .rot_dim = 400, .out_of_place = 1},
     /* weight-only quantised product: int4 and int8, groups 32 / 64 / 128,
      * with and without mins; M in {1, 3, 16} (the decode path), 17, 64, 200
      * (the tiled path: partial row tiles); odd N and N = 1 (partial column

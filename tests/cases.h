@@ -63,9 +63,12 @@ typedef struct sfc_case {
     int page_size, spare;
     /* fused norms (add_rmsnorm, add_layernorm): rows b, D = dim, bias above;
      * a residual, the h output (residual_out), weight and bias in the
-     * activation dtype instead of f32, eps (0: 1e-5) */
+     * activation dtype instead of f32, eps (0: 1e-5); the residual and h in
+     * f32 whatever the dtype (residual_in_fp32); h written over the
+     * residual (residual_out = residual, in place) */
     int residual, hout, wlow;
     float eps;
+    int res_f32, h_inplace;
     /* swiglu: rows b, n = dim, layout (sf_swiglu_layout) */
     int layout;
     /* rope: T = L tokens, q heads H, k heads Hkv, head dim d; rotary dim
@@ -76,6 +79,7 @@ typedef struct sfc_case {
     /* gemm_wq: M = b rows of x; W (wq_n x wq_k) of wq_bits (4 or 8) codes,
      * groups of wq_group, mins when wq_min, bias above */
     int wq_n, wq_k, wq_bits, wq_group, wq_min;
+    int no_k;        /* rope: q only (k absent; Hkv unused)                  */
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */
     int workload;    /* the `seqfuse` default workload: 1 on the CPU, 2 on a GPU */

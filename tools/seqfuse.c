@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
             "    --page-size N, default 16),\n"
             "    add_rmsnorm, add_layernorm, swiglu, rope (fused layer ops: `check --op` runs\n"
-            "    their cases; host backends only for now),\n"
+            "    their cases, on the CPU and on the GPU),\n"
             "    gemm_wq (y = x W^T with W in int4 / int8 codes: --b rows of x, W --wq-n x --wq-k,\n"
             "    default 1 x 4096 x 4096, int4, groups of 128, symmetric unless --mins)\n"
             "\n"

@@ -1,7 +1,7 @@
 """The fused layer ops of the binding: residual add + RMSNorm / LayerNorm
 (flash-attention's layer_norm_fn / rms_norm_fn shape of call), SwiGLU and
 rotary embedding (flash_attn.layers.rotary.apply_rotary_emb's signature).
-Host backends only for now: the CUDA backend answers SF_ERR_UNSUPPORTED."""
+numpy arrays run on the CPU backend, torch CUDA tensors on the CUDA one."""
 import ctypes
 
 import numpy as np
@@ -142,7 +142,10 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
     p.q = call.tensor(x3, "x")
     p.cos = call.tensor(call.as_f32(cos, "cos"), "cos")
     p.sin = call.tensor(call.as_f32(sin, "sin"), "sin")
-    p.positions = call.tensor(call._as_array(np.ascontiguousarray(pos), "positions"), "positions")
+    pos = np.ascontiguousarray(pos)
+    if call.device >= 0:  # to x's device, in x's kind (one small copy)
+        pos = call._as_array(pos.tolist(), "positions")
+    p.positions = call.tensor(call._as_array(pos, "positions"), "positions")
     p.rotary_dim = 2 * ro[-1] if len(ro) == 2 else 0
     p.style = L.SF_ROPE_GPTJ if interleaved else L.SF_ROPE_NEOX
     out = None

@@ -1,7 +1,6 @@
 /* fused_ops.c - front ends of the fused layer ops: residual add + RMSNorm /
  * LayerNorm, SwiGLU and RoPE.  Validate every descriptor, derive the
- * problem, dispatch to a backend (the CUDA one has no kernels yet and says
- * so, src/core/fused_nocuda.c). */
+ * problem, dispatch to a backend (reference, CPU, or CUDA: src/cuda/fused/). */
 #include "check.h"
 #include "fused_ops.h"
 

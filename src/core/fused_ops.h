@@ -1,7 +1,8 @@
 /* fused_ops.h - validated problems and backend entry points of the fused
  * layer ops: residual add + RMSNorm / LayerNorm, SwiGLU, rotary embedding.
- * Built by src/core/fused_ops.c, read by src/ref/fused_ref.c and
- * src/cpu/fused_cpu.c.  Not installed; include only from src/. */
+ * Built by src/core/fused_ops.c, read by src/ref/fused_ref.c,
+ * src/cpu/fused_cpu.c and src/cuda/fused/.  Not installed; include only
+ * from src/. */
 #ifndef SF_FUSED_OPS_H
 #define SF_FUSED_OPS_H
 
@@ -63,8 +64,9 @@ sf_status sf_cpu_add_norm(sf_ctx *ctx, const sf_norm_problem *pr);
 sf_status sf_cpu_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr);
 sf_status sf_cpu_rope(sf_ctx *ctx, const sf_rope_problem *pr);
 
-/* CUDA backend: no kernels yet.  src/core/fused_nocuda.c, compiled in every
- * build (no nvcc needed), answers SF_ERR_UNSUPPORTED. */
+/* CUDA backend: src/cuda/fused/ (norm.cu, swiglu.cu, rope.cu); in a build
+ * without CUDA these come from src/core/fused_nocuda.c and answer
+ * SF_ERR_UNSUPPORTED. */
 sf_status sf_cuda_add_norm(sf_ctx *ctx, const sf_norm_problem *pr);
 sf_status sf_cuda_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr);
 sf_status sf_cuda_rope(sf_ctx *ctx, const sf_rope_problem *pr);

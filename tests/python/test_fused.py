@@ -98,3 +98,105 @@ def test_rope_position_past_tables():
     cos = np.ones((4, 4), np.float32)
     with pytest.raises(SeqfuseError, match="positions"):
         seqfuse.apply_rotary_emb(rnd((1, 6, 1, 8), "float32"), cos, cos)
+
+
+# ------------------------------------------------------------------ CUDA backend (torch tensors)
+# The same formulas with torch CUDA tensors: the calls run on seqfuse's CUDA
+# kernels (src/cuda/fused/); skipped, and listed as such, without torch, a
+# GPU or a CUDA build of the library.
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+HAS_GPU = (torch is not None and torch.cuda.is_available() and seqfuse.has_cuda())
+needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")
+TDT = ["float32", "float16", "bfloat16"]
+# the GPU backend's bounds (tests/cases.c: sfc_tolerance on CUDA)
+GTOL = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 1.5e-2}
+
+
+def trnd(shape, dt, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(shape, generator=g).to(getattr(torch, dt))
+
+
+def t64(t):
+    return t.detach().float().cpu().numpy().astype(np.float64)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dt", TDT)
+@pytest.mark.parametrize("D", [7, 64, 4096, 8192, 8191])
+def test_torch_cuda_norms(dt, D):
+    x, r = trnd((3, 5, D), dt, 1), trnd((3, 5, D), dt, 2)
+    w, b = trnd((D,), "float32", 3), trnd((D,), "float32", 4)
+    xd, rd, wd, bd = x.cuda(), r.cuda(), w.cuda(), b.cuda()
+    h = t64(x) + t64(r)
+    y, hh = seqfuse.rms_norm(xd, wd, eps=1e-6, residual=rd, prenorm=True)
+    assert y.is_cuda and y.dtype == x.dtype and hh.dtype == x.dtype
+    want = h / np.sqrt((h ** 2).mean(-1, keepdims=True) + 1e-6) * t64(w)
+    assert rel_err(t64(y), want) < GTOL[dt] and rel_err(t64(hh), h) < GTOL[dt]
+    y, hh = seqfuse.layer_norm(xd, wd, bd, eps=1e-5, residual=rd, prenorm=True, residual_in_fp32=True)
+    assert hh.dtype == torch.float32 and rel_err(t64(hh), h) < 1e-6
+    m = h.mean(-1, keepdims=True)
+    want = (h - m) / np.sqrt(((h - m) ** 2).mean(-1, keepdims=True) + 1e-5) * t64(w) + t64(b)
+    assert rel_err(t64(y), want) < GTOL[dt]
+    # the GPU agrees with the CPU backend on the same inputs
+    yc = seqfuse.rms_norm(x.float().numpy(), w.numpy(), eps=1e-6, residual=r.float().numpy())
+    yg = seqfuse.rms_norm(xd.float(), wd, eps=1e-6, residual=rd.float())
+    assert rel_err(t64(yg), yc) < 1e-5
+
+
+@needs_gpu
+def test_torch_cuda_norm_graph_capture():
+    """add + RMSNorm captured in a CUDA graph (no allocation or sync inside
+    the call), replayed after the input changed in place."""
+    x, r, w = trnd((16, 4096), "bfloat16", 5).cuda(), trnd((16, 4096), "bfloat16", 6).cuda(), torch.ones(4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # seqfuse's context for the capture stream exists before it
+        seqfuse.add_rms_norm(x, r, w)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        y, h = seqfuse.add_rms_norm(x, r, w)
+    x.copy_(trnd((16, 4096), "bfloat16", 7))
+    g.replay()
+    torch.cuda.synchronize()
+    y2, h2 = seqfuse.add_rms_norm(x, r, w)
+    assert torch.equal(y, y2) and torch.equal(h, h2)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dt", TDT)
+@pytest.mark.parametrize("n", [9, 4096])
+def test_torch_cuda_swiglu(dt, n):
+    g, u = trnd((6, n), dt, 5), trnd((6, n), dt, 6)
+    want = silu64(t64(g)) * t64(u)
+    gd, ud = g.cuda(), u.cuda()
+    assert rel_err(t64(seqfuse.swiglu(gd, ud)), want) < GTOL[dt]
+    assert rel_err(t64(seqfuse.swiglu(torch.cat([gd, ud], -1))), want) < GTOL[dt]
+    inter = torch.stack([gd, ud], -1).reshape(6, 2 * n)
+    assert rel_err(t64(seqfuse.swiglu(inter, layout="interleaved")), want) < GTOL[dt]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dt", TDT)
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("d,R", [(16, 12), (128, 128), (128, 64)])
+def test_torch_cuda_apply_rotary_emb(dt, interleaved, d, R):
+    b, s, H = 2, 37, 4
+    ang = np.arange(200)[:, None] * (10000.0 ** (-np.arange(R // 2) * 2.0 / R))[None, :]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    x = trnd((b, s, H, d), dt, 7)
+    offs = np.array([0, 150])
+    pos = (np.arange(s)[None, :] + offs[:, None]).reshape(-1)
+    want = rope64(t64(x).reshape(b * s, H, d), cos, sin, pos, interleaved).reshape(b, s, H, d)
+    xd, cd, sd = x.cuda(), torch.from_numpy(cos).cuda(), torch.from_numpy(sin).cuda()
+    got = seqfuse.apply_rotary_emb(xd, cd, sd, interleaved=interleaved, seqlen_offsets=offs)
+    assert got.is_cuda and rel_err(t64(got), want) < GTOL[dt]
+    xi = xd.clone()
+    r = seqfuse.apply_rotary_emb(xi, cd, sd, interleaved=interleaved, inplace=True, seqlen_offsets=offs)
+    assert r is xi and torch.equal(xi, got)

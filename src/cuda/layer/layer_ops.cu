@@ -3,17 +3,17 @@
  *
  * All of them are memory-bound (a handful of flops per element), so the
  * goal is one pass over HBM with 16-byte accesses:
- *  - conv1d prefill, channels-last.  A thread owns one 16-byte vector of
- *    channels (8 x f16/bf16 or 4 x f32) and a run of `tl` consecutive
- *    tokens; it slides the W-1 previous inputs along in registers, so each
- *    input is loaded once per run plus a W-1 token halo at the run start
- *    (from x, from initial_state at a sequence start, or zeros).  A warp's
- *    32 lanes cover 32 adjacent vectors (512 contiguous bytes of one token
- *    row), so every load and store is fully coalesced.  The (tokens x
- *    channels) tile of a block is 4 runs x 32 vectors; staging it in shared
- *    memory would only add a copy, because in this layout the register
- *    window already reads every element exactly once with whole-line
- *    transactions.  cu_seqlens: a run finds its sequence by binary search
+ *  - conv1d prefill, channels-last.  A thread owns 4 channels (16 bytes
+ *    of f32, 8 of f16/bf16) with their weights in registers, and a run of
+ *    `tl` consecutive tokens; it slides the W-1 previous inputs along in
+ *    registers, so each input is loaded once per run plus a W-1 token halo
+ *    at the run start (from x, from initial_state at a sequence start, or
+ *    zeros).  A warp's 32 lanes cover 32 adjacent vectors (512 or 256
+ *    contiguous bytes of one token row), so every load and store is fully
+ *    coalesced.  The (tokens x channels) tile of a block is 4 runs x 32
+ *    vectors; staging it in shared memory would only add a copy, because
+ *    in this layout the register window already reads every element
+ *    exactly once with whole-line transactions.  cu_seqlens: a run finds its sequence by binary search
  *    and restarts its window at every boundary it crosses.  The final state
  *    is a separate tiny kernel (W-1 values per sequence and channel).
  *  - conv1d update: one thread per (sequence, channel); the W-1 state
@@ -29,13 +29,15 @@
  * in the same kernels.
  *
  * Measured on the H200 (copy ceiling ~4.3 TB/s), bytes that must move / time:
- *   conv1d_fwd 8 x 4096 x 5376 W4 SiLU     f32 3.8 TB/s   bf16 1.5 TB/s
+ *   conv1d_fwd 8 x 4096 x 5376 W4 SiLU     f32 3.8 TB/s   bf16 1.5 TB/s (the
+ *     previous kernel: 8 x 16-bit channels per thread, see CONV_U)
  *   conv1d_update 256 x 5376 W4            f32 4.3 TB/s   bf16 3.8 TB/s (10 us)
  *   rmsnorm_gated 32768 x 5120, z          f32 3.6 TB/s   bf16 2.9 TB/s
  * An IEEE division in SiLU and a bank-conflicted weight layout had the
- * 16-bit kernels at half these rates; the bf16 conv is still element-bound
- * (see CONV_U). */
+ * 16-bit kernels at half these rates; the bf16 conv was element-bound and
+ * is restructured for fewer instructions per element (see CONV_U). */
 #include "common/cuda_common.h"
+#include "common/ptx.cuh"
 #include "layer_ops.h"
 
 #include <stdint.h>
@@ -49,6 +51,14 @@ static __device__ __forceinline__ void ld_vec(const T *p, int n, float (&f)[V]) 
     if constexpr (V * sizeof(T) == 16) {
         if (n == V) {
             const uint4 u = *reinterpret_cast<const uint4 *>(p);
+            const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+            for (int i = 0; i < V; i++) f[i] = sf_elem<T>::to_f(e[i]);
+            return;
+        }
+    } else if constexpr (V * sizeof(T) == 8) {
+        if (n == V) {
+            const uint2 u = *reinterpret_cast<const uint2 *>(p);
             const T *e = reinterpret_cast<const T *>(&u);
 #pragma unroll
             for (int i = 0; i < V; i++) f[i] = sf_elem<T>::to_f(e[i]);
@@ -70,16 +80,25 @@ static __device__ __forceinline__ void st_vec(T *p, int n, const float (&f)[V]) 
             *reinterpret_cast<uint4 *>(p) = u;
             return;
         }
+    } else if constexpr (V * sizeof(T) == 8) {
+        if (n == V) {
+            uint2 u;
+            T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+            for (int i = 0; i < V; i++) e[i] = sf_elem<T>::from_f(f[i]);
+            *reinterpret_cast<uint2 *>(p) = u;
+            return;
+        }
     }
 #pragma unroll
     for (int i = 0; i < V; i++)
         if (i < n) p[i] = sf_elem<T>::from_f(f[i]);
 }
 
-/* SiLU with the fast exp and an approximate reciprocal (a few ulp): the
+/* SiLU with the SFU's exp and reciprocal (a few ulp, common/ptx.cuh): the
  * IEEE division costs ~10 instructions per element, which made the 16-bit
  * kernels issue-bound (measured: bf16 rmsnorm with z at 1.7 TB/s). */
-static __device__ __forceinline__ float lo_silu(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
+static __device__ __forceinline__ float lo_silu(float v) { return sf_silu_sfu(v); }
 
 static bool lo_aligned(const void *p, int64_t bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
 
@@ -129,35 +148,137 @@ static __device__ __forceinline__ void conv_window(const conv_fwd_args &a, const
     }
 }
 
-/* Tokens whose loads a thread issues at once.  Measured on the H200 at
- * 8 x 4096 x 5376, W 4, SiLU (bf16 / f32 GB/s, bytes that must move):
- *   U 4, 16-byte vectors                              1543 / 3808  (kept)
- *   U 8, 16-byte vectors                              1257 / 3709
- *   U 4, next step's loads issued before the math     1258 / 3688
- *   8-byte vectors for f16/bf16, U 8                  1574 / 3709
- *   8-byte vectors, U 4, next step's loads first      1583 / 3686
- * The 16-bit kernel sits near 400 G elements/s whatever the memory
- * pipelining, so it is bound per element, not by HBM; not yet profiled. */
-#define CONV_U 4
+/* Tokens per step of the main loop (all loads of a step issued before its
+ * math), and vector width: 4 channels per thread for every dtype (16 bytes
+ * of f32, 8 of f16/bf16), so the weights fit in registers.
+ *
+ * The 16-bit kernel was bound by instructions, not HBM: with 8 channels
+ * per thread it spent ~25 instructions per element (5 shared-memory weight
+ * loads, 4 FMAs, 8 for SiLU through __expf / __fdividef, conversions, a
+ * 64-bit address and a guard per token, a window shifted by moves) and
+ * reached 1.5 TB/s, the same ~400 G elements/s as f32 at half the bytes.
+ * Now: weights and bias in registers (20 floats, read once from shared
+ * memory), SILU a template flag, steps of 8 whole tokens with no per-token
+ * or per-channel guard (a guarded step only at a sequence's or run's end,
+ * and a separate loop for the last partial channel vector), the window as
+ * the step's leading slots (W-1 moves per 8 tokens), pointers advanced by
+ * adds, SiLU in 5 instructions (ftz SFU forms): the bf16 W 4 step is 417
+ * SASS instructions for 32 elements, 13 per element (counted with
+ * cuobjdump).  __launch_bounds__(128, 5): 96 registers, 5 blocks (20
+ * warps) per SM with 64 bytes of loads in flight per thread; its few
+ * spills are outside the step loop.
+ * Previous version's table (H200, 8 x 4096 x 5376, W 4, SiLU, bf16 / f32
+ * GB/s): U 4 x 16-byte vectors 1543 / 3808; U 8 1257 / 3709; next step's
+ * loads before the math 1258 / 3688; 8-byte vectors U 8 1574 / 3709. */
+#define CONV_U 8
+#define CONV_V 4
+
+/* One step of m tokens (m <= CONV_U; FULL: m = CONV_U, no guards) at xp /
+ * op (the step's first token): loads, the W taps from the window and the
+ * step's own inputs, SiLU, stores; the window becomes the step's last
+ * W-1 inputs. */
+template <typename T, int W, int V, bool SILU, bool FULL, bool WHOLE>
+static __device__ __forceinline__ void conv_step(const conv_fwd_args &a, const T *xp, T *op, int n_, int m,
+                                                 const float (&wr)[W][V], const float (&br)[V],
+                                                 float (&win)[W - 1][V]) {
+    const int n = WHOLE ? V : n_; /* WHOLE: all V channels, no element-wise path */
+    float xs[W - 1 + CONV_U][V];
+#pragma unroll
+    for (int k = 0; k < W - 1; k++)
+#pragma unroll
+        for (int v = 0; v < V; v++) xs[k][v] = win[k][v];
+#pragma unroll
+    for (int u = 0; u < CONV_U; u++) {
+        if (FULL || u < m) ld_vec<T, V>(xp + u * a.xs[1], n, xs[W - 1 + u]);
+        else
+#pragma unroll
+            for (int v = 0; v < V; v++) xs[W - 1 + u][v] = 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < CONV_U; u++) {
+        if (FULL || u < m) {
+            float o[V];
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                float acc = br[v];
+#pragma unroll
+                for (int k = 0; k < W; k++) acc = fmaf(wr[k][v], xs[u + k][v], acc);
+                o[v] = SILU ? lo_silu(acc) : acc;
+            }
+            st_vec<T, V>(op + u * a.os[1], n, o);
+        }
+    }
+    /* the window: the W-1 inputs before the next step */
+    if (FULL) {
+#pragma unroll
+        for (int k = 0; k < W - 1; k++)
+#pragma unroll
+            for (int v = 0; v < V; v++) win[k][v] = xs[CONV_U + k][v];
+    } else {
+#pragma unroll
+        for (int k = 0; k < W - 1; k++)
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                float w = win[k][v];
+#pragma unroll
+                for (int u = 0; u < CONV_U; u++)
+                    if (u + 1 == m) w = xs[u + 1 + k][v]; /* slots m .. m+W-2 of xs */
+                win[k][v] = w;
+            }
+    }
+}
+
+/* The run [t0, t1) of one thread: the window at t0, then steps of CONV_U
+ * tokens (a guarded one at a sequence's or the run's end), restarting the
+ * window at each sequence boundary (cu_seqlens).  WHOLE: n = V. */
+template <typename T, int W, int V, bool SILU, bool WHOLE>
+static __device__ __forceinline__ void conv_run(const conv_fwd_args &a, int b, int seq, int64_t start,
+                                                int64_t end, int64_t t0, int64_t t1, int c0, int n,
+                                                const float (&wr)[W][V], const float (&br)[V]) {
+    const T *xb = (const T *)a.x + (int64_t)b * a.xs[0] + c0;
+    T *ob = (T *)a.out + (int64_t)b * a.os[0] + c0;
+    float win[W - 1][V];
+    conv_window<T, W, V>(a, xb, seq, start, t0, c0, n, win);
+    for (int64_t t = t0; t < t1;) {
+        if (a.varlen && t >= end && seq + 1 < a.nseq) { /* next non-empty sequence */
+            while (t >= end && seq + 1 < a.nseq) {
+                seq++;
+                start = end;
+                end = conv_cu(a, seq + 1);
+            }
+            conv_window<T, W, V>(a, xb, seq, start, t, c0, n, win);
+        }
+        /* tokens of this run left in the sequence */
+        int64_t m = t1 - t;
+        if (a.varlen && end > t && end - t < m) m = end - t;
+        const T *xp = xb + t * a.xs[1];
+        T *op = ob + t * a.os[1];
+        const int64_t xstep = CONV_U * a.xs[1], ostep = CONV_U * a.os[1];
+        int64_t done = 0;
+        for (; done + CONV_U <= m; done += CONV_U, xp += xstep, op += ostep)
+            conv_step<T, W, V, SILU, true, WHOLE>(a, xp, op, n, CONV_U, wr, br, win);
+        if (done < m) conv_step<T, W, V, SILU, false, WHOLE>(a, xp, op, n, (int)(m - done), wr, br, win);
+        t += m;
+    }
+}
 
 /* grid: one block per (channel tile of 32 vectors, token tile of 4 runs,
  * batch row), flattened; threadIdx.x = vector, threadIdx.y = run. */
-template <typename T, int W, int V>
-__global__ void __launch_bounds__(128) conv1d_fwd_kernel(const conv_fwd_args a) {
+template <typename T, int W, int V, bool SILU>
+__global__ void __launch_bounds__(128, 5) conv1d_fwd_kernel(const conv_fwd_args a) {
     const int64_t blk = blockIdx.x;
     const int ct = (int)(blk % a.ctiles);
     const int64_t rest = blk / a.ctiles;
     const int64_t tt = rest % a.ttiles;
     const int b = (int)(rest / a.ttiles);
-    /* weights and bias of the block's 32 * V channels in shared memory,
-     * [tap][element v][lane], so a warp's reads are 32 consecutive words
-     * (a [tap][channel] layout is an 8-way bank conflict for V = 8, and
-     * measured 2x slower); held in registers they cost 5 * V per thread
-     * and halve the occupancy this memory-bound loop needs */
+    /* the block's weights and bias staged through shared memory (coalesced
+     * loads, [tap][channel], zero past the channels), then each thread's
+     * 4 x (W + 1) into registers: loaded straight from global memory they
+     * were 20 64-bit addresses live at once, the kernel's register peak */
     constexpr int CH = 32 * V;
     __shared__ __align__(16) float sw[(W + 1) * CH];
     for (int i = (int)(threadIdx.y * 32 + threadIdx.x); i < (W + 1) * CH; i += 128) {
-        const int k = i / CH, c = ct * CH + (i & 31) * V + (i % CH) / 32;
+        const int k = i / CH, c = ct * CH + i % CH;
         sw[i] = c >= a.dim ? 0.0f
                 : k < W    ? a.w[(int64_t)c * a.wsd[0] + k * a.wsd[1]]
                 : a.has_bias ? a.bias[(int64_t)c * a.bs]
@@ -170,7 +291,13 @@ __global__ void __launch_bounds__(128) conv1d_fwd_kernel(const conv_fwd_args a) 
     const int64_t t0 = (tt * 4 + threadIdx.y) * a.tl;
     if (t0 >= a.L) return;
     const int64_t t1 = min(t0 + (int64_t)a.tl, a.L);
-    const float *wl = sw + threadIdx.x; /* element v of tap k: wl[(k * V + v) * 32] */
+    float wr[W][V], br[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        br[v] = sw[W * CH + threadIdx.x * V + v];
+#pragma unroll
+        for (int k = 0; k < W; k++) wr[k][v] = sw[k * CH + threadIdx.x * V + v];
+    }
 
     int seq = b;
     int64_t start = 0, end = a.L;
@@ -184,55 +311,8 @@ __global__ void __launch_bounds__(128) conv1d_fwd_kernel(const conv_fwd_args a) 
         start = conv_cu(a, lo);
         end = conv_cu(a, lo + 1);
     }
-    const T *xb = (const T *)a.x + (int64_t)b * a.xs[0] + c0;
-    T *ob = (T *)a.out + (int64_t)b * a.os[0] + c0;
-    float win[W - 1][V];
-    conv_window<T, W, V>(a, xb, seq, start, t0, c0, n, win);
-    /* U tokens per step, their loads issued together: one 16-byte load in
-     * flight per thread is far too little to cover HBM latency */
-    float xv[CONV_U][V];
-#pragma unroll
-    for (int u = 0; u < CONV_U; u++)
-        if (t0 + u < t1) ld_vec<T, V>(xb + (t0 + u) * a.xs[1], n, xv[u]);
-    for (int64_t t = t0; t < t1;) {
-        if (a.varlen && t >= end && seq + 1 < a.nseq) { /* next non-empty sequence */
-            while (t >= end && seq + 1 < a.nseq) {
-                seq++;
-                start = end;
-                end = conv_cu(a, seq + 1);
-            }
-            conv_window<T, W, V>(a, xb, seq, start, t, c0, n, win);
-        }
-        int64_t m = t1 - t;
-        if (a.varlen && end > t && end - t < m) m = end - t;
-        if (m > CONV_U) m = CONV_U;
-        const int64_t tn = t + m;
-#pragma unroll
-        for (int u = 0; u < CONV_U; u++) {
-            if (u < m) {
-                float o[V];
-#pragma unroll
-                for (int v = 0; v < V; v++) {
-                    float acc = wl[(W * V + v) * 32];
-#pragma unroll
-                    for (int k = 0; k < W - 1; k++) acc = fmaf(wl[(k * V + v) * 32], win[k][v], acc);
-                    acc = fmaf(wl[((W - 1) * V + v) * 32], xv[u][v], acc);
-                    o[v] = a.silu ? lo_silu(acc) : acc;
-                }
-                st_vec<T, V>(ob + (t + u) * a.os[1], n, o);
-#pragma unroll
-                for (int k = 0; k < W - 2; k++)
-#pragma unroll
-                    for (int v = 0; v < V; v++) win[k][v] = win[k + 1][v];
-#pragma unroll
-                for (int v = 0; v < V; v++) win[W - 2][v] = xv[u][v];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < CONV_U; u++)
-            if (tn + u < t1) ld_vec<T, V>(xb + (tn + u) * a.xs[1], n, xv[u]);
-        t = tn;
-    }
+    if (n == V) conv_run<T, W, V, SILU, true>(a, b, seq, start, end, t0, t1, c0, n, wr, br);
+    else conv_run<T, W, V, SILU, false>(a, b, seq, start, end, t0, t1, c0, n, wr, br);
 }
 
 /* grid: one thread per (sequence, channel): the last W-1 entries of
@@ -265,19 +345,19 @@ __global__ void __launch_bounds__(256) conv1d_final_kernel(const conv_fwd_args a
 
 template <typename T, int W>
 static sf_status conv_fwd_launch_w(sf_ctx *ctx, const conv_fwd_args &a, bool vec, int64_t blocks) {
-    constexpr int VV = 16 / (int)sizeof(T);
     const dim3 block(32, 4);
-    if (vec)
-        conv1d_fwd_kernel<T, W, VV><<<(unsigned)blocks, block, 0, sf_cuda_stream(ctx)>>>(a);
-    else
-        conv1d_fwd_kernel<T, W, 1><<<(unsigned)blocks, block, 0, sf_cuda_stream(ctx)>>>(a);
+    cudaStream_t st = sf_cuda_stream(ctx);
+    if (vec && a.silu) conv1d_fwd_kernel<T, W, CONV_V, true><<<(unsigned)blocks, block, 0, st>>>(a);
+    else if (vec) conv1d_fwd_kernel<T, W, CONV_V, false><<<(unsigned)blocks, block, 0, st>>>(a);
+    else if (a.silu) conv1d_fwd_kernel<T, W, 1, true><<<(unsigned)blocks, block, 0, st>>>(a);
+    else conv1d_fwd_kernel<T, W, 1, false><<<(unsigned)blocks, block, 0, st>>>(a);
     SF_CUDA_CHECK_LAUNCH(ctx);
     return SF_OK;
 }
 
 template <typename T>
 static sf_status conv_fwd_launch(sf_ctx *ctx, conv_fwd_args &a, bool vec, bool has_final) {
-    const int V = vec ? 16 / (int)sizeof(T) : 1;
+    const int V = vec ? CONV_V : 1;
     if (a.L > 0 && a.dim > 0 && a.batch > 0) {
         a.ctiles = (int)((a.dim + 32 * V - 1) / (32 * V));
         /* runs of 32 tokens amortise the W-1 halo (<10% extra reads, L2
@@ -335,8 +415,8 @@ extern "C" sf_status sf_cuda_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_problem *pr
     a.width = pr->width;
     a.has_bias = pr->has_bias, a.has_init = pr->has_init, a.silu = pr->silu, a.varlen = pr->varlen;
     const size_t es = sf_dtype_size(p->x.dtype);
-    const int64_t V = 16 / (int64_t)es;
-    const bool vec = lo_aligned(p->x.data, 16) && lo_aligned(p->out.data, 16) && a.xs[0] % V == 0 &&
+    const int64_t V = CONV_V; /* 16 bytes of f32, 8 of f16/bf16 */
+    const bool vec = lo_aligned(p->x.data, V * es) && lo_aligned(p->out.data, V * es) && a.xs[0] % V == 0 &&
                      a.xs[1] % V == 0 && a.os[0] % V == 0 && a.os[1] % V == 0;
     switch (p->x.dtype) {
     case SF_F32: return conv_fwd_launch<float>(ctx, a, vec, pr->has_final);
