@@ -58,7 +58,7 @@ def bench_graph(fn):
     return bench(g.replay) / GRAPH_CALLS
 
 
-def run_point(b, ctx, lq, ps):
+def run_point(b, ctx, lq, ps, peers=True):
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(b * 7 + ctx + ps)
     kc = torch.randn(b, ctx, HKV, D, device=dev, dtype=torch.bfloat16, generator=g)
@@ -96,6 +96,9 @@ def run_point(b, ctx, lq, ps):
     res = {"ours": bench_graph(ours), "ours_eager": bench(ours)}
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        if not peers:
+            res[name] = float("nan")
+            continue
         try:
             r = peer(be)
             torch.cuda.synchronize()
@@ -113,6 +116,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--no-peers", action="store_true", help="time seqfuse alone (comparing its variants)")
     a = ap.parse_args()
     if torch is None or not torch.cuda.is_available():
         print("gpu_paged.py: needs torch with CUDA, triton and seqfuse", file=sys.stderr)
@@ -125,7 +129,7 @@ def main():
     print(f"{'b':>4s} {'ctx':>6s} {'lq':>3s} {'page':>4s}   ours TB/s   cuDNN    flash   efficient   "
           f"ours/best peer  err vs peer")
     for b, ctx, lq, ps in POINTS:
-        r, by, err = run_point(b, ctx, lq, ps)
+        r, by, err = run_point(b, ctx, lq, ps, not a.no_peers)
         tbs = {k: (by / (v * 1e-3) / 1e12 if v == v else float("nan")) for k, v in r.items()}
         peers = [v for k, v in r.items() if not k.startswith("ours") and v == v]
         best = min(peers) if peers else float("nan")
