@@ -27,6 +27,15 @@ def commit():
         return "unknown"
 
 
+def write_csv(path, rows):
+    """rows (dicts with the same keys) as a CSV file with a header line."""
+    with open(path, "w") as f:
+        keys = list(rows[0].keys())
+        f.write(",".join(keys) + "\n")
+        for r in rows:
+            f.write(",".join(str(r[k]) for k in keys) + "\n")
+
+
 def md_table(header, rows):
     """A markdown table: header is a list of column names, rows a list of lists of cells."""
     lines = ["| " + " | ".join(str(h) for h in header) + " |",

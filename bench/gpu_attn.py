@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from benchutil import merge_rounds, BF16_TFLOPS, commit, md_table, replace_section
+from benchutil import BF16_TFLOPS, commit, md_table, merge_rounds, replace_section, write_csv
 
 try:  # the GPU side; results_section() runs without it
     import torch
@@ -231,11 +231,7 @@ def main():
                          ratio_vs_cudnn=ratio, err=r.get("err_vs_cudnn", float("nan")),
                          rounds=a.rounds, commit=commit()))
     if a.csv:
-        with open(a.csv, "w") as f:
-            keys = list(rows[0].keys())
-            f.write(",".join(keys) + "\n")
-            for r in rows:
-                f.write(",".join(str(r[k]) for k in keys) + "\n")
+        write_csv(a.csv, rows)
     if a.plot:
         plot(rows, a.plot, gpu, date, a.dtype)
     if a.results:

@@ -252,7 +252,7 @@ def main():
     md += [md_table(hdr, rows), ""]
 
     dec = decode(use_c)
-    print(f"decode (x 4096 bf16), us per call on the GPU (CUDA graph of 20 calls):")
+    print("decode (x 4096 bf16), us per call on the GPU (CUDA graph of 20 calls):")
     hdr = ["rows x 4096", "add+RMSNorm ours us", "torch.compile", "eager", "SwiGLU ours us", "torch.compile",
            "eager"]
     rows = []

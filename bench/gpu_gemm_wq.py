@@ -21,7 +21,7 @@ dequantised weights is checked once per shape.
 import argparse
 import sys
 
-from benchutil import commit, md_table, replace_section
+from benchutil import COPY_TBS, commit, md_table, replace_section, write_csv
 
 try:
     import torch
@@ -31,7 +31,6 @@ try:
 except ImportError:
     torch = None
 
-COPY_TBS = 4.2
 GROUP = 128
 SHAPES = [("q/o", 4096, 4096), ("gate+up", 28672, 4096), ("down", 4096, 14336)]
 MS = [1, 16, 64, 512, 4096]
@@ -119,11 +118,7 @@ def main():
                   f"{rate[2]:7.2f} {unit:7s} {row['speedup4']:5.2f}x     {row['speedup8']:5.2f}x   "
                   f"{r['err']:.1e}", flush=True)
     if a.csv:
-        with open(a.csv, "w") as f:
-            keys = list(rows[0].keys())
-            f.write(",".join(keys) + "\n")
-            for r in rows:
-                f.write(",".join(str(r[k]) for k in keys) + "\n")
+        write_csv(a.csv, rows)
     if a.results:
         body = [f"{date}, {gpu}, commit {commit()}, torch {torch.__version__}; bf16 x and scales, groups of "
                 f"{GROUP}, symmetric codes; y = x W^T with Llama-3-8B's projections.  cuBLAS: torch.matmul on "

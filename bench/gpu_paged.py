@@ -14,7 +14,7 @@ copy ceiling of ~4.2 TB/s measured on this GPU.
 import argparse
 import sys
 
-from benchutil import commit, md_table, replace_section
+from benchutil import COPY_TBS, commit, md_table, replace_section, write_csv
 
 try:
     import torch
@@ -26,7 +26,6 @@ except ImportError:
     torch = None
 
 H, HKV, D = 32, 8, 128
-COPY_TBS = 4.2
 # (batch, context, new tokens, page size)
 POINTS = [(128, 2048, 1, 16), (32, 4096, 1, 16), (32, 4096, 1, 64), (8, 8192, 1, 16),
           (1, 32768, 1, 16), (32, 4096, 4, 16)]
@@ -141,11 +140,7 @@ def main():
                          efficient_ms=r["efficient"], ours_tbs=tbs["ours"], cudnn_tbs=tbs["cudnn"],
                          flash_tbs=tbs["flash"], efficient_tbs=tbs["efficient"], ratio=ratio, err=err))
     if a.csv:
-        with open(a.csv, "w") as f:
-            keys = list(rows[0].keys())
-            f.write(",".join(keys) + "\n")
-            for r in rows:
-                f.write(",".join(str(r[k]) for k in keys) + "\n")
+        write_csv(a.csv, rows)
     if a.results:
         body = [f"{date}, {gpu}, commit {commit()}, torch {torch.__version__}; H {H} over {HKV} KV heads, d {D}, "
                 f"bf16, causal; pages shuffled across the pool; the peers read the same K/V stored "

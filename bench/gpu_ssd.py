@@ -17,7 +17,7 @@ import argparse
 import os
 import time
 
-from benchutil import BF16_TFLOPS, COPY_TBS, TF32_TFLOPS, commit, md_table, merge_rounds, replace_section
+from benchutil import BF16_TFLOPS, COPY_TBS, TF32_TFLOPS, commit, md_table, merge_rounds, replace_section, write_csv
 
 try:  # the GPU side; the section writers run without it
     import torch
@@ -260,11 +260,7 @@ def main():
                          peer_ms=tp, ratio=tp / t, tflops=0.0, tbs=tbs, err=float("nan"),
                          commit=commit()))
     if a.csv:
-        with open(a.csv, "w") as f:
-            keys = list(rows[0].keys())
-            f.write(",".join(keys) + "\n")
-            for r in rows:
-                f.write(",".join(str(r[k]) for k in keys) + "\n")
+        write_csv(a.csv, rows)
     if a.results:
         for op, make in (("ssd_fwd", ssd_fwd_section), ("ssd_step", ssd_step_section)):
             sel = [r for r in rows if r["op"] == op]
