@@ -41,11 +41,8 @@ static sf_status check_alibi(sf_ctx *ctx, const char *op, const sf_attn_fwd_para
 
 sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
     static const char *op = "sf_attn_fwd";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     sf_attn_problem pr;
     memset(&pr, 0, sizeof pr);

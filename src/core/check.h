@@ -19,6 +19,18 @@
         if (s_ != SF_OK) return s_;     \
     } while (0)
 
+/* The opening of every op's front end: a NULL context or params is
+ * SF_ERR_NULL_POINTER, the context's last error is cleared, and *be_out
+ * gets the backend the call runs on (sf_resolve_backend); returns from the
+ * enclosing function on any failure. */
+#define SF_OP_BEGIN(ctx, op, p, be_out)                                                     \
+    do {                                                                                    \
+        if (!(ctx)) return SF_ERR_NULL_POINTER;                                             \
+        if (!(p)) return sf_fail((ctx), SF_ERR_NULL_POINTER, "%s: params is NULL", (op));   \
+        (ctx)->err[0] = 0;                                                                  \
+        CHK(sf_resolve_backend((ctx), (op), (p)->backend, (be_out)));                       \
+    } while (0)
+
 /* Validates a tensor named `name` of op `op`:
  *   required: absent -> SF_ERR_NULL_POINTER (an absent optional tensor passes);
  *   rank and each extent of `shape` (SF_ANY matches anything) -> SF_ERR_SHAPE;

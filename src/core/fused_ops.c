@@ -43,11 +43,8 @@ static int same_view(const sf_tensor *a, const sf_tensor *b) {
 
 static sf_status add_norm(sf_ctx *ctx, const sf_norm_params *p, const char *op, int layer,
                           int allow_residual) {
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 2, NULL, SF_DT_FLOAT, 1));
     sf_norm_problem pr;
@@ -114,11 +111,8 @@ sf_status sf_layernorm(sf_ctx *ctx, const sf_norm_params *p) {
 
 sf_status sf_swiglu(sf_ctx *ctx, const sf_swiglu_params *p) {
     static const char *op = "sf_swiglu";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
     if ((int)p->layout < (int)SF_SWIGLU_SEPARATE || (int)p->layout > (int)SF_SWIGLU_INTERLEAVED)
         return sf_fail(ctx, SF_ERR_INVALID_ARG,
                        "%s: layout %d is not one of SEPARATE (0), CONCAT (1), INTERLEAVED (2)", op,
@@ -171,11 +165,8 @@ static sf_status check_finite_pos(sf_ctx *ctx, const char *op, const char *name,
 
 sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p) {
     static const char *op = "sf_rope";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "q", &p->q, 1, 3, NULL, SF_DT_FLOAT, 1));
     sf_rope_problem pr;

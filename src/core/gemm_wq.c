@@ -65,11 +65,8 @@ static sf_status check_qweight(sf_ctx *ctx, const char *op, const char *pre, con
 
 sf_status sf_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_params *p) {
     static const char *op = "sf_gemm_wq";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
     CHK(check_qweight(ctx, op, "w.", &p->w));
     sf_gemm_wq_problem pr;
     memset(&pr, 0, sizeof pr);

@@ -64,11 +64,8 @@ static sf_status conv_segments(sf_ctx *ctx, sf_conv1d_problem *pr) {
 
 sf_status sf_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_params *p) {
     static const char *op = "sf_conv1d_fwd";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 3, NULL, SF_DT_FLOAT, 1));
     sf_conv1d_problem pr;
@@ -136,11 +133,8 @@ sf_status sf_conv1d_fwd(sf_ctx *ctx, const sf_conv1d_params *p) {
 
 sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p) {
     static const char *op = "sf_conv1d_update";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 2, NULL, SF_DT_FLOAT, 0));
     sf_conv1d_update_problem pr;
@@ -186,11 +180,8 @@ sf_status sf_conv1d_update(sf_ctx *ctx, const sf_conv1d_update_params *p) {
 
 sf_status sf_rmsnorm_gated(sf_ctx *ctx, const sf_rmsnorm_gated_params *p) {
     static const char *op = "sf_rmsnorm_gated";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 2, NULL, SF_DT_FLOAT, 1));
     sf_rmsnorm_problem pr;

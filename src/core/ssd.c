@@ -126,11 +126,8 @@ static void ssd_fwd_empty_host(const sf_ssd_fwd_params *p, int64_t ns, int64_t H
 }
 
 static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const char *op, int states_only) {
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 4, NULL, SF_DT_FLOAT, 1));
     sf_ssd_problem pr;
@@ -252,11 +249,8 @@ sf_status sf_ssd_states_only(sf_ctx *ctx, const sf_ssd_fwd_params *p) {
 
 sf_status sf_ssd_step(sf_ctx *ctx, const sf_ssd_step_params *p) {
     static const char *op = "sf_ssd_step";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 3, NULL, SF_DT_FLOAT, 1));
     sf_ssd_step_problem pr;
