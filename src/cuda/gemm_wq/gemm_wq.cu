@@ -101,11 +101,25 @@ __global__ void __launch_bounds__(Tl::NTHR) gemm_wq_kernel(const WqArgs a) {
         auto ws_of = [&](int s) { return smem + (size_t)s * Tl::STAGE + Tl::X_BYTES; };
         auto ss_of = [&](int s) { return (uint16_t *)(smem + (size_t)s * Tl::STAGE + Tl::X_BYTES + Tl::W_BYTES); };
 
+        /* Rows of x past M are zero in every slot, written once here (the
+         * previous row tile ended with a barrier; the main loop's first
+         * barrier orders these stores before any read), so the loads below
+         * move only the rows that exist: a decode step (M = 1 in an 8-row
+         * tile) issues 64 cp.async a stage for x instead of 512. */
+        const int xrows = M - m0 < BM ? (int)(M - m0) : BM;
+        if (xrows < BM) {
+            for (int c = tid; c < ST * (BM - xrows) * (BK / 8); c += NTHR) {
+                const int s = c / ((BM - xrows) * (BK / 8)), e = c % ((BM - xrows) * (BK / 8));
+                const int r = xrows + e / (BK / 8), q = e % (BK / 8);
+                *(uint4 *)(xs_of(s) + r * XS + q * 8) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+
         /* x and W tiles of stage kt into slot s (zeros past M, N, K) */
         auto load_tiles = [&](int kt, int s) {
             const int64_t k0 = (int64_t)kt * BK;
             T *xs = xs_of(s);
-            for (int c = tid; c < BM * (BK / 8); c += NTHR) {
+            for (int c = tid; c < xrows * (BK / 8); c += NTHR) {
                 const int r = c / (BK / 8), q = c % (BK / 8);
                 const int64_t m = m0 + r, k = k0 + q * 8;
                 const bool ok = m < M && k < K;
