@@ -296,6 +296,71 @@ static void test_rope_by_hand(sf_ctx *ctx) {
         }
 }
 
+/* On a GPU the lengths live on the device: a position past the cos/sin
+ * tables is found by the kernel, its row (K and V) left unwritten and the
+ * sequence recorded (SF_ERR_INDEX at the next synchronize).  Tables of 3
+ * rows, cos 1 and sin 0 (K copied exactly), a sequence of 2 cached tokens
+ * appending 2: position 2 is written, position 3 is not.  Skipped without
+ * a GPU. */
+static void test_rope_cuda_bad_row(void) {
+    sf_ctx *ctx = NULL;
+    if (sf_ctx_create(&ctx, 0) != SF_OK) {
+        printf("skip rope on the GPU: no CUDA device\n");
+        return;
+    }
+    enum { PD = 8, NPOS = 3 };
+    uint16_t hk[2 * PD], hv[2 * PD], pool[2 * 4 * PD];
+    float hc[NPOS * PD / 2], hs[NPOS * PD / 2];
+    int32_t htab[2] = {1, 0}, hlen[1] = {2};
+    for (int i = 0; i < 2 * PD; i++) hk[i] = (uint16_t)(0x3c00 + i), hv[i] = (uint16_t)(0x4000 + i);
+    for (int i = 0; i < NPOS * PD / 2; i++) hc[i] = 1.0f, hs[i] = 0.0f;
+    for (int i = 0; i < 2 * 4 * PD; i++) pool[i] = 0xffff;
+    void *dk = NULL, *dv = NULL, *dkc = NULL, *dvc = NULL, *dc = NULL, *ds = NULL, *dt = NULL, *dl = NULL;
+    int ok = sf_malloc(ctx, &dk, sizeof hk) == SF_OK && sf_malloc(ctx, &dv, sizeof hv) == SF_OK &&
+             sf_malloc(ctx, &dkc, sizeof pool) == SF_OK && sf_malloc(ctx, &dvc, sizeof pool) == SF_OK &&
+             sf_malloc(ctx, &dc, sizeof hc) == SF_OK && sf_malloc(ctx, &ds, sizeof hs) == SF_OK &&
+             sf_malloc(ctx, &dt, sizeof htab) == SF_OK && sf_malloc(ctx, &dl, sizeof hlen) == SF_OK;
+    EXPECT(ok, "rope on the GPU: device buffers");
+    if (ok) {
+        sf_memcpy(ctx, dk, hk, sizeof hk), sf_memcpy(ctx, dv, hv, sizeof hv);
+        sf_memcpy(ctx, dkc, pool, sizeof pool), sf_memcpy(ctx, dvc, pool, sizeof pool);
+        sf_memcpy(ctx, dc, hc, sizeof hc), sf_memcpy(ctx, ds, hs, sizeof hs);
+        sf_memcpy(ctx, dt, htab, sizeof htab), sf_memcpy(ctx, dl, hlen, sizeof hlen);
+        sf_rope_params r;
+        sf_rope_params_init(&r);
+        r.cos = sf_tensor_contiguous(dc, SF_F32, 0, 2, (int64_t[]){NPOS, PD / 2});
+        r.sin = sf_tensor_contiguous(ds, SF_F32, 0, 2, (int64_t[]){NPOS, PD / 2});
+        sf_kv_append_params p;
+        sf_kv_append_params_init(&p);
+        p.k_cache = sf_tensor_contiguous(dkc, SF_F16, 0, 4, (int64_t[]){2, 4, 1, PD});
+        p.v_cache = sf_tensor_contiguous(dvc, SF_F16, 0, 4, (int64_t[]){2, 4, 1, PD});
+        p.k = sf_tensor_contiguous(dk, SF_F16, 0, 4, (int64_t[]){1, 2, 1, PD});
+        p.v = sf_tensor_contiguous(dv, SF_F16, 0, 4, (int64_t[]){1, 2, 1, PD});
+        p.block_table = sf_tensor_contiguous(dt, SF_I32, 0, 2, (int64_t[]){1, 2});
+        p.cache_seqlens = sf_tensor_contiguous(dl, SF_I32, 0, 1, (int64_t[]){1});
+        p.rope = &r;
+        EXPECT_STATUS(sf_kv_append(ctx, &p), SF_OK, NULL);
+        const sf_status st = sf_ctx_synchronize(ctx);
+        EXPECT(st == SF_ERR_INDEX, "rope on the GPU: a position past the tables gives SF_ERR_INDEX "
+               "at the synchronize, got %d (%s)", (int)st, sf_ctx_last_error(ctx));
+        uint16_t kk[2 * 4 * PD], vv[2 * 4 * PD];
+        sf_memcpy(ctx, kk, dkc, sizeof kk), sf_memcpy(ctx, vv, dvc, sizeof vv);
+        /* position 2: page 1, row 2 (element 48); position 3: row 3 (56) */
+        int good = 1;
+        for (int c = 0; c < PD; c++) {
+            good &= kk[48 + c] == hk[c] && vv[48 + c] == hv[c];
+            good &= kk[56 + c] == 0xffff && vv[56 + c] == 0xffff;
+        }
+        EXPECT(good, "rope on the GPU: position 2 written (cos 1, sin 0: K as it is), position 3 "
+               "past the tables left unwritten");
+        EXPECT(sf_ctx_synchronize(ctx) == SF_OK, "rope on the GPU: the record is cleared");
+    }
+    void *bufs[] = {dk, dv, dkc, dvc, dc, ds, dt, dl};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) sf_free(ctx, bufs[i]);
+    sf_ctx_destroy(ctx);
+}
+
 /* ------------------------------------------------------------------ */
 /* 2. empty sequences                                                   */
 /* ------------------------------------------------------------------ */
@@ -488,6 +553,7 @@ int main(void) {
     test_attn_errors(ctx);
     test_append_errors(ctx);
     test_rope_by_hand(ctx);
+    test_rope_cuda_bad_row();
     test_empty(ctx);
     test_equivalence(ctx, SF_F32);
     test_equivalence(ctx, SF_F16);
