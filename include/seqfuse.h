@@ -915,13 +915,30 @@ SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_
  * (two sequences, or two logical pages of one, mapping a new token to the
  * same page and row): host backends refuse it (SF_ERR_INDEX naming both
  * sequences); on the GPU it is a race, and avoiding it is the caller's
- * duty (as with vLLM's reshape_and_cache).  b or Lnew 0: nothing to do. */
+ * duty (as with vLLM's reshape_and_cache).  b or Lnew 0: nothing to do.
+ *
+ * rope (optional): K is rotated on the way in, V never.  The rotation is
+ * sf_rope's (rotary_dim, style, theta and scaling, or cos and sin tables;
+ * validated as sf_rope validates them, messages naming "rope.<field>")
+ * with the new token j of sequence b at position cache_seqlens[b] + j; k
+ * itself is read only.  rope->q, k, q_out, k_out and positions must be
+ * absent (SF_ERR_INVALID_ARG); rope->backend is not used.  cos and sin
+ * must not overlap the pools.  With tables, every position written must
+ * be a row of them: host backends check it (SF_ERR_INDEX naming the
+ * sequence); on the GPU a row past the tables is neither read nor written
+ * and the context records the error as for a bad block-table entry
+ * (SF_ERR_INDEX at the next sf_ctx_synchronize).  Accuracy as sf_rope's
+ * (angles in double on the host, reduced in double on the GPU).  The
+ * CUDA rotating kernel takes one warp a (token, kv head) row; without
+ * rope the plain copy runs unchanged.  No workspace (CUDA-graph
+ * capturable). */
 typedef struct sf_kv_append_params {
     sf_tensor k_cache, v_cache;      /* pools, written in place          */
     sf_tensor k, v;                  /* (b, Lnew, Hkv, d)                */
     sf_tensor block_table;           /* (b, max_pages) i32               */
     sf_tensor cache_seqlens;         /* (b) i32: tokens already cached   */
     sf_backend backend;
+    const sf_rope_params *rope;      /* NULL: K copied as it is          */
 } sf_kv_append_params;
 
 SF_API void sf_kv_append_params_init(sf_kv_append_params *p);

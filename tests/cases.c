@@ -206,6 +206,26 @@ const sfc_case sfc_cases[] = {
     {APPEND("append_chunk_ps64_d96", 3, 1, 96, 16, 64), .klens = {60, 0, 128}},
     {APPEND("append_ps256", 2, 2, 64, 300, 256), .klens = {200, 0}},
     {APPEND("append_strided", 3, 2, 64, 4, 16), .strided = 1, .klens = {14, 0, 33}},
+    /* append with K rotated (sf_kv_append's rope): NeoX and GPT-J, partial
+     * rotary dims (vector and element paths of the kernel), llama3 scaling
+     * at positions past 2^14, cos/sin tables whose last row is the last
+     * position written, several kv heads, chunks that straddle pages,
+     * padded-stride views of everything, tables included */
+    {APPEND("append_rope_neox", 3, 2, 64, 4, 16), .rope = 1, .klens = {0, 15, 40}},
+    {APPEND("append_rope_gptj_partial", 2, 4, 128, 3, 16), .rope = 1, .gptj = 1, .rot_dim = 64,
+     .klens = {5, 31}},
+    {APPEND("append_rope_llama3_far", 2, 1, 64, 2, 256), .rope = 1, .llama3 = 1,
+     .klens = {20000, 3}},
+    {APPEND("append_rope_tables_gqa", 3, 4, 96, 5, 8), .rope = 1, .tables = 1, .rot_dim = 32,
+     .npos = 64, .klens = {0, 7, 50}},
+    {APPEND("append_rope_tables_gptj_edge", 2, 1, 64, 16, 16), .rope = 1, .tables = 1, .gptj = 1,
+     .npos = 40, .klens = {3, 24}},
+    {APPEND("append_rope_neox_d40_partial", 2, 2, 40, 3, 4), .rope = 1, .rot_dim = 24,
+     .klens = {9, 0}},
+    {APPEND("append_rope_strided_tables", 3, 2, 64, 4, 16), .rope = 1, .strided = 1, .tables = 1,
+     .rot_dim = 48, .npos = 80, .klens = {14, 0, 33}},
+    {APPEND("append_rope_decode_llm", 64, 8, 128, 1, 16), .rope = 1, .llama3 = 1, .big = 1,
+     .klens = {4000, 3000, 2048, 1, 4096, 100, 2500, 3333}},
 
     /* conv1d prefill: widths 2-4, L = 1 and L < W-1 with an initial state,
      * channels not a multiple of the vector width, cu_seqlens with length-1
@@ -392,6 +412,10 @@ double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be) {
     case SF_F16: return gpu ? 5e-3 : 1e-3;
     default: return gpu ? 1.5e-2 : 5e-3;
     }
+}
+
+double sfc_tolerance1(const sfc_case *c, sf_dtype dt, sf_backend be) {
+    return sfc_tolerance(c->op == SFC_KV_APPEND && c->rope ? SFC_ROPE : c->op, dt, be);
 }
 
 double sfc_tolerance2(const sfc_case *c, sf_dtype dt, sf_backend be) {

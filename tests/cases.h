@@ -76,6 +76,9 @@ typedef struct sfc_case {
      * tables of npos rows, out-of-place outputs (else in place).  npos is
      * also the range of shuffled positions without tables. */
     int rot_dim, gptj, pos_ids, llama3, tables, npos, out_of_place;
+    int rope;        /* kv_append: K rotated on the way in, by rot_dim, gptj,
+                        llama3 and tables of npos rows above (positions are
+                        the cache positions written)                      */
     /* gemm_wq: M = b rows of x; W (wq_n x wq_k) of wq_bits (4 or 8) codes,
      * groups of wq_group, mins when wq_min, bias above */
     int wq_n, wq_k, wq_bits, wq_group, wq_min;
@@ -118,6 +121,9 @@ typedef struct sfc_result {
 
 /* Error bound of a backend on a dtype (DESIGN.md section 5). */
 double sfc_tolerance(sfc_op op, sf_dtype dt, sf_backend be);
+/* The bound of a case's main output: sfc_tolerance of its op, but a
+ * kv_append that rotates K is held to sf_rope's bound. */
+double sfc_tolerance1(const sfc_case *c, sf_dtype dt, sf_backend be);
 /* The bound of case c's second output (sfc_result.err2) in dtype dt: the
  * step's state is rounded to its own dtype, which may be coarser than x's. */
 double sfc_tolerance2(const sfc_case *c, sf_dtype dt, sf_backend be);

@@ -3,7 +3,8 @@
  *     from a valid call, which must succeed, and breaks one thing);
  *  2. empty sequences: out 0, lse -inf, on the reference and CPU backends;
  *  3. append-then-attend over a shuffled paged cache equals sf_attn_fwd
- *     (varlen) over the same keys stored contiguously, in f32 and f16. */
+ *     (varlen) over the same keys stored contiguously, in f32 and f16;
+ *  4. a K row rotated on the way in (sf_kv_append's rope), checked by hand. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +192,173 @@ static void test_append_errors(sf_ctx *ctx) {
     /* partly overlapping runs: rows 1, 2 and rows 2, 3 of page 0 */
     BREAK((bt[5] = 0, sl[0] = 5, sl[1] = 10), SF_ERR_INDEX, "both write row 2 of page 0");
 #undef BREAK
+
+    /* rope: sf_rope's checks of the definition (messages naming rope.<field>),
+     * none of the tensors the append supplies itself, tables covering every
+     * position written (sequence 0 writes 5, 6; sequence 1 writes 8, 9) */
+    static sf_rope_params rp;
+    static float tc[10 * D / 2], ts[10 * D / 2];
+#define RBREAK(stmt, want, needle)                           \
+    do {                                                     \
+        append_valid(&p);                                    \
+        sf_rope_params_init(&rp);                            \
+        p.rope = &rp;                                        \
+        stmt;                                                \
+        EXPECT_STATUS(sf_kv_append(ctx, &p), want, needle); \
+    } while (0)
+    RBREAK((void)0, SF_OK, NULL);
+    RBREAK(p.backend = SF_BACKEND_REF, SF_OK, NULL);
+    RBREAK((rp.style = SF_ROPE_GPTJ, rp.rotary_dim = 8, rp.scaling = SF_ROPE_LLAMA3), SF_OK, NULL);
+    RBREAK(rp.q = F(qb, 3, (int64_t[]){NB * LQ, HQ, D}), SF_ERR_INVALID_ARG, "rope.q must be absent");
+    RBREAK(rp.k = F(kn, 3, (int64_t[]){NB * LQ, HKV, D}), SF_ERR_INVALID_ARG, "rope.k must be absent");
+    RBREAK(rp.q_out = F(ob, 3, (int64_t[]){NB * LQ, HQ, D}), SF_ERR_INVALID_ARG, "rope.q_out");
+    RBREAK(rp.k_out = F(ob, 3, (int64_t[]){NB * LQ, HKV, D}), SF_ERR_INVALID_ARG, "rope.k_out");
+    RBREAK(rp.positions = I(sl, 1, (int64_t[]){NB}), SF_ERR_INVALID_ARG, "rope.positions must be absent");
+    RBREAK(rp.rotary_dim = 3, SF_ERR_INVALID_ARG, "rope.rotary_dim 3");
+    RBREAK(rp.rotary_dim = D + 2, SF_ERR_INVALID_ARG, "rope.rotary_dim 18");
+    RBREAK(rp.rotary_dim = -2, SF_ERR_INVALID_ARG, "rope.rotary_dim -2");
+    RBREAK(rp.style = (sf_rope_style)5, SF_ERR_INVALID_ARG, "rope.style 5");
+    RBREAK(rp.theta = 0.0f, SF_ERR_INVALID_ARG, "rope.theta");
+    RBREAK(rp.scaling = (sf_rope_scaling)3, SF_ERR_INVALID_ARG, "rope.scaling 3");
+    RBREAK((rp.scaling = SF_ROPE_LLAMA3, rp.low_freq_factor = 5.0f), SF_ERR_INVALID_ARG, "rope.low_freq_factor");
+    RBREAK((rp.scaling = SF_ROPE_LLAMA3, rp.factor = NAN), SF_ERR_INVALID_ARG, "rope.factor");
+    RBREAK(rp.cos = F(tc, 2, (int64_t[]){10, D / 2}), SF_ERR_INVALID_ARG, "rope.cos and rope.sin");
+    RBREAK((rp.cos = F(tc, 2, (int64_t[]){10, D / 2}), rp.sin = F(ts, 2, (int64_t[]){10, D / 2})), SF_OK, NULL);
+    RBREAK((rp.cos = F(tc, 2, (int64_t[]){10, D / 4}), rp.sin = F(ts, 2, (int64_t[]){10, D / 4})),
+           SF_ERR_SHAPE, "rope.cos");
+    RBREAK((rp.rotary_dim = D / 2, rp.cos = F(tc, 2, (int64_t[]){10, D / 4}),
+            rp.sin = F(ts, 2, (int64_t[]){9, D / 4})),
+           SF_ERR_SHAPE, "rope.sin");
+    RBREAK((rp.cos = F(tc, 2, (int64_t[]){10, D / 2}), rp.sin = F(ts, 2, (int64_t[]){10, D / 2}),
+            rp.cos.dtype = SF_F16),
+           SF_ERR_DTYPE, "rope.cos");
+    /* one row short: position 9 of sequence 1 has none */
+    RBREAK((rp.cos = F(tc, 2, (int64_t[]){9, D / 2}), rp.sin = F(ts, 2, (int64_t[]){9, D / 2})),
+           SF_ERR_INDEX, "sequence 1 writes position 9");
+    RBREAK((p.backend = SF_BACKEND_REF, rp.cos = F(tc, 2, (int64_t[]){9, D / 2}),
+            rp.sin = F(ts, 2, (int64_t[]){9, D / 2})),
+           SF_ERR_INDEX, "rope.cos and rope.sin have 9 rows");
+    /* the tables are inputs: a pool over them is refused */
+    RBREAK((rp.cos = F(kc, 2, (int64_t[]){10, D / 2}), rp.sin = F(ts, 2, (int64_t[]){10, D / 2})),
+           SF_ERR_INVALID_ARG, "rope.cos");
+#undef RBREAK
+}
+
+/* One K row rotated by hand: d 4, sequence of 2 cached tokens, the new one
+ * at position 2, theta 10000 (f = 1 and 0.01).  NeoX pairs (0, 2), (1, 3);
+ * GPT-J (0, 1), (2, 3); GPT-J with rotary_dim 2 leaves channels 2, 3 as
+ * they are.  V and k themselves are never touched. */
+static void test_rope_by_hand(sf_ctx *ctx) {
+    for (int be = 0; be < 2; be++)
+        for (int style = 0; style < 3; style++) {
+            float kpool[2 * 4 * 4], vpool[2 * 4 * 4], knew[4] = {1, 2, 3, 4}, vnew[4] = {5, 6, 7, 8};
+            int32_t tab[2] = {1, 0}, len[1] = {2};
+            for (int i = 0; i < 32; i++) kpool[i] = vpool[i] = -9.0f;
+            sf_rope_params r;
+            sf_rope_params_init(&r);
+            r.style = style == 0 ? SF_ROPE_NEOX : SF_ROPE_GPTJ;
+            r.rotary_dim = style == 2 ? 2 : 0;
+            sf_kv_append_params p;
+            sf_kv_append_params_init(&p);
+            p.k_cache = F(kpool, 4, (int64_t[]){2, 4, 1, 4});
+            p.v_cache = F(vpool, 4, (int64_t[]){2, 4, 1, 4});
+            p.k = F(knew, 4, (int64_t[]){1, 1, 1, 4});
+            p.v = F(vnew, 4, (int64_t[]){1, 1, 1, 4});
+            p.block_table = I(tab, 2, (int64_t[]){1, 2});
+            p.cache_seqlens = I(len, 1, (int64_t[]){1});
+            p.rope = &r;
+            p.backend = be ? SF_BACKEND_CPU : SF_BACKEND_REF;
+            EXPECT_STATUS(sf_kv_append(ctx, &p), SF_OK, NULL);
+            const double c0 = cos(2.0), s0 = sin(2.0), c1 = cos(0.02), s1 = sin(0.02);
+            double want[4];
+            if (style == 0) {
+                want[0] = 1 * c0 - 3 * s0, want[2] = 3 * c0 + 1 * s0;
+                want[1] = 2 * c1 - 4 * s1, want[3] = 4 * c1 + 2 * s1;
+            } else if (style == 1) {
+                want[0] = 1 * c0 - 2 * s0, want[1] = 2 * c0 + 1 * s0;
+                want[2] = 3 * c1 - 4 * s1, want[3] = 4 * c1 + 3 * s1;
+            } else { /* R = 2: the one frequency is 1 */
+                want[0] = 1 * c0 - 2 * s0, want[1] = 2 * c0 + 1 * s0, want[2] = 3, want[3] = 4;
+            }
+            /* position 2: page tab[0] = 1, row 2 */
+            const float *got = kpool + (1 * 4 + 2) * 4, *gv = vpool + (1 * 4 + 2) * 4;
+            double err = 0;
+            for (int c = 0; c < 4; c++) err = fmax(err, fabs(got[c] - want[c]));
+            EXPECT(err < 1e-6, "rope by hand, %s style %d: k_cache row (%g %g %g %g), want (%g %g %g %g)",
+                   be ? "cpu" : "ref", style, got[0], got[1], got[2], got[3], want[0], want[1],
+                   want[2], want[3]);
+            EXPECT(gv[0] == 5 && gv[1] == 6 && gv[2] == 7 && gv[3] == 8 && knew[0] == 1 && knew[3] == 4,
+                   "rope by hand, %s style %d: v copied as it is and k left alone", be ? "cpu" : "ref", style);
+            int untouched = 1;
+            for (int i = 0; i < 32; i++)
+                if (i / 4 != 6 && (kpool[i] != -9.0f || vpool[i] != -9.0f)) untouched = 0;
+            EXPECT(untouched, "rope by hand, %s style %d: only the one slot written", be ? "cpu" : "ref", style);
+        }
+}
+
+/* On a GPU the lengths live on the device: a position past the cos/sin
+ * tables is found by the kernel, its row (K and V) left unwritten and the
+ * sequence recorded (SF_ERR_INDEX at the next synchronize).  Tables of 3
+ * rows, cos 1 and sin 0 (K copied exactly), a sequence of 2 cached tokens
+ * appending 2: position 2 is written, position 3 is not.  Skipped without
+ * a GPU. */
+static void test_rope_cuda_bad_row(void) {
+    sf_ctx *ctx = NULL;
+    if (sf_ctx_create(&ctx, 0) != SF_OK) {
+        printf("skip rope on the GPU: no CUDA device\n");
+        return;
+    }
+    enum { PD = 8, NPOS = 3 };
+    uint16_t hk[2 * PD], hv[2 * PD], pool[2 * 4 * PD];
+    float hc[NPOS * PD / 2], hs[NPOS * PD / 2];
+    int32_t htab[2] = {1, 0}, hlen[1] = {2};
+    for (int i = 0; i < 2 * PD; i++) hk[i] = (uint16_t)(0x3c00 + i), hv[i] = (uint16_t)(0x4000 + i);
+    for (int i = 0; i < NPOS * PD / 2; i++) hc[i] = 1.0f, hs[i] = 0.0f;
+    for (int i = 0; i < 2 * 4 * PD; i++) pool[i] = 0xffff;
+    void *dk = NULL, *dv = NULL, *dkc = NULL, *dvc = NULL, *dc = NULL, *ds = NULL, *dt = NULL, *dl = NULL;
+    int ok = sf_malloc(ctx, &dk, sizeof hk) == SF_OK && sf_malloc(ctx, &dv, sizeof hv) == SF_OK &&
+             sf_malloc(ctx, &dkc, sizeof pool) == SF_OK && sf_malloc(ctx, &dvc, sizeof pool) == SF_OK &&
+             sf_malloc(ctx, &dc, sizeof hc) == SF_OK && sf_malloc(ctx, &ds, sizeof hs) == SF_OK &&
+             sf_malloc(ctx, &dt, sizeof htab) == SF_OK && sf_malloc(ctx, &dl, sizeof hlen) == SF_OK;
+    EXPECT(ok, "rope on the GPU: device buffers");
+    if (ok) {
+        sf_memcpy(ctx, dk, hk, sizeof hk), sf_memcpy(ctx, dv, hv, sizeof hv);
+        sf_memcpy(ctx, dkc, pool, sizeof pool), sf_memcpy(ctx, dvc, pool, sizeof pool);
+        sf_memcpy(ctx, dc, hc, sizeof hc), sf_memcpy(ctx, ds, hs, sizeof hs);
+        sf_memcpy(ctx, dt, htab, sizeof htab), sf_memcpy(ctx, dl, hlen, sizeof hlen);
+        sf_rope_params r;
+        sf_rope_params_init(&r);
+        r.cos = sf_tensor_contiguous(dc, SF_F32, 0, 2, (int64_t[]){NPOS, PD / 2});
+        r.sin = sf_tensor_contiguous(ds, SF_F32, 0, 2, (int64_t[]){NPOS, PD / 2});
+        sf_kv_append_params p;
+        sf_kv_append_params_init(&p);
+        p.k_cache = sf_tensor_contiguous(dkc, SF_F16, 0, 4, (int64_t[]){2, 4, 1, PD});
+        p.v_cache = sf_tensor_contiguous(dvc, SF_F16, 0, 4, (int64_t[]){2, 4, 1, PD});
+        p.k = sf_tensor_contiguous(dk, SF_F16, 0, 4, (int64_t[]){1, 2, 1, PD});
+        p.v = sf_tensor_contiguous(dv, SF_F16, 0, 4, (int64_t[]){1, 2, 1, PD});
+        p.block_table = sf_tensor_contiguous(dt, SF_I32, 0, 2, (int64_t[]){1, 2});
+        p.cache_seqlens = sf_tensor_contiguous(dl, SF_I32, 0, 1, (int64_t[]){1});
+        p.rope = &r;
+        EXPECT_STATUS(sf_kv_append(ctx, &p), SF_OK, NULL);
+        const sf_status st = sf_ctx_synchronize(ctx);
+        EXPECT(st == SF_ERR_INDEX, "rope on the GPU: a position past the tables gives SF_ERR_INDEX "
+               "at the synchronize, got %d (%s)", (int)st, sf_ctx_last_error(ctx));
+        uint16_t kk[2 * 4 * PD], vv[2 * 4 * PD];
+        sf_memcpy(ctx, kk, dkc, sizeof kk), sf_memcpy(ctx, vv, dvc, sizeof vv);
+        /* position 2: page 1, row 2 (element 48); position 3: row 3 (56) */
+        int good = 1;
+        for (int c = 0; c < PD; c++) {
+            good &= kk[48 + c] == hk[c] && vv[48 + c] == hv[c];
+            good &= kk[56 + c] == 0xffff && vv[56 + c] == 0xffff;
+        }
+        EXPECT(good, "rope on the GPU: position 2 written (cos 1, sin 0: K as it is), position 3 "
+               "past the tables left unwritten");
+        EXPECT(sf_ctx_synchronize(ctx) == SF_OK, "rope on the GPU: the record is cleared");
+    }
+    void *bufs[] = {dk, dv, dkc, dvc, dc, ds, dt, dl};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) sf_free(ctx, bufs[i]);
+    sf_ctx_destroy(ctx);
 }
 
 /* ------------------------------------------------------------------ */
@@ -384,6 +552,8 @@ int main(void) {
     }
     test_attn_errors(ctx);
     test_append_errors(ctx);
+    test_rope_by_hand(ctx);
+    test_rope_cuda_bad_row();
     test_empty(ctx);
     test_equivalence(ctx, SF_F32);
     test_equivalence(ctx, SF_F16);

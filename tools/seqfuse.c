@@ -170,7 +170,7 @@ static int cmd_run(int json, int force_cpu, uint64_t seed, int threads) {
             status = 1;
             continue;
         }
-        const double tol = sfc_tolerance(c->op, dt, be), ntol = sfn_tolerance(c, dt, be, &r);
+        const double tol = sfc_tolerance1(c, dt, be), ntol = sfn_tolerance(c, dt, be, &r);
         tol_shown = tol > tol_shown ? tol : tol_shown;
         const int fused_ok = r.err <= tol && r.err2 <= tol && r.unwritten == 0 && r.nonfinite == 0 && r.guard_ok;
         const int naive_ok = r.base_err <= ntol && r.base_err2 <= ntol && r.base_unwritten == 0 &&

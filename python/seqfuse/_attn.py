@@ -4,7 +4,9 @@ import ctypes
 import math
 
 from . import _lib as L
-from ._core import Call, as_flag, as_int, fail
+import numpy as np
+
+from ._core import Call, as_flag, as_int, fail, kind_of
 from ._lib import SF_ERR_INVALID_ARG, SF_ERR_NULL_POINTER, SF_ERR_SHAPE, SF_ERR_UNSUPPORTED
 from ._common import _shape
 
@@ -128,6 +130,59 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     return _attn_result(out, lse, return_lse, return_attn_probs)
 
 
+def _kvcache_rope(call, cos, sin, interleaved):
+    """sf_rope_params of flash_attn's rotary_cos/_sin tables (float32)."""
+    r = L.sf_rope_params()
+    L.sf_rope_params_init(ctypes.byref(r))
+    c = call.as_f32(cos, "rotary_cos")
+    sn = call.as_f32(sin, "rotary_sin")
+    r.cos = call.tensor(c, "rotary_cos")
+    r.sin = call.tensor(sn, "rotary_sin")
+    ro = tuple(c.shape)
+    r.rotary_dim = 2 * ro[1] if len(ro) == 2 else 0  # a bad rank: the library names it
+    r.style = L.SF_ROPE_GPTJ if interleaved else L.SF_ROPE_NEOX
+    call.keep.append(r)
+    return r
+
+
+def _kvcache_rope_q(call, q, qs, cs, rot, per_token, backend):
+    """q rotated into a new array: query i of sequence b at cache_seqlens[b]
+    + i (per_token), else every query of b at cache_seqlens[b].  The
+    positions are made beside cache_seqlens, in its kind and on its device."""
+    b, lq = qs[0], qs[1]
+    k = kind_of(cs)
+    if k == "torch":  # on the host or a GPU: device ops only, no synchronisation
+        import torch
+        pos = cs.to(torch.int64).reshape(b, 1)
+        if per_token:
+            pos = pos + torch.arange(lq, dtype=torch.int64, device=pos.device)
+        pos = pos.expand(b, lq).reshape(-1).contiguous()
+    elif k in ("numpy", "cupy"):  # cupy mirrors numpy, on cs's device
+        if k == "numpy":
+            xp = np
+        else:
+            import cupy as xp
+        pos = cs.astype(xp.int64).reshape(b, 1)
+        if per_token:
+            pos = pos + xp.arange(lq, dtype=xp.int64)
+        pos = xp.ascontiguousarray(xp.broadcast_to(pos, (b, lq)).reshape(-1))
+    else:
+        fail(SF_ERR_UNSUPPORTED, "%s: rotary_cos/rotary_sin need cache_seqlens as a numpy, torch "
+                                 "or cupy array (the query positions are made beside it)" % call.op)
+    call.keep.append(pos)
+    q3 = q.reshape(b * lq, qs[2], qs[3])
+    out = call.empty((b * lq, qs[2], qs[3]), like=q)
+    r = L.sf_rope_params()
+    L.sf_rope_params_init(ctypes.byref(r))
+    r.q = call.tensor(q3, "q")
+    r.q_out = call.tensor(out, "q_out")
+    r.positions = call.tensor(pos, "positions")
+    r.cos, r.sin = rot.cos, rot.sin
+    r.rotary_dim, r.style = rot.rotary_dim, rot.style
+    call.run(L.sf_rope, r, backend)
+    return out.reshape(qs)
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
                             block_table=None, softmax_scale=None, causal=False,
@@ -151,7 +206,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     accepted and ignored (the library chooses the split).  cache_batch_idx
     (b,) int, without block_table: sequence i uses row cache_batch_idx[i] of
     the cache (rows checked against it; duplicates with k/v given leave one
-    of the writes, as in flash_attn).  rotary_cos/_sin, cache_leftpad and
+    of the writes, as in flash_attn).  rotary_cos, rotary_sin (seqlen_ro,
+    rotary_dim / 2), both or neither, only with k and v (else
+    SF_ERR_INVALID_ARG): k is rotated on its way into the cache at positions
+    cache_seqlens + j (sf_kv_append's rope), and q, into a new array (the
+    caller's q is left alone), at cache_seqlens + i when causal or with a
+    window, else every query token at cache_seqlens (flash_attn's rule);
+    rotary_interleaved: GPT-J pairs, else NeoX halves; the first rotary_dim
+    channels rotated, the rest passed through.  Positions are built where
+    cache_seqlens lives (no device-to-host copy).  cache_leftpad and
     alibi_slopes are not supported (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
     (out, lse) with return_softmax_lse; lse (b, H, Lq) float32.  Arrays stay
     where they are: numpy on the CPU, torch tensors on their device.
@@ -159,14 +222,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     op = "flash_attn_with_kvcache"
     call = Call(op, q, "q")
     qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
-    for name, val in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
-                      ("cache_leftpad", cache_leftpad), ("alibi_slopes", alibi_slopes)):
+    for name, val in (("cache_leftpad", cache_leftpad), ("alibi_slopes", alibi_slopes)):
         if val is not None:
             fail(SF_ERR_UNSUPPORTED, "%s: %s is not supported (give None)" % (op, name))
     as_int(op, "num_splits", num_splits, 0)
-    as_flag(op, "rotary_interleaved", rotary_interleaved)
+    interleaved = as_flag(op, "rotary_interleaved", rotary_interleaved)
     if (k is None) != (v is None):
         fail(SF_ERR_NULL_POINTER, "%s: give both k and v, or neither" % op)
+    if (rotary_cos is None) != (rotary_sin is None):
+        fail(SF_ERR_INVALID_ARG, "%s: give rotary_cos and rotary_sin together, or neither" % op)
+    if rotary_cos is not None and k is None:
+        fail(SF_ERR_INVALID_ARG, "%s: rotary_cos/rotary_sin rotate the new k and q as they are "
+                                 "appended; give k and v with them (as flash_attn does)" % op)
     b = qs[0]
     kcs = _shape(call, k_cache, "k_cache", 4, "(num_blocks, page_size, nheads_kv, head_dim)"
                  if block_table is not None else "(batch, seqlen_cache, nheads_kv, head_dim)")
@@ -214,9 +281,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         a.v = call.tensor(v, "v")
         a.block_table = call.tensor(bt, "block_table")
         a.cache_seqlens = call.tensor(cs, "cache_seqlens")
+        if rotary_cos is not None:
+            rot = _kvcache_rope(call, rotary_cos, rotary_sin, interleaved)
+            a.rope = ctypes.pointer(rot)
         call.run(L.sf_kv_append, a, backend)
         if ks[1]:  # computed where cache_seqlens lives (no device round trip)
             seqlens = call.as_i32(cs + ks[1], "seqlens")
+        if rotary_cos is not None:
+            local = tuple(window_size) != (-1, -1)
+            q = _kvcache_rope_q(call, q, qs, cs, rot, bool(causal) or local, backend)
     p = L.sf_attn_paged_params()
     L.sf_attn_paged_params_init(ctypes.byref(p))
     p.q = call.tensor(q, "q")

@@ -117,16 +117,6 @@ class sf_attn_fwd_params(ctypes.Structure):
     ]
 
 
-class sf_kv_append_params(ctypes.Structure):
-    _fields_ = [
-        ("k_cache", sf_tensor), ("v_cache", sf_tensor),
-        ("k", sf_tensor), ("v", sf_tensor),
-        ("block_table", sf_tensor),
-        ("cache_seqlens", sf_tensor),
-        ("backend", ctypes.c_int),
-    ]
-
-
 class sf_attn_paged_params(ctypes.Structure):
     _fields_ = [
         ("q", sf_tensor),
@@ -216,6 +206,17 @@ class sf_rope_params(ctypes.Structure):
         ("low_freq_factor", ctypes.c_float), ("high_freq_factor", ctypes.c_float),
         ("original_max_position", ctypes.c_int),
         ("backend", ctypes.c_int),
+    ]
+
+
+class sf_kv_append_params(ctypes.Structure):
+    _fields_ = [
+        ("k_cache", sf_tensor), ("v_cache", sf_tensor),
+        ("k", sf_tensor), ("v", sf_tensor),
+        ("block_table", sf_tensor),
+        ("cache_seqlens", sf_tensor),
+        ("backend", ctypes.c_int),
+        ("rope", ctypes.POINTER(sf_rope_params)),  # NULL: K copied as it is
     ]
 
 

@@ -4,6 +4,8 @@
 #include "check.h"
 #include "fused_ops.h"
 
+#include <stdio.h>
+
 void sf_norm_params_init(sf_norm_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
@@ -163,6 +165,61 @@ static sf_status check_finite_pos(sf_ctx *ctx, const char *op, const char *name,
     return SF_OK;
 }
 
+sf_status sf_rope_check(sf_ctx *ctx, const char *op, const char *pfx, const sf_rope_params *p,
+                        int64_t d, sf_rope_spec *s) {
+    char nc[32], ns[32];
+    memset(s, 0, sizeof *s);
+    s->p = p;
+    if (p->rotary_dim < 0 || p->rotary_dim > d || p->rotary_dim % 2 != 0)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                       "%s: %srotary_dim %d must be even and in [0, d = %lld] (0 means d)", op, pfx,
+                       p->rotary_dim, (long long)d);
+    s->R = p->rotary_dim == 0 ? d : p->rotary_dim;
+    if (s->R % 2 != 0 || s->R == 0)
+        return sf_fail(ctx, SF_ERR_SHAPE,
+                       "%s: head dim d = %lld is rotated whole (%srotary_dim 0) but is not a "
+                       "positive even number",
+                       op, (long long)d, pfx);
+    if (p->style != SF_ROPE_NEOX && p->style != SF_ROPE_GPTJ)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %sstyle %d is not NEOX (0) or GPTJ (1)", op,
+                       pfx, (int)p->style);
+    s->gptj = p->style == SF_ROPE_GPTJ;
+    if ((p->cos.data != NULL) != (p->sin.data != NULL))
+        return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                       "%s: %scos and %ssin are given together or not at all", op, pfx, pfx);
+    s->has_tab = p->cos.data != NULL;
+    if (s->has_tab) {
+        snprintf(nc, sizeof nc, "%scos", pfx);
+        snprintf(ns, sizeof ns, "%ssin", pfx);
+        CHK(sf_check_tensor(ctx, op, nc, &p->cos, 1, 2, (int64_t[]){SF_ANY, s->R / 2}, SF_F32, 0));
+        s->npos = p->cos.shape[0];
+        CHK(sf_check_tensor(ctx, op, ns, &p->sin, 1, 2, (int64_t[]){s->npos, s->R / 2}, SF_F32, 0));
+        return SF_OK;
+    }
+    snprintf(nc, sizeof nc, "%stheta", pfx);
+    CHK(check_finite_pos(ctx, op, nc, p->theta));
+    if (p->scaling != SF_ROPE_SCALING_NONE && p->scaling != SF_ROPE_LLAMA3)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %sscaling %d is not NONE (0) or LLAMA3 (1)",
+                       op, pfx, (int)p->scaling);
+    if (p->scaling == SF_ROPE_LLAMA3) {
+        snprintf(nc, sizeof nc, "%sfactor", pfx);
+        CHK(check_finite_pos(ctx, op, nc, p->factor));
+        snprintf(nc, sizeof nc, "%slow_freq_factor", pfx);
+        CHK(check_finite_pos(ctx, op, nc, p->low_freq_factor));
+        snprintf(nc, sizeof nc, "%shigh_freq_factor", pfx);
+        CHK(check_finite_pos(ctx, op, nc, p->high_freq_factor));
+        if (!(p->low_freq_factor < p->high_freq_factor))
+            return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                           "%s: llama3 scaling needs %slow_freq_factor (%g) < %shigh_freq_factor (%g)",
+                           op, pfx, (double)p->low_freq_factor, pfx, (double)p->high_freq_factor);
+        if (p->original_max_position < 1)
+            return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                           "%s: %soriginal_max_position %d must be at least 1", op, pfx,
+                           p->original_max_position);
+    }
+    return SF_OK;
+}
+
 sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p) {
     static const char *op = "sf_rope";
     sf_backend be;
@@ -186,50 +243,13 @@ sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p) {
     CHK(sf_check_tensor(ctx, op, "k_out", &p->k_out, 0, 3, (int64_t[]){T, pr.Hkv, d}, dt, 1));
     pr.q_inplace = p->q_out.data == NULL;
     pr.k_inplace = pr.has_k && p->k_out.data == NULL;
-    if (p->rotary_dim < 0 || p->rotary_dim > d || p->rotary_dim % 2 != 0)
-        return sf_fail(ctx, SF_ERR_INVALID_ARG,
-                       "%s: rotary_dim %d must be even and in [0, d = %lld] (0 means d)", op,
-                       p->rotary_dim, (long long)d);
-    pr.R = p->rotary_dim == 0 ? d : p->rotary_dim;
-    if (pr.R % 2 != 0 || pr.R == 0)
-        return sf_fail(ctx, SF_ERR_SHAPE,
-                       "%s: head dim d = %lld is rotated whole (rotary_dim 0) but is not a "
-                       "positive even number",
-                       op, (long long)d);
-    if (p->style != SF_ROPE_NEOX && p->style != SF_ROPE_GPTJ)
-        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: style %d is not NEOX (0) or GPTJ (1)", op,
-                       (int)p->style);
-    pr.gptj = p->style == SF_ROPE_GPTJ;
+    CHK(sf_rope_check(ctx, op, "", p, d, &pr.spec));
+    pr.R = pr.spec.R;
+    pr.gptj = pr.spec.gptj;
+    pr.has_tab = pr.spec.has_tab;
+    const int64_t npos = pr.spec.npos;
     CHK(sf_check_tensor(ctx, op, "positions", &p->positions, 0, 1, (int64_t[]){T}, SF_DT_INDEX, 0));
     pr.has_pos = p->positions.data != NULL;
-    if ((p->cos.data != NULL) != (p->sin.data != NULL))
-        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: cos and sin are given together or not at all",
-                       op);
-    pr.has_tab = p->cos.data != NULL;
-    int64_t npos = 0;
-    if (pr.has_tab) {
-        CHK(sf_check_tensor(ctx, op, "cos", &p->cos, 1, 2, (int64_t[]){SF_ANY, pr.R / 2}, SF_F32, 0));
-        npos = p->cos.shape[0];
-        CHK(sf_check_tensor(ctx, op, "sin", &p->sin, 1, 2, (int64_t[]){npos, pr.R / 2}, SF_F32, 0));
-    } else {
-        CHK(check_finite_pos(ctx, op, "theta", p->theta));
-        if (p->scaling != SF_ROPE_SCALING_NONE && p->scaling != SF_ROPE_LLAMA3)
-            return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: scaling %d is not NONE (0) or LLAMA3 (1)",
-                           op, (int)p->scaling);
-        if (p->scaling == SF_ROPE_LLAMA3) {
-            CHK(check_finite_pos(ctx, op, "factor", p->factor));
-            CHK(check_finite_pos(ctx, op, "low_freq_factor", p->low_freq_factor));
-            CHK(check_finite_pos(ctx, op, "high_freq_factor", p->high_freq_factor));
-            if (!(p->low_freq_factor < p->high_freq_factor))
-                return sf_fail(ctx, SF_ERR_INVALID_ARG,
-                               "%s: llama3 scaling needs low_freq_factor (%g) < high_freq_factor (%g)",
-                               op, (double)p->low_freq_factor, (double)p->high_freq_factor);
-            if (p->original_max_position < 1)
-                return sf_fail(ctx, SF_ERR_INVALID_ARG,
-                               "%s: original_max_position %d must be at least 1", op,
-                               p->original_max_position);
-        }
-    }
     /* in place, q and k are outputs themselves */
     const sf_named_tensor outs[] = {SF_NT(pr.q_inplace ? "q" : "q_out", pr.q_inplace ? &p->q : &p->q_out),
                                     SF_NT(pr.k_inplace ? "k" : "k_out", pr.k_inplace ? &p->k : &p->k_out)};

@@ -299,9 +299,19 @@ static inline void sf_attn_key_range(const sf_attn_problem *pr, int64_t i, int64
 
 /* A validated paged-cache call (sf_kv_append or sf_attn_paged; the other
  * pointer is NULL).  Attention: lq = Lq; append: lq = Lnew. */
+/* A rotary definition validated by sf_rope_check (src/core/fused_ops.c):
+ * sf_rope's, and sf_kv_append's rope.  p NULL: no rotation. */
+typedef struct sf_rope_spec {
+    const sf_rope_params *p;
+    int64_t R;                     /* rotary dim: even, 2..d                  */
+    int gptj, has_tab;
+    int64_t npos;                  /* rows of cos and sin (tables)            */
+} sf_rope_spec;
+
 typedef struct sf_paged_problem {
     const sf_attn_paged_params *p;
     const sf_kv_append_params *a;
+    sf_rope_spec rope;             /* append: K's rotation (rope.p NULL: none) */
     int64_t batch, nheads, nheads_kv, headdim, lq;
     int64_t num_pages, page_size, max_pages;
     int has_lse;

@@ -2,6 +2,7 @@
  * sf_attn_paged: validate, check the host index tables, derive the
  * problem, dispatch. */
 #include "check.h"
+#include "fused_ops.h"
 
 #include <stdlib.h>
 
@@ -148,6 +149,42 @@ static sf_status check_unique_slots(sf_ctx *ctx, const char *op, const sf_kv_app
     return SF_OK;
 }
 
+/* Append's rope: sf_rope's definition checks (shared), and none of the
+ * tensors sf_kv_append supplies itself. */
+static sf_status check_append_rope(sf_ctx *ctx, const char *op, const sf_rope_params *r, int64_t d,
+                                   sf_rope_spec *s) {
+    const struct {
+        const char *name;
+        const sf_tensor *t;
+    } own[] = {{"q", &r->q},         {"k", &r->k},         {"q_out", &r->q_out},
+               {"k_out", &r->k_out}, {"positions", &r->positions}};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (own[i].t->data)
+            return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                           "%s: rope.%s must be absent (the append rotates its own k, new token j "
+                           "of sequence b at position cache_seqlens[b] + j)",
+                           op, own[i].name);
+    return sf_rope_check(ctx, op, "rope.", r, d, s);
+}
+
+/* With tables on the host: every position written, up to
+ * cache_seqlens[b] + Lnew - 1, must be a row of cos and sin. */
+static sf_status check_rope_rows(sf_ctx *ctx, const char *op, const sf_kv_append_params *p,
+                                 const sf_paged_problem *pr) {
+    const sf_tensor *cs = &p->cache_seqlens;
+    if (pr->lq == 0) return SF_OK;
+    for (int64_t b = 0; b < pr->batch; b++) {
+        const int64_t last = sf_ldi(cs->data, cs->dtype, b * cs->stride[0]) + pr->lq - 1;
+        if (last >= pr->rope.npos)
+            return sf_fail(ctx, SF_ERR_INDEX,
+                           "%s: sequence %lld writes position %lld (cache_seqlens[%lld] + %lld new "
+                           "tokens - 1) but rope.cos and rope.sin have %lld rows",
+                           op, (long long)b, (long long)last, (long long)b, (long long)pr->lq,
+                           (long long)pr->rope.npos);
+    }
+    return SF_OK;
+}
+
 sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p) {
     static const char *op = "sf_kv_append";
     if (!ctx) return SF_ERR_NULL_POINTER;
@@ -169,10 +206,14 @@ sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p) {
                         SF_I32, 0));
     CHK(sf_check_tensor(ctx, op, "cache_seqlens", &p->cache_seqlens, 1, 1, (int64_t[]){b}, SF_I32,
                         0));
+    if (p->rope) CHK(check_append_rope(ctx, op, p->rope, d, &pr.rope));
+    const sf_tensor none = {0};
     const sf_named_tensor outs[] = {SF_NT("k_cache", &p->k_cache), SF_NT("v_cache", &p->v_cache)};
     const sf_named_tensor ins[] = {SF_NT("k", &p->k), SF_NT("v", &p->v),
                                    SF_NT("block_table", &p->block_table),
-                                   SF_NT("cache_seqlens", &p->cache_seqlens)};
+                                   SF_NT("cache_seqlens", &p->cache_seqlens),
+                                   SF_NT("rope.cos", p->rope ? &p->rope->cos : &none),
+                                   SF_NT("rope.sin", p->rope ? &p->rope->sin : &none)};
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     pr.batch = b;
     pr.nheads = pr.nheads_kv = Hkv;
@@ -185,6 +226,7 @@ sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p) {
         CHK(check_tables(ctx, op, "cache_seqlens", &p->cache_seqlens, &p->block_table, Ln, 1, &pr,
                          &max_len));
         CHK(check_unique_slots(ctx, op, p, &pr));
+        if (pr.rope.has_tab) CHK(check_rope_rows(ctx, op, p, &pr));
     }
     if (b == 0 || Ln == 0) {
         ctx->last_backend = be;

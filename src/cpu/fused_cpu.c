@@ -137,28 +137,42 @@ sf_status sf_cpu_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr) {
     return SF_OK;
 }
 
+void sf_cpu_rope_cs(const sf_rope_spec *s, const double *freq, int64_t pos, float *cs, float *sn) {
+    for (int64_t i = 0; i < s->R / 2; i++) {
+        double c, n;
+        sf_rope_angle(s, freq, pos, i, &c, &n);
+        cs[i] = (float)c;
+        sn[i] = (float)n;
+    }
+}
+
+void sf_cpu_rope_row(const sf_rope_spec *s, float *buf, const float *cs, const float *sn) {
+    const int64_t half = s->R / 2;
+    if (s->gptj) {
+        for (int64_t i = 0; i < half; i++) {
+            const float x1 = buf[2 * i], x2 = buf[2 * i + 1];
+            buf[2 * i] = x1 * cs[i] - x2 * sn[i];
+            buf[2 * i + 1] = x2 * cs[i] + x1 * sn[i];
+        }
+    } else {
+        float *lo = buf, *hi = buf + half;
+        for (int64_t i = 0; i < half; i++) {
+            const float x1 = lo[i], x2 = hi[i];
+            lo[i] = x1 * cs[i] - x2 * sn[i];
+            hi[i] = x2 * cs[i] + x1 * sn[i];
+        }
+    }
+}
+
 /* Rotates head rows of src (T, nh, d) into dst for token t, with the
  * token's cos and sin (R/2 each); buf holds d floats. */
 static void rope_token(const sf_rope_problem *pr, const sf_tensor *src, const sf_tensor *dst,
                        int inplace, int64_t t, const float *cs, const float *sn, float *buf) {
-    const int64_t R = pr->R, half = R / 2, d = pr->d, nh = src->shape[1];
-    const int64_t nw = inplace ? R : d; /* in place the pass-through stays as it is */
+    const int64_t d = pr->d, nh = src->shape[1];
+    const int64_t nw = inplace ? pr->R : d; /* in place the pass-through stays as it is */
     for (int64_t h = 0; h < nh; h++) {
         sf_cpu_row_in(src->data, src->dtype, sf_off3(src, t, h, 0), nw, buf);
-        if (pr->gptj) {
-            for (int64_t i = 0; i < half; i++) {
-                const float x1 = buf[2 * i], x2 = buf[2 * i + 1];
-                buf[2 * i] = x1 * cs[i] - x2 * sn[i];
-                buf[2 * i + 1] = x2 * cs[i] + x1 * sn[i];
-            }
-        } else {
-            float *lo = buf, *hi = buf + half;
-            for (int64_t i = 0; i < half; i++) {
-                const float x1 = lo[i], x2 = hi[i];
-                lo[i] = x1 * cs[i] - x2 * sn[i];
-                hi[i] = x2 * cs[i] + x1 * sn[i];
-            }
-        }
+        sf_cpu_rope_row(&pr->spec, buf, cs, sn);
         sf_cpu_row_out(dst->data, dst->dtype, sf_off3(dst, t, h, 0), nw, buf);
     }
 }
@@ -186,19 +200,7 @@ sf_status sf_cpu_rope(sf_ctx *ctx, const sf_rope_problem *pr) {
 #endif
     for (int64_t t = 0; t < T; t++) {
         float *cs = bufs + (size_t)sf_cpu_tid() * (size_t)per, *sn = cs + HP, *buf = sn + HP;
-        const int64_t pos = sf_rope_pos(pr, t);
-        if (pr->has_tab) {
-            for (int64_t i = 0; i < half; i++) {
-                cs[i] = sf_ldf(p->cos.data, SF_F32, sf_off2(&p->cos, pos, i));
-                sn[i] = sf_ldf(p->sin.data, SF_F32, sf_off2(&p->sin, pos, i));
-            }
-        } else {
-            for (int64_t i = 0; i < half; i++) {
-                const double a = (double)pos * freq[i];
-                cs[i] = (float)cos(a);
-                sn[i] = (float)sin(a);
-            }
-        }
+        sf_cpu_rope_cs(&pr->spec, freq, sf_rope_pos(pr, t), cs, sn);
         rope_token(pr, &p->q, qd, pr->q_inplace, t, cs, sn, buf);
         if (pr->has_k) rope_token(pr, &p->k, kd, pr->k_inplace, t, cs, sn, buf);
     }

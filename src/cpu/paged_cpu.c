@@ -2,7 +2,9 @@
  *
  * Append: one memcpy per (token, kv head) row, OpenMP over the new tokens
  * of all sequences (the front end has checked that no slot is written
- * twice, so the copies are independent).
+ * twice, so the copies are independent).  With rope, K rows go through
+ * f32: the token's cos and sin once for all its heads (angles in double,
+ * fused_cpu.c's helpers), rotated, converted back; V is still copied.
  *
  * Attention: OpenMP over tasks (sequence, kv head, tile of query tokens),
  * dynamic schedule.  A task holds every query head of its kv group for up
@@ -18,6 +20,7 @@
  * batch x Hkv is already at least the core count in serving.
  */
 #include "cpu_common.h"
+#include "fused_ops.h"
 
 #define BC 64          /* key positions per block                      */
 #define ROWS_MAX 128   /* query rows per task (group x tokens), target */
@@ -35,7 +38,10 @@ static void row_to_f32(float *dst, const void *src, sf_dtype dt, int64_t n) {
     }
 }
 
+static sf_status kv_append_rope(sf_ctx *ctx, const sf_paged_problem *pr);
+
 sf_status sf_cpu_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
+    if (pr->rope.p) return kv_append_rope(ctx, pr);
     const sf_kv_append_params *p = pr->a;
     const sf_tensor *cs = &p->cache_seqlens, *bt = &p->block_table;
     const sf_tensor *k = &p->k, *v = &p->v, *kc = &p->k_cache, *vc = &p->v_cache;
@@ -55,6 +61,47 @@ sf_status sf_cpu_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
             memcpy(kcd + (size_t)sf_off4(kc, page, row, h, 0) * es,
                    kd + (size_t)sf_off4(k, b, j, h, 0) * es, rb);
             memcpy(vcd + (size_t)sf_off4(vc, page, row, h, 0) * es,
+                   vd + (size_t)sf_off4(v, b, j, h, 0) * es, rb);
+        }
+    }
+    return SF_OK;
+}
+
+/* Append with K rotated (pr->rope): per thread the R/2 cos and sin of a
+ * token and one f32 head row; the frequencies (doubles) once per call. */
+static sf_status kv_append_rope(sf_ctx *ctx, const sf_paged_problem *pr) {
+    const sf_kv_append_params *p = pr->a;
+    const sf_rope_spec *rs = &pr->rope;
+    const sf_tensor *cs = &p->cache_seqlens, *bt = &p->block_table;
+    const sf_tensor *k = &p->k, *v = &p->v, *kc = &p->k_cache, *vc = &p->v_cache;
+    const int64_t Ln = pr->lq, Hkv = pr->nheads_kv, ps = pr->page_size, d = pr->headdim;
+    const int64_t half = rs->R / 2, ntok = pr->batch * Ln;
+    const size_t es = sf_dtype_size(k->dtype), rb = (size_t)d * es;
+    const int nt = sf_cpu_threads(ctx);
+    const int64_t HP = sf_cpu_rup(half, 16), per = 2 * HP + sf_cpu_rup(d, 16); /* floats */
+    const size_t bytes = (size_t)HP * sizeof(double) + (size_t)nt * (size_t)per * sizeof(float) + 128;
+    void *ws = sf_ws_get(ctx, bytes);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
+    double *freq = (double *)(void *)sf_cpu_align64(ws);
+    float *bufs = (float *)(freq + HP);
+    if (!rs->has_tab)
+        for (int64_t i = 0; i < half; i++) freq[i] = sf_rope_freq(rs->p, rs->R, i);
+    char *vcd = (char *)vc->data;
+    const char *vd = (const char *)v->data;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (ntok * Hkv > 16)
+#endif
+    for (int64_t t = 0; t < ntok; t++) {
+        float *c = bufs + (size_t)sf_cpu_tid() * (size_t)per, *sn = c + HP, *row = sn + HP;
+        const int64_t b = t / Ln, j = t % Ln;
+        const int64_t pos = sf_ldi(cs->data, cs->dtype, b * cs->stride[0]) + j;
+        const int64_t page = sf_ldi(bt->data, bt->dtype, sf_off2(bt, b, pos / ps)), r = pos % ps;
+        sf_cpu_rope_cs(rs, rs->has_tab ? NULL : freq, pos, c, sn);
+        for (int64_t h = 0; h < Hkv; h++) {
+            sf_cpu_row_in(k->data, k->dtype, sf_off4(k, b, j, h, 0), d, row);
+            sf_cpu_rope_row(rs, row, c, sn);
+            sf_cpu_row_out(kc->data, kc->dtype, sf_off4(kc, page, r, h, 0), d, row);
+            memcpy(vcd + (size_t)sf_off4(vc, page, r, h, 0) * es,
                    vd + (size_t)sf_off4(v, b, j, h, 0) * es, rb);
         }
     }

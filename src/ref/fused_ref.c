@@ -71,21 +71,13 @@ sf_status sf_ref_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr) {
 
 /* Rotates one tensor (T, nh, d) into dst (which may be src itself). */
 static void ref_rope_tensor(const sf_rope_problem *pr, const sf_tensor *src, const sf_tensor *dst) {
-    const sf_rope_params *p = pr->p;
     const int64_t R = pr->R, half = R / 2, nh = src->shape[1];
     for (int64_t t = 0; t < pr->T; t++) {
         const int64_t pos = sf_rope_pos(pr, t);
         for (int64_t h = 0; h < nh; h++) {
             for (int64_t i = 0; i < half; i++) {
                 double cs, sn;
-                if (pr->has_tab) {
-                    cs = ldd(&p->cos, sf_off2(&p->cos, pos, i));
-                    sn = ldd(&p->sin, sf_off2(&p->sin, pos, i));
-                } else {
-                    const double a = (double)pos * sf_rope_freq(p, R, i);
-                    cs = cos(a);
-                    sn = sin(a);
-                }
+                sf_rope_angle(&pr->spec, NULL, pos, i, &cs, &sn);
                 const int64_t c1 = pr->gptj ? 2 * i : i, c2 = pr->gptj ? 2 * i + 1 : i + half;
                 const double x1 = ldd(src, sf_off3(src, t, h, c1)), x2 = ldd(src, sf_off3(src, t, h, c2));
                 sf_stf(dst->data, dst->dtype, sf_off3(dst, t, h, c1), (float)(x1 * cs - x2 * sn));

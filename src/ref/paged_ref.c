@@ -1,13 +1,13 @@
 /* paged_ref.c - reference (test-oracle) paged KV cache ops.
  *
  * Deliberately naive.  Append copies token by token through the block
- * table.  Attention gathers each sequence's keys and values of one kv head
+ * table, and with rope rotates each K row over its copy in double.  Attention gathers each sequence's keys and values of one kv head
  * through the block table into contiguous double buffers, materialises the
  * Lq x len score matrix of each query head, masks it, soft-maxes it with
  * the max subtracted and multiplies by V: the algorithm of attn_ref.c, on
  * keys fetched one position at a time.  Host tensors, any strides.
  */
-#include "internal.h"
+#include "fused_ops.h"
 
 #include <math.h>
 
@@ -17,6 +17,23 @@ static int64_t cache_off(const sf_paged_problem *pr, const sf_tensor *bt, const 
                          int64_t b, int64_t pos, int64_t h) {
     const int64_t page = sf_ldi(bt->data, bt->dtype, sf_off2(bt, b, pos / pr->page_size));
     return sf_off4(pool, page, pos % pr->page_size, h, 0);
+}
+
+/* K row (b, j, h) rotated at position pos (sf_rope's definition, in
+ * double) over the copy at element ko of the pool: the rotated channels
+ * from k, the pass-through ones stay as copied. */
+static void rope_row(const sf_rope_spec *s, const sf_tensor *k, int64_t b, int64_t j, int64_t h,
+                     const sf_tensor *kc, int64_t ko, int64_t pos) {
+    const int64_t half = s->R / 2;
+    for (int64_t i = 0; i < half; i++) {
+        double cs, sn;
+        sf_rope_angle(s, NULL, pos, i, &cs, &sn);
+        const int64_t c1 = s->gptj ? 2 * i : i, c2 = s->gptj ? 2 * i + 1 : i + half;
+        const double x1 = sf_ldf(k->data, k->dtype, sf_off4(k, b, j, h, c1));
+        const double x2 = sf_ldf(k->data, k->dtype, sf_off4(k, b, j, h, c2));
+        sf_stf(kc->data, kc->dtype, ko + c1 * kc->stride[3], (float)(x1 * cs - x2 * sn));
+        sf_stf(kc->data, kc->dtype, ko + c2 * kc->stride[3], (float)(x2 * cs + x1 * sn));
+    }
 }
 
 sf_status sf_ref_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
@@ -36,6 +53,7 @@ sf_status sf_ref_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
                     sf_stf(p->v_cache.data, p->v_cache.dtype, vo + c * p->v_cache.stride[3],
                            sf_ldf(p->v.data, p->v.dtype, sf_off4(&p->v, b, j, h, c)));
                 }
+                if (pr->rope.p) rope_row(&pr->rope, &p->k, b, j, h, &p->k_cache, ko, start + j);
             }
     }
     return SF_OK;

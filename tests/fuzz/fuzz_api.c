@@ -394,7 +394,7 @@ static void run_one(rd *r) {
         if (!too_big) st = sf_attn_paged(ctx, &p);
         break;
     }
-    case OP_APPEND: { /* b0 Lnew1 Hkv2 d3 pages4 page_size5 max_pages6 */
+    case OP_APPEND: { /* b0 Lnew1 Hkv2 d3 pages4 page_size5 max_pages6 npos7 d/2 8 */
         sf_kv_append_params p;
         sf_kv_append_params_init(&p);
         MK({4, {4, 5, 2, 3}, DT_MAIN, 0});
@@ -408,6 +408,27 @@ static void run_one(rd *r) {
         p.k_cache = T[0].t, p.v_cache = T[1].t, p.k = T[2].t, p.v = T[3].t, p.block_table = T[4].t;
         p.cache_seqlens = T[5].t;
         p.backend = be;
+        /* rope, when the input says so: cos and sin of npos7 rows by d3 / 2
+         * pairs, the q and positions the append must refuse, every scalar
+         * over its range */
+        sf_rope_params rp;
+        if (rd8(r) & 1) {
+            sf_rope_params_init(&rp);
+            v[8] = v[3] / 2;
+            MK({2, {7, 8}, DT_F32, 0});
+            MK({2, {7, 8}, DT_F32, 0});
+            index_hi = v[7] > 0 ? v[7] - 1 : 0;
+            MK({1, {1}, DT_IDX, 1});
+            MK({3, {1, 2, 3}, DT_MAIN, 0});
+            rp.cos = T[6].t, rp.sin = T[7].t, rp.positions = T[8].t, rp.q = T[9].t;
+            rp.rotary_dim = (int)(int8_t)rd8(r);
+            rp.style = (sf_rope_style)(int8_t)rd8(r);
+            rp.theta = rdf(r);
+            rp.scaling = (sf_rope_scaling)(int8_t)rd8(r);
+            rp.factor = rdf(r), rp.low_freq_factor = rdf(r), rp.high_freq_factor = rdf(r);
+            rp.original_max_position = (int)(int16_t)rd32(r);
+            p.rope = &rp;
+        }
         if (!too_big) st = sf_kv_append(ctx, &p);
         break;
     }

@@ -1,7 +1,8 @@
 """flash_attn_with_kvcache (the paged KV cache) against a float64 numpy
 reference written here: keys gathered through the block table, a
-materialised masked softmax.  numpy on the CPU; the torch CUDA test skips
-without a GPU and a CUDA build.
+materialised masked softmax; rotary_cos/_sin against flash_attn's rotary
+semantics written here in numpy.  numpy on the CPU; the torch CUDA tests
+skip without a GPU and a CUDA build.
 
 Run: SEQFUSE_LIB=build/libseqfuse.so python -m pytest -q tests/python
 """
@@ -168,10 +169,25 @@ def test_errors():
     kc, vc, bt = paged_setup(rng, "float32", 2, 2, 16, 16, [3, 4], 0)
     _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_with_kvcache, q, kc, vc,
             cache_seqlens=[3, 4], block_table=bt, cache_batch_idx=[0, 1])
-    for kw in ({"rotary_cos": q}, {"rotary_sin": q},
-               {"cache_leftpad": [0, 0]}, {"alibi_slopes": np.ones(4, np.float32)}):
+    for kw in ({"cache_leftpad": [0, 0]}, {"alibi_slopes": np.ones(4, np.float32)}):
         _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc, vc,
                 cache_seqlens=[3, 4], block_table=bt, **kw)
+    # rotary: both tables, and only while appending (flash_attn rotates new keys)
+    tab = np.ones((8, 8), np.float32)
+    kn, vn = rnd(rng, (2, 1, 2, 16)), rnd(rng, (2, 1, 2, 16))
+    for kw in ({"rotary_cos": tab}, {"rotary_sin": tab}, {"rotary_cos": tab, "rotary_sin": tab}):
+        _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_with_kvcache, q, kc, vc,
+                cache_seqlens=[3, 4], block_table=bt, **kw)
+    _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_with_kvcache, q, kc, vc, k=kn, v=vn,
+            rotary_cos=tab, cache_seqlens=[3, 4], block_table=bt)
+    # a table of 4 rows cannot rotate position 4 (checked on the host)
+    e = _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc, k=kn, v=vn,
+                rotary_cos=tab[:4], rotary_sin=tab[:4], cache_seqlens=[3, 4], block_table=bt)
+    assert "rope.cos" in str(e)
+    # rotary_dim 2 * 9 past the head dim 16
+    _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_with_kvcache, q, kc, vc, k=kn, v=vn,
+            rotary_cos=np.ones((8, 9), np.float32), rotary_sin=np.ones((8, 9), np.float32),
+            cache_seqlens=[3, 4], block_table=bt)
     e = _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc,
                 cache_seqlens=[3, 4 * 16], block_table=bt)
     assert "seqlens[1]" in str(e)
@@ -183,6 +199,102 @@ def test_errors():
             k=rnd(rng, (2, 1, 2, 16)), cache_seqlens=[3, 4], block_table=bt)
     _raises(seqfuse.SF_ERR_SHAPE, seqfuse.flash_attn_with_kvcache, q, kc[:, :3], vc[:, :3],
             cache_seqlens=[1, 1], block_table=bt)
+
+
+def np_rotary(x, cos, sin, pos, interleaved):
+    """flash_attn's rotary on x (b, L, heads, d) in float64: token (s, i) at
+    pos[s, i]; the first 2 * cos.shape[1] channels rotated (GPT-J pairs when
+    interleaved, else NeoX halves), the rest as they are."""
+    x = f64(x).copy()
+    h = cos.shape[1]
+    c = f64(cos)[pos][:, :, None, :]
+    s = f64(sin)[pos][:, :, None, :]
+    i1, i2 = (slice(0, 2 * h, 2), slice(1, 2 * h, 2)) if interleaved else (slice(0, h), slice(h, 2 * h))
+    x1, x2 = x[..., i1].copy(), x[..., i2].copy()
+    x[..., i1] = x1 * c - x2 * s
+    x[..., i2] = x2 * c + x1 * s
+    return x
+
+
+def rotary_case(rng, dtype, b, hq, hkv, d, ps, lq, cached, rdim, seqlen_ro):
+    kc, vc, bt = paged_setup(rng, dtype, b, hkv, d, ps, cached, lq)
+    q = rnd(rng, (b, lq, hq, d), dtype)
+    kn = rnd(rng, (b, lq, hkv, d), dtype)
+    vn = rnd(rng, (b, lq, hkv, d), dtype)
+    ang = rng.uniform(0.0, 2 * np.pi, (seqlen_ro, rdim // 2))
+    return kc, vc, bt, q, kn, vn, np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def rotary_expect(q, kc0, vc0, kn, vn, cos, sin, bt, cached, interleaved, per_token):
+    """flash_attn's semantics: k rotated at cache_seqlens + j into the
+    cache, q at cache_seqlens + i (causal or local) or all at cache_seqlens."""
+    b, lq = q.shape[:2]
+    ps = kc0.shape[1]
+    kpos = cached[:, None].astype(np.int64) + np.arange(lq)[None, :]
+    qpos = kpos if per_token else np.repeat(cached[:, None].astype(np.int64), lq, axis=1)
+    krot = np_rotary(kn, cos, sin, kpos, interleaved)
+    want_kc, want_vc = f64(kc0), f64(vc0)
+    for s in range(b):
+        for j in range(lq):
+            pos = kpos[s, j]
+            want_kc[bt[s, pos // ps], pos % ps] = krot[s, j]
+            want_vc[bt[s, pos // ps], pos % ps] = f64(vn)[s, j]
+    return np_rotary(q, cos, sin, qpos, interleaved), want_kc, want_vc
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("causal,window", [(True, (-1, -1)), (False, (-1, -1)), (False, (6, 2))])
+def test_rotary(dtype, backend, interleaved, causal, window):
+    rng = np.random.default_rng(11 + interleaved + 2 * causal)
+    b, hq, hkv, d, ps, lq = 3, 4, 2, 64, 16, 3
+    cached = np.array([5, 0, 30], np.int32)
+    kc, vc, bt, q, kn, vn, cos, sin = rotary_case(rng, dtype, b, hq, hkv, d, ps, lq, cached, 32, 33)
+    q0, kn0, kc0, vc0 = q.copy(), kn.copy(), kc.copy(), vc.copy()
+    out = seqfuse.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, rotary_cos=cos, rotary_sin=sin,
+                                          cache_seqlens=cached, block_table=bt, causal=causal,
+                                          window_size=window, rotary_interleaved=interleaved,
+                                          backend=backend)
+    assert np.array_equal(q.view(np.uint8), q0.view(np.uint8))  # the caller's q is left alone
+    assert np.array_equal(kn.view(np.uint8), kn0.view(np.uint8))
+    per_token = causal or window != (-1, -1)
+    qrot, want_kc, want_vc = rotary_expect(q, kc0, vc0, kn, vn, cos, sin, bt, cached, interleaved,
+                                           per_token)
+    assert rel_err(kc, want_kc) < TOL[dtype]
+    assert np.array_equal(f64(vc), want_vc)
+    ro, _ = ref_attn(qrot, want_kc, want_vc, bt, cached + lq, causal=causal, window=window)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert rel_err(out, ro) < 2 * TOL[dtype]
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_torch_cuda_rotary(dtype, interleaved, causal):
+    rng = np.random.default_rng(5)
+    b, hq, hkv, d, ps, lq = 4, 8, 2, 128, 16, 2
+    cached = np.array([0, 15, 16, 300], np.int32)
+    kc, vc, bt, q, kn, vn, cos, sin = rotary_case(rng, "float32", b, hq, hkv, d, ps, lq, cached, 96, 400)
+    tdt = getattr(torch, dtype)
+    T = lambda a: torch.from_numpy(a).cuda().to(tdt)  # noqa: E731
+    tq, tkc, tvc = T(q), T(kc), T(vc)
+    tq0 = tq.clone()
+    out = seqfuse.flash_attn_with_kvcache(
+        tq, tkc, tvc, k=T(kn), v=T(vn), rotary_cos=torch.from_numpy(cos).cuda(),
+        rotary_sin=torch.from_numpy(sin).cuda(), cache_seqlens=torch.from_numpy(cached).cuda(),
+        block_table=torch.from_numpy(bt).cuda(), causal=causal, rotary_interleaved=interleaved)
+    assert out.device.type == "cuda" and out.dtype == tdt
+    torch.cuda.synchronize()
+    assert torch.equal(tq, tq0)
+    back = lambda t: t.float().cpu().numpy()  # noqa: E731
+    qrot, want_kc, want_vc = rotary_expect(back(tq), back(T(kc)), back(T(vc)), back(T(kn)), back(T(vn)),
+                                           cos, sin, bt, cached, interleaved, causal)
+    assert rel_err(back(tkc), want_kc) < TOL[dtype]
+    assert np.array_equal(back(tvc), want_vc)
+    ro, _ = ref_attn(qrot, want_kc, want_vc, bt, cached + lq, causal=causal)
+    assert rel_err(back(out), ro) < 3 * TOL[dtype]
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")

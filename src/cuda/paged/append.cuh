@@ -3,10 +3,23 @@
  * one 16-byte chunk of a row (or one element where rows are not 16-byte
  * aligned); a row whose position or page is out of range is skipped and
  * recorded in the context's error word.
+ *
+ * With rope, kv_append_rope: one warp a (token, kv head) row, lanes over
+ * the R/2 pairs of K (NeoX: pair i is (i, i + R/2), so a warp reads 32
+ * consecutive channels of each half; GPT-J: (2i, 2i + 1)), each rotated in
+ * f32 by fused/rope.cuh's angle (frequencies f_i / 2 pi made on the host
+ * in double, the product pos * turns reduced in double, sincospif in f32)
+ * or by the cos/sin tables; pass-through channels and V copied by element.
+ * d <= 256 keeps it to at most 4 pairs a lane.  A position past the tables
+ * is an error like a bad page: the row is skipped, the sequence recorded,
+ * nothing outside the tables read.  The plain kernel above serves every
+ * call without rope, unchanged.
  */
 #ifndef SF_PAGED_APPEND_CUH
 #define SF_PAGED_APPEND_CUH
 
+#include "fused/rope.cuh"
+#include "fused_ops.h"
 #include "paged/decode.cuh"
 
 namespace sf_paged {
@@ -61,6 +74,101 @@ __global__ void __launch_bounds__(256) kv_append(const AppendParams p) {
         *reinterpret_cast<U *>(kd) = *reinterpret_cast<const U *>(ks);
         *reinterpret_cast<U *>(vd) = *reinterpret_cast<const U *>(vs);
     }
+}
+
+/* K's rotation in the argument block: tables, or the frequencies. */
+#define SF_APPEND_TURNS 128 /* pairs of the largest head dim, 256 */
+struct AppendRope {
+    const float *cosp, *sinp;
+    int64_t cs0, cs1, ss0, ss1; /* cos, sin strides: position, pair */
+    int64_t npos;               /* rows of the tables */
+    int R, half, d;
+    sf_rope_freq_args fa;       /* pairs past SF_APPEND_TURNS (none while d <= 256) */
+    double turns[SF_APPEND_TURNS]; /* f_i / 2 pi, in double from the host */
+};
+
+template <typename T, bool GPTJ, bool TAB>
+__global__ void __launch_bounds__(256) kv_append_rope(const AppendParams p, const AppendRope r) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const int64_t rows = (int64_t)p.batch * p.lnew * p.nkv;
+    const int64_t cap = (int64_t)p.max_pages << p.page_shift;
+    const int64_t step = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < rows; w += step) {
+        const int h = (int)(w % p.nkv);
+        const int64_t t = w / p.nkv;
+        const int j = (int)(t % p.lnew), b = (int)(t / p.lnew);
+        const int64_t pos = (int64_t)p.lens[(int64_t)b * p.lens_s] + j;
+        /* a negative length, past the block table, or past the tables */
+        if (pos < j || pos >= cap || (TAB && pos >= r.npos)) {
+            if (lane == 0 && h == 0) record_error(p.err, b);
+            continue;
+        }
+        const int64_t pg = p.bt[(int64_t)b * p.bt_sb + (pos >> p.page_shift) * p.bt_sp];
+        if (pg < 0 || pg >= p.num_pages) {
+            if (lane == 0 && h == 0) record_error(p.err, b);
+            continue;
+        }
+        const int64_t row = pos & (((int64_t)1 << p.page_shift) - 1);
+        const T *ks = reinterpret_cast<const T *>(p.k) + (int64_t)b * p.nk_sb + (int64_t)j * p.nk_sr + (int64_t)h * p.nk_sh;
+        const T *vs = reinterpret_cast<const T *>(p.v) + (int64_t)b * p.nv_sb + (int64_t)j * p.nv_sr + (int64_t)h * p.nv_sh;
+        T *kd = reinterpret_cast<T *>(p.kc) + pg * p.k_sp + row * p.k_sr + (int64_t)h * p.k_sh;
+        T *vd = reinterpret_cast<T *>(p.vc) + pg * p.v_sp + row * p.v_sr + (int64_t)h * p.v_sh;
+        for (int i = lane; i < r.half; i += 32) {
+            const int c1 = GPTJ ? 2 * i : i, c2 = GPTJ ? 2 * i + 1 : i + r.half;
+            float x1 = sf_elem<T>::to_f(ks[c1]), x2 = sf_elem<T>::to_f(ks[c2]);
+            float2 cs;
+            if constexpr (TAB)
+                cs = make_float2(r.cosp[pos * r.cs0 + i * r.cs1], r.sinp[pos * r.ss0 + i * r.ss1]);
+            else
+                cs = sf_rope_cs(pos, i < SF_APPEND_TURNS ? r.turns[i] : sf_rope_turns_dev(r.fa, i));
+            sf_rope_rotate(x1, x2, cs);
+            kd[c1] = sf_elem<T>::from_f(x1);
+            kd[c2] = sf_elem<T>::from_f(x2);
+        }
+        for (int c = r.R + lane; c < r.d; c += 32) kd[c] = ks[c];
+        for (int c = lane; c < r.d; c += 32) vd[c] = vs[c];
+    }
+}
+
+/* The argument block of a validated rotation (host). */
+static inline void append_rope_args(const sf_rope_spec *s, int64_t d, AppendRope *r) {
+    memset(r, 0, sizeof *r);
+    const sf_rope_params *rp = s->p;
+    r->R = (int)s->R, r->half = (int)(s->R / 2), r->d = (int)d;
+    if (s->has_tab) {
+        r->cosp = (const float *)rp->cos.data, r->sinp = (const float *)rp->sin.data;
+        r->cs0 = rp->cos.stride[0], r->cs1 = rp->cos.stride[1];
+        r->ss0 = rp->sin.stride[0], r->ss1 = rp->sin.stride[1];
+        r->npos = s->npos;
+        return;
+    }
+    r->fa.theta = (double)rp->theta;
+    r->fa.R = (int)s->R;
+    r->fa.llama3 = rp->scaling == SF_ROPE_LLAMA3;
+    r->fa.factor = (double)rp->factor;
+    r->fa.low_freq_factor = (double)rp->low_freq_factor;
+    r->fa.high_freq_factor = (double)rp->high_freq_factor;
+    r->fa.original_max_position = (double)rp->original_max_position;
+    for (int64_t i = 0; i < s->R / 2 && i < SF_APPEND_TURNS; i++)
+        r->turns[i] = sf_rope_freq(rp, s->R, i) * (0.5 / 3.14159265358979323846);
+}
+
+/* 8 rows (warps) a block of 256 threads; the grid strides past 65536 blocks. */
+template <typename T, bool GPTJ, bool TAB>
+static sf_status launch_append_rope_as(sf_ctx *ctx, const AppendParams &p, const AppendRope &r) {
+    const int64_t rows = (int64_t)p.batch * p.lnew * p.nkv;
+    const int64_t blocks = (rows + 7) / 8;
+    const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
+    kv_append_rope<T, GPTJ, TAB><<<grid, 256, 0, sf_cuda_stream(ctx)>>>(p, r);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+template <typename T>
+static sf_status launch_append_rope(sf_ctx *ctx, const AppendParams &p, const AppendRope &r, bool gptj) {
+    const bool tab = r.cosp != nullptr;
+    if (gptj) return tab ? launch_append_rope_as<T, true, true>(ctx, p, r) : launch_append_rope_as<T, true, false>(ctx, p, r);
+    return tab ? launch_append_rope_as<T, false, true>(ctx, p, r) : launch_append_rope_as<T, false, false>(ctx, p, r);
 }
 
 } /* namespace sf_paged */

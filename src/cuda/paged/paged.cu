@@ -143,6 +143,15 @@ extern "C" sf_status sf_cuda_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) 
     p.page_shift = log2_exact(pr->page_size);
     p.max_pages = (int)pr->max_pages, p.num_pages = (int)pr->num_pages;
     p.err = err_word(ctx);
+    if (pr->rope.p) { /* K rotated on the way in: its own kernel (append.cuh) */
+        sf_paged::AppendRope r;
+        sf_paged::append_rope_args(&pr->rope, pr->headdim, &r);
+        switch (a->k_cache.dtype) {
+        case SF_F16: return sf_paged::launch_append_rope<__half>(ctx, p, r, pr->rope.gptj);
+        case SF_BF16: return sf_paged::launch_append_rope<__nv_bfloat16>(ctx, p, r, pr->rope.gptj);
+        default: return sf_paged::launch_append_rope<float>(ctx, p, r, pr->rope.gptj);
+        }
+    }
     const bool vec = rows16(&a->k_cache, es) && rows16(&a->v_cache, es) && rows16(&a->k, es) && rows16(&a->v, es);
     p.units = vec ? (int)(pr->headdim * es / 16) : (int)pr->headdim;
     const int64_t total = (int64_t)p.batch * p.lnew * p.nkv * p.units;
