@@ -187,11 +187,8 @@ static sf_status check_rope_rows(sf_ctx *ctx, const char *op, const sf_kv_append
 
 sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p) {
     static const char *op = "sf_kv_append";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     sf_paged_problem pr;
     memset(&pr, 0, sizeof pr);
@@ -245,11 +242,8 @@ sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p) {
 
 sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p) {
     static const char *op = "sf_attn_paged";
-    if (!ctx) return SF_ERR_NULL_POINTER;
-    if (!p) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: params is NULL", op);
-    ctx->err[0] = 0;
     sf_backend be;
-    CHK(sf_resolve_backend(ctx, op, p->backend, &be));
+    SF_OP_BEGIN(ctx, op, p, &be);
 
     sf_paged_problem pr;
     memset(&pr, 0, sizeof pr);

@@ -125,6 +125,7 @@ static int64_t quant_row(const sf_tensor *w, const sf_qweight *q, int64_t n, con
 
 sf_status sf_cpu_quantize_weights(sf_ctx *ctx, const sf_tensor *w, const sf_qweight *q) {
     const int nt = sf_cpu_threads(ctx);
+    (void)nt; /* unused without OpenMP */
     int64_t bad_n = -1, bad_j = -1;
     const char *bad_what = "";
 #ifdef _OPENMP
@@ -150,6 +151,7 @@ sf_status sf_cpu_quantize_weights(sf_ctx *ctx, const sf_tensor *w, const sf_qwei
 
 sf_status sf_cpu_dequantize_weights(sf_ctx *ctx, const sf_qweight *q, const sf_tensor *w) {
     const int nt = sf_cpu_threads(ctx);
+    (void)nt; /* unused without OpenMP */
     const int64_t K = q->k, g = q->group_size;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -181,6 +183,7 @@ static void put_half(const sf_tensor *t, int64_t off, const uint8_t *src) {
 sf_status sf_cpu_repack_gguf(sf_ctx *ctx, sf_gguf_type type, const uint8_t *blocks,
                              const sf_qweight *q) {
     const int nt = sf_cpu_threads(ctx);
+    (void)nt; /* unused without OpenMP */
     const int bs = type == SF_GGUF_Q4_0 ? 18 : type == SF_GGUF_Q4_1 ? 20 : 34;
     const int64_t nb = q->k / 32, N = q->n;
     const int int4 = type != SF_GGUF_Q8_0;
