@@ -25,7 +25,8 @@ python3 -m pytest -q tests/python -k "cuda or torch" 2>&1 | tail -3
 echo "== seqfuse default workload =="
 "$B/seqfuse" 2>/dev/null | tee "$OUT/seqfuse_default.txt"
 # $OUT/RESULTS.md: bench/RESULTS.md with the ssd_fwd, ssd_step, attn_fwd, paged_decode and
-# peers sections of this run (copy it and $OUT/attn_fwd_h200.png back into bench/ to publish them)
+# peers sections of this run (copy it, $OUT/attn_fwd_h200.png and $OUT/paged_decode_h200.png back
+# into bench/ to publish them)
 cp bench/RESULTS.md "$OUT/RESULTS.md"
 echo "== SSD vs mamba_ssm =="
 python3 bench/gpu_ssd.py --csv "$OUT/ssd.csv" --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/ssd.txt"
@@ -33,7 +34,7 @@ echo "== attention vs SDPA (cuDNN, FA2) =="
 python3 bench/gpu_attn.py --rounds 3 --csv "$OUT/attn.csv" --plot "$OUT/attn_fwd_h200.png" \
   --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/attn.txt"
 echo "== paged decode vs SDPA on contiguous K/V =="
-python3 bench/gpu_paged.py --csv "$OUT/paged.csv" --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/paged.txt"
+python3 bench/gpu_paged.py --csv "$OUT/paged.csv" --plot "$OUT/paged_decode_h200.png" --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/paged.txt"
 if [ -d .peers ]; then  # bench/peers/prepare.sh filled it on the machine that sent the run
   echo "== the peers' own test suites =="
   OUT=$OUT bash bench/peers/run_peer_suites.sh "$B" 2>&1 | tail -16

@@ -9,7 +9,8 @@ bandwidth = (K + V bytes of every sequence's context) / time, against the
 copy ceiling of ~4.2 TB/s measured on this GPU.
 
     PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_paged.py \\
-        [--results bench/RESULTS.md] [--csv out.csv]
+        [--results bench/RESULTS.md] [--csv out.csv] [--plot [out.png]]
+    python3 bench/gpu_paged.py --from-csv out.csv --plot    (redraw without a GPU)
 """
 import argparse
 import sys
@@ -111,12 +112,53 @@ def run_point(b, ctx, lq, ps, peers=True):
     return res, kv_bytes, err
 
 
+PLOT = "bench/paged_decode_h200.png"  # the plot bench/RESULTS.md shows
+
+
+def plot(rows, path, title):
+    """Bars of TB/s per point (ours and each peer that ran) under the copy ceiling."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = [("ours_tbs", "seqfuse (paged)"), ("cudnn_tbs", "SDPA cuDNN (contiguous)"),
+              ("flash_tbs", "SDPA flash (contiguous)")]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    w = 0.8 / len(series)
+    for i, (key, lab) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * w for j in range(len(rows))]
+        ax.bar(xs, [float(r[key]) if float(r[key]) == float(r[key]) else 0.0 for r in rows], w, label=lab)
+    ax.axhline(COPY_TBS, color="k", lw=0.8, ls="--", label=f"copy ~{COPY_TBS} TB/s")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"b{r['b']} ctx{r['ctx']}\nk={r['lq']} page {r['ps']}" for r in rows], fontsize=8)
+    ax.set_ylabel("K+V bytes / time (TB/s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"{path}: written")
+
+
+def read_csv(path):
+    with open(path) as f:
+        keys = f.readline().strip().split(",")
+        return [dict(zip(keys, line.strip().split(","))) for line in f if line.strip()]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--no-peers", action="store_true", help="time seqfuse alone (comparing its variants)")
+    ap.add_argument("--plot", nargs="?", const=PLOT, default=None,
+                    help=f"write the plot (to {PLOT} unless a path is given)")
+    ap.add_argument("--from-csv", default="", metavar="CSV",
+                    help="no GPU: draw --plot from an earlier run's --csv (title from --title)")
+    ap.add_argument("--title", default="paged decode, H 32 / Hkv 8, d 128, bf16")
     a = ap.parse_args()
+    if a.from_csv:
+        if a.plot:
+            plot(read_csv(a.from_csv), a.plot, a.title)
+        return 0
     if torch is None or not torch.cuda.is_available():
         print("gpu_paged.py: needs torch with CUDA, triton and seqfuse", file=sys.stderr)
         return 77
@@ -141,12 +183,15 @@ def main():
                          flash_tbs=tbs["flash"], efficient_tbs=tbs["efficient"], ratio=ratio, err=err))
     if a.csv:
         write_csv(a.csv, rows)
+    if a.plot:
+        plot(rows, a.plot, f"{gpu}, commit {commit()}: paged decode, H {H} / Hkv {HKV}, d {D}, bf16 (CUDA graphs)")
     if a.results:
         body = [f"{date}, {gpu}, commit {commit()}, torch {torch.__version__}; H {H} over {HKV} KV heads, d {D}, "
                 f"bf16, causal; pages shuffled across the pool; the peers read the same K/V stored "
                 f"contiguously.  TB/s = K and V bytes of the contexts / GPU time of a call (median of triton "
                 f"do_bench over a CUDA graph of {GRAPH_CALLS} calls, the same for every column); "
-                f"copy ceiling ~{COPY_TBS} TB/s.", ""]
+                f"copy ceiling ~{COPY_TBS} TB/s."
+                + (f"  Plot: {a.plot}." if a.plot else ""), ""]
         body.append(md_table(["b", "context", "new tokens", "page", "ours TB/s", "cuDNN", "flash", "efficient",
                               "best peer / ours (time)", "% of copy", "rel. err vs peer", "ours eager us/call"],
                              [[r["b"], r["ctx"], r["lq"], r["ps"], f"{r['ours_tbs']:.2f}", f"{r['cudnn_tbs']:.2f}",
