@@ -191,7 +191,7 @@ def main():
                 f"contiguously.  TB/s = K and V bytes of the contexts / GPU time of a call (median of triton "
                 f"do_bench over a CUDA graph of {GRAPH_CALLS} calls, the same for every column); "
                 f"copy ceiling ~{COPY_TBS} TB/s."
-                + (f"  Plot: {a.plot}." if a.plot else ""), ""]
+                + (f"  Plot: {PLOT}." if a.plot else ""), ""]
         body.append(md_table(["b", "context", "new tokens", "page", "ours TB/s", "cuDNN", "flash", "efficient",
                               "best peer / ours (time)", "% of copy", "rel. err vs peer", "ours eager us/call"],
                              [[r["b"], r["ctx"], r["lq"], r["ps"], f"{r['ours_tbs']:.2f}", f"{r['cudnn_tbs']:.2f}",
