@@ -8,6 +8,7 @@
 #include "paged/append.cuh"
 #include "paged/decode.cuh"
 
+#include <atomic>
 #include <stdint.h>
 #include <string.h>
 
@@ -67,13 +68,16 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
     typedef sf_paged::PagedTraits<D> Tr;
     void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, CAP>;
     /* resident blocks per SM of this instance, asked once */
-    static int per_sm = 0;
+    /* (contexts on other threads may ask at the same time: the same answer) */
+    static std::atomic<int> per_sm_cache{0};
+    int per_sm = per_sm_cache.load(std::memory_order_relaxed);
     if (per_sm == 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)Tr::SMEM));
         int n = 0;
         SF_CUDA_CHECK(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 128, Tr::SMEM));
         per_sm = n > 0 ? n : 1;
+        per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm);
