@@ -27,6 +27,28 @@ def commit():
         return "unknown"
 
 
+def graph_ms(fn, calls=20):
+    """GPU milliseconds per call of fn: `calls` calls captured in one CUDA
+    graph (after a warm-up on the capture stream), the replay timed by triton's
+    do_bench (median) and divided.  Host and launch overhead stay out: what a
+    serving engine that replays graphs sees.  Needs torch and triton."""
+    import torch
+    import triton.testing
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(g.replay, warmup=25, rep=100, return_mode="median") / calls
+
+
 def write_csv(path, rows):
     """rows (dicts with the same keys) as a CSV file with a header line."""
     with open(path, "w") as f:

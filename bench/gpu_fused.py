@@ -24,7 +24,7 @@ import argparse
 import ctypes
 import sys
 
-from benchutil import COPY_TBS, commit, md_table, replace_section
+from benchutil import COPY_TBS, commit, graph_ms, md_table, replace_section
 
 try:
     import torch
@@ -46,24 +46,9 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def graph_us(fn, n=20):
-    """GPU microseconds per call of fn: n calls captured in a CUDA graph,
-    the replay timed (host overhead out of the picture)."""
-    fn()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):  # the stream warmed up above (seqfuse's context for it exists)
-        for _ in range(n):
-            fn()
-    torch.cuda.synchronize()
-    return bench(g.replay) * 1e3 / n
+def graph_us(fn):
+    """GPU microseconds per call of fn (benchutil.graph_ms: 20 calls in a CUDA graph)."""
+    return graph_ms(fn) * 1e3
 
 
 def tbs(nbytes, ms):

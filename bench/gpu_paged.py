@@ -15,7 +15,7 @@ copy ceiling of ~4.2 TB/s measured on this GPU.
 import argparse
 import sys
 
-from benchutil import COPY_TBS, commit, md_table, replace_section, write_csv
+from benchutil import COPY_TBS, commit, graph_ms, md_table, replace_section, write_csv
 
 try:
     import torch
@@ -37,25 +37,6 @@ def bench(fn):
 
 
 GRAPH_CALLS = 20
-
-
-def bench_graph(fn):
-    """GPU time of one call: GRAPH_CALLS calls captured in a CUDA graph (as a
-    serving engine runs decode), the replay timed and divided.  Eager timing
-    of a call that short measures the Python and launch overhead instead."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(GRAPH_CALLS):
-            fn()
-    torch.cuda.synchronize()
-    return bench(g.replay) / GRAPH_CALLS
 
 
 def run_point(b, ctx, lq, ps, peers=True):
@@ -93,7 +74,7 @@ def run_point(b, ctx, lq, ps, peers=True):
     out = ours()
     torch.cuda.synchronize()
     ref = None
-    res = {"ours": bench_graph(ours), "ours_eager": bench(ours)}
+    res = {"ours": graph_ms(ours, GRAPH_CALLS), "ours_eager": bench(ours)}
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
         if not peers:
@@ -104,7 +85,7 @@ def run_point(b, ctx, lq, ps, peers=True):
             torch.cuda.synchronize()
             if ref is None:
                 ref = r.transpose(1, 2)
-            res[name] = bench_graph(lambda: peer(be))
+            res[name] = graph_ms(lambda: peer(be), GRAPH_CALLS)
         except RuntimeError:
             res[name] = float("nan")
     err = ((out.float() - ref.float()).norm() / ref.float().norm()).item() if ref is not None else float("nan")

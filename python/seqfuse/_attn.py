@@ -43,6 +43,19 @@ def _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap
     p.window_right = as_int(call.op, "window_size[1]", window_size[1])
 
 
+def _attn_run(call, fn, p, backend, out_shape, like, lse_shape):
+    """Allocates out (like q) and, when lse_shape is given, the float32 lse,
+    runs fn on p and returns (out, lse or None)."""
+    out = call.empty(out_shape, like=like)
+    p.out = call.tensor(out, "out")
+    lse = None
+    if lse_shape is not None:
+        lse = call.empty(lse_shape)
+        p.lse = call.tensor(lse, "lse")
+    call.run(fn, p, backend)
+    return out, lse
+
+
 def _attn_result(out, lse, return_lse, return_attn_probs):
     if return_attn_probs:  # flash_attn's (out, softmax_lse, S_dmask): no probabilities kept
         return out, lse, None
@@ -77,13 +90,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
     as_flag(op, "deterministic", deterministic)
     want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
-    out = call.empty(qs, like=q)
-    p.out = call.tensor(out, "out")
-    lse = None
-    if want_lse:
-        lse = call.empty((qs[0], qs[2], qs[1]))
-        p.lse = call.tensor(lse, "lse")
-    call.run(L.sf_attn_fwd, p, backend)
+    out, lse = _attn_run(call, L.sf_attn_fwd, p, backend, qs, q, (qs[0], qs[2], qs[1]) if want_lse else None)
     return _attn_result(out, lse, return_lse, return_attn_probs)
 
 
@@ -120,13 +127,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     _attn_common(call, p, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
     as_flag(op, "deterministic", deterministic)
     want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
-    out = call.empty(qs, like=q)
-    p.out = call.tensor(out, "out")
-    lse = None
-    if want_lse:
-        lse = call.empty((qs[1], qs[0]))
-        p.lse = call.tensor(lse, "lse")
-    call.run(L.sf_attn_fwd, p, backend)
+    out, lse = _attn_run(call, L.sf_attn_fwd, p, backend, qs, q, (qs[1], qs[0]) if want_lse else None)
     return _attn_result(out, lse, return_lse, return_attn_probs)
 
 
@@ -299,11 +300,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     p.seqlens = call.tensor(seqlens, "seqlens")
     _attn_common(call, p, 0.0, softmax_scale, causal, window_size, softcap, None)
     want_lse = as_flag(op, "return_softmax_lse", return_softmax_lse)
-    out = call.empty(qs, like=q)
-    p.out = call.tensor(out, "out")
-    lse = None
-    if want_lse:
-        lse = call.empty((qs[0], qs[2], qs[1]))
-        p.lse = call.tensor(lse, "lse")
-    call.run(L.sf_attn_paged, p, backend)
+    out, lse = _attn_run(call, L.sf_attn_paged, p, backend, qs, q, (qs[0], qs[2], qs[1]) if want_lse else None)
     return (out, lse) if want_lse else out
