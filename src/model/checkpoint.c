@@ -209,6 +209,7 @@ sf_status sfm_checkpoint_open_gguf_memory(const void *data, size_t n, sfm_checkp
 sf_status sfm_checkpoint_open_st_memory(const void *data, size_t n, const char *config_json,
                                         sfm_checkpoint **out, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
+    *out = NULL;
     sfm_checkpoint *c;
     sf_status s = sfm_ck_new(0, "<memory>", 1, &c, err, errlen);
     if (s != SF_OK) return s;
