@@ -200,3 +200,30 @@ def test_torch_cuda_apply_rotary_emb(dt, interleaved, d, R):
     xi = xd.clone()
     r = seqfuse.apply_rotary_emb(xi, cd, sd, interleaved=interleaved, inplace=True, seqlen_offsets=offs)
     assert r is xi and torch.equal(xi, got)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("M,I,K", [(1, 5, 7), (9, 33, 40)])
+def test_gemm_swiglu(dt, M, I, K):
+    x = rnd((M, K), dt, 11)
+    w = (rnd((2 * I, K), dt, 12).astype(np.float32) / np.sqrt(K)).astype(np_dtype(dt))
+    wg, wu = w[:I], w[I:]  # the halves of a concatenated projection: two views
+    want = silu64(f64(x) @ f64(wg).T) * (f64(x) @ f64(wu).T)
+    assert rel_err(seqfuse.gemm_swiglu(x, wg, wu), want) < TOL[dt]
+    y3 = seqfuse.gemm_swiglu(x.reshape(1, M, K), wg, wu)
+    assert y3.shape == (1, M, I)
+    with pytest.raises(SeqfuseError, match="w_up"):
+        seqfuse.gemm_swiglu(x, wg, wu[:, :-1])
+
+
+@needs_gpu
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M", [1, 16, 200])
+def test_torch_cuda_gemm_swiglu(dt, M):
+    I, K = 320, 512
+    x = trnd((M, K), dt, 13)
+    w = (trnd((2 * I, K), "float32", 14) / K ** 0.5).to(x.dtype)
+    want = silu64(t64(x) @ t64(w[:I]).T) * (t64(x) @ t64(w[I:]).T)
+    wd = w.cuda()
+    y = seqfuse.gemm_swiglu(x.cuda(), wd[:I], wd[I:])
+    assert rel_err(t64(y), want) < GTOL[dt]
