@@ -499,14 +499,17 @@ SF_API sf_status sf_swiglu(sf_ctx *ctx, const sf_swiglu_params *p);
  * reference) and never rounded to the input dtype; y is rounded once.  The
  * CUDA backend multiplies on the tensor cores (f32 accumulation) and takes
  * silu with the SFU's exp and reciprocal (a few f32 ulp).
- * CUDA backend (src/cuda/gemm_swiglu/configs.h; SF_AUTOTUNE_FORCE=
- * gemm_swiglu:NAME pins one): M >= 64 runs a warp-specialised TMA + wgmma
- * kernel whose tiles hold matching rows of w_gate and w_up, so silu(g) * u
- * is formed in registers; it needs 16-byte aligned x and weights with row
- * strides a multiple of 8 elements.  Smaller M (decode) streams the
- * weights once per 16 rows of x (bound by their 4 I K bytes); that kernel
- * also serves any shape, at any alignment.  No workspace, no
- * synchronisation: graph capturable.
+ * CUDA backend (src/cuda/gemm_swiglu/configs.h, autotuned per shape
+ * bucket; SF_AUTOTUNE_FORCE=gemm_swiglu:NAME pins one): from M = 17 a
+ * persistent, warp-specialised TMA + wgmma kernel whose tiles hold matching
+ * rows of w_gate and w_up, so silu(g) * u is formed in registers (from M =
+ * 1024 in clusters of two CTAs sharing each weight tile); it needs x and
+ * both weights 16-byte aligned with row strides a multiple of 8 elements.
+ * M <= 16 (decode) streams the weights once per 16 rows of x (bound by
+ * their 4 I K bytes); that kernel also serves any shape and alignment.
+ * No workspace, no synchronisation (the first call of a shape bucket times
+ * the candidates, unless the choice is cached or the stream is being
+ * captured): graph capturable.
  */
 typedef struct sf_gemm_swiglu_params {
     sf_tensor x;

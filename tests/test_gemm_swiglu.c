@@ -306,11 +306,14 @@ static void test_errors(void) {
 /* CUDA: every configuration against the reference                     */
 /* ------------------------------------------------------------------ */
 
-static const char *const cuda_configs[] = {"auto", "dec4", "ws128", "ws64"};
+/* the rows of src/cuda/gemm_swiglu/configs.h */
+static const char *const cuda_configs[] = {"auto", "dec4", "ws128", "ws64", "ws128c2"};
+#define NCFG ((int)(sizeof cuda_configs / sizeof cuda_configs[0]))
 
 static void test_cuda(sf_ctx *gpu) {
     const sf_dtype dts[2] = {SF_BF16, SF_F16};
-    int served[4] = {0, 0, 0, 0};
+    int served[NCFG];
+    memset(served, 0, sizeof served);
     for (int d = 0; d < 2; d++)
         for (int si = 0; si < NSHAPES; si++) {
             host_case c;
@@ -325,7 +328,7 @@ static void test_cuda(sf_ctx *gpu) {
             }
             sf_memcpy(gpu, xd, c.x, (size_t)c.nx * c.es);
             sf_memcpy(gpu, wd, c.w, (size_t)c.nw * c.es);
-            for (int ci = 0; ci < 4; ci++) {
+            for (int ci = 0; ci < NCFG; ci++) {
                 char env[64];
                 snprintf(env, sizeof env, "gemm_swiglu:%s", cuda_configs[ci]);
                 setenv("SF_AUTOTUNE_FORCE", env, 1);
@@ -347,21 +350,29 @@ static void test_cuda(sf_ctx *gpu) {
                 compare(&c, c.y, what);
             }
             unsetenv("SF_AUTOTUNE_FORCE");
-            /* f32 is the host backends' */
-            sf_gemm_swiglu_params p = params_of(&c, xd, wd, yd, 0);
-            p.x.dtype = p.w_gate.dtype = p.w_up.dtype = p.y.dtype = SF_F32;
-            if (c.dt == SF_BF16 && si == 0) {
-                sf_ctx *keep = ctx;
-                ctx = gpu;
-                EXPECT_STATUS(sf_gemm_swiglu(gpu, &p), SF_ERR_UNSUPPORTED, "f32");
-                ctx = keep;
-            }
             sf_free(gpu, xd);
             sf_free(gpu, wd);
             sf_free(gpu, yd);
             free_case(&c);
         }
-    for (int ci = 0; ci < 4; ci++) {
+    /* f32 is the host backends' */
+    void *b[4] = {NULL, NULL, NULL, NULL};
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= sf_malloc(gpu, &b[i], 256) == SF_OK;
+    if (ok) {
+        sf_gemm_swiglu_params p;
+        sf_gemm_swiglu_params_init(&p);
+        p.x = sf_tensor_contiguous(b[0], SF_F32, 0, 2, (int64_t[]){2, 8});
+        p.w_gate = sf_tensor_contiguous(b[1], SF_F32, 0, 2, (int64_t[]){4, 8});
+        p.w_up = sf_tensor_contiguous(b[2], SF_F32, 0, 2, (int64_t[]){4, 8});
+        p.y = sf_tensor_contiguous(b[3], SF_F32, 0, 2, (int64_t[]){2, 4});
+        sf_ctx *keep = ctx;
+        ctx = gpu;
+        EXPECT_STATUS(sf_gemm_swiglu(gpu, &p), SF_ERR_UNSUPPORTED, "f32");
+        ctx = keep;
+    }
+    for (int i = 0; i < 4; i++) sf_free(gpu, b[i]);
+    for (int ci = 0; ci < NCFG; ci++) {
         printf("cuda %s served %d of %d cases\n", cuda_configs[ci], served[ci], 2 * NSHAPES);
         EXPECT(served[ci] > 0, "configuration %s served no case", cuda_configs[ci]);
     }

@@ -6,8 +6,9 @@
  * of x by the 8 outputs; FMA units would cost 2 M I K / 67 TFLOP/s, more
  * than the weight stream at M = 16).
  *
- * Block = WK warps splitting K: warp w takes the 32-element chunks w, w +
- * WK, ...  Lane (g = lane / 4, q = lane % 4) loads 8 consecutive elements
+ * Block = WK warps splitting K into 32-element chunks (a contiguous range
+ * per warp, or every WK-th chunk: CC below).  Lane (g = lane / 4, q = lane
+ * % 4) loads 8 consecutive elements
  * k0 + 8q .. k0 + 8q + 7 of weight row g (one 16-byte load; 4 lanes cover a
  * chunk) and the same 8 elements of x rows g and g + 8.  A dot product is
  * the same under any permutation of K applied to both operands, so these
@@ -27,16 +28,22 @@ namespace sf_gs {
 
 /* Elements k .. k + 7 of row p (zeros past K or when !ok).  VEC: one
  * 16-byte load (p 16-byte aligned, K a multiple of 8); else eight 2-byte
- * loads. */
-template <bool VEC, bool STREAM = false>
+ * loads.  STREAM (the weights, read once): kept out of L1 so that x stays
+ * there; PF adds a 256-byte L2 prefetch, which brings in the chunks the
+ * block's other warps read next (each request is 64 bytes of a row). */
+template <bool VEC, bool STREAM = false, bool PF = false>
 __device__ __forceinline__ uint4 dec_ld8(const uint16_t *p, int k, int K, bool ok) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (VEC) {
         if (ok && k < K) {
-            if (STREAM) /* weights: read once, kept out of L1 (x stays there) */
+            if (STREAM && PF)
+                asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                    : "l"(p + k));
+            else if (STREAM)
                 asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                             : "l"(p + k));
+                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                    : "l"(p + k));
             else
                 v = __ldg((const uint4 *)(p + k));
         }
@@ -52,7 +59,12 @@ __device__ __forceinline__ uint4 dec_ld8(const uint16_t *p, int k, int K, bool o
     return v;
 }
 
-template <typename T, int WK, int U, bool VEC, int MINB = 1>
+/* MINB blocks per SM at least (the register cap that gives): the grid of
+ * I / 8 blocks then runs in fewer, fuller waves (Llama: 1792 blocks, 924 at
+ * once).  CC: each warp takes a contiguous quarter (1 / WK) of the chunks,
+ * so its U loads in flight are consecutive 64-byte pieces of each row, else
+ * every WK-th chunk (H200, M 1: 3.69 -> 3.93 TB/s with the prefetch). */
+template <typename T, int WK, int U, bool VEC, int MINB = 1, bool PF = false, bool CC = false>
 __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const GsArgs a) {
     __shared__ float red[WK][2][16][9]; /* [warp][gate, up][row][output], padded */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -67,20 +79,24 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const GsArgs a) {
         const uint16_t *x0 = (const uint16_t *)a.x + (int64_t)(ok0 ? mc + g : 0) * a.x_rs;
         const uint16_t *x1 = (const uint16_t *)a.x + (int64_t)(ok1 ? mc + g + 8 : 0) * a.x_rs;
         float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int c0 = w; c0 < nch; c0 += WK * U) {
+        /* chunks [cb, ce) stepped by cs, U at a time cstep apart */
+        const int cpw = (nch + WK - 1) / WK;
+        const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
+        const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
+        for (int c0 = cb; c0 < ce; c0 += cs) {
             uint4 bg[U], bu[U];
             /* every weight load of the U chunks first: U * 32 bytes in flight per lane */
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int c = c0 + u * WK, k = c * 32 + 8 * q;
-                bg[u] = dec_ld8<VEC, true>(wg, k, K, nok && c < nch);
-                bu[u] = dec_ld8<VEC, true>(wu, k, K, nok && c < nch);
+                const int c = c0 + u * cstep, k = c * 32 + 8 * q;
+                bg[u] = dec_ld8<VEC, true, PF>(wg, k, K, nok && c < ce);
+                bu[u] = dec_ld8<VEC, true, PF>(wu, k, K, nok && c < ce);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int c = c0 + u * WK, k = c * 32 + 8 * q;
-                const uint4 xa = dec_ld8<VEC>(x0, k, K, ok0 && c < nch);
-                const uint4 xb = dec_ld8<VEC>(x1, k, K, ok1 && c < nch);
+                const int c = c0 + u * cstep, k = c * 32 + 8 * q;
+                const uint4 xa = dec_ld8<VEC>(x0, k, K, ok0 && c < ce);
+                const uint4 xb = dec_ld8<VEC>(x1, k, K, ok1 && c < ce);
                 const uint32_t a1[4] = {xa.x, xb.x, xa.y, xb.y}, a2[4] = {xa.z, xb.z, xa.w, xb.w};
                 sf_mma16<T>::run(cg, a1, bg[u].x, bg[u].y);
                 sf_mma16<T>::run(cu, a1, bu[u].x, bu[u].y);

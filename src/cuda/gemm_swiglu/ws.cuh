@@ -17,7 +17,12 @@
  *            accumulators straight to global memory (pairs of outputs).
  * Tiles are visited in groups of GM row tiles (all output columns of a
  * group before the next), so the x rows and the weight rows of the ~132
- * tiles in flight stay in L2. */
+ * tiles in flight stay in L2.  CL 2: clusters of two CTAs on neighbouring
+ * row tiles of one column tile; each producer loads its own x tile and one
+ * half of the weight tile (rank 0 w_gate, rank 1 w_up), multicast into
+ * both CTAs, so the weights cross from L2 once per pair; a stage is
+ * released to a producer once the consumer warps of both CTAs are done
+ * with it. */
 #ifndef SF_GEMM_SWIGLU_WS_CUH
 #define SF_GEMM_SWIGLU_WS_CUH
 
@@ -90,6 +95,16 @@ template <> struct GsMma<__half, 256> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b) { sf_wg::wgmma_ss_f16_n256(d, a, b, 1); }
 };
 
+/* A stage handed back: lane 0 arrives on this CTA's empty barrier; with
+ * clusters lane r on CTA r's. */
+template <int CL> __device__ __forceinline__ void ws_release(uint32_t bar, int lane) {
+    if constexpr (CL == 1) {
+        if (lane == 0) sf_wg::mbar_arrive(bar);
+    } else {
+        if (lane < CL) sf_wg::mbar_arrive_cluster(bar, (uint32_t)lane);
+    }
+}
+
 __device__ __forceinline__ void gs_tma_load(uint32_t dst, const void *map, int c0, int c1, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
@@ -100,7 +115,7 @@ __device__ __forceinline__ void gs_tma_load(uint32_t dst, const void *map, int c
 
 /* tmx maps x (K, M) in 64 x 128 boxes, tmg / tmu the weights (K, I) in
  * 64 x BN boxes; rows and columns past the ends read as zeros. */
-template <typename T, int BN, int NST, int GM>
+template <typename T, int BN, int NST, int GM, int CL = 1>
 __global__ void __launch_bounds__(384, 1)
     gs_ws_kernel(const GsArgs a, const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmg,
                  const __grid_constant__ CUtensorMap tmu) {
@@ -111,34 +126,53 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t sbase = (sf_smem_u32(smem_raw) + 1023u) & ~1023u;
     const uint32_t bFull = sbase + Tr::BAR_OFF, bEmpty = bFull + 8 * NST;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-    const int ntm = (a.M + Tr::BM - 1) / Tr::BM, ntn = (a.I + BN - 1) / BN, ntiles = ntm * ntn;
+    /* the schedule's unit: CL neighbouring row tiles of one column tile */
+    const int ntm = (a.M + Tr::BM * CL - 1) / (Tr::BM * CL), ntn = (a.I + BN - 1) / BN, ntiles = ntm * ntn;
     const int nk = (a.K + 63) / 64;
+    const int rank = CL > 1 ? (int)sf_wg::cluster_rank() : 0;
+    const int t0 = blockIdx.x / CL, tstep = gridDim.x / CL;
 
     if (tid == 0) {
         for (int s = 0; s < NST; s++) {
             sf_wg::mbar_init(bFull + 8 * s, 1);
-            sf_wg::mbar_init(bEmpty + 8 * s, 8); /* lane 0 of each consumer warp */
+            sf_wg::mbar_init(bEmpty + 8 * s, 8 * CL); /* one lane of each consumer warp of the cluster */
         }
         sf_wg::mbar_init_fence();
     }
-    __syncthreads();
+    /* CL 2: both CTAs' barriers set up before any arrival or copy reaches them */
+    if constexpr (CL > 1)
+        sf_wg::cluster_sync();
+    else
+        __syncthreads();
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tr::REG_P));
-        if (tid == 0) {
+        /* the whole warp runs the loop (with clusters a lone lane 0 would
+         * leave the warp diverged at the final cluster barrier); lane 0
+         * issues */
+        if (warp == 0) {
             uint32_t it = 0;
-            for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+            for (int t = t0; t < ntiles; t += tstep) {
                 int mt, nt;
                 ws_tile<GM>(t, ntm, ntn, mt, nt);
-                const int m0 = mt * Tr::BM, n0 = nt * BN;
+                const int m0 = (mt * CL + rank) * Tr::BM, n0 = nt * BN;
                 for (int kt = 0; kt < nk; kt++, it++) {
                     const uint32_t s = it % NST, ph = (it / NST) & 1u;
                     const uint32_t full = bFull + 8 * s, dA = sbase + s * Tr::STAGE, dB = dA + Tr::ABYTES;
                     sf_wg::mbar_wait_sleep(bEmpty + 8 * s, ph ^ 1u);
-                    sf_wg::mbar_expect_tx(full, Tr::STAGE);
-                    gs_tma_load(dA, &tmx, kt * 64, m0, full);
-                    gs_tma_load(dB, &tmg, kt * 64, n0, full);
-                    gs_tma_load(dB + BN * 128, &tmu, kt * 64, n0, full);
+                    if (lane == 0) {
+                        sf_wg::mbar_expect_tx(full, Tr::STAGE);
+                        gs_tma_load(dA, &tmx, kt * 64, m0, full);
+                        if constexpr (CL > 1) {
+                            /* both halves land in both CTAs (same offsets) */
+                            sf_wg::tma_load4_mc(dB + rank * (BN * 128), rank ? (const void *)&tmu : (const void *)&tmg,
+                                                kt * 64, n0, 0, 0, full, (uint16_t)3);
+                        } else {
+                            gs_tma_load(dB, &tmg, kt * 64, n0, full);
+                            gs_tma_load(dB + BN * 128, &tmu, kt * 64, n0, full);
+                        }
+                    }
+                    __syncwarp();
                 }
             }
         }
@@ -147,9 +181,10 @@ __global__ void __launch_bounds__(384, 1)
         const int cw = wg - 1, wq = warp & 3, g = lane >> 2, tq = lane & 3;
         float acc[NJ][4];
         uint32_t it = 0;
-        for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        for (int t = t0; t < ntiles; t += tstep) {
             int mt, nt;
             ws_tile<GM>(t, ntm, ntn, mt, nt);
+            mt = mt * CL + rank;
 #pragma unroll
             for (int j = 0; j < NJ; j++)
 #pragma unroll
@@ -168,13 +203,13 @@ __global__ void __launch_bounds__(384, 1)
                 sf_wg::wg_commit();
                 if (kt > 0) {
                     sf_wg::wg_wait<1>(); /* the previous step's group: its stage is free */
-                    if (lane == 0) sf_wg::mbar_arrive(bEmpty + 8 * prev);
+                    ws_release<CL>(bEmpty + 8 * prev, lane);
                 }
                 prev = s;
             }
             sf_wg::wg_wait0();
             sf_wg::reg_fence(acc);
-            if (lane == 0) sf_wg::mbar_arrive(bEmpty + 8 * prev);
+            ws_release<CL>(bEmpty + 8 * prev, lane);
 
             const int row = mt * Tr::BM + cw * 64 + wq * 16 + g, col0 = nt * BN + 2 * tq;
 #pragma unroll
@@ -186,6 +221,11 @@ __global__ void __launch_bounds__(384, 1)
                                  acc[j + NJ / 2][3]);
             }
         }
+    }
+    /* CL 2: no CTA ends while its partner may still arrive on its barriers */
+    if constexpr (CL > 1) {
+        __syncwarp();
+        sf_wg::cluster_sync();
     }
 #endif
 }
