@@ -1,6 +1,6 @@
 /* gemm_swiglu.cu - CUDA backend of sf_gemm_swiglu: the configuration rows
  * of configs.h, what each supports, and the autotuned launch.  Kernels:
- * ws.cuh (TMA + wgmma, M >= 64) and decode.cuh (weight streaming, any
+ * ws.cuh (TMA + wgmma, M > 16) and decode.cuh (weight streaming, any
  * shape). */
 #include "autotune.h"
 #include "common/cuda_common.h"

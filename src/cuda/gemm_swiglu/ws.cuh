@@ -1,4 +1,4 @@
-/* ws.cuh - sf_gemm_swiglu for many rows of x (M >= 64): a persistent,
+/* ws.cuh - sf_gemm_swiglu for many rows of x (M > 16): a persistent,
  * warp-specialised wgmma GEMM whose tile of B holds BN rows of w_gate and
  * the same BN rows of w_up, so one m64n(2 BN)k16 wgmma gives each consumer
  * warpgroup the gate and up values of 64 rows x BN outputs in its own
