@@ -19,13 +19,15 @@ src/cuda/gemm_swiglu/configs.h is also timed pinned
 matmuls of the same bf16 inputs is checked once per M.
 
     PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_swiglu_gemm.py \\
-        [--csv out.csv] [--configs] [--quick]
+        [--csv out.csv] [--configs] [--quick] [--results bench/RESULTS.md]
+    python3 bench/gpu_swiglu_gemm.py --from-csv out.csv --results bench/RESULTS.md \\
+        --gpu "NVIDIA H200" --torch-version 2.11.0+cu130   (the section again, no GPU)
 """
 import argparse
 import os
 import sys
 
-from benchutil import BF16_TFLOPS, COPY_TBS, commit, graph_ms, write_csv
+from benchutil import BF16_TFLOPS, COPY_TBS, commit, graph_ms, md_table, replace_section, write_csv
 
 try:
     import torch
@@ -69,12 +71,55 @@ def run_m(m, w, g):
     return r, ours
 
 
+def read_csv(path):
+    with open(path) as f:
+        keys = f.readline().strip().split(",")
+        rows = [dict(zip(keys, line.strip().split(","))) for line in f if line.strip()]
+    return [{k: (int(v) if k in ("m", "k", "i") else float(v)) for k, v in r.items()} for r in rows]
+
+
+def write_results(path, rows, gpu, torch_version, date):
+    """The gemm_swiglu section of RESULTS.md from the rows (measured or read back)."""
+    cfgs = [c for c in CONFIGS if c + "_ms" in rows[0]]
+
+    def ms(v):
+        return "" if v != v else f"{v:.4f}"
+    body = [f"{date}, {gpu}, torch {torch_version}, bf16, Llama-3-8B's MLP (K {K}, I {I}: x [Wg; Wu]^T is "
+            f"{K} -> {2 * I}), `bench/gpu_swiglu_gemm.py{' --configs' if cfgs else ''}`.  ms per call from CUDA-graph "
+            f"replays (benchutil.graph_ms, 20 calls a graph), all columns from one run.  cuBLAS+sf: torch.matmul "
+            f"on the concatenated weight then seqfuse.swiglu (the peer to beat); eager: the matmul then "
+            f"F.silu(g) * u; GEMM only: the matmul alone.  TFLOP/s = 4 M I K / time; TB/s = the "
+            f"{2 * I * K * 2 / 1e6:.0f} MB of weights / time (copy ceiling ~{COPY_TBS}).  err: ours against float32 "
+            f"matmuls of the same inputs.  Pinned rows (SF_AUTOTUNE_FORCE): " + (", ".join(cfgs) or "none") + ".", ""]
+    body.append(md_table(
+        ["M", "ours ms", "TFLOP/s", f"of {BF16_TFLOPS:.0f}", "TB/s", "cuBLAS+sf ms", "eager ms", "GEMM only ms",
+         "cuBLAS+sf / ours", "eager / ours", "GEMM / ours"] + cfgs + ["err"],
+        [[r["m"], ms(r["ours_ms"]), f"{r['ours_tflops']:.1f}", f"{r['frac700']:.2f}", f"{r['ours_tbs']:.2f}",
+          ms(r["cublas_sf_ms"]), ms(r["eager_ms"]), ms(r["gemm_ms"]), f"{r['ratio_sf']:.2f}x",
+          f"{r['ratio_eager']:.2f}x", f"{r['ratio_gemm']:.2f}x"] + [ms(r[c + "_ms"]) for c in cfgs]
+         + [f"{r['err']:.1e}"] for r in rows]))
+    how = replace_section(path, "gemm_swiglu", "## Gate/up GEMM with SwiGLU fused in (`sf_gemm_swiglu`)\n\n"
+                          + "\n".join(body))
+    print(f"{path}: gemm_swiglu section {how}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default=None)
     ap.add_argument("--configs", action="store_true", help="also time every configuration pinned")
     ap.add_argument("--quick", action="store_true", help="M = 1 and 4096 only")
+    ap.add_argument("--results", default=None, help="write the gemm_swiglu section of this markdown file")
+    ap.add_argument("--from-csv", default="", metavar="CSV", help="no GPU: the section from an earlier --csv")
+    ap.add_argument("--gpu", default="NVIDIA H200", help="with --from-csv: the GPU of that run")
+    ap.add_argument("--torch-version", default="", help="with --from-csv: the torch of that run")
+    ap.add_argument("--date", default="", help="with --from-csv: the date of that run")
     a = ap.parse_args()
+    import datetime
+    date = a.date or datetime.date.today().isoformat()
+    if a.from_csv:
+        if a.results:
+            write_results(a.results, read_csv(a.from_csv), a.gpu, a.torch_version, date)
+        return 0
     if torch is None or not torch.cuda.is_available():
         print("gpu_swiglu_gemm.py: needs torch with CUDA, triton and seqfuse", file=sys.stderr)
         return 77
@@ -113,6 +158,8 @@ def main():
     print(f"(TB/s: the {wbytes / 1e6:.0f} MB of weights / time; copy ceiling ~{COPY_TBS} TB/s)")
     if a.csv:
         write_csv(a.csv, rows)
+    if a.results:
+        write_results(a.results, rows, gpu, torch.__version__, date)
     return 0
 
 
