@@ -216,6 +216,35 @@ def test_gemm_swiglu(dt, M, I, K):
         seqfuse.gemm_swiglu(x, wg, wu[:, :-1])
 
 
+def test_gemm_swiglu_params_layout(tmp_path):
+    """sf_gemm_swiglu_params's size and field offsets as the C compiler lays
+    them out, against the binding's ctypes struct (skipped without a C
+    compiler)."""
+    import ctypes
+    import os
+    import shutil
+    import subprocess
+    from seqfuse import _lib
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    S = _lib.sf_gemm_swiglu_params
+    fields = [f for f, _ in S._fields_]
+    assert fields == ["x", "w_gate", "w_up", "y", "backend"]
+    src = tmp_path / "off.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include \"seqfuse.h\"\nint main(void) {\n"
+                   "printf(\"SIZE %zu\\n\", sizeof(sf_gemm_swiglu_params));\n"
+                   + "".join('printf("%s %%zu\\n", offsetof(sf_gemm_swiglu_params, %s));\n' % (f, f) for f in fields)
+                   + "return 0;\n}\n")
+    exe = tmp_path / "off"
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(repo, "include"), str(src), "-o", str(exe)], check=True)
+    for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n"):
+        if line:
+            f, v = line.split()
+            assert (ctypes.sizeof(S) if f == "SIZE" else getattr(S, f).offset) == int(v), (f, v)
+
+
 @needs_gpu
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 @pytest.mark.parametrize("M", [1, 16, 200])
