@@ -495,10 +495,15 @@ SF_API sf_status sf_swiglu(sf_ctx *ctx, const sf_swiglu_params *p);
  *                   [gate; up] projection is two views of it
  *   y       (M, I)  x's dtype, unit inner stride, any row stride; it may not
  *                   overlap any input (SF_ERR_INVALID_ARG)
- * I >= 1, K >= 1.  Numerics: g and u are summed in f32 (double on the
- * reference) and never rounded to the input dtype; y is rounded once.  The
- * CUDA backend multiplies on the tensor cores (f32 accumulation) and takes
- * silu with the SFU's exp and reciprocal (a few f32 ulp).
+ * I >= 1, K >= 1.  Errors name the tensor: absent SF_ERR_NULL_POINTER,
+ * extents that disagree (or I, K of 0) SF_ERR_SHAPE, dtypes that differ
+ * SF_ERR_DTYPE, an inner stride other than 1 or rows of y on one address
+ * SF_ERR_STRIDE, y over an input SF_ERR_INVALID_ARG, f32 on the CUDA
+ * backend SF_ERR_UNSUPPORTED.  Numerics: g and u are summed in f32
+ * (double on the reference) and never rounded to the input dtype; y is
+ * rounded once.  The CUDA backend multiplies on the tensor cores (f32
+ * accumulation) and takes silu with the SFU's exp and reciprocal (a few
+ * f32 ulp).
  * CUDA backend (src/cuda/gemm_swiglu/configs.h, autotuned per shape
  * bucket; SF_AUTOTUNE_FORCE=gemm_swiglu:NAME pins one): from M = 17 a
  * persistent, warp-specialised TMA + wgmma kernel whose tiles hold matching
