@@ -93,25 +93,40 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
     const int rw = n0 + warp * MT * 16 + (lane >> 2); /* row of h = 0, tile 0 */
     const int c = lane & 3;
 
-    /* W, scales (and mins) of chunk ch into buffer slot u; zeros past N, K */
+    /* W, scales (and mins) of chunk ch into buffer slot u, without
+     * predicates: rows past N read row N - 1 (their sums are never stored)
+     * and chunks past this block's range its last chunk (never used).  The
+     * per-row pointers are formed once; a group holds 1 or 2 chunks, so its
+     * row of scales is a shift away (no division). */
+    const uint8_t *wrow[MT][2];
+    const uint16_t *srow[MT][2], *mrow[MT][2];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t n = min(rw + i * 16 + 8 * h, N - 1);
+            wrow[i][h] = a.w + n * a.w_rb + (int64_t)kc0 * 64 + c * 16;
+            srow[i][h] = a.scales + n;
+            mrow[i][h] = MIN ? a.mins + n : a.scales;
+        }
+    const int gsh = a.group / CK == 2 ? 1 : 0; /* log2(chunks per group) */
     uint4 wb[U][MT][2];
     uint16_t sb[U][MT][2], mb[U][MT][2];
     auto issue = [&](int u, int ch) {
-        const int64_t kb = (int64_t)(kc0 + ch) * 64 + c * 16; /* byte of the slab in its row */
-        const int64_t j = (int64_t)(kc0 + ch) * CK / a.group;
+        ch = min(ch, nch - 1);
+        const int64_t jo = (int64_t)((kc0 + ch) >> gsh) * N;
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int n = rw + i * 16 + 8 * h;
-                const bool ok = ch < nch && n < N;
-                wb[u][i][h] = ok && kb < a.w_rb ? wqd_ld_stream(a.w + (int64_t)n * a.w_rb + kb) : make_uint4(0, 0, 0, 0);
-                sb[u][i][h] = ok ? __ldg(a.scales + (int64_t)j * N + n) : (uint16_t)0;
-                if (MIN) mb[u][i][h] = ok ? __ldg(a.mins + (int64_t)j * N + n) : (uint16_t)0;
+                wb[u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * 64);
+                sb[u][i][h] = __ldg(srow[i][h] + jo);
+                if (MIN) mb[u][i][h] = __ldg(mrow[i][h] + jo);
             }
     };
+    if (nch > 0)
 #pragma unroll
-    for (int u = 0; u < U; u++) issue(u, u);
+        for (int u = 0; u < U; u++) issue(u, u);
 
     /* x of this block's K range into its fragment slots (zeros past M and
      * K) by cp.async, all in flight at once; then each slot permuted in
@@ -166,17 +181,15 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
         for (int u = 0; u < U; u++) {
             const int ch = ch0 + u;
             if (ch >= nch) break;
-            uint4 cw[MT][2];
+            const uint4(&cw)[MT][2] = wb[u]; /* refilled once this chunk is done */
             float s[MT][2], mn[MT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    cw[i][h] = wb[u][i][h];
                     s[i][h] = wq_bits<T>::tof(sb[u][i][h]);
                     mn[i][h] = MIN ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
                 }
-            issue(u, ch + U);
 
             uint32_t bx[NT][E / 2];
 #pragma unroll
@@ -225,12 +238,19 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
                     for (int e = 0; e < 4; e++) tmp[t][e] += tm2[t][e];
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    acc[i][t][0] += s[i][0] * tmp[t][0] + mn[i][0] * sx[t][0];
-                    acc[i][t][1] += s[i][0] * tmp[t][1] + mn[i][0] * sx[t][1];
-                    acc[i][t][2] += s[i][1] * tmp[t][2] + mn[i][1] * sx[t][0];
-                    acc[i][t][3] += s[i][1] * tmp[t][3] + mn[i][1] * sx[t][1];
+                    acc[i][t][0] = fmaf(s[i][0], tmp[t][0], acc[i][t][0]);
+                    acc[i][t][1] = fmaf(s[i][0], tmp[t][1], acc[i][t][1]);
+                    acc[i][t][2] = fmaf(s[i][1], tmp[t][2], acc[i][t][2]);
+                    acc[i][t][3] = fmaf(s[i][1], tmp[t][3], acc[i][t][3]);
+                    if (MIN) {
+                        acc[i][t][0] = fmaf(mn[i][0], sx[t][0], acc[i][t][0]);
+                        acc[i][t][1] = fmaf(mn[i][0], sx[t][1], acc[i][t][1]);
+                        acc[i][t][2] = fmaf(mn[i][1], sx[t][0], acc[i][t][2]);
+                        acc[i][t][3] = fmaf(mn[i][1], sx[t][1], acc[i][t][3]);
+                    }
                 }
             }
+            issue(u, ch + U);
         }
     }
 
