@@ -660,10 +660,13 @@ typedef struct sf_qweight {
  * CUDA backend: f16 / bf16 x with scales (and mins) in x's dtype, w.data
  * 16-byte aligned (SF_ERR_ALIGNMENT), x 16-byte aligned with a row stride
  * that is a multiple of 8 elements (SF_ERR_UNSUPPORTED otherwise).  M <= 16
- * runs decode tiles that stream the weights once per 8 or 16 rows of x
- * (bandwidth-bound on the bytes of `data`); larger M taller tensor-core
- * tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=gemm_wq:NAME pins
- * one).  No workspace, no synchronisation: graph capturable.
+ * reads the weights once (bandwidth-bound on the bytes of `data`): int4
+ * with group_size 128 and int8 with 64 or 128 through a streaming kernel
+ * whose K split over a thread-block cluster is summed in a fixed order
+ * (deterministic), other groups through decode tiles; larger M taller
+ * tensor-core tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=
+ * gemm_wq:NAME pins one).  No workspace, no synchronisation: graph
+ * capturable.
  */
 typedef struct sf_gemm_wq_params {
     sf_tensor x;
