@@ -10,7 +10,8 @@
  *     against a double-precision attention over the dequantised cache
  *     (code * scale): both scale modes, page sizes 1 to 256, GQA 1/4/8, k
  *     1/4/16 query tokens, ragged lengths with 0, causal, softcap, ALiBi;
- *  3. the encoder on hand-picked values: ties, subnormals, saturation, NaN.
+ *  3. the encoder on hand-picked values: ties, subnormals, saturation, NaN;
+ *  4. K rotated on its way into FP8 pools: reference and CPU agree.
  * The CUDA part is skipped, visibly, without a device. */
 #include <math.h>
 #include <stdint.h>
@@ -525,6 +526,57 @@ static void test_encoder_values(sf_ctx *ctx) {
     EXPECT(rt, "every finite code encodes back to itself");
 }
 
+/* K rotated on its way into FP8 pools (per-token scales): the reference
+ * rotates in double, the CPU in f32, so a code may sit one step apart at
+ * a rounding boundary; both are the quantised rotation within e4m3's
+ * rounding (amax / 16 of the row), and V, not rotated, is equal bit for bit. */
+static void test_rope_fp8(sf_ctx *ctx) {
+    enum { RB = 2, RL = 3, RH = 2, RD = 64, RP = 8, RPS = 4 };
+    static float k[RB * RL * RH * RD], v[RB * RL * RH * RD];
+    static uint8_t kp[2][RP * RPS * RH * RD], vp[2][RP * RPS * RH * RD];
+    static float ks[2][RP * RPS * RH], vs[2][RP * RPS * RH];
+    int32_t tab[RB * 2] = {5, 1, 2, 7}, len[RB] = {1, 4};
+    for (int i = 0; i < RB * RL * RH * RD; i++) k[i] = (float)(4.0 * unif() - 2.0), v[i] = (float)(2.0 * unif() - 1.0);
+    for (int be = 0; be < 2; be++) {
+        memset(kp[be], 0xff, sizeof kp[be]), memset(vp[be], 0xff, sizeof vp[be]);
+        sf_rope_params r;
+        sf_rope_params_init(&r);
+        r.rotary_dim = 32;
+        sf_kv_append_params a;
+        sf_kv_append_params_init(&a);
+        a.k_cache = host(kp[be], SF_F8E4M3, 4, (int64_t[]){RP, RPS, RH, RD});
+        a.v_cache = host(vp[be], SF_F8E4M3, 4, (int64_t[]){RP, RPS, RH, RD});
+        a.k_scale = host(ks[be], SF_F32, 3, (int64_t[]){RP, RPS, RH});
+        a.v_scale = host(vs[be], SF_F32, 3, (int64_t[]){RP, RPS, RH});
+        a.k = host(k, SF_F32, 4, (int64_t[]){RB, RL, RH, RD});
+        a.v = host(v, SF_F32, 4, (int64_t[]){RB, RL, RH, RD});
+        a.block_table = host(tab, SF_I32, 2, (int64_t[]){RB, 2});
+        a.cache_seqlens = host(len, SF_I32, 1, (int64_t[]){RB});
+        a.rope = &r;
+        a.backend = be ? SF_BACKEND_CPU : SF_BACKEND_REF;
+        EXPECT_STATUS(sf_kv_append(ctx, &a), SF_OK, NULL);
+    }
+    double worst = 0;
+    int vsame = memcmp(vp[0], vp[1], sizeof vp[0]) == 0 && memcmp(vs[0], vs[1], sizeof vs[0]) == 0;
+    int kpoison = 1;
+    for (int row = 0; row < RP * RPS * RH; row++) {
+        const int written = kp[0][row * RD] != 0xff || kp[0][row * RD + 1] != 0xff;
+        for (int e = 0; e < RD; e++) {
+            if (!written) {
+                kpoison &= kp[0][row * RD + e] == 0xff && kp[1][row * RD + e] == 0xff;
+                continue;
+            }
+            const double a = e4m3_value(kp[0][row * RD + e]) * ks[0][row];
+            const double b = e4m3_value(kp[1][row * RD + e]) * ks[1][row];
+            const double amax = ks[0][row] * 448.0;
+            worst = fmax(worst, fabs(a - b) / amax);
+        }
+    }
+    EXPECT(vsame && kpoison && worst <= 1.0 / 16,
+           "rope into FP8 pools: ref and cpu K within %.3g of the row's amax (want <= 1/16), V equal %d, "
+           "unwritten rows untouched %d", worst, vsame, kpoison);
+}
+
 int main(void) {
     sf_ctx *ctx = NULL;
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
@@ -533,6 +585,7 @@ int main(void) {
     }
     test_errors(ctx);
     test_encoder_values(ctx);
+    test_rope_fp8(ctx);
     const int nc = (int)(sizeof fcases / sizeof fcases[0]);
     for (int i = 0; i < nc; i++) {
         run_fcase(ctx, SF_BACKEND_REF, &fcases[i], SF_F32);
