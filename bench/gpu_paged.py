@@ -6,7 +6,10 @@ contiguously, in one run on the same GPU.
 token per sequence (and 4 for the chunked case), pages of 16 and 64 tokens
 handed out in a shuffled order.  Decode is bound by reading K and V once:
 bandwidth = (K + V bytes of every sequence's context) / time, against the
-copy ceiling of ~4.2 TB/s measured on this GPU.
+copy ceiling of ~4.2 TB/s measured on this GPU.  The fp8 column reads the
+same cache as e4m3 codes with a float32 scale per (token, KV head) (the
+sf_kv_cache layout): its bandwidth counts 1 byte a K/V element plus the
+scales; "fp8 speedup" is the bf16 time over the fp8 time.
 
     PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_paged.py \\
         [--results bench/RESULTS.md] [--csv out.csv] [--plot [out.png]]
@@ -58,6 +61,21 @@ def run_point(b, ctx, lq, ps, peers=True):
     def ours():
         return seqfuse.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, causal=True)
 
+    # FP8 pools: per-(token, kv head) scales amax / 448, codes of x / scale
+    def quant(x):
+        sc = x.float().abs().amax(dim=-1) / 448.0
+        codes = (x.float() / sc.clamp_min(1e-30)[..., None]).to(torch.float8_e4m3fn)
+        return codes, sc
+
+    has_fp8 = hasattr(torch, "float8_e4m3fn")
+    if has_fp8:
+        k8, ks8 = quant(kp)
+        v8, vs8 = quant(vp)
+
+    def ours_fp8():
+        return seqfuse.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=lens, block_table=table, causal=True,
+                                               k_scale=ks8, v_scale=vs8)
+
     qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
 
     def peer(backend):
@@ -75,6 +93,12 @@ def run_point(b, ctx, lq, ps, peers=True):
     torch.cuda.synchronize()
     ref = None
     res = {"ours": graph_ms(ours, GRAPH_CALLS), "ours_eager": bench(ours)}
+    res["fp8"], err8 = float("nan"), float("nan")
+    if has_fp8:
+        o8 = ours_fp8()
+        torch.cuda.synchronize()
+        err8 = ((o8.float() - out.float()).norm() / out.float().norm()).item()
+        res["fp8"] = graph_ms(ours_fp8, GRAPH_CALLS)
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
         if not peers:
@@ -90,6 +114,8 @@ def run_point(b, ctx, lq, ps, peers=True):
             res[name] = float("nan")
     err = ((out.float() - ref.float()).norm() / ref.float().norm()).item() if ref is not None else float("nan")
     kv_bytes = 2.0 * b * ctx * HKV * D * 2
+    res["fp8_bytes"] = 2.0 * b * ctx * HKV * (D * 1 + 4)  # codes and scales
+    res["fp8_err"] = err8
     return res, kv_bytes, err
 
 
@@ -103,6 +129,8 @@ def plot(rows, path, title):
     import matplotlib.pyplot as plt
     series = [("ours_tbs", "seqfuse (paged)"), ("cudnn_tbs", "SDPA cuDNN (contiguous)"),
               ("flash_tbs", "SDPA flash (contiguous)")]
+    if rows and "fp8_tbs" in rows[0]:
+        series.append(("fp8_tbs", "seqfuse fp8 pages (1 B + scales)"))
     fig, ax = plt.subplots(figsize=(9, 3.8))
     w = 0.8 / len(series)
     for i, (key, lab) in enumerate(series):
@@ -152,16 +180,20 @@ def main():
           f"ours/best peer  err vs peer")
     for b, ctx, lq, ps in POINTS:
         r, by, err = run_point(b, ctx, lq, ps, not a.no_peers)
-        tbs = {k: (by / (v * 1e-3) / 1e12 if v == v else float("nan")) for k, v in r.items()}
-        peers = [v for k, v in r.items() if not k.startswith("ours") and v == v]
+        fp8_bytes, fp8_err = r.pop("fp8_bytes"), r.pop("fp8_err")
+        tbs = {k: ((fp8_bytes if k == "fp8" else by) / (v * 1e-3) / 1e12 if v == v else float("nan"))
+               for k, v in r.items()}
+        peers = [v for k, v in r.items() if not k.startswith("ours") and k != "fp8" and v == v]
         best = min(peers) if peers else float("nan")
         ratio = best / r["ours"]
         print(f"{b:4d} {ctx:6d} {lq:3d} {ps:4d}   {tbs['ours']:8.2f} {tbs['cudnn']:8.2f} {tbs['flash']:8.2f}"
               f" {tbs['efficient']:8.2f}      {ratio:6.2f}x       {err:.1e}   (ours eager: {r['ours_eager'] * 1e3:.1f} us"
-              f" a call)", flush=True)
+              f" a call; fp8 {tbs['fp8']:.2f} TB/s, {r['ours'] / r['fp8']:.2f}x the bf16 speed, err vs bf16"
+              f" {fp8_err:.1e})", flush=True)
         rows.append(dict(b=b, ctx=ctx, lq=lq, ps=ps, ours_ms=r["ours"], ours_eager_ms=r["ours_eager"], cudnn_ms=r["cudnn"], flash_ms=r["flash"],
                          efficient_ms=r["efficient"], ours_tbs=tbs["ours"], cudnn_tbs=tbs["cudnn"],
-                         flash_tbs=tbs["flash"], efficient_tbs=tbs["efficient"], ratio=ratio, err=err))
+                         flash_tbs=tbs["flash"], efficient_tbs=tbs["efficient"], ratio=ratio, err=err,
+                         fp8_ms=r["fp8"], fp8_tbs=tbs["fp8"], fp8_speedup=r["ours"] / r["fp8"], fp8_err=fp8_err))
     if a.csv:
         write_csv(a.csv, rows)
     if a.plot:
@@ -171,14 +203,18 @@ def main():
                 f"bf16, causal; pages shuffled across the pool; the peers read the same K/V stored "
                 f"contiguously.  TB/s = K and V bytes of the contexts / GPU time of a call (median of triton "
                 f"do_bench over a CUDA graph of {GRAPH_CALLS} calls, the same for every column); "
-                f"copy ceiling ~{COPY_TBS} TB/s."
+                f"copy ceiling ~{COPY_TBS} TB/s.  fp8: the same cache as e4m3 codes with an f32 scale per "
+                f"(token, KV head), its bytes (1 a K/V element plus the scales) over its time; speedup = bf16 "
+                f"time / fp8 time; err = its output against the bf16 cache's."
                 + (f"  Plot: {PLOT}." if a.plot else ""), ""]
         body.append(md_table(["b", "context", "new tokens", "page", "ours TB/s", "cuDNN", "flash", "efficient",
-                              "best peer / ours (time)", "% of copy", "rel. err vs peer", "ours eager us/call"],
+                              "best peer / ours (time)", "% of copy", "rel. err vs peer", "ours eager us/call",
+                              "fp8 TB/s", "fp8 speedup", "fp8 err"],
                              [[r["b"], r["ctx"], r["lq"], r["ps"], f"{r['ours_tbs']:.2f}", f"{r['cudnn_tbs']:.2f}",
                                f"{r['flash_tbs']:.2f}", f"{r['efficient_tbs']:.2f}", f"{r['ratio']:.2f}x",
                                f"{100 * r['ours_tbs'] / COPY_TBS:.0f}%", f"{r['err']:.1e}",
-                               f"{r['ours_eager_ms'] * 1e3:.1f}"] for r in rows]))
+                               f"{r['ours_eager_ms'] * 1e3:.1f}", f"{r['fp8_tbs']:.2f}",
+                               f"{r['fp8_speedup']:.2f}x", f"{r['fp8_err']:.1e}"] for r in rows]))
         how = replace_section(a.results, "paged_decode", "\n".join(body))
         print(f"{a.results}: paged_decode section {how}")
     return 0

@@ -105,12 +105,15 @@ typedef enum sf_dtype {
     SF_I32 = 3,
     SF_I64 = 4,
     SF_U8 = 5,     /* bytes: the packed codes of quantised weights (sf_qweight) */
-    SF_I8 = 6      /* signed bytes: int8 codes (sf_qweight, SF_QW_INT8)        */
+    SF_I8 = 6,     /* signed bytes: int8 codes (sf_qweight, SF_QW_INT8)        */
+    SF_F8E4M3 = 7  /* OCP fp8 e4m3fn: max 448, no inf, NaN 0x7f / 0xff: paged
+                    * KV cache pools only (with scales, see sf_kv_append)    */
 } sf_dtype;
 
 /* Size in bytes of one element; 0 for an unknown dtype. */
 SF_API size_t sf_dtype_size(sf_dtype dt);
-/* "f32", "f16", "bf16", "i32", "i64", "u8", "i8"; "?" for an unknown dtype. */
+/* "f32", "f16", "bf16", "i32", "i64", "u8", "i8", "f8e4m3"; "?" for an
+ * unknown dtype. */
 SF_API const char *sf_dtype_name(sf_dtype dt);
 
 /* Device ids: SF_DEVICE_CPU, or N >= 0 for CUDA device N. */
@@ -952,6 +955,32 @@ SF_API sf_status sf_attn_fwd_ring(sf_ctx *ctx, sf_comm *comm, const sf_attn_fwd_
  * clears the record.  Nothing outside the pools is ever read or written.
  * Host checks cover the entries of every page a length spans (attention:
  * [0, seqlens[b]); append: the pages written).
+ *
+ * FP8 pools: k_cache and v_cache may be SF_F8E4M3 (both), unit inner
+ * stride, with a scale per element group: an element's value is its e4m3
+ * code times its scale.  The scales come as k_scale and v_scale, both f32,
+ * one of two shapes (both the same), chosen by rank:
+ *   per (token, kv head): (num_pages, page_size, Hkv), any non-negative
+ *     strides, the scale of row (page, row, head) of the pool; written by
+ *     sf_kv_append (scale = amax / 448 over the new row's d values, the
+ *     row's largest magnitude mapping to 448; an all-zero row has scale 0),
+ *     read by sf_attn_paged;
+ *   per kv head: (Hkv), any stride, fixed by the caller (calibrated), read
+ *     by both ops.
+ * A scale tensor is required with FP8 pools and refused with f16/bf16/f32
+ * ones (SF_ERR_INVALID_ARG naming it); wrong shapes or dtypes are
+ * SF_ERR_SHAPE / SF_ERR_DTYPE naming k_scale or v_scale; they live on the
+ * context's device, and must not overlap the pools or the other inputs.
+ * Quantisation (sf_kv_append): x / scale in f32 (x the f32 value of the new
+ * k or v element, K after its rotation), rounded to nearest, ties to even
+ * mantissa, saturating to +-448 (an infinity too); NaN gives 0x7f; scale 0
+ * gives code 0 for every element (x / 0 is not formed).  The host and GPU
+ * backends produce the same codes and scales bit for bit (without rope;
+ * with rope the rotation itself may differ in the last f32 bit).  Attention
+ * dequantises as it goes (code * scale, f32), with q and out f16 or bf16
+ * (f32 too on the host backends).  k and v of an append into FP8 pools
+ * may be f32, f16 or bf16.  The CUDA attention over FP8 pools
+ * needs a head dim that is a multiple of 16.
  */
 
 /* Writes new tokens' K and V into the cache: token j of sequence b (k and
@@ -986,6 +1015,9 @@ typedef struct sf_kv_append_params {
     sf_tensor cache_seqlens;         /* (b) i32: tokens already cached   */
     sf_backend backend;
     const sf_rope_params *rope;      /* NULL: K copied as it is          */
+    sf_tensor k_scale, v_scale;      /* FP8 pools only: (num_pages,
+                                      * page_size, Hkv) f32 written, or
+                                      * (Hkv) f32 read (see above)       */
 } sf_kv_append_params;
 
 SF_API void sf_kv_append_params_init(sf_kv_append_params *p);
@@ -997,8 +1029,11 @@ SF_API sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p);
  *   tokens included (append them first); out like q; lse (b, H, Lq) f32
  *   optional.
  * Query row i of sequence b sits at key position seqlens[b] - Lq + i
- * (bottom-right aligned, as sf_attn_fwd); causal, window, softcap and
- * softmax_scale mean what they mean there.  A row that sees no key (length
+ * (bottom-right aligned, as sf_attn_fwd); causal, window, softcap,
+ * alibi_slopes and softmax_scale mean what they mean there (ALiBi: s = s -
+ * slope * |seqlens[b] - Lq + i - j| after the softcap, slope of query head
+ * h from alibi_slopes (H) or (b, H) f32, any strides; non-finite slopes
+ * are SF_ERR_INVALID_ARG on the host, NaN outputs on the GPU).  A row that sees no key (length
  * 0, or a causal row before the first key) gets out 0 and lse -inf.
  * Lq = 1 is decode; Lq > 1 chunked prefill or speculative decoding.  The
  * GPU splits long contexts across thread blocks and merges the parts by
@@ -1017,6 +1052,8 @@ typedef struct sf_attn_paged_params {
     int window_left, window_right;   /* -1: unbounded                    */
     float softcap;                   /* 0: off                           */
     sf_backend backend;
+    sf_tensor k_scale, v_scale;      /* FP8 pools only (see above)       */
+    sf_tensor alibi_slopes;          /* optional (H) or (b, H) f32       */
 } sf_attn_paged_params;
 
 SF_API void sf_attn_paged_params_init(sf_attn_paged_params *p);
@@ -1028,7 +1065,9 @@ SF_API sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p);
  * sequence slot its pages and length.  For callers that do not keep their
  * own tables (vLLM and FlashInfer do; the ops above take either).
  *   num_pages  pages in each pool; page_size a power of two 1..256 (0: 16)
- *   nheads_kv, head_dim, dtype (f16 / bf16; f32 on a CPU context)
+ *   nheads_kv, head_dim, dtype (f16 / bf16; f32 on a CPU context;
+ *     SF_F8E4M3: FP8 pools with per-(token, kv head) scale pools owned by
+ *     the cache, see sf_kv_cache_scales)
  *   num_layers >= 1, max_seqs >= 1 sequence slots, max_pages_per_seq >= 1
  * Pools and tables are allocated once, at creation. */
 typedef struct sf_kv_cache sf_kv_cache;
@@ -1048,6 +1087,10 @@ SF_API sf_status sf_kv_cache_create(sf_ctx *ctx, const sf_kv_cache_desc *d, sf_k
 SF_API void sf_kv_cache_destroy(sf_kv_cache *c);
 /* Views of layer `layer`'s pools, (num_pages, page_size, Hkv, d). */
 SF_API sf_status sf_kv_cache_pools(const sf_kv_cache *c, int layer, sf_tensor *k_cache, sf_tensor *v_cache);
+/* FP8 caches: views of layer `layer`'s scale pools, (num_pages, page_size,
+ * Hkv) f32, zero at creation, for k_scale and v_scale of sf_kv_append and
+ * sf_attn_paged.  SF_ERR_INVALID_ARG for a cache of another dtype. */
+SF_API sf_status sf_kv_cache_scales(const sf_kv_cache *c, int layer, sf_tensor *k_scale, sf_tensor *v_scale);
 /* Sets slot `seq`'s length to `len` tokens, taking pages from the free list
  * or giving the ones it no longer needs back (the last ones first).
  * SF_ERR_OUT_OF_MEMORY when too few pages are free, SF_ERR_INVALID_ARG past

@@ -24,7 +24,7 @@ enum { NM_X, NM_RES, NM_W, NM_B, NM_OUT, NM_HOUT };              /* fused norms 
 enum { SW_G, SW_U, SW_OUT, SW_NONE };                                /* swiglu        */
 enum { RP_Q, RP_K, RP_QO, RP_KO, RP_POS, RP_COS, RP_SIN };        /* rope          */
 enum { WQ_X, WQ_D, WQ_S, WQ_MIN, WQ_BIAS, WQ_Y, WQ_NONE };          /* gemm_wq       */
-enum { PG_Q, PG_KC, PG_VC, PG_BT, PG_SL, PG_OUT, PG_LSE, PG_KN, PG_VN, PG_COS, PG_SIN }; /* paged */
+enum { PG_Q, PG_KC, PG_VC, PG_BT, PG_SL, PG_OUT, PG_LSE, PG_KN, PG_VN, PG_COS, PG_SIN, PG_ALI }; /* paged */
 
 static int is_paged(const sfc_case *c) { return c->op == SFC_KV_APPEND || c->op == SFC_ATTN_PAGED; }
 
@@ -169,6 +169,8 @@ static void build_specs(const sfc_case *c, sf_dtype dt, tspec *t) {
             ct_spec(&t[PG_Q], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_NORMAL);
             ct_spec(&t[PG_OUT], 4, (int64_t[]){b, c->Lq, H, d}, dt, GEN_OUT);
             ct_spec(&t[PG_LSE], 3, (int64_t[]){b, H, c->Lq}, SF_F32, GEN_OUT);
+            if (c->alibi == 1) ct_spec(&t[PG_ALI], 1, (int64_t[]){H}, SF_F32, GEN_SLOPE);
+            if (c->alibi == 2) ct_spec(&t[PG_ALI], 2, (int64_t[]){b, H}, SF_F32, GEN_SLOPE);
         } else {
             ct_spec(&t[PG_KN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
             ct_spec(&t[PG_VN], 4, (int64_t[]){b, c->Lq, Hkv, d}, dt, GEN_NORMAL);
@@ -388,6 +390,7 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
         p->window_left = c->wl == 0 && c->wr == 0 ? -1 : c->wl;
         p->window_right = c->wl == 0 && c->wr == 0 ? -1 : c->wr;
         p->softcap = c->softcap;
+        p->alibi_slopes = VW(PG_ALI);
         p->backend = be;
     } else {
         sf_attn_fwd_params *p = (sf_attn_fwd_params *)params;

@@ -193,6 +193,14 @@ const sfc_case sfc_cases[] = {
     {PAGED("paged_softcap", 2, 8, 2, 128, 1, 16), .causal = 1, .ascale = 4.f, .softcap = 2.f,
      .klens = {90, 513}},
     {PAGED("paged_strided", 3, 4, 2, 64, 4, 16), .causal = 1, .strided = 1, .klens = {33, 64, 5}},
+    /* ALiBi: a slope per query row of a GQA tile (H), per (b, H) with a
+     * window and page size 1, with softcap on chunked prefill */
+    {PAGED("paged_alibi_decode_gqa8", 3, 16, 2, 128, 1, 16), .causal = 1, .alibi = 1, .klens = {300, 0, 41}},
+    {PAGED("paged_alibi_bh_ps1", 2, 8, 2, 64, 4, 1), .causal = 1, .alibi = 2, .wl = 30, .wr = -1,
+     .klens = {70, 4}},
+    {PAGED("paged_alibi_softcap_lq16", 2, 4, 1, 128, 16, 64), .causal = 1, .alibi = 1, .softcap = 3.f,
+     .ascale = 2.f, .klens = {600, 20}},
+    {PAGED("paged_alibi_full", 2, 4, 4, 96, 4, 16), .alibi = 2, .klens = {50, 9}},
     {PAGED("paged_decode_llm", 8, 32, 8, 128, 1, 16), .causal = 1, .big = 1,
      .klens = {4000, 3000, 2048, 1, 4096, 100, 2500, 3333}},
     /* append: new tokens through the block table into poisoned pools; every

@@ -6,7 +6,9 @@
  *     capacity) changes nothing, freed pages are handed out again;
  *  3. a decode loop through the cache (sf_kv_append at the old lengths,
  *     then sf_attn_paged with the cache's tables) equals sf_attn_fwd over
- *     the same keys stored contiguously. */
+ *     the same keys stored contiguously; for an FP8 cache (its own scale
+ *     pools) over the keys as the pools hold them, dequantised here, and
+ *     those within e4m3's rounding of the keys given. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -116,11 +118,44 @@ static void test_create_and_bookkeeping(sf_ctx *ctx) {
 /* Two sequences grow token by token (prompts of 5 and 11, then 6 decode
  * steps); after each step, attention through the cache equals attention
  * over the contiguous keys. */
-static void test_decode_loop(sf_ctx *ctx) {
+/* An e4m3 code's value (OCP e4m3fn; NaN for 0x7f / 0xff). */
+static double e4m3_value(uint8_t c) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7) return NAN;
+    const double v = e == 0 ? ldexp((double)m, -9) : ldexp(8.0 + m, e - 10);
+    return (c & 0x80) ? -v : v;
+}
+
+static void test_fp8_cache(sf_ctx *ctx) {
+    sf_kv_cache *c = NULL;
+    sf_kv_cache_desc d = small_desc();
+    sf_tensor ks, vs;
+    EXPECT(sf_kv_cache_create(ctx, &d, &c) == SF_OK, "create f32");
+    EXPECT_STATUS(sf_kv_cache_scales(c, 0, &ks, &vs), SF_ERR_INVALID_ARG, "f8e4m3 caches");
+    sf_kv_cache_destroy(c);
+    c = NULL;
+    d.dtype = SF_F8E4M3;
+    EXPECT(sf_kv_cache_create(ctx, &d, &c) == SF_OK, "create fp8: %s", sf_ctx_last_error(ctx));
+    if (!c) return;
+    sf_tensor kc, vc;
+    EXPECT(sf_kv_cache_pools(c, 1, &kc, &vc) == SF_OK && kc.dtype == SF_F8E4M3, "fp8 pools");
+    EXPECT_STATUS(sf_kv_cache_scales(c, 2, &ks, &vs), SF_ERR_INDEX, "layer 2");
+    EXPECT_STATUS(sf_kv_cache_scales(c, 1, NULL, &vs), SF_ERR_NULL_POINTER, NULL);
+    EXPECT(sf_kv_cache_scales(c, 1, &ks, &vs) == SF_OK && ks.rank == 3 && ks.shape[0] == d.num_pages &&
+               ks.shape[1] == d.page_size && ks.shape[2] == d.nheads_kv && ks.dtype == SF_F32 && vs.data != ks.data,
+           "scale pools (num_pages, page_size, Hkv) f32");
+    int zero = 1;
+    for (int64_t i = 0; i < d.num_pages * d.page_size * d.nheads_kv; i++)
+        zero &= ((const float *)ks.data)[i] == 0.0f && ((const float *)vs.data)[i] == 0.0f;
+    EXPECT(zero, "scale pools are zero at creation");
+    sf_kv_cache_destroy(c);
+}
+
+static void test_decode_loop(sf_ctx *ctx, int fp8) {
     enum { B = 2, H = 4, HKV = 2, D = 16, MAXL = 32 };
     sf_kv_cache_desc d;
     memset(&d, 0, sizeof d);
-    d.num_pages = 20, d.page_size = 4, d.nheads_kv = HKV, d.head_dim = D, d.dtype = SF_F32;
+    d.num_pages = 20, d.page_size = 4, d.nheads_kv = HKV, d.head_dim = D, d.dtype = fp8 ? SF_F8E4M3 : SF_F32;
     d.num_layers = 1, d.max_seqs = B, d.max_pages_per_seq = MAXL / 4;
     sf_kv_cache *c = NULL;
     EXPECT(sf_kv_cache_create(ctx, &d, &c) == SF_OK, "create: %s", sf_ctx_last_error(ctx));
@@ -131,9 +166,11 @@ static void test_decode_loop(sf_ctx *ctx) {
     static float K[B][MAXL][HKV][D], V[B][MAXL][HKV][D];
     int len[B] = {0, 0};
     const int prompt[B] = {5, 11};
-    sf_tensor kc, vc;
+    sf_tensor kc, vc, ksc, vsc;
+    memset(&ksc, 0, sizeof ksc), memset(&vsc, 0, sizeof vsc);
     sf_kv_cache_pools(c, 0, &kc, &vc);
-    double worst = 0.0;
+    if (fp8) sf_kv_cache_scales(c, 0, &ksc, &vsc);
+    double worst = 0.0, qerr = 0.0;
     for (int step = 0; step < 7; step++) {
         const int lnew = step == 0 ? 11 : 1; /* the prompt step pads sequence 0 */
         int cached[B];
@@ -155,7 +192,7 @@ static void test_decode_loop(sf_ctx *ctx) {
          * step, 6 of them padding past its prompt, inside its own pages) */
         sf_kv_append_params ap;
         sf_kv_append_params_init(&ap);
-        ap.k_cache = kc, ap.v_cache = vc, ap.block_table = bt;
+        ap.k_cache = kc, ap.v_cache = vc, ap.block_table = bt, ap.k_scale = ksc, ap.v_scale = vsc;
         ap.k = sf_tensor_contiguous(kn, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){B, lnew, HKV, D});
         ap.v = sf_tensor_contiguous(vn, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){B, lnew, HKV, D});
         ap.k.stride[0] = ap.v.stride[0] = 11 * HKV * D;
@@ -174,17 +211,39 @@ static void test_decode_loop(sf_ctx *ctx) {
         pp.out = sf_tensor_contiguous(out, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){B, 1, H, D});
         pp.out.stride[0] = 11 * H * D;
         pp.k_cache = kc, pp.v_cache = vc, pp.block_table = bt, pp.seqlens = lens;
+        pp.k_scale = ksc, pp.v_scale = vsc;
         pp.causal = 1;
         pp.backend = SF_BACKEND_CPU;
         EXPECT(sf_attn_paged(ctx, &pp) == SF_OK, "paged: %s", sf_ctx_last_error(ctx));
-        /* the same through sf_attn_fwd on contiguous keys, sequence by sequence */
+        /* the same through sf_attn_fwd on contiguous keys, sequence by
+         * sequence; FP8: the keys the pools hold, dequantised */
+        static float Kq[B][MAXL][HKV][D], Vq[B][MAXL][HKV][D];
+        memcpy(Kq, K, sizeof K), memcpy(Vq, V, sizeof V);
+        if (fp8) {
+            const int32_t *tb = (const int32_t *)bt.data;
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < len[b]; t++)
+                    for (int h = 0; h < HKV; h++) {
+                        const int64_t pg = tb[b * d.max_pages_per_seq + t / 4], r = (pg * 4 + t % 4) * HKV + h;
+                        const double sk = ((const float *)ksc.data)[r], sv = ((const float *)vsc.data)[r];
+                        double ak = 0, av = 0;
+                        for (int e = 0; e < D; e++) ak = fmax(ak, fabs(K[b][t][h][e])), av = fmax(av, fabs(V[b][t][h][e]));
+                        for (int e = 0; e < D; e++) {
+                            Kq[b][t][h][e] = (float)(e4m3_value(((const uint8_t *)kc.data)[r * D + e]) * sk);
+                            Vq[b][t][h][e] = (float)(e4m3_value(((const uint8_t *)vc.data)[r * D + e]) * sv);
+                            /* e4m3 keeps 3 mantissa bits: within amax / 16 of the value */
+                            qerr = fmax(qerr, fabs(Kq[b][t][h][e] - K[b][t][h][e]) / ak);
+                            qerr = fmax(qerr, fabs(Vq[b][t][h][e] - V[b][t][h][e]) / av);
+                        }
+                    }
+        }
         for (int b = 0; b < B; b++) {
             static float want[H][D];
             sf_attn_fwd_params fp;
             sf_attn_fwd_params_init(&fp);
             fp.q = sf_tensor_contiguous(q[b][0], SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, 1, H, D});
-            fp.k = sf_tensor_contiguous(K[b], SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, len[b], HKV, D});
-            fp.v = sf_tensor_contiguous(V[b], SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, len[b], HKV, D});
+            fp.k = sf_tensor_contiguous(Kq[b], SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, len[b], HKV, D});
+            fp.v = sf_tensor_contiguous(Vq[b], SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, len[b], HKV, D});
             fp.out = sf_tensor_contiguous(want, SF_F32, SF_DEVICE_CPU, 4, (int64_t[]){1, 1, H, D});
             fp.causal = 1;
             fp.backend = SF_BACKEND_REF;
@@ -196,8 +255,11 @@ static void test_decode_loop(sf_ctx *ctx) {
                 }
         }
     }
-    EXPECT(worst < 1e-5, "paged decode through the cache vs contiguous attention: max error %.3e", worst);
-    printf("  decode loop through sf_kv_cache: max |diff| %.2e over 7 steps\n", worst);
+    EXPECT(worst < 1e-5, "paged decode through the %s cache vs contiguous attention: max error %.3e",
+           fp8 ? "fp8" : "f32", worst);
+    EXPECT(qerr <= 1.0 / 16, "fp8 cache: a key or value off its own by %.3g of its row's amax", qerr);
+    printf("  decode loop through sf_kv_cache (%s): max |diff| %.2e over 7 steps (quantisation %.3g of amax)\n",
+           fp8 ? "fp8" : "f32", worst, qerr);
     sf_kv_cache_destroy(c);
 }
 
@@ -208,7 +270,9 @@ int main(void) {
         return 1;
     }
     test_create_and_bookkeeping(ctx);
-    test_decode_loop(ctx);
+    test_decode_loop(ctx, 0);
+    test_fp8_cache(ctx);
+    test_decode_loop(ctx, 1);
     sf_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

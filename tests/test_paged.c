@@ -3,7 +3,8 @@
  *     from a valid call, which must succeed, and breaks one thing);
  *  2. empty sequences: out 0, lse -inf, on the reference and CPU backends;
  *  3. append-then-attend over a shuffled paged cache equals sf_attn_fwd
- *     (varlen) over the same keys stored contiguously, in f32 and f16;
+ *     (varlen) over the same keys stored contiguously, in f32 and f16,
+ *     ALiBi included;
  *  4. a K row rotated on the way in (sf_kv_append's rope), checked by hand. */
 #include <math.h>
 #include <stdio.h>
@@ -506,6 +507,10 @@ static void test_equivalence(sf_ctx *ctx, sf_dtype dt) {
         p.causal = causal;
         p.softcap = causal ? 0.0f : 1.5f;
         p.window_left = causal ? 9 : -1;
+        /* ALiBi (per head) on the windowed causal pass: the forward's bias */
+        static float slopes[H];
+        for (int h = 0; h < H; h++) slopes[h] = 0.03f * (float)(h + 1);
+        if (causal) p.alibi_slopes = T(slopes, SF_F32, 1, (int64_t[]){H});
         EXPECT_STATUS(sf_attn_paged(ctx, &p), SF_OK, NULL);
 
         sf_attn_fwd_params f;
@@ -520,6 +525,7 @@ static void test_equivalence(sf_ctx *ctx, sf_dtype dt) {
         f.causal = causal;
         f.softcap = p.softcap;
         f.window_left = p.window_left;
+        f.alibi_slopes = p.alibi_slopes;
         EXPECT_STATUS(sf_attn_fwd(ctx, &f), SF_OK, NULL);
 
         double num = 0, den = 0, lerr = 0;

@@ -189,7 +189,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                             alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
-                            backend="auto"):
+                            k_scale=None, v_scale=None, backend="auto"):
     """Attention over a KV cache, with flash_attn's flash_attn_with_kvcache signature.
 
     q (b, Lq, H, d).  With block_table (b, max_blocks) int: a paged cache,
@@ -215,17 +215,27 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     window, else every query token at cache_seqlens (flash_attn's rule);
     rotary_interleaved: GPT-J pairs, else NeoX halves; the first rotary_dim
     channels rotated, the rest passed through.  Positions are built where
-    cache_seqlens lives (no device-to-host copy).  cache_leftpad and
-    alibi_slopes are not supported (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
+    cache_seqlens lives (no device-to-host copy).  alibi_slopes (H,) or
+    (b, H) float32: the bias -slope * |i + seqlen_k - seqlen_q - j|, as
+    flash_attn_func's.  FP8 caches: k_cache and v_cache float8_e4m3fn (torch,
+    or ml_dtypes.float8_e4m3fn numpy arrays) with k_scale and v_scale
+    float32, either (num_blocks, page_size, Hkv) (a scale per token and kv
+    head, written by the append of k/v: amax / 448 of the row) or (Hkv,) (a
+    fixed scale per kv head); q, k and v stay in float16/bfloat16 (float32
+    on the CPU), k and v quantised on their way in (x / scale, round to
+    nearest even, saturating to +-448).  Scales with a 16-bit cache are
+    refused (SF_ERR_INVALID_ARG).  cache_leftpad is not supported
+    (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
     (out, lse) with return_softmax_lse; lse (b, H, Lq) float32.  Arrays stay
     where they are: numpy on the CPU, torch tensors on their device.
     """
     op = "flash_attn_with_kvcache"
     call = Call(op, q, "q")
     qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
-    for name, val in (("cache_leftpad", cache_leftpad), ("alibi_slopes", alibi_slopes)):
-        if val is not None:
-            fail(SF_ERR_UNSUPPORTED, "%s: %s is not supported (give None)" % (op, name))
+    if cache_leftpad is not None:
+        fail(SF_ERR_UNSUPPORTED, "%s: cache_leftpad is not supported (give None)" % op)
+    if (k_scale is None) != (v_scale is None):
+        fail(SF_ERR_NULL_POINTER, "%s: give both k_scale and v_scale, or neither" % op)
     as_int(op, "num_splits", num_splits, 0)
     interleaved = as_flag(op, "rotary_interleaved", rotary_interleaved)
     if (k is None) != (v is None):
@@ -282,6 +292,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         a.v = call.tensor(v, "v")
         a.block_table = call.tensor(bt, "block_table")
         a.cache_seqlens = call.tensor(cs, "cache_seqlens")
+        if k_scale is not None:
+            a.k_scale = call.tensor(k_scale, "k_scale")
+            a.v_scale = call.tensor(v_scale, "v_scale")
         if rotary_cos is not None:
             rot = _kvcache_rope(call, rotary_cos, rotary_sin, interleaved)
             a.rope = ctypes.pointer(rot)
@@ -298,7 +311,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     p.v_cache = call.tensor(v_cache, "v_cache")
     p.block_table = call.tensor(bt, "block_table")
     p.seqlens = call.tensor(seqlens, "seqlens")
-    _attn_common(call, p, 0.0, softmax_scale, causal, window_size, softcap, None)
+    if k_scale is not None:
+        p.k_scale = call.tensor(k_scale, "k_scale")
+        p.v_scale = call.tensor(v_scale, "v_scale")
+    _attn_common(call, p, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes)
     want_lse = as_flag(op, "return_softmax_lse", return_softmax_lse)
     out, lse = _attn_run(call, L.sf_attn_paged, p, backend, qs, q, (qs[0], qs[2], qs[1]) if want_lse else None)
     return (out, lse) if want_lse else out

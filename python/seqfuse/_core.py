@@ -154,26 +154,33 @@ _NP_CODES = {np.dtype(np.float32): L.SF_F32, np.dtype(np.float16): L.SF_F16,
              np.dtype(np.uint8): L.SF_U8, np.dtype(np.int8): L.SF_I8}
 _CAI_CODES = {"<f4": L.SF_F32, "<f2": L.SF_F16, "<i4": L.SF_I32, "<i8": L.SF_I64,
               "|u1": L.SF_U8, "|i1": L.SF_I8}
-_ACCEPTED = "float32, float16 or bfloat16 (int32/int64 for index tensors, uint8/int8 for quantised codes)"
+_ACCEPTED = ("float32, float16 or bfloat16 (int32/int64 for index tensors, uint8/int8 for quantised codes, "
+             "float8_e4m3fn for paged KV cache pools)")
 
 
 def _np_code(dt):
     c = _NP_CODES.get(dt)
     if c is not None:
         return c
-    if dt.name == "bfloat16" and dt.itemsize == 2:
+    if (dt.name == "bfloat16" and dt.itemsize == 2) or (dt.name == "float8_e4m3fn" and dt.itemsize == 1):
         try:
             import ml_dtypes
         except ImportError:
             return None
         if dt == np.dtype(ml_dtypes.bfloat16):
             return L.SF_BF16
+        if dt == np.dtype(ml_dtypes.float8_e4m3fn):  # paged KV cache pools
+            return L.SF_F8E4M3
     return None
 
 
 def _torch_codes(torch):
-    return {torch.float32: L.SF_F32, torch.float16: L.SF_F16, torch.bfloat16: L.SF_BF16,
-            torch.int32: L.SF_I32, torch.int64: L.SF_I64, torch.uint8: L.SF_U8, torch.int8: L.SF_I8}
+    codes = {torch.float32: L.SF_F32, torch.float16: L.SF_F16, torch.bfloat16: L.SF_BF16,
+             torch.int32: L.SF_I32, torch.int64: L.SF_I64, torch.uint8: L.SF_U8, torch.int8: L.SF_I8}
+    f8 = getattr(torch, "float8_e4m3fn", None)  # paged KV cache pools
+    if f8 is not None:
+        codes[f8] = L.SF_F8E4M3
+    return codes
 
 
 def kind_of(obj):

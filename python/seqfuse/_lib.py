@@ -41,6 +41,7 @@ SF_I32 = 3
 SF_I64 = 4
 SF_U8 = 5
 SF_I8 = 6
+SF_F8E4M3 = 7
 
 SF_DEVICE_CPU = -1
 SF_MAX_RANK = 6
@@ -131,6 +132,8 @@ class sf_attn_paged_params(ctypes.Structure):
         ("window_right", ctypes.c_int),
         ("softcap", ctypes.c_float),
         ("backend", ctypes.c_int),
+        ("k_scale", sf_tensor), ("v_scale", sf_tensor),  # FP8 pools only
+        ("alibi_slopes", sf_tensor),
     ]
 
 
@@ -224,6 +227,7 @@ class sf_kv_append_params(ctypes.Structure):
         ("cache_seqlens", sf_tensor),
         ("backend", ctypes.c_int),
         ("rope", ctypes.POINTER(sf_rope_params)),  # NULL: K copied as it is
+        ("k_scale", sf_tensor), ("v_scale", sf_tensor),  # FP8 pools only
     ]
 
 
@@ -354,6 +358,7 @@ class sf_kv_cache_desc(ctypes.Structure):
 sf_kv_cache_create = _decl("sf_kv_cache_create", _c.c_int, _c.c_void_p, _P(sf_kv_cache_desc), _P(_c.c_void_p))
 sf_kv_cache_destroy = _decl("sf_kv_cache_destroy", None, _c.c_void_p)
 sf_kv_cache_pools = _decl("sf_kv_cache_pools", _c.c_int, _c.c_void_p, _c.c_int, _P(sf_tensor), _P(sf_tensor))
+sf_kv_cache_scales = _decl("sf_kv_cache_scales", _c.c_int, _c.c_void_p, _c.c_int, _P(sf_tensor), _P(sf_tensor))
 sf_kv_cache_resize = _decl("sf_kv_cache_resize", _c.c_int, _c.c_void_p, _c.c_int, _c.c_int64)
 sf_kv_cache_length = _decl("sf_kv_cache_length", _c.c_int64, _c.c_void_p, _c.c_int)
 sf_kv_cache_free_pages = _decl("sf_kv_cache_free_pages", _c.c_int64, _c.c_void_p)

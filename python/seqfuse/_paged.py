@@ -18,7 +18,8 @@ class _CudaView:
                                          "version": 3, "strides": None}
 
 
-_KV_DTYPES = {"float32": L.SF_F32, "float16": L.SF_F16, "bfloat16": L.SF_BF16}
+_KV_DTYPES = {"float32": L.SF_F32, "float16": L.SF_F16, "bfloat16": L.SF_BF16,
+              "float8_e4m3fn": L.SF_F8E4M3}
 
 
 class KVCache:
@@ -28,8 +29,11 @@ class KVCache:
 
     device -1 keeps it in host memory (pools and tables are numpy arrays; f32,
     f16 or bf16 through ml_dtypes); a CUDA device keeps it on that GPU (torch
-    tensors; f16 or bf16).  Views stay valid while the KVCache lives (each
-    holds a reference to it).
+    tensors; f16 or bf16).  dtype "float8_e4m3fn" (either device; numpy
+    through ml_dtypes) gives FP8 pools with a float32 scale pool per K and
+    V pool, (num_pages, page_size, nheads_kv): scales(layer) views them, for
+    the k_scale / v_scale arguments of flash_attn_with_kvcache.  Views stay
+    valid while the KVCache lives (each holds a reference to it).
 
         cache = seqfuse.KVCache(1024, 16, 8, 128, "bfloat16", num_layers=32, max_seqs=64,
                                 max_pages_per_seq=256, device=0)
@@ -43,7 +47,7 @@ class KVCache:
         op = "KVCache"
         name = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
         if name not in _KV_DTYPES:
-            fail(SF_ERR_DTYPE, "%s: dtype %r; float32, float16 or bfloat16" % (op, dtype))
+            fail(SF_ERR_DTYPE, "%s: dtype %r; float32, float16, bfloat16 or float8_e4m3fn" % (op, dtype))
         self.device = as_int(op, "device", device, -1)
         self._ctx = _core_ctx(self.device)
         d = L.sf_kv_cache_desc()
@@ -85,18 +89,21 @@ class KVCache:
             n *= e
         if self.device < 0:
             import numpy as np
-            item = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4}[dtype]
+            item = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "float8_e4m3fn": 1}[dtype]
             buf = (ctypes.c_char * (n * item)).from_address(t.data)
             buf._owner = self  # the numpy view's base keeps the cache alive
             a = np.frombuffer(buf, dtype=np.uint8)
-            if dtype == "bfloat16":
+            if dtype in ("bfloat16", "float8_e4m3fn"):
                 import ml_dtypes
-                return a.view(ml_dtypes.bfloat16).reshape(shape)
+                return a.view(getattr(ml_dtypes, dtype)).reshape(shape)
             return a.view(np.dtype(dtype)).reshape(shape)
         import torch
-        typestr = {"float32": "<f4", "float16": "<f2", "bfloat16": "<i2", "int32": "<i4"}[dtype]
+        typestr = {"float32": "<f4", "float16": "<f2", "bfloat16": "<i2", "int32": "<i4",
+                   "float8_e4m3fn": "|u1"}[dtype]
         x = torch.as_tensor(_CudaView(self, t.data, shape, typestr), device="cuda:%d" % self.device)
-        return x.view(torch.bfloat16) if dtype == "bfloat16" else x
+        if dtype == "bfloat16":
+            return x.view(torch.bfloat16)
+        return x.view(torch.float8_e4m3fn) if dtype == "float8_e4m3fn" else x
 
     def pools(self, layer=0):
         """(k_cache, v_cache) of `layer`: views of the library's pools."""
@@ -104,6 +111,15 @@ class KVCache:
         self._check(L.sf_kv_cache_pools(self._h, as_int("KVCache.pools", "layer", layer), ctypes.byref(k),
                                         ctypes.byref(v)))
         return self._view(k, self._dtype), self._view(v, self._dtype)
+
+    def scales(self, layer=0):
+        """FP8 caches: (k_scale, v_scale) of `layer`, float32 (num_pages,
+        page_size, nheads_kv) views of the library's scale pools (zero at
+        creation; the append writes a written row's scale)."""
+        k, v = L.sf_tensor(), L.sf_tensor()
+        self._check(L.sf_kv_cache_scales(self._h, as_int("KVCache.scales", "layer", layer), ctypes.byref(k),
+                                         ctypes.byref(v)))
+        return self._view(k, "float32"), self._view(v, "float32")
 
     def resize(self, seq, length):
         """Slot `seq` holds `length` tokens from now on (pages taken or given back)."""

@@ -47,7 +47,7 @@ sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const s
         }
     }
     int dt = (int)t->dtype;
-    if (dt < SF_F32 || dt > SF_I8)
+    if (dt < SF_F32 || dt > SF_F8E4M3)
         return sf_fail(ctx, SF_ERR_DTYPE, "%s: %s has unknown dtype %d", op, name, dt);
     if (dtype <= SF_DT_X_OR_F32(SF_F32)) {
         const sf_dtype xd = (sf_dtype)(SF_DT_X_OR_F32(SF_F32) - dtype);

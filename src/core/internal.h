@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp8.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -144,6 +146,7 @@ static inline float sf_ldf(const void *data, sf_dtype dt, int64_t off) {
     case SF_I64: return (float)((const int64_t *)data)[off];
     case SF_U8: return (float)((const uint8_t *)data)[off];
     case SF_I8: return (float)((const int8_t *)data)[off];
+    case SF_F8E4M3: return sf_e4m3_to_f32(((const uint8_t *)data)[off]); /* the code, unscaled */
     }
     return NAN;
 }
@@ -318,7 +321,19 @@ typedef struct sf_paged_problem {
     float scale;                   /* attention: resolved softmax scale       */
     int64_t wl, wr;                /* -1 unbounded; causal folded into wr = 0 */
     float softcap;                 /* 0: off                                  */
+    int fp8;                       /* pools SF_F8E4M3, scales in k/v_scale    */
+    int scale_per_head;            /* fp8: scales (Hkv), else per (token, head) */
+    const float *alibi;            /* attention: slopes, NULL: off; slope of  */
+    int64_t alibi_sb, alibi_sh;    /* (b, h) at alibi[b * sb + h * sh]        */
 } sf_paged_problem;
+
+/* FP8 pools: the scale of row (page, row, head) of a pool, from its
+ * per-head or per-(token, head) scale tensor. */
+static inline float sf_paged_scale(const sf_paged_problem *pr, const sf_tensor *s, int64_t page,
+                                   int64_t row, int64_t h) {
+    const float *d = (const float *)s->data;
+    return pr->scale_per_head ? d[h * s->stride[0]] : d[sf_off3(s, page, row, h)];
+}
 
 /* Backend entry points.  Each receives a validated problem. */
 sf_status sf_ref_ssd_fwd(sf_ctx *ctx, const sf_ssd_problem *pr);

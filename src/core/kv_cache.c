@@ -1,6 +1,6 @@
 /* kv_cache.c - sf_kv_cache: a paged KV cache owned by the library.  The
- * pools and the device copies of the tables are allocated once, at
- * creation; page bookkeeping (a stack of free page numbers, each slot's
+ * pools (and for FP8 caches the per-(token, kv head) scale pools) and the
+ * device copies of the tables are allocated once, at creation; page bookkeeping (a stack of free page numbers, each slot's
  * pages and length) lives on the host and reaches the context's memory at
  * sf_kv_cache_tables. */
 #include "check.h"
@@ -12,6 +12,7 @@ struct sf_kv_cache {
     sf_kv_cache_desc d;
     size_t pool_bytes;        /* one pool (K or V of one layer) */
     void **pools;             /* 2 * num_layers: K of layer l at 2l, V at 2l + 1 */
+    void **scales;            /* FP8: (num_pages, page_size, Hkv) f32, laid out as pools */
     int32_t *free_pages;      /* stack of free page numbers */
     int64_t nfree;
     int32_t *table;           /* host (max_seqs, max_pages_per_seq), -1 unused */
@@ -29,6 +30,9 @@ void sf_kv_cache_destroy(sf_kv_cache *c) {
     if (!c) return;
     if (c->pools)
         for (int i = 0; i < 2 * c->d.num_layers; i++) sf_free(c->ctx, c->pools[i]);
+    if (c->scales)
+        for (int i = 0; i < 2 * c->d.num_layers; i++) sf_free(c->ctx, c->scales[i]);
+    free(c->scales);
     sf_free(c->ctx, c->table_dev);
     sf_free(c->ctx, c->lens_dev);
     free(c->pools);
@@ -55,12 +59,16 @@ sf_status sf_kv_cache_create(sf_ctx *ctx, const sf_kv_cache_desc *dp, sf_kv_cach
     if (d.num_layers < 1 || d.max_seqs < 1 || d.max_pages_per_seq < 1)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: num_layers %d, max_seqs %d, max_pages_per_seq %d; each >= 1",
                        op, d.num_layers, d.max_seqs, d.max_pages_per_seq);
-    if (d.dtype != SF_F16 && d.dtype != SF_BF16 && !(d.dtype == SF_F32 && ctx->device < 0))
-        return sf_fail(ctx, SF_ERR_DTYPE, "%s: dtype %s; f16 or bf16 (f32 on a CPU context)", op,
-                       sf_dtype_name(d.dtype));
-    size_t row, pool, tab;
+    if (d.dtype != SF_F16 && d.dtype != SF_BF16 && d.dtype != SF_F8E4M3 &&
+        !(d.dtype == SF_F32 && ctx->device < 0))
+        return sf_fail(ctx, SF_ERR_DTYPE, "%s: dtype %s; f16, bf16 or f8e4m3 (f32 on a CPU context)",
+                       op, sf_dtype_name(d.dtype));
+    const int fp8 = d.dtype == SF_F8E4M3;
+    size_t row, pool, tab, spool = 0;
     if (!mul_ok((size_t)d.nheads_kv * (size_t)d.head_dim, sf_dtype_size(d.dtype), &row) ||
         !mul_ok(row, (size_t)d.page_size, &pool) || !mul_ok(pool, (size_t)d.num_pages, &pool) ||
+        !mul_ok((size_t)d.nheads_kv * sizeof(float), (size_t)d.page_size, &spool) ||
+        !mul_ok(spool, (size_t)d.num_pages, &spool) ||
         !mul_ok((size_t)d.max_seqs, (size_t)d.max_pages_per_seq, &tab) || tab > (size_t)INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: the pools or the block table are too large", op);
 
@@ -73,12 +81,22 @@ sf_status sf_kv_cache_create(sf_ctx *ctx, const sf_kv_cache_desc *dp, sf_kv_cach
     c->free_pages = (int32_t *)malloc((size_t)d.num_pages * sizeof(int32_t));
     c->table = (int32_t *)malloc(tab * sizeof(int32_t));
     c->lens = (int32_t *)calloc((size_t)d.max_seqs, sizeof(int32_t));
-    if (!c->pools || !c->free_pages || !c->table || !c->lens) {
+    if (fp8) c->scales = (void **)calloc((size_t)2 * (size_t)d.num_layers, sizeof(void *));
+    if (!c->pools || !c->free_pages || !c->table || !c->lens || (fp8 && !c->scales)) {
         sf_kv_cache_destroy(c);
         return sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
     }
     sf_status s = SF_OK;
     for (int i = 0; i < 2 * d.num_layers && s == SF_OK; i++) s = sf_malloc(ctx, &c->pools[i], pool);
+    if (fp8 && s == SF_OK) { /* scale pools, zero: a page never written reads as 0 */
+        void *zero = calloc(1, spool);
+        if (!zero) s = sf_fail(ctx, SF_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        for (int i = 0; i < 2 * d.num_layers && s == SF_OK; i++) {
+            s = sf_malloc(ctx, &c->scales[i], spool);
+            if (s == SF_OK) s = sf_memcpy(ctx, c->scales[i], zero, spool);
+        }
+        free(zero);
+    }
     if (s == SF_OK) s = sf_malloc(ctx, &c->table_dev, tab * sizeof(int32_t));
     if (s == SF_OK) s = sf_malloc(ctx, &c->lens_dev, (size_t)d.max_seqs * sizeof(int32_t));
     if (s != SF_OK) {
@@ -102,6 +120,22 @@ sf_status sf_kv_cache_pools(const sf_kv_cache *c, int layer, sf_tensor *k_cache,
     const int dev = c->ctx->device;
     *k_cache = sf_tensor_contiguous(c->pools[2 * layer], c->d.dtype, dev, 4, shape);
     *v_cache = sf_tensor_contiguous(c->pools[2 * layer + 1], c->d.dtype, dev, 4, shape);
+    return SF_OK;
+}
+
+sf_status sf_kv_cache_scales(const sf_kv_cache *c, int layer, sf_tensor *k_scale, sf_tensor *v_scale) {
+    if (!c) return SF_ERR_NULL_POINTER;
+    if (!k_scale || !v_scale)
+        return sf_fail(c->ctx, SF_ERR_NULL_POINTER, "sf_kv_cache_scales: an output is NULL");
+    if (!c->scales)
+        return sf_fail(c->ctx, SF_ERR_INVALID_ARG, "sf_kv_cache_scales: the cache is %s; scale pools go "
+                       "with f8e4m3 caches", sf_dtype_name(c->d.dtype));
+    if (layer < 0 || layer >= c->d.num_layers)
+        return sf_fail(c->ctx, SF_ERR_INDEX, "sf_kv_cache_scales: layer %d of %d", layer, c->d.num_layers);
+    const int64_t shape[3] = {c->d.num_pages, c->d.page_size, c->d.nheads_kv};
+    const int dev = c->ctx->device;
+    *k_scale = sf_tensor_contiguous(c->scales[2 * layer], SF_F32, dev, 3, shape);
+    *v_scale = sf_tensor_contiguous(c->scales[2 * layer + 1], SF_F32, dev, 3, shape);
     return SF_OK;
 }
 

@@ -22,13 +22,15 @@ void sf_attn_paged_params_init(sf_attn_paged_params *p) {
     p->backend = SF_BACKEND_AUTO;
 }
 
-/* The pools: k_cache (num_pages, page_size, Hkv, d) of dtype dt with a
- * power-of-two page size up to 256, v_cache of the same shape and dtype.
- * Hkv or d may be SF_ANY (taken from k_cache). */
+/* The pools: k_cache (num_pages, page_size, Hkv, d) of dtype dt, or FP8,
+ * with a power-of-two page size up to 256, v_cache of the same shape and
+ * dtype.  Hkv or d may be SF_ANY (taken from k_cache). */
 static sf_status check_pools(sf_ctx *ctx, const char *op, const sf_tensor *kc,
                              const sf_tensor *vc, int64_t Hkv, int64_t d, int dt,
                              sf_paged_problem *pr) {
-    CHK(sf_check_tensor(ctx, op, "k_cache", kc, 1, 4, (int64_t[]){SF_ANY, SF_ANY, Hkv, d}, dt, 1));
+    pr->fp8 = kc->data && kc->dtype == SF_F8E4M3;
+    CHK(sf_check_tensor(ctx, op, "k_cache", kc, 1, 4, (int64_t[]){SF_ANY, SF_ANY, Hkv, d},
+                        pr->fp8 ? SF_F8E4M3 : dt, 1));
     CHK(sf_check_tensor(ctx, op, "v_cache", vc, 1, 4,
                         (int64_t[]){kc->shape[0], kc->shape[1], kc->shape[2], kc->shape[3]},
                         (int)kc->dtype, 1));
@@ -40,6 +42,67 @@ static sf_status check_pools(sf_ctx *ctx, const char *op, const sf_tensor *kc,
                        op, (long long)ps);
     pr->num_pages = kc->shape[0];
     pr->page_size = ps;
+    return SF_OK;
+}
+
+/* k_scale and v_scale: required with FP8 pools, refused otherwise; both
+ * (Hkv) (per kv head) or both (num_pages, page_size, Hkv) (per token and
+ * kv head), f32. */
+static sf_status check_scales(sf_ctx *ctx, const char *op, const sf_tensor *kc,
+                              const sf_tensor *ks, const sf_tensor *vs, sf_paged_problem *pr) {
+    const struct {
+        const char *name;
+        const sf_tensor *t;
+    } sc[] = {{"k_scale", ks}, {"v_scale", vs}};
+    for (int i = 0; i < 2; i++) {
+        if (!pr->fp8 && sc[i].t->data)
+            return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                           "%s: %s is given but the pools are %s (scales go with f8e4m3 pools only)",
+                           op, sc[i].name, sf_dtype_name(kc->dtype));
+        if (pr->fp8 && !sc[i].t->data)
+            return sf_fail(ctx, SF_ERR_INVALID_ARG,
+                           "%s: %s is required with f8e4m3 pools ((Hkv) or (num_pages, page_size, "
+                           "Hkv) f32)",
+                           op, sc[i].name);
+    }
+    if (!pr->fp8) return SF_OK;
+    pr->scale_per_head = ks->rank == 1;
+    const int64_t Hkv = kc->shape[2];
+    for (int i = 0; i < 2; i++) {
+        if (pr->scale_per_head)
+            CHK(sf_check_tensor(ctx, op, sc[i].name, sc[i].t, 1, 1, (int64_t[]){Hkv}, SF_F32, 0));
+        else
+            CHK(sf_check_tensor(ctx, op, sc[i].name, sc[i].t, 1, 3,
+                                (int64_t[]){kc->shape[0], kc->shape[1], Hkv}, SF_F32, 0));
+    }
+    return SF_OK;
+}
+
+/* alibi_slopes: absent, (H) or (b, H) f32; finite when on the host (as
+ * sf_attn_fwd's). */
+static sf_status check_alibi(sf_ctx *ctx, const char *op, const sf_tensor *a,
+                             sf_paged_problem *pr) {
+    if (!a->data) return SF_OK;
+    if (a->rank == 1) {
+        CHK(sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 1, (int64_t[]){pr->nheads}, SF_F32, 0));
+        pr->alibi_sh = a->stride[0];
+    } else {
+        CHK(sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 2, (int64_t[]){pr->batch, pr->nheads},
+                            SF_F32, 0));
+        pr->alibi_sb = a->stride[0];
+        pr->alibi_sh = a->stride[1];
+    }
+    pr->alibi = (const float *)a->data;
+    if (ctx->device < 0) {
+        const int64_t nb = a->rank == 1 ? 1 : pr->batch;
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t h = 0; h < pr->nheads; h++) {
+                const float s = pr->alibi[b * pr->alibi_sb + h * pr->alibi_sh];
+                if (!isfinite(s))
+                    return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: alibi_slopes[%lld, %lld] is %g",
+                                   op, (long long)b, (long long)h, (double)s);
+            }
+    }
     return SF_OK;
 }
 
@@ -199,18 +262,25 @@ sf_status sf_kv_append(sf_ctx *ctx, const sf_kv_append_params *p) {
     CHK(sf_check_tensor(ctx, op, "v", &p->v, 1, 4, (int64_t[]){b, Ln, Hkv, d}, dt, 1));
     CHK(check_heads(ctx, op, Hkv, Hkv, d));
     CHK(check_pools(ctx, op, &p->k_cache, &p->v_cache, Hkv, d, dt, &pr));
+    CHK(check_scales(ctx, op, &p->k_cache, &p->k_scale, &p->v_scale, &pr));
     CHK(sf_check_tensor(ctx, op, "block_table", &p->block_table, 1, 2, (int64_t[]){b, SF_ANY},
                         SF_I32, 0));
     CHK(sf_check_tensor(ctx, op, "cache_seqlens", &p->cache_seqlens, 1, 1, (int64_t[]){b}, SF_I32,
                         0));
     if (p->rope) CHK(check_append_rope(ctx, op, p->rope, d, &pr.rope));
     const sf_tensor none = {0};
-    const sf_named_tensor outs[] = {SF_NT("k_cache", &p->k_cache), SF_NT("v_cache", &p->v_cache)};
+    /* per-(token, head) scales are written with the pools; per-head ones read */
+    const int sw = pr.fp8 && !pr.scale_per_head;
+    const sf_named_tensor outs[] = {SF_NT("k_cache", &p->k_cache), SF_NT("v_cache", &p->v_cache),
+                                    SF_NT("k_scale", sw ? &p->k_scale : &none),
+                                    SF_NT("v_scale", sw ? &p->v_scale : &none)};
     const sf_named_tensor ins[] = {SF_NT("k", &p->k), SF_NT("v", &p->v),
                                    SF_NT("block_table", &p->block_table),
                                    SF_NT("cache_seqlens", &p->cache_seqlens),
                                    SF_NT("rope.cos", p->rope ? &p->rope->cos : &none),
-                                   SF_NT("rope.sin", p->rope ? &p->rope->sin : &none)};
+                                   SF_NT("rope.sin", p->rope ? &p->rope->sin : &none),
+                                   SF_NT("k_scale", sw ? &none : &p->k_scale),
+                                   SF_NT("v_scale", sw ? &none : &p->v_scale)};
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     pr.batch = b;
     pr.nheads = pr.nheads_kv = Hkv;
@@ -254,6 +324,7 @@ sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p) {
     CHK(check_pools(ctx, op, &p->k_cache, &p->v_cache, SF_ANY, d, dt, &pr));
     const int64_t Hkv = p->k_cache.shape[2];
     CHK(check_heads(ctx, op, H, Hkv, d));
+    CHK(check_scales(ctx, op, &p->k_cache, &p->k_scale, &p->v_scale, &pr));
     CHK(sf_check_tensor(ctx, op, "block_table", &p->block_table, 1, 2, (int64_t[]){b, SF_ANY},
                         SF_I32, 0));
     CHK(sf_check_tensor(ctx, op, "seqlens", &p->seqlens, 1, 1, (int64_t[]){b}, SF_I32, 0));
@@ -263,7 +334,9 @@ sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p) {
     const sf_named_tensor ins[] = {SF_NT("q", &p->q), SF_NT("k_cache", &p->k_cache),
                                    SF_NT("v_cache", &p->v_cache),
                                    SF_NT("block_table", &p->block_table),
-                                   SF_NT("seqlens", &p->seqlens)};
+                                   SF_NT("seqlens", &p->seqlens), SF_NT("k_scale", &p->k_scale),
+                                   SF_NT("v_scale", &p->v_scale),
+                                   SF_NT("alibi_slopes", &p->alibi_slopes)};
     CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     const float sc = p->softmax_scale;
     if (!isfinite(sc))
@@ -285,6 +358,7 @@ sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p) {
     pr.wr = p->window_right < 0 ? -1 : p->window_right;
     if (p->causal) pr.wr = 0;
     pr.softcap = p->softcap;
+    CHK(check_alibi(ctx, op, &p->alibi_slopes, &pr));
     if (ctx->device < 0) {
         int64_t max_len;
         CHK(check_tables(ctx, op, "seqlens", &p->seqlens, &p->block_table, 0, 0, &pr, &max_len));

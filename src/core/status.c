@@ -33,6 +33,7 @@ size_t sf_dtype_size(sf_dtype dt) {
     case SF_I64: return 8;
     case SF_U8: return 1;
     case SF_I8: return 1;
+    case SF_F8E4M3: return 1;
     }
     return 0;
 }
@@ -46,6 +47,7 @@ const char *sf_dtype_name(sf_dtype dt) {
     case SF_I64: return "i64";
     case SF_U8: return "u8";
     case SF_I8: return "i8";
+    case SF_F8E4M3: return "f8e4m3";
     }
     return "?";
 }

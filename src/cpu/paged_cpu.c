@@ -5,6 +5,7 @@
  * twice, so the copies are independent).  With rope, K rows go through
  * f32: the token's cos and sin once for all its heads (angles in double,
  * fused_cpu.c's helpers), rotated, converted back; V is still copied.
+ * FP8 pools: both rows through f32, quantised (fp8.h) with their scale.
  *
  * Attention: OpenMP over tasks (sequence, kv head, tile of query tokens),
  * dynamic schedule.  A task holds every query head of its kv group for up
@@ -14,7 +15,9 @@
  * (the union of the rows' visible ranges only): gather and convert K and V
  * of the block, scores S = Q K^T for every row, then the online softmax
  * per row (m' = max(m, rowmax S); O = exp(m - m') O + exp(S - m') V;
- * l likewise), O / l and lse = m + log l at the end.  f32 throughout; the
+ * l likewise), O / l and lse = m + log l at the end.  FP8 keys and values
+ * are dequantised (code * scale) as they are gathered; ALiBi's bias is
+ * added to each score after the softcap.  f32 throughout; the
  * inner loops are plain C for the compiler to vectorise.  Decode (Lq = 1)
  * parallelises over (sequence, kv head) only: enough on a host, where
  * batch x Hkv is already at least the core count in serving.
@@ -24,6 +27,12 @@
 
 #define BC 64          /* key positions per block                      */
 #define ROWS_MAX 128   /* query rows per task (group x tokens), target */
+
+/* Converts n elements of a 16-bit, f32 or FP8 row to f32 (FP8: code times
+ * scale s). */
+static void row_to_f32s(float *dst, const uint8_t *src, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) dst[i] = sf_e4m3_to_f32(src[i]) * s;
+}
 
 /* Converts n elements of a 16-bit or f32 row to f32. */
 static void row_to_f32(float *dst, const void *src, sf_dtype dt, int64_t n) {
@@ -38,10 +47,10 @@ static void row_to_f32(float *dst, const void *src, sf_dtype dt, int64_t n) {
     }
 }
 
-static sf_status kv_append_rope(sf_ctx *ctx, const sf_paged_problem *pr);
+static sf_status kv_append_rows(sf_ctx *ctx, const sf_paged_problem *pr);
 
 sf_status sf_cpu_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
-    if (pr->rope.p) return kv_append_rope(ctx, pr);
+    if (pr->rope.p || pr->fp8) return kv_append_rows(ctx, pr);
     const sf_kv_append_params *p = pr->a;
     const sf_tensor *cs = &p->cache_seqlens, *bt = &p->block_table;
     const sf_tensor *k = &p->k, *v = &p->v, *kc = &p->k_cache, *vc = &p->v_cache;
@@ -67,15 +76,35 @@ sf_status sf_cpu_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) {
     return SF_OK;
 }
 
-/* Append with K rotated (pr->rope): per thread the R/2 cos and sin of a
- * token and one f32 head row; the frequencies (doubles) once per call. */
-static sf_status kv_append_rope(sf_ctx *ctx, const sf_paged_problem *pr) {
+/* FP8 pools: the f32 row quantised at element o of pool pc with scale s
+ * (per head), or amax / 448 written to *ws (per token and head); the
+ * reference's definition (paged_ref.c), fp8.h's encoder. */
+static void quant_row(const float *row, int64_t d, uint8_t *dst, float s, float *ws) {
+    if (ws) {
+        float amax = 0.0f;
+        for (int64_t c = 0; c < d; c++) amax = fmaxf(amax, fabsf(row[c]));
+        s = amax / 448.0f;
+        *ws = s;
+    }
+    if (s == 0.0f) {
+        memset(dst, 0, (size_t)d);
+        return;
+    }
+    for (int64_t c = 0; c < d; c++) dst[c] = sf_f32_to_e4m3(row[c] / s);
+}
+
+/* Append through f32 rows: K rotated (pr->rope) and/or both quantised to
+ * FP8 (pr->fp8); per thread the R/2 cos and sin of a token and one f32
+ * head row; the frequencies (doubles) once per call.  16-bit V rows are
+ * still copied. */
+static sf_status kv_append_rows(sf_ctx *ctx, const sf_paged_problem *pr) {
     const sf_kv_append_params *p = pr->a;
     const sf_rope_spec *rs = &pr->rope;
     const sf_tensor *cs = &p->cache_seqlens, *bt = &p->block_table;
     const sf_tensor *k = &p->k, *v = &p->v, *kc = &p->k_cache, *vc = &p->v_cache;
+    const sf_tensor *ksc = &p->k_scale, *vsc = &p->v_scale;
     const int64_t Ln = pr->lq, Hkv = pr->nheads_kv, ps = pr->page_size, d = pr->headdim;
-    const int64_t half = rs->R / 2, ntok = pr->batch * Ln;
+    const int64_t half = rs->p ? rs->R / 2 : 0, ntok = pr->batch * Ln;
     const size_t es = sf_dtype_size(k->dtype), rb = (size_t)d * es;
     const int nt = sf_cpu_threads(ctx);
     const int64_t HP = sf_cpu_rup(half, 16), per = 2 * HP + sf_cpu_rup(d, 16); /* floats */
@@ -84,10 +113,11 @@ static sf_status kv_append_rope(sf_ctx *ctx, const sf_paged_problem *pr) {
     if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
     double *freq = (double *)(void *)sf_cpu_align64(ws);
     float *bufs = (float *)(freq + HP);
-    if (!rs->has_tab)
+    if (rs->p && !rs->has_tab)
         for (int64_t i = 0; i < half; i++) freq[i] = sf_rope_freq(rs->p, rs->R, i);
     char *vcd = (char *)vc->data;
     const char *vd = (const char *)v->data;
+    const int fp8 = pr->fp8, per_head = pr->scale_per_head;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (ntok * Hkv > 16)
 #endif
@@ -96,13 +126,23 @@ static sf_status kv_append_rope(sf_ctx *ctx, const sf_paged_problem *pr) {
         const int64_t b = t / Ln, j = t % Ln;
         const int64_t pos = sf_ldi(cs->data, cs->dtype, b * cs->stride[0]) + j;
         const int64_t page = sf_ldi(bt->data, bt->dtype, sf_off2(bt, b, pos / ps)), r = pos % ps;
-        sf_cpu_rope_cs(rs, rs->has_tab ? NULL : freq, pos, c, sn);
+        if (rs->p) sf_cpu_rope_cs(rs, rs->has_tab ? NULL : freq, pos, c, sn);
         for (int64_t h = 0; h < Hkv; h++) {
             sf_cpu_row_in(k->data, k->dtype, sf_off4(k, b, j, h, 0), d, row);
-            sf_cpu_rope_row(rs, row, c, sn);
-            sf_cpu_row_out(kc->data, kc->dtype, sf_off4(kc, page, r, h, 0), d, row);
-            memcpy(vcd + (size_t)sf_off4(vc, page, r, h, 0) * es,
-                   vd + (size_t)sf_off4(v, b, j, h, 0) * es, rb);
+            if (rs->p) sf_cpu_rope_row(rs, row, c, sn);
+            if (!fp8) {
+                sf_cpu_row_out(kc->data, kc->dtype, sf_off4(kc, page, r, h, 0), d, row);
+                memcpy(vcd + (size_t)sf_off4(vc, page, r, h, 0) * es,
+                       vd + (size_t)sf_off4(v, b, j, h, 0) * es, rb);
+                continue;
+            }
+            const float ks = per_head ? ((const float *)ksc->data)[h * ksc->stride[0]] : 0.0f;
+            const float vs = per_head ? ((const float *)vsc->data)[h * vsc->stride[0]] : 0.0f;
+            quant_row(row, d, (uint8_t *)kc->data + sf_off4(kc, page, r, h, 0), ks,
+                      per_head ? NULL : (float *)ksc->data + sf_off3(ksc, page, r, h));
+            sf_cpu_row_in(v->data, v->dtype, sf_off4(v, b, j, h, 0), d, row);
+            quant_row(row, d, (uint8_t *)vc->data + sf_off4(vc, page, r, h, 0), vs,
+                      per_head ? NULL : (float *)vsc->data + sf_off3(vsc, page, r, h));
         }
     }
     return SF_OK;
@@ -169,6 +209,15 @@ static void paged_task(const sf_paged_problem *pr, const sf_attn_problem *ap, in
         for (int64_t jj = 0; jj < nb; jj++) {
             const int64_t pos = j0 + jj;
             const int64_t page = sf_ldi(bt->data, bt->dtype, sf_off2(bt, b, pos / ps));
+            if (pr->fp8) {
+                const float ks = sf_paged_scale(pr, &p->k_scale, page, pos % ps, g);
+                const float vs = sf_paged_scale(pr, &p->v_scale, page, pos % ps, g);
+                row_to_f32s(w->K + jj * dp, (const uint8_t *)kc->data + sf_off4(kc, page, pos % ps, g, 0),
+                            d, ks);
+                row_to_f32s(w->V + jj * dp, (const uint8_t *)vc->data + sf_off4(vc, page, pos % ps, g, 0),
+                            d, vs);
+                continue;
+            }
             row_to_f32(w->K + jj * dp,
                        (const char *)kc->data + (size_t)sf_off4(kc, page, pos % ps, g, 0) * es,
                        kc->dtype, d);
@@ -183,11 +232,16 @@ static void paged_task(const sf_paged_problem *pr, const sf_attn_problem *ap, in
             const float *qr = w->Q + r * dp;
             float *s = w->S + r * BC;
             float mx = w->m[r];
+            /* ALiBi: the row's slope, and its key position less j0 */
+            const int64_t h = g * group + r % group;
+            const float slope = pr->alibi ? pr->alibi[b * pr->alibi_sb + h * pr->alibi_sh] : 0.0f;
+            const int64_t rel = t0 + r / group + lk - lq - j0;
             for (int64_t jj = a; jj < e; jj++) {
                 const float *kr = w->K + jj * dp;
                 float dot = 0.0f;
                 for (int64_t c = 0; c < d; c++) dot += qr[c] * kr[c];
                 if (cap > 0.0f) dot = cap * tanhf(dot / cap);
+                if (pr->alibi) dot -= slope * (float)(rel > jj ? rel - jj : jj - rel);
                 s[jj] = dot;
                 mx = (dot > mx || isnan(dot)) ? dot : mx;
             }

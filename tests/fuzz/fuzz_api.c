@@ -72,7 +72,7 @@ static size_t span_bytes(const sf_tensor *t, int *too_big) {
         if (t->shape[i] <= 0) return 0;
         ext += (double)(t->shape[i] - 1) * (double)(t->stride[i] < 0 ? 0 : t->stride[i]);
     }
-    size_t es = (size_t)t->dtype <= SF_I8 ? sf_dtype_size(t->dtype) : 4;
+    size_t es = (size_t)t->dtype <= SF_F8E4M3 ? sf_dtype_size(t->dtype) : 4;
     if (ext * (double)es > SPAN_CAP) {
         *too_big = 1;
         return 0;
@@ -87,13 +87,13 @@ static void make_tensor(rd *r, const tmpl *tp, const int64_t *v, sf_dtype main_d
     const uint8_t m = rd8(r);
     if (m == 0xff) return; /* absent */
     sf_tensor *t = &out->t;
-    static const sf_dtype any[] = {SF_F32, SF_F16, SF_BF16, SF_I32, SF_I64, SF_U8, SF_I8};
+    static const sf_dtype any[] = {SF_F32, SF_F16, SF_BF16, SF_I32, SF_I64, SF_U8, SF_I8, SF_F8E4M3};
     sf_dtype dt = tp->dclass == DT_MAIN ? main_dt
                   : tp->dclass == DT_F32 ? SF_F32
                   : tp->dclass == DT_I32 ? SF_I32
                   : tp->dclass == DT_U8  ? SF_U8
                                          : ((m & 0x80) ? SF_I64 : SF_I32);
-    if ((m & 0x0e) == 0x0e) dt = (m & 0x10) ? (sf_dtype)(40 + (m >> 5)) : any[(m >> 5) % 7];
+    if ((m & 0x0e) == 0x0e) dt = (m & 0x10) ? (sf_dtype)(40 + (m >> 5)) : any[(m >> 5) % 8];
     int rank = tp->rank;
     if ((m & 0x30) == 0x30 && (m & 0x0e) != 0x0e) rank = (m >> 6) + tp->rank - 1; /* off by one or two */
     if (rank > SF_MAX_RANK) rank = SF_MAX_RANK;

@@ -22,13 +22,28 @@
  * paged_validate runs first: a sequence whose length or any block-table
  * entry it needs is out of range is marked bad (its rows get 0 and lse
  * -inf, nothing of it is read) and recorded in the context's error word.
+ *
+ * FP8 pools (template FP8): the ring holds the e4m3 codes (half the bytes
+ * of a 16-bit tile) and each key tile's 16 K and 16 V scales (cp.async
+ * like the codes; per-head scales are the same address for every key).  A
+ * warp converts its tile's codes to T in a tile of its own (exact: every
+ * e4m3 value is an f16 and a bf16), K before S = Q K^T, V after; the
+ * scales go on the scores (s * k_scale of the key's column) and on P
+ * (p * v_scale) rather than on the 16 x d codes.  The 16-bit instances are
+ * the same code as before (if constexpr).
+ *
+ * ALiBi (MOD 2): the rows of a tile are (token, head) pairs of one kv
+ * group, so each row has its own slope and key position; the bias
+ * -slope |pos - j| goes on after the softcap, in log2 units.
  */
 #ifndef SF_PAGED_DECODE_CUH
 #define SF_PAGED_DECODE_CUH
 
 #include "attn/fwd_mma.cuh"
 
+#include <cuda_fp8.h>
 #include <stdint.h>
+#include <type_traits>
 
 namespace sf_paged {
 
@@ -61,7 +76,35 @@ struct PagedParams {
     float *lse_part;            /* (nsplit_max, b, H, lq) f32 */
     int32_t *seq_ok;            /* (b): 1 when the sequence's table is valid */
     unsigned int *err;          /* the context's error word (host-mapped), or NULL */
+    /* FP8: scale of pool row (page, row, head) at ks[page * ks_sp + row *
+     * ks_sr + head * ks_sh] (per-head scales: ks_sp = ks_sr = 0) */
+    const float *ks, *vs;
+    int64_t ks_sp, ks_sr, ks_sh, vs_sp, vs_sr, vs_sh;
+    const float *alibi;         /* slopes of (b, h) at alibi[b * sb + h * sh], or NULL */
+    int64_t alibi_sb, alibi_sh;
 };
+
+/* Score modifiers of an instance: none, softcap, or ALiBi (softcap then at
+ * run time). */
+enum { MOD_NONE = 0, MOD_CAP = 1, MOD_ALIBI = 2 };
+
+/* 4-byte cp.async (an f32 scale), zero-filled when bytes is 0. */
+static __device__ __forceinline__ void cp_async4_zfill(void *s, const void *g, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
+}
+
+/* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
+template <typename T> __device__ __forceinline__ uint32_t fp8x2_to(uint32_t v);
+template <> __device__ __forceinline__ uint32_t fp8x2_to<__half>(uint32_t v) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+template <> __device__ __forceinline__ uint32_t fp8x2_to<__nv_bfloat16>(uint32_t v) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    const __nv_bfloat162 b = __float22bfloat162_rn(f);
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
 
 /* Keys a split takes at least: below it, the merge costs more than the
  * parallelism gives back. */
@@ -110,26 +153,35 @@ __global__ void __launch_bounds__(256) paged_validate(const PagedParams p) {
     }
 }
 
-template <int D> struct PagedTraits {
+template <int D, bool FP8 = false> struct PagedTraits {
     static constexpr int NW = 4;          /* warps, each on every 4th key tile */
     /* cp.async stages per warp: two (70 KB at d 128) fit three blocks on an
      * SM where three stages fit two; the twelve warps beat the deeper ring
-     * (b 8, 8k keys: 3.10 TB/s against 2.72). */
+     * (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 keeps two (59 KB at d
+     * 128 with its conversion tiles: three blocks an SM as well). */
     static constexpr int ST = 2;
     static constexpr int LDS = D + 8;     /* padded row (elements)             */
     static constexpr int TILE = 16;       /* keys a tile                       */
     static constexpr int STAGE_ELEMS = 2 * TILE * LDS;                 /* K and V */
-    static constexpr size_t SMEM_KV = (size_t)NW * ST * STAGE_ELEMS * 2;
+    /* FP8 stage: K and V codes (rows of D + 16 bytes), then 16 K and 16 V
+     * scales; a warp's conversion tile (16 x LDS of T) after the rings */
+    static constexpr int LDB = D + 16;
+    static constexpr int STAGE_BYTES = FP8 ? 2 * TILE * LDB + 2 * TILE * 4 : STAGE_ELEMS * 2;
+    static constexpr size_t SMEM_RING = (size_t)NW * ST * STAGE_BYTES;
+    static constexpr size_t SMEM_KV = SMEM_RING + (FP8 ? (size_t)NW * TILE * LDS * 2 : 0);
     static constexpr size_t SMEM = (size_t)TILE * LDS * 2 + SMEM_KV;
     /* the warps' merge scratch (m, l, O in f32) reuses the K/V ring */
     static constexpr int OLD = D + 4;
     static_assert((size_t)NW * 16 * (2 + OLD) * 4 <= SMEM_KV, "merge scratch fits the ring");
 };
 
-template <typename T, int D, bool CAP>
+template <typename T, int D, bool FP8, int MOD>
 __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
-    typedef PagedTraits<D> Tr;
-    constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8, CH = D / 8;
+    typedef PagedTraits<D, FP8> Tr;
+    constexpr bool CAP = MOD == MOD_CAP;
+    constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
+    /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
+    constexpr int CH = FP8 ? D / 16 : D / 8;
     constexpr int LOADS = (16 * CH + 31) / 32; /* 16-byte chunks a lane moves per tile and tensor */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw);
@@ -144,10 +196,11 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     if (split >= ns) return;
     const int nrows = p.group * p.lq, r0 = mt * 16;
     const int d8 = p.d >> 3;
+    const int dch = FP8 ? p.d >> 4 : d8; /* valid 16-byte chunks of a pool row */
 
     /* Q rows of this tile (zeros past the group's rows and past d) */
-    for (int i = tid; i < 16 * CH; i += blockDim.x) {
-        const int r = i / CH, c = i - (i / CH) * CH;
+    for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
+        const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
         const int rr = r0 + r;
         const bool v = rr < nrows && c < d8;
         const int tok = v ? rr / p.group : 0, h = kvh * p.group + (v ? rr - tok * p.group : 0);
@@ -181,12 +234,33 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 
     ScoreMod mod = ScoreMod();
     mod.cap2 = p.cap2;
+    /* ALiBi: each fragment row's slope (log2 units) and key position */
+    float slope2[2] = {0.f, 0.f};
+    int rpos[2] = {0, 0};
+    if constexpr (MOD == MOD_ALIBI) {
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int r = r0 + g + rr * 8;
+            if (r < nrows) {
+                const int tok = r / p.group, h = kvh * p.group + (r - tok * p.group);
+                slope2[rr] = p.alibi[(int64_t)b * p.alibi_sb + (int64_t)h * p.alibi_sh] * 1.4426950408889634f;
+                rpos[rr] = tok + len - p.lq;
+            }
+        }
+    }
 
-    T *ring = sKV + warp * ST * Tr::STAGE_ELEMS;
-    const T *kc = reinterpret_cast<const T *>(p.kc) + (int64_t)kvh * p.k_sh;
-    const T *vc = reinterpret_cast<const T *>(p.vc) + (int64_t)kvh * p.v_sh;
+    typedef typename std::conditional<FP8, uint8_t, T>::type KV;
+    unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
+    /* FP8: this warp's conversion tile (K, then V, of the current key tile) */
+    T *sconv = reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + Tr::SMEM_RING) + warp * 16 * LDS;
+    const KV *kc = reinterpret_cast<const KV *>(p.kc) + (int64_t)kvh * p.k_sh;
+    const KV *vc = reinterpret_cast<const KV *>(p.vc) + (int64_t)kvh * p.v_sh;
+    const float *ksc = FP8 ? p.ks + (int64_t)kvh * p.ks_sh : nullptr;
+    const float *vsc = FP8 ? p.vs + (int64_t)kvh * p.vs_sh : nullptr;
     const int32_t *bt = p.bt + (int64_t)b * p.bt_sb;
     const int pmask = (1 << p.page_shift) - 1;
+    /* row stride of a stage tile (elements of KV) */
+    constexpr int RS = FP8 ? Tr::LDB : LDS;
     /* What a lane moves of each tile is fixed: chunk c of row r, for LOADS
      * (r, c) pairs.  Their offsets within a page row and within a stage are
      * computed once; with pages of 16 keys or more (a whole tile in one
@@ -198,28 +272,37 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     for (int it = 0; it < LOADS; it++) {
         const int i = lane + it * 32;
         const int r = i / CH, c = i - (i / CH) * CH;
-        lval[it] = ((16 * CH) % 32 == 0 || i < 16 * CH) && c < d8;
+        lval[it] = ((16 * CH) % 32 == 0 || i < 16 * CH) && c < dch;
         crow[it] = r;
-        lcol[it] = c * 8;
-        soff[it] = r * LDS + c * 8;
+        lcol[it] = c * (FP8 ? 16 : 8);
+        soff[it] = r * RS + c * (FP8 ? 16 : 8);
     }
     const bool tile_page = p.page_shift >= 4;
     /* Key tile t into stage st: 16 rows of K then of V; rows past the
-     * sequence are zero-filled (their pages need not exist). */
+     * sequence are zero-filled (their pages need not exist).  FP8: then the
+     * 16 K scales (lanes 0-15) and V scales (lanes 16-31), 0 past it. */
     auto load = [&](int t, int st) {
-        T *sk = ring + st * Tr::STAGE_ELEMS, *sv = sk + 16 * LDS;
+        KV *sk = reinterpret_cast<KV *>(ring + st * Tr::STAGE_BYTES), *sv = sk + 16 * RS;
         const int key0 = t * 16;
         if (tile_page) {
             const int64_t pg = bt[(int64_t)(key0 >> p.page_shift) * p.bt_sp];
             const int64_t row0 = key0 & pmask;
-            const T *kt = kc + pg * p.k_sp + row0 * p.k_sr, *vt = vc + pg * p.v_sp + row0 * p.v_sr;
+            const KV *kt = kc + pg * p.k_sp + row0 * p.k_sr, *vt = vc + pg * p.v_sp + row0 * p.v_sr;
 #pragma unroll
             for (int it = 0; it < LOADS; it++) {
                 const bool v = lval[it] && key0 + crow[it] < len;
-                const T *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
-                const T *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
+                const KV *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
+                const KV *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
                 sf_cp_async16_zfill(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
                 sf_cp_async16_zfill(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
+            }
+            if constexpr (FP8) {
+                const int r = lane & 15, key = key0 + r;
+                const bool v = key < len;
+                float *dst = reinterpret_cast<float *>(sv + 16 * RS) + lane;
+                const float *src = lane < 16 ? ksc + pg * p.ks_sp + (row0 + r) * p.ks_sr
+                                             : vsc + pg * p.vs_sp + (row0 + r) * p.vs_sr;
+                cp_async4_zfill(dst, v ? src : p.ks, v ? 4 : 0);
             }
         } else {
 #pragma unroll
@@ -235,6 +318,39 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 }
                 sf_cp_async16_zfill(sk + soff[it], kc + ko, v ? 16 : 0);
                 sf_cp_async16_zfill(sv + soff[it], vc + vo, v ? 16 : 0);
+            }
+            if constexpr (FP8) {
+                const int key = key0 + (lane & 15);
+                const bool v = key < len;
+                int64_t o = 0;
+                if (v) {
+                    const int64_t pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+                    const int64_t row = key & pmask;
+                    o = lane < 16 ? pg * p.ks_sp + row * p.ks_sr : pg * p.vs_sp + row * p.vs_sr;
+                }
+                float *dst = reinterpret_cast<float *>(sv + 16 * RS) + lane;
+                cp_async4_zfill(dst, (lane < 16 ? ksc : vsc) + o, v ? 4 : 0);
+            }
+        }
+    };
+    /* FP8: the codes of a 16 x D stage tile into the warp's T tile */
+    auto convert = [&](const uint8_t *src) {
+#pragma unroll
+        for (int it = 0; it < LOADS; it++) {
+            const int i = lane + it * 32;
+            if ((16 * CH) % 32 == 0 || i < 16 * CH) {
+                const int r = i / CH, c = i - (i / CH) * CH;
+                const uint4 in = *reinterpret_cast<const uint4 *>(src + r * Tr::LDB + c * 16);
+                const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+                uint32_t o[8];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    o[2 * k] = fp8x2_to<T>(w[k] & 0xffffu);
+                    o[2 * k + 1] = fp8x2_to<T>(w[k] >> 16);
+                }
+                uint4 *dst = reinterpret_cast<uint4 *>(sconv + r * LDS + c * 16);
+                dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+                dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
             }
         }
     };
@@ -262,7 +378,26 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        const T *sk = ring + (n % ST) * Tr::STAGE_ELEMS, *sv = sk + 16 * LDS;
+        const int key0 = (t0 + warp + n * NW) * 16;
+        const unsigned char *stage = ring + (n % ST) * Tr::STAGE_BYTES;
+        const T *sk, *sv;
+        float ksf[2][2], vsf[2][2]; /* FP8: scales of this lane's key columns */
+        if constexpr (FP8) {
+            const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * Tr::LDB);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    ksf[i][e] = ssc[i * 8 + 2 * tq + e];
+                    vsf[i][e] = ssc[16 + i * 8 + 2 * tq + e];
+                }
+            convert(stage);
+            __syncwarp();
+            sk = sv = sconv;
+        } else {
+            sk = reinterpret_cast<const T *>(stage);
+            sv = sk + 16 * LDS;
+        }
         float s[2][4];
 #pragma unroll
         for (int i = 0; i < 2; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
@@ -273,8 +408,36 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
             sf_mma16<T>::run(s[0], qf[kk], b0, b1);
             sf_mma16<T>::run(s[1], qf[kk], b2, b3);
         }
-        sf_attn::softmax_step<2, NO, CAP>(s, o, mrow, lrow, (t0 + warp + n * NW) * 16, true, rlo, rhi, tq,
-                                          p.scale_log2, mod, 0);
+        if constexpr (FP8) {
+            __syncwarp(); /* every lane is done with K: V into the tile */
+            convert(stage + 16 * Tr::LDB);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[i][e] *= ksf[i][e & 1];
+        }
+        if constexpr (MOD == MOD_ALIBI) {
+            /* scale, softcap and bias here; softmax_step then only masks */
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[i][e] * p.scale_log2;
+                    if (p.cap2 > 0.f) x = p.cap2 * tanhf(x / p.cap2);
+                    const int dist = rpos[e >> 1] - (key0 + i * 8 + 2 * tq + (e & 1));
+                    s[i][e] = x - slope2[e >> 1] * (float)(dist < 0 ? -dist : dist);
+                }
+            sf_attn::softmax_step<2, NO, false>(s, o, mrow, lrow, key0, true, rlo, rhi, tq, 1.0f, mod, 0);
+        } else {
+            sf_attn::softmax_step<2, NO, CAP>(s, o, mrow, lrow, key0, true, rlo, rhi, tq, p.scale_log2, mod, 0);
+        }
+        if constexpr (FP8) {
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[i][e] *= vsf[i][e & 1];
+            __syncwarp(); /* V is in the tile */
+        }
         uint32_t pa[4];
         pa[0] = sf_mma16<T>::pack(s[0][0], s[0][1]);
         pa[1] = sf_mma16<T>::pack(s[0][2], s[0][3]);
@@ -290,7 +453,6 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         __syncwarp(); /* the stage is reloaded next iteration */
     }
     sf_cp_async_wait<0>();
-
     /* merge the warps: m (log2 units), l and the unnormalised O of each */
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {

@@ -1,5 +1,6 @@
 /* paged.cu - the paged KV cache on the GPU: sf_kv_append (append.cuh) and
- * sf_attn_paged (decode.cuh: validation, split-KV attention, combine).
+ * sf_attn_paged (decode.cuh: validation, split-KV attention, combine), on
+ * 16-bit or FP8 pools.
  * Nothing here reads a length or a table entry on the host, so both calls
  * can be captured in a CUDA graph and replayed with other lengths and
  * tables.
@@ -63,10 +64,10 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm) {
     return nsm < 1 ? 1 : nsm;
 }
 
-template <typename T, int D, bool CAP>
+template <typename T, int D, bool FP8, int MOD>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
-    typedef sf_paged::PagedTraits<D> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, CAP>;
+    typedef sf_paged::PagedTraits<D, FP8> Tr;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
     static std::atomic<int> per_sm_cache{0};
@@ -108,21 +109,24 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
     return SF_OK;
 }
 
-template <typename T, int D>
-sf_status attn_dispatch_cap(sf_ctx *ctx, const PagedParams &p, int dpad) {
-    return p.cap2 > 0.f ? launch_attn<T, D, true>(ctx, p, dpad) : launch_attn<T, D, false>(ctx, p, dpad);
+/* score modifiers: ALiBi (softcap at run time in it), softcap, none */
+template <typename T, int D, bool FP8>
+sf_status attn_dispatch_mod(sf_ctx *ctx, const PagedParams &p, int dpad) {
+    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad);
+    return p.cap2 > 0.f ? launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad)
+                        : launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad);
 }
 
-template <typename T>
+template <typename T, bool FP8>
 sf_status attn_dispatch(sf_ctx *ctx, const PagedParams &p, int dpad) {
-    if (dpad == 64) return attn_dispatch_cap<T, 64>(ctx, p, dpad);
-    if (dpad == 128) return attn_dispatch_cap<T, 128>(ctx, p, dpad);
-    return attn_dispatch_cap<T, 256>(ctx, p, dpad);
+    if (dpad == 64) return attn_dispatch_mod<T, 64, FP8>(ctx, p, dpad);
+    if (dpad == 128) return attn_dispatch_mod<T, 128, FP8>(ctx, p, dpad);
+    return attn_dispatch_mod<T, 256, FP8>(ctx, p, dpad);
 }
 
-size_t smem_of(int dpad) {
-    return dpad == 64 ? sf_paged::PagedTraits<64>::SMEM
-                      : dpad == 128 ? sf_paged::PagedTraits<128>::SMEM : sf_paged::PagedTraits<256>::SMEM;
+template <bool FP8> size_t smem_of(int dpad) {
+    return dpad == 64 ? sf_paged::PagedTraits<64, FP8>::SMEM
+                      : dpad == 128 ? sf_paged::PagedTraits<128, FP8>::SMEM : sf_paged::PagedTraits<256, FP8>::SMEM;
 }
 
 } /* namespace */
@@ -147,6 +151,31 @@ extern "C" sf_status sf_cuda_kv_append(sf_ctx *ctx, const sf_paged_problem *pr) 
     p.page_shift = log2_exact(pr->page_size);
     p.max_pages = (int)pr->max_pages, p.num_pages = (int)pr->num_pages;
     p.err = err_word(ctx);
+    if (pr->fp8) { /* quantised on the way in (append.cuh), rotated or not */
+        sf_paged::AppendRope r;
+        if (pr->rope.p) {
+            sf_paged::append_rope_args(&pr->rope, pr->headdim, &r);
+        } else {
+            memset(&r, 0, sizeof r);
+            r.d = (int)pr->headdim;
+        }
+        sf_paged::AppendScales sc;
+        memset(&sc, 0, sizeof sc);
+        if (pr->scale_per_head) {
+            sc.k_head = (const float *)a->k_scale.data, sc.kh_s = a->k_scale.stride[0];
+            sc.v_head = (const float *)a->v_scale.data, sc.vh_s = a->v_scale.stride[0];
+        } else {
+            sc.k_tok = (float *)a->k_scale.data, sc.v_tok = (float *)a->v_scale.data;
+            sc.k_sp = a->k_scale.stride[0], sc.k_sr = a->k_scale.stride[1], sc.k_sh = a->k_scale.stride[2];
+            sc.v_sp = a->v_scale.stride[0], sc.v_sr = a->v_scale.stride[1], sc.v_sh = a->v_scale.stride[2];
+        }
+        const int rope = !pr->rope.p ? 0 : pr->rope.gptj ? 2 : 1;
+        switch (a->k.dtype) {
+        case SF_F16: return sf_paged::launch_append_fp8<__half>(ctx, p, r, sc, rope);
+        case SF_BF16: return sf_paged::launch_append_fp8<__nv_bfloat16>(ctx, p, r, sc, rope);
+        default: return sf_paged::launch_append_fp8<float>(ctx, p, r, sc, rope);
+        }
+    }
     if (pr->rope.p) { /* K rotated on the way in: its own kernel (append.cuh) */
         sf_paged::AppendRope r;
         sf_paged::append_rope_args(&pr->rope, pr->headdim, &r);
@@ -172,16 +201,19 @@ extern "C" sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend takes f16/bf16 (got %s); f32 is served "
                        "by the CPU backend on host memory", op, sf_dtype_name(dt));
     const int64_t d = pr->headdim;
-    if (d % 8 != 0 || !rows16(&a->q, 2) || !rows16(&a->k_cache, 2) || !rows16(&a->v_cache, 2))
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend needs a head dim that is a multiple of 8 "
+    const int pes = pr->fp8 ? 1 : 2; /* pool element bytes */
+    if (d % (pr->fp8 ? 16 : 8) != 0 || !rows16(&a->q, 2) || !rows16(&a->k_cache, pes) ||
+        !rows16(&a->v_cache, pes))
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend needs a head dim that is a multiple of %d "
                        "(got %lld) and 16-byte aligned rows of q and of the pools (base and strides)", op,
-                       (long long)d);
+                       pr->fp8 ? 16 : 8, (long long)d);
     if (pr->batch == 0 || pr->lq == 0 || pr->nheads == 0) return SF_OK;
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int dpad = d <= 64 ? 64 : d <= 128 ? 128 : 256;
-    if (st && smem_of(dpad) > st->smem_optin)
+    const size_t smem = pr->fp8 ? smem_of<true>(dpad) : smem_of<false>(dpad);
+    if (st && smem > st->smem_optin)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: head dim %lld needs %zu bytes of shared memory per block; "
-                       "this GPU allows %zu", op, (long long)d, smem_of(dpad), st->smem_optin);
+                       "this GPU allows %zu", op, (long long)d, smem, st->smem_optin);
 
     PagedParams p;
     memset(&p, 0, sizeof p);
@@ -210,5 +242,19 @@ extern "C" sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: %d sequences x %d kv heads x %d row tiles exceed the CUDA grid",
                        op, p.batch, p.nkv, p.mtiles);
 
-    return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16>(ctx, p, dpad) : attn_dispatch<__half>(ctx, p, dpad);
+    if (pr->fp8) { /* per-head scales: the same address for every page and row */
+        const sf_tensor *ks = &a->k_scale, *vs = &a->v_scale;
+        p.ks = (const float *)ks->data, p.vs = (const float *)vs->data;
+        if (pr->scale_per_head) {
+            p.ks_sh = ks->stride[0], p.vs_sh = vs->stride[0];
+        } else {
+            p.ks_sp = ks->stride[0], p.ks_sr = ks->stride[1], p.ks_sh = ks->stride[2];
+            p.vs_sp = vs->stride[0], p.vs_sr = vs->stride[1], p.vs_sh = vs->stride[2];
+        }
+    }
+    p.alibi = pr->alibi, p.alibi_sb = pr->alibi_sb, p.alibi_sh = pr->alibi_sh;
+
+    if (pr->fp8)
+        return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, true>(ctx, p, dpad) : attn_dispatch<__half, true>(ctx, p, dpad);
+    return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, false>(ctx, p, dpad) : attn_dispatch<__half, false>(ctx, p, dpad);
 }
