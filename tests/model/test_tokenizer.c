@@ -390,11 +390,6 @@ int main(int argc, char **argv)
     char err[256] = "";
     clock_t c0 = clock();
     if (use_gguf) {
-#ifndef SF_TOK_HAVE_LOADER
-        (void)gguf;
-        printf("skip: this build has no checkpoint loader (src/model/gguf.c) for the GGUF front end\n");
-        return SKIP;
-#else
         if (!gguf)
             gguf = getenv("SF_SMOLLM2_GGUF");
         FILE *f = gguf ? fopen(gguf, "rb") : NULL;
@@ -411,7 +406,6 @@ int main(int argc, char **argv)
             CHECK(s == SF_OK, "tokenizer from GGUF: %s", err);
         }
         sfm_checkpoint_close(ck);   /* the tokenizer owns copies of what it needs */
-#endif
     } else if (json) {
         FILE *f = fopen(json, "rb");
         if (!f) {
