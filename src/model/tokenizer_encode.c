@@ -363,7 +363,8 @@ static int word(enc *e, const unsigned char *w, size_t n)
             grow((void **)&e->iarena, &e->icap, e->iuse + (size_t)cnt, sizeof(int32_t)) != 0)
             return oom(e);
         memcpy(e->karena + e->kuse, w, n);
-        memcpy(e->iarena + e->iuse, e->out, (size_t)cnt * sizeof(int32_t));
+        if (cnt > 0)   /* a word of bytes without tokens has none */
+            memcpy(e->iarena + e->iuse, e->out, (size_t)cnt * sizeof(int32_t));
         e->cache[slot] = (cache_entry){h, (uint32_t)e->kuse, (uint32_t)n, (uint32_t)e->iuse, (uint32_t)cnt};
         e->kuse += n;
         e->iuse += (size_t)cnt;
