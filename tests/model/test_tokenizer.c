@@ -294,6 +294,28 @@ static void throughput(const sfm_tokenizer *t, const char *ref_path)
     cJSON_Delete(root);
 }
 
+/* One 1 MB word of each kind the regexes treat apart: merging is n log n
+ * and the regex engine must not run out of stack or heap. */
+static void long_runs(const sfm_tokenizer *t)
+{
+    static const char fill[] = {'a', ' ', '\n', '7', '!'};
+    size_t len = 1 << 20;
+    char *text = malloc(len);
+    int32_t *ids = malloc(len * sizeof *ids);
+    for (size_t f = 0; text && ids && f < sizeof fill; f++) {
+        memset(text, fill[f], len);
+        char err[256] = "";
+        clock_t c0 = clock();
+        int64_t n = sfm_tokenizer_encode(t, text, len, 1, ids, (int64_t)len, err, sizeof err);
+        double s = (double)(clock() - c0) / CLOCKS_PER_SEC;
+        CHECK(n > 0 && n <= (int64_t)len, "1 MB run of 0x%02x: %lld (%s)", fill[f], (long long)n, err);
+        CHECK(n <= 0 || roundtrip(t, ids, n, text, len), "1 MB run of 0x%02x does not round-trip", fill[f]);
+        printf("1 MB run of 0x%02x: %lld tokens in %.3f s\n", fill[f], (long long)n, s);
+    }
+    free(text);
+    free(ids);
+}
+
 static void smollm2_checks(const sfm_tokenizer *t)
 {
     CHECK(sfm_tokenizer_vocab_size(t) == 49152, "vocab size %d", sfm_tokenizer_vocab_size(t));
@@ -459,6 +481,7 @@ int main(int argc, char **argv)
         smollm2_checks(t);
     if (ref)
         throughput(t, ref);
+    long_runs(t);
     sfm_tokenizer_free(t);
     printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
     return failures ? 1 : 0;
