@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -409,6 +410,67 @@ static void errors(void)
     printf("error paths: %zu malformed tokenizer.json files refused\n", sizeof cases / sizeof *cases);
 }
 
+/* The chat prompt of a vocabulary in a temporary directory (tokenizer.json
+ * + tokenizer_config.json): ChatML with the template's default system
+ * message, Llama-3 headers, and neither. */
+static void chat_case(const char *added, const char *config, const char *want, int bos, int eos)
+{
+    char dir[] = "/tmp/sf_tokchat_XXXXXX", path[64], cpath[64], err[256] = "";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [%s],"
+             " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}", added);
+    write_file(path, json);
+    if (config)
+        write_file(cpath, config);
+    sfm_tokenizer *t = NULL;
+    CHECK(sfm_tokenizer_from_json(path, &t, err, sizeof err) == SF_OK, "chat vocabulary: %s", err);
+    if (t) {
+        char buf[512];
+        size_t n = sfm_tokenizer_chat_prompt(t, "Hi", buf, sizeof buf);
+        CHECK(n == strlen(want) && strcmp(buf, want) == 0, "chat prompt:\n%s\nwant:\n%s", buf, want);
+        CHECK(sfm_tokenizer_bos(t) == bos && sfm_tokenizer_eos(t) == eos, "bos %d eos %d, want %d %d",
+              sfm_tokenizer_bos(t), sfm_tokenizer_eos(t), bos, eos);
+        sfm_tokenizer_free(t);
+    }
+    remove(path);
+    remove(cpath);
+    rmdir(dir);
+}
+
+static void chat(void)
+{
+    /* Qwen2.5's template: Jinja strings with escaped newlines; the first
+     * "<|im_start|>system" is followed by the caller's message, not a literal */
+    chat_case("{\"id\": 1, \"content\": \"<|im_start|>\", \"special\": true},"
+              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}",
+              "{\"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"chat_template\": \"{%- if messages[0]['role'] == "
+              "'system' %}{{- '<|im_start|>system\\\\n' + messages[0]['content'] + '<|im_end|>\\\\n' }}{%- else %}"
+              "{{- '<|im_start|>system\\\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+              "<|im_end|>\\\\n' }}{%- endif %}\"}",
+              "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, 2);
+    /* ChatML without a template: no system message */
+    chat_case("{\"id\": 1, \"content\": \"<|im_start|>\", \"special\": true},"
+              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL,
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, -1);
+    chat_case("{\"id\": 1, \"content\": \"<|begin_of_text|>\", \"special\": true},"
+              "{\"id\": 2, \"content\": \"<|start_header_id|>\", \"special\": true},"
+              "{\"id\": 3, \"content\": \"<|end_header_id|>\", \"special\": true},"
+              "{\"id\": 4, \"content\": \"<|eot_id|>\", \"special\": true}",
+              "{\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, \"eos_token\": \"<|eot_id|>\"}",
+              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n", 1, 4);
+    chat_case("{\"id\": 1, \"content\": \"<s>\", \"special\": true}", NULL, "Hi", -1, -1);
+    printf("chat prompts: ChatML (template system message, none), Llama-3, plain\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *json = NULL, *gguf = NULL, *ref = NULL;
@@ -430,6 +492,7 @@ int main(int argc, char **argv)
             nfc = 1;
         else if (!strcmp(argv[i], "--errors")) {
             errors();
+            chat();
             printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
             return failures ? 1 : 0;
         } else {
