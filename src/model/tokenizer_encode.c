@@ -380,12 +380,8 @@ static int segment(enc *e, const char *s, size_t len)
     if (len == 0)
         return 0;
     if (t->nfc_guard) {
-        pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-        if (!md)
-            return oom(e);
-        int rc = pcre2_match(t->nfc_guard, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
-        size_t at = rc >= 0 ? pcre2_get_ovector_pointer(md)[0] : 0;
-        pcre2_match_data_free(md);
+        int rc = pcre2_match(t->nfc_guard, (PCRE2_SPTR)s, len, 0, 0, e->md, e->mctx);
+        size_t at = rc >= 0 ? pcre2_get_ovector_pointer(e->md)[0] : 0;
         if (rc >= 0) {
             tok_errf(e->err, e->errlen, "tokenizer: the model normalises text to NFC, which is not "
                      "implemented for the character at byte %zu of this text", at);
