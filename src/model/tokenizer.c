@@ -319,14 +319,83 @@ int tok_add_added(sfm_tokenizer *t, int id, int special, int lstrip, int rstrip,
     return 0;
 }
 
+/* Unicode White_Space, which is what Oniguruma's \s (HF's regex engine)
+ * matches; PCRE2's \s also takes U+180E (through \h), so patterns are
+ * rewritten with this class. */
+static const char ws_class[] =
+    "\\t\\n\\x0b\\f\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+    "\\x{202f}\\x{205f}\\x{3000}";
+
+/* The pattern with \s and \S spelled as ws_class; NULL (err set) when it
+ * cannot be (\S inside a character class, or no memory). */
+static char *rewrite_space(const char *p, size_t len, size_t *out_len, char *err, size_t errlen)
+{
+    size_t wl = sizeof ws_class - 1, cap = len + 1, o = 0;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (p[i] == '\\' && (p[i + 1] == 's' || p[i + 1] == 'S'))
+            cap += wl + 3;
+    char *q = malloc(cap);
+    if (!q) {
+        tok_errf(err, errlen, "tokenizer: out of memory");
+        return NULL;
+    }
+    int in_class = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < len) {
+            char d = p[++i];
+            if (d == 's' || d == 'S') {
+                if (in_class && d == 'S') {
+                    free(q);
+                    tok_errf(err, errlen, "tokenizer: \\S inside a character class is not supported");
+                    return NULL;
+                }
+                if (!in_class)
+                    q[o++] = '[';
+                if (d == 'S')
+                    q[o++] = '^';
+                memcpy(q + o, ws_class, wl);
+                o += wl;
+                if (!in_class)
+                    q[o++] = ']';
+            } else {
+                q[o++] = c;
+                q[o++] = d;
+            }
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = 1;
+            q[o++] = c;
+            if (i + 1 < len && p[i + 1] == '^')
+                q[o++] = p[++i];
+            if (i + 1 < len && p[i + 1] == ']')   /* a leading ] is a member */
+                q[o++] = p[++i];
+            continue;
+        }
+        if (in_class && c == ']')
+            in_class = 0;
+        q[o++] = c;
+    }
+    q[o] = 0;
+    *out_len = o;
+    return q;
+}
+
 static pcre2_code *compile(const char *pattern, size_t len, uint32_t extra, char *err, size_t errlen)
 {
     int code;
     PCRE2_SIZE at;
     uint32_t opt = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | extra;
-    if (!(extra & PCRE2_LITERAL))
+    char *rw = NULL;
+    if (!(extra & PCRE2_LITERAL)) {
         opt |= PCRE2_UCP;
+        if (!(rw = rewrite_space(pattern, len, &len, err, errlen)))
+            return NULL;
+        pattern = rw;
+    }
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opt, &code, &at, NULL);
+    free(rw);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
