@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tokenizer_impl.h"
+#include "tokenizer_nfc.h"
 
 /* HF ByteLevel's regex (GPT-2's with a final \s+ for lone whitespace). */
 const char tok_gpt2_regex[] =
@@ -431,15 +432,13 @@ int tok_add_prefix_space(sfm_tokenizer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* NFC is not implemented: text is passed unchanged when no character in it
- * can change under NFC (no combining mark, conjoining jamo or singleton
- * decomposition), else encoding fails with a message instead of guessing. */
+/* NFC is not implemented: text passes unchanged when NFC cannot change it
+ * (no character whose NFC_Quick_Check is No or Maybe, no two non-starters
+ * in a row that canonical ordering could swap), else encoding fails with a
+ * message instead of guessing. */
 int tok_set_nfc(sfm_tokenizer *t, char *err, size_t errlen)
 {
-    static const char guard[] =
-        "[\\p{M}\\x{1100}-\\x{11FF}\\x{F900}-\\x{FAFF}\\x{2F800}-\\x{2FA1F}\\x{0340}\\x{0341}\\x{0343}"
-        "\\x{0344}\\x{0374}\\x{037E}\\x{0387}\\x{1F71}-\\x{1FFD}\\x{2000}\\x{2001}\\x{2126}\\x{212A}"
-        "\\x{212B}\\x{2329}\\x{232A}]";
+    static const char guard[] = "[" TOK_NFC_QC_CLASS "]|[" TOK_NFC_CCC_CLASS "]{2}";
     t->nfc_guard = compile(guard, sizeof guard - 1, 0, err, errlen);
     return t->nfc_guard ? 0 : -1;
 }

@@ -415,7 +415,31 @@ static int segment(enc *e, const char *s, size_t len)
     return 0;
 }
 
-static int is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+/* Bytes of the White_Space character (Rust's char::is_whitespace, which HF's
+ * lstrip / rstrip use) that starts at s[i], or 0. */
+static size_t space_at(const unsigned char *s, size_t i, size_t len)
+{
+    if (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r'))
+        return 1;
+    uint32_t c = 0;
+    size_t n = 0;
+    if (s[i] == 0xC2 && i + 1 < len)
+        c = s[i + 1], n = 2;   /* U+0085, U+00A0 */
+    else if ((s[i] == 0xE1 || s[i] == 0xE2 || s[i] == 0xE3) && i + 2 < len)
+        c = ((uint32_t)(s[i] & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F), n = 3;
+    int ws = c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+             c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return ws ? n : 0;
+}
+
+/* The same for the character that ends just before s[i] (not before lo). */
+static size_t space_before(const unsigned char *s, size_t lo, size_t i, size_t len)
+{
+    for (size_t n = 1; n <= 3 && n <= i - lo; n++)
+        if (space_at(s, i - n, len) == n)
+            return n;
+    return 0;
+}
 static int is_word(unsigned char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
@@ -484,13 +508,14 @@ int64_t sfm_tokenizer_encode(const sfm_tokenizer *t, const char *text, size_t le
             i++;
             continue;
         }
-        size_t start = i, end = i + hit->len;
+        const unsigned char *u = (const unsigned char *)text;
+        size_t start = i, end = i + hit->len, k;
         if (hit->lstrip)
-            while (start > seg && is_space((unsigned char)text[start - 1]))
-                start--;
+            while (start > seg && (k = space_before(u, seg, start, len)) > 0)
+                start -= k;
         if (hit->rstrip)
-            while (end < len && is_space((unsigned char)text[end]))
-                end++;
+            while (end < len && (k = space_at(u, end, len)) > 0)
+                end += k;
         rc = segment(&e, text + seg, start - seg);
         emit(&e, hit->id);
         seg = i = end;

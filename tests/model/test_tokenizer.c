@@ -6,7 +6,8 @@
  *   test_tokenizer --gguf [path] --ref ref.json [--smollm2]   (path or $SF_SMOLLM2_GGUF)
  *   test_tokenizer --errors
  * --lossy: the pre-tokenizer adds or removes text (no round-trip checks);
- * --nfc: the model normalises to NFC (refusals of such text expected).
+ * --nfc: the model normalises to NFC (refusals of such text expected);
+ * --stdin: ids of hex-encoded lines (tokenizer_diff.py).
  * A missing model file is a visible skip (77). */
 #define _POSIX_C_SOURCE 200809L   /* mkstemp, clock_gettime */
 #include <stdio.h>
@@ -472,10 +473,38 @@ static void chat(void)
     printf("chat prompts: ChatML (template system message, none), Llama-3, plain\n");
 }
 
+/* --stdin: each input line is a text in hex; prints its ids (or ERR) on a
+ * line, for the differential test against HF (tokenizer_diff.py). */
+static int ids_of_stdin(const sfm_tokenizer *t)
+{
+    char line[1 << 16];
+    static char text[1 << 15];
+    static int32_t ids[1 << 15];
+    while (fgets(line, sizeof line, stdin)) {
+        size_t len = 0;
+        for (size_t i = 0; line[i] && line[i + 1] && line[i] != '\n' && len < sizeof text; i += 2) {
+            unsigned v = 0;
+            if (sscanf(line + i, "%2x", &v) != 1)
+                break;
+            text[len++] = (char)v;
+        }
+        char err[256];
+        int64_t n = sfm_tokenizer_encode(t, text, len, 1, ids, 1 << 15, err, sizeof err);
+        if (n < 0 || n > (1 << 15)) {
+            printf("ERR\n");
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *json = NULL, *gguf = NULL, *ref = NULL;
-    int smollm2 = 0, use_gguf = 0;
+    int smollm2 = 0, use_gguf = 0, from_stdin = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
@@ -487,6 +516,8 @@ int main(int argc, char **argv)
             ref = argv[++i];
         else if (!strcmp(argv[i], "--smollm2"))
             smollm2 = 1;
+        else if (!strcmp(argv[i], "--stdin"))
+            from_stdin = 1;
         else if (!strcmp(argv[i], "--lossy"))
             lossy = 1;
         else if (!strcmp(argv[i], "--nfc"))
@@ -497,7 +528,7 @@ int main(int argc, char **argv)
             printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
             return failures ? 1 : 0;
         } else {
-            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --errors) [--ref REF.json] [--smollm2] [--lossy] [--nfc]\n", argv[0]);
+            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --errors) [--ref REF.json] [--smollm2] [--lossy] [--nfc] [--stdin]\n", argv[0]);
             return 2;
         }
     }
@@ -534,6 +565,11 @@ int main(int argc, char **argv)
     if (!t) {
         printf("FAILED: no tokenizer\n");
         return 1;
+    }
+    if (from_stdin) {
+        ids_of_stdin(t);
+        sfm_tokenizer_free(t);
+        return 0;
     }
     printf("loaded %d tokens in %.3f s (CPU)\n", sfm_tokenizer_vocab_size(t), (double)(clock() - c0) / CLOCKS_PER_SEC);
     find_bytes(t);
