@@ -515,6 +515,7 @@ void sfm_tokenizer_free(sfm_tokenizer *t)
 int sfm_tokenizer_vocab_size(const sfm_tokenizer *t) { return t ? t->n : 0; }
 int sfm_tokenizer_bos(const sfm_tokenizer *t) { return t ? t->bos : -1; }
 int sfm_tokenizer_eos(const sfm_tokenizer *t) { return t ? t->eos : -1; }
+int sfm_tokenizer_add_bos(const sfm_tokenizer *t) { return t && t->bos >= 0 && t->add_bos; }
 
 int sfm_tokenizer_is_special(const sfm_tokenizer *t, int id)
 {
@@ -562,9 +563,6 @@ size_t sfm_tokenizer_chat_prompt(const sfm_tokenizer *t, const char *user, char 
         put(buf, cap, &o, user, strlen(user));
         put(buf, cap, &o, "<|im_end|>\n<|im_start|>assistant\n", 33);
     } else if (t && tok_lookup(t, "<|start_header_id|>", 19) >= 0) {
-        /* Llama-3: the template opens with the BOS text itself */
-        if (tok_lookup(t, "<|begin_of_text|>", 17) >= 0)
-            put(buf, cap, &o, "<|begin_of_text|>", 17);
         put(buf, cap, &o, "<|start_header_id|>user<|end_header_id|>\n\n", 42);
         put(buf, cap, &o, user, strlen(user));
         put(buf, cap, &o, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", 57);

@@ -60,6 +60,7 @@ struct sfm_tokenizer {
     tok_added *added;         /* by first byte, longest first (tok_finish)   */
     int32_t added_start[257]; /* added[added_start[b] .. added_start[b+1]) start with byte b */
     int bos, eos;
+    int add_bos;              /* the model's tokenizer prepends BOS         */
     char *system_default;     /* ChatML default system message, or NULL     */
 };
 

@@ -158,6 +158,27 @@ static int config_token(const sfm_tokenizer *t, const cJSON *cfg, const char *ke
     return s ? tok_lookup(t, s, strlen(s)) : -1;
 }
 
+/* 1 when a post_processor template (TemplateProcessing, perhaps inside a
+ * Sequence) puts a special token first: Llama-3's puts BOS there. */
+static int post_bos(const sfm_tokenizer *t, const cJSON *pp, int depth)
+{
+    const char *type = json_str(pp, "type");
+    const cJSON *c;
+    if (!type || depth > 4)
+        return 0;
+    if (strcmp(type, "Sequence") == 0) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(pp, "processors"))
+            if (post_bos(t, c, depth + 1))
+                return 1;
+        return 0;
+    }
+    if (strcmp(type, "TemplateProcessing") != 0)
+        return 0;
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pp, "single"), 0);
+    const char *id = json_str(cJSON_GetObjectItemCaseSensitive(first, "SpecialToken"), "id");
+    return id && t->bos >= 0 && tok_lookup(t, id, strlen(id)) == t->bos;
+}
+
 /* tokenizer_config.json in the same directory: absent is fine. */
 static sf_status config(sfm_tokenizer *t, const char *path, char *err, size_t errlen)
 {
@@ -189,6 +210,9 @@ static sf_status config(sfm_tokenizer *t, const char *path, char *err, size_t er
     }
     t->bos = config_token(t, cfg, "bos_token");
     t->eos = config_token(t, cfg, "eos_token");
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+    if (cJSON_IsBool(ab))
+        t->add_bos = cJSON_IsTrue(ab) ? 1 : 0;
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *c;
     const char *tmpl = cJSON_IsString(ct) ? ct->valuestring : NULL;
     if (cJSON_IsArray(ct))   /* [{"name": "default", "template": ...}, ...] */
@@ -294,8 +318,11 @@ static sf_status build(const cJSON *root, const char *path, sfm_tokenizer **out,
     st = SF_ERR_INVALID_ARG;
     if (tok_finish(t, err, errlen) != 0)
         goto fail;
+    t->add_bos = -1;   /* unknown until tokenizer_config.json or the post-processor says */
     if ((st = config(t, path, err, errlen)) != SF_OK)
         goto fail;
+    if (t->add_bos < 0)
+        t->add_bos = post_bos(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), 0);
     *out = t;
     return SF_OK;
 fail:

@@ -324,6 +324,7 @@ static void smollm2_checks(const sfm_tokenizer *t)
     CHECK(sfm_tokenizer_vocab_size(t) == 49152, "vocab size %d", sfm_tokenizer_vocab_size(t));
     CHECK(sfm_tokenizer_bos(t) == 1 && sfm_tokenizer_eos(t) == 2, "bos %d eos %d", sfm_tokenizer_bos(t),
           sfm_tokenizer_eos(t));
+    CHECK(sfm_tokenizer_add_bos(t) == 0, "SmolLM2 adds no BOS");
     CHECK(sfm_tokenizer_token_id(t, "<|im_end|>") == 2, "<|im_end|> id");
     CHECK(sfm_tokenizer_is_special(t, 2) && !sfm_tokenizer_is_special(t, 100), "special flags");
     CHECK(sfm_tokenizer_token_id(t, "no such token here") == -1, "unknown token id");
@@ -415,7 +416,8 @@ static void errors(void)
 /* The chat prompt of a vocabulary in a temporary directory (tokenizer.json
  * + tokenizer_config.json): ChatML with the template's default system
  * message, Llama-3 headers, and neither. */
-static void chat_case(const char *added, const char *config, const char *want, int bos, int eos)
+static void chat_case(const char *added, const char *post, const char *config, const char *want, int bos, int eos,
+                      int add_bos)
 {
     char dir[] = "/tmp/sf_tokchat_XXXXXX", path[64], cpath[64], err[256] = "";
     if (!mkdtemp(dir)) {
@@ -427,7 +429,8 @@ static void chat_case(const char *added, const char *config, const char *want, i
     char json[2048];
     snprintf(json, sizeof json,
              "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [%s],"
-             " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}", added);
+             " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+             " \"post_processor\": %s}", added, post ? post : "null");
     write_file(path, json);
     if (config)
         write_file(cpath, config);
@@ -439,6 +442,7 @@ static void chat_case(const char *added, const char *config, const char *want, i
         CHECK(n == strlen(want) && strcmp(buf, want) == 0, "chat prompt:\n%s\nwant:\n%s", buf, want);
         CHECK(sfm_tokenizer_bos(t) == bos && sfm_tokenizer_eos(t) == eos, "bos %d eos %d, want %d %d",
               sfm_tokenizer_bos(t), sfm_tokenizer_eos(t), bos, eos);
+        CHECK(sfm_tokenizer_add_bos(t) == add_bos, "add_bos %d, want %d", sfm_tokenizer_add_bos(t), add_bos);
         sfm_tokenizer_free(t);
     }
     remove(path);
@@ -451,25 +455,31 @@ static void chat(void)
     /* Qwen2.5's template: Jinja strings with escaped newlines; the first
      * "<|im_start|>system" is followed by the caller's message, not a literal */
     chat_case("{\"id\": 1, \"content\": \"<|im_start|>\", \"special\": true},"
-              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}",
+              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL,
               "{\"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"chat_template\": \"{%- if messages[0]['role'] == "
               "'system' %}{{- '<|im_start|>system\\\\n' + messages[0]['content'] + '<|im_end|>\\\\n' }}{%- else %}"
               "{{- '<|im_start|>system\\\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
               "<|im_end|>\\\\n' }}{%- endif %}\"}",
               "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, 2);
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, 2, 0);
     /* ChatML without a template: no system message */
     chat_case("{\"id\": 1, \"content\": \"<|im_start|>\", \"special\": true},"
-              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL,
-              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, -1);
-    chat_case("{\"id\": 1, \"content\": \"<|begin_of_text|>\", \"special\": true},"
-              "{\"id\": 2, \"content\": \"<|start_header_id|>\", \"special\": true},"
-              "{\"id\": 3, \"content\": \"<|end_header_id|>\", \"special\": true},"
-              "{\"id\": 4, \"content\": \"<|eot_id|>\", \"special\": true}",
-              "{\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, \"eos_token\": \"<|eot_id|>\"}",
-              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-              "<|start_header_id|>assistant<|end_header_id|>\n\n", 1, 4);
-    chat_case("{\"id\": 1, \"content\": \"<s>\", \"special\": true}", NULL, "Hi", -1, -1);
+              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL, NULL,
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, -1, 0);
+    /* Llama-3: BOS from its post-processor template unless the config says */
+    static const char l3[] = "{\"id\": 1, \"content\": \"<|begin_of_text|>\", \"special\": true},"
+                             "{\"id\": 2, \"content\": \"<|start_header_id|>\", \"special\": true},"
+                             "{\"id\": 3, \"content\": \"<|end_header_id|>\", \"special\": true},"
+                             "{\"id\": 4, \"content\": \"<|eot_id|>\", \"special\": true}";
+    static const char l3post[] = "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"},"
+                                 "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\":"
+                                 " \"<|begin_of_text|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\"}}]}]}";
+    static const char l3want[] = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                                 "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    chat_case(l3, l3post, "{\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, \"eos_token\": \"<|eot_id|>\"}",
+              l3want, 1, 4, 1);
+    chat_case(l3, l3post, "{\"bos_token\": \"<|begin_of_text|>\", \"add_bos_token\": false}", l3want, 1, -1, 0);
+    chat_case("{\"id\": 1, \"content\": \"<s>\", \"special\": true}", NULL, NULL, "Hi", -1, -1, 0);
     printf("chat prompts: ChatML (template system message, none), Llama-3, plain\n");
 }
 
