@@ -15,6 +15,7 @@ typedef struct cache_entry { uint64_t h; uint32_t koff, klen, ioff, in; } cache_
 
 #define CACHE_SLOTS 16384   /* words a call remembers (a 1 MB text has ~20k distinct) */
 #define CACHE_MAX_WORD 48   /* longer words are rare and merged each time */
+#define CACHE_MIN_TEXT 4096 /* a shorter text repeats too few words to pay for the table */
 
 typedef struct enc {
     const sfm_tokenizer *t;
@@ -483,8 +484,9 @@ int64_t sfm_tokenizer_encode(const sfm_tokenizer *t, const char *text, size_t le
     e.md = pcre2_match_data_create(4, NULL);
     e.mctx = pcre2_match_context_create(NULL);
     e.js = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
-    e.cache = calloc(CACHE_SLOTS, sizeof *e.cache);
-    if (!e.md || !e.mctx || !e.cache) {
+    if (len > CACHE_MIN_TEXT)
+        e.cache = calloc(CACHE_SLOTS, sizeof *e.cache);   /* NULL: words are merged each time */
+    if (!e.md || !e.mctx) {
         rc = oom(&e);
         goto done;
     }

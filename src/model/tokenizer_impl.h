@@ -86,6 +86,10 @@ int tok_lookup(const sfm_tokenizer *t, const char *s, size_t len);
 /* The GPT-2 regex of HF's ByteLevel pre-tokenizer (use_regex). */
 extern const char tok_gpt2_regex[];
 
+/* sfm_tokenizer_from_json on text in memory; path (may be NULL) names it
+ * and locates tokenizer_config.json. */
+sf_status tok_from_json_text(const char *text, size_t len, const char *path, sfm_tokenizer **out, char *err,
+                             size_t errlen);
 /* UTF-8 of byte b's GPT-2 alphabet character; returns its length (1 or 2). */
 int tok_byte_utf8(int b, char out[2]);
 void tok_errf(char *err, size_t errlen, const char *fmt, ...);
