@@ -262,13 +262,16 @@ int tok_add_merge(sfm_tokenizer *t, const char *a, size_t alen, const char *b, s
                   char *err, size_t errlen)
 {
     int ia = tok_lookup(t, a, alen), ib = tok_lookup(t, b, blen);
-    char buf[512];
-    int iab = -1;
-    if (alen + blen <= sizeof buf) {
-        memcpy(buf, a, alen);
-        memcpy(buf + alen, b, blen);
-        iab = tok_lookup(t, buf, alen + blen);
+    char small[256], *buf = alen + blen <= sizeof small ? small : malloc(alen + blen);
+    if (!buf) {
+        tok_errf(err, errlen, "tokenizer: out of memory");
+        return -1;
     }
+    memcpy(buf, a, alen);
+    memcpy(buf + alen, b, blen);
+    int iab = tok_lookup(t, buf, alen + blen);
+    if (buf != small)
+        free(buf);
     if (ia < 0 || ib < 0 || iab < 0) {
         tok_errf(err, errlen, "tokenizer: merge %zu (\"%.*s\" \"%.*s\") names a token not in the vocabulary",
                  t->nmerges, (int)(alen > 40 ? 40 : alen), a, (int)(blen > 40 ? 40 : blen), b);

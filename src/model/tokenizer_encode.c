@@ -31,9 +31,9 @@ typedef struct enc {
     pcre2_match_context *mctx;
     pcre2_jit_stack *js;
     sym *sym;                            /* BPE symbols, a linked list    */
-    int32_t *out;                        /* a word's ids (capacity scap)  */
+    int32_t *out;                        /* a word's ids                  */
     int64_t *heap;                       /* (rank << 32) | position       */
-    size_t scap, hcap;
+    size_t scap, ocap, hcap;
     char *alpha;                         /* a word in the GPT-2 alphabet  */
     size_t acap;
     cache_entry *cache;
@@ -270,9 +270,11 @@ static int merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *nw)
 static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
 {
     const sfm_tokenizer *t = e->t;
-    size_t ocap = e->scap;
-    if (grow((void **)&e->sym, &e->scap, n, sizeof(sym)) != 0 ||
-        grow((void **)&e->out, &ocap, e->scap, sizeof(int32_t)) != 0)
+    if (n >= (size_t)INT32_MAX) {   /* positions are int32 in the heap entries */
+        tok_errf(e->err, e->errlen, "tokenizer: a pre-tokenized word of %zu bytes is too long", n);
+        return -1;
+    }
+    if (grow((void **)&e->sym, &e->scap, n, sizeof(sym)) != 0 || grow((void **)&e->out, &e->ocap, n, sizeof(int32_t)) != 0)
         return oom(e);
     if (grow((void **)&e->heap, &e->hcap, 3 * n + 1, sizeof(int64_t)) != 0)
         return oom(e);
