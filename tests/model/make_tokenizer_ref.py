@@ -21,6 +21,10 @@
       OUTDIR/<name>.ref.json.
   make_tokenizer_ref.py nfc src/model/tokenizer_nfc.h
       the character classes of the NFC guard (see nfc_header()).
+  make_tokenizer_ref.py hf_dir REFDIR OUTDIR
+      a tiny transformers checkpoint directory holding the Llama-3-style
+      tokenizer.json (sfm_tokenizer_open on a HF directory; exit 77 without
+      torch / transformers).
   make_tokenizer_ref.py tiny_gguf REFDIR OUTDIR
       some of those vocabularies as GGUF files (tokenizer.ggml.pre
       llama-bpe, qwen2, default, gpt2, smollm) on a one-layer random llama:
@@ -366,6 +370,30 @@ def nfc_header(path):
 """)
 
 
+def hf_dir(refdir, outdir):
+    """A one-layer random LlamaForCausalLM saved by transformers with the
+    tiny Llama-3-style tokenizer.json beside it and no tokenizer_config.json:
+    bos / eos then come from config.json (sfm_tokenizer_open)."""
+    try:
+        import shutil
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        print("skip: torch / transformers are not installed")
+        sys.exit(77)
+    if os.path.exists(outdir):
+        shutil.rmtree(outdir)
+    with open(os.path.join(refdir, "llama3.tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    n = max(max(tj["model"]["vocab"].values()), max(a["id"] for a in tj["added_tokens"])) + 1
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=n, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                      bos_token_id=tj["model"]["vocab"]["<s>"], eos_token_id=tj["model"]["vocab"]["</s>"])
+    LlamaForCausalLM(cfg).save_pretrained(outdir, safe_serialization=True)
+    shutil.copy(os.path.join(refdir, "llama3.tokenizer.json"), os.path.join(outdir, "tokenizer.json"))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "fixture":
         fixture(sys.argv[2], sys.argv[3])
@@ -375,6 +403,8 @@ if __name__ == "__main__":
         tiny(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "nfc":
         nfc_header(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "hf_dir":
+        hf_dir(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "tiny_gguf":
         tiny_gguf(sys.argv[2], sys.argv[3])
     else:

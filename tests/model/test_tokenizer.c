@@ -4,6 +4,7 @@
  *
  *   test_tokenizer --json tokenizer.json --ref ref.json [--smollm2]
  *   test_tokenizer --gguf [path] --ref ref.json [--smollm2]   (path or $SF_SMOLLM2_GGUF)
+ *   test_tokenizer --checkpoint DIR --ref ref.json [--bos N --eos N]   (HF directory)
  *   test_tokenizer --errors
  * --lossy: the pre-tokenizer adds or removes text (no round-trip checks);
  * --nfc: the model normalises to NFC (refusals of such text expected);
@@ -514,11 +515,15 @@ static int ids_of_stdin(const sfm_tokenizer *t)
 int main(int argc, char **argv)
 {
     const char *json = NULL, *gguf = NULL, *ref = NULL;
-    int smollm2 = 0, use_gguf = 0, from_stdin = 0;
+    int smollm2 = 0, use_gguf = 0, from_stdin = 0, want_bos = -2, want_eos = -2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
-        else if (!strcmp(argv[i], "--gguf")) {
+        else if (!strcmp(argv[i], "--bos") && i + 1 < argc)
+            want_bos = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--eos") && i + 1 < argc)
+            want_eos = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gguf") || !strcmp(argv[i], "--checkpoint")) {
             use_gguf = 1;
             if (i + 1 < argc && argv[i + 1][0] != '-')
                 gguf = argv[++i];
@@ -538,7 +543,7 @@ int main(int argc, char **argv)
             printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
             return failures ? 1 : 0;
         } else {
-            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --errors) [--ref REF.json] [--smollm2] [--lossy] [--nfc] [--stdin]\n", argv[0]);
+            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --checkpoint PATH | --errors) [--bos N] [--eos N] [--ref REF.json] [--smollm2] [--lossy] [--nfc] [--stdin]\n", argv[0]);
             return 2;
         }
     }
@@ -550,7 +555,8 @@ int main(int argc, char **argv)
             gguf = getenv("SF_SMOLLM2_GGUF");
         FILE *f = gguf ? fopen(gguf, "rb") : NULL;
         if (!f) {
-            printf("skip: the SmolLM2 GGUF is not available (set SF_SMOLLM2_GGUF; got %s)\n", gguf ? gguf : "nothing");
+            printf("skip: the checkpoint is not available (the SmolLM2 GGUF: set SF_SMOLLM2_GGUF; got %s)\n",
+                   gguf ? gguf : "nothing");
             return SKIP;
         }
         fclose(f);
@@ -559,7 +565,7 @@ int main(int argc, char **argv)
         CHECK(s == SF_OK, "checkpoint open: %s", err);
         if (s == SF_OK) {
             s = sfm_tokenizer_open(ck, &t, err, sizeof err);
-            CHECK(s == SF_OK, "tokenizer from GGUF: %s", err);
+            CHECK(s == SF_OK, "tokenizer of %s: %s", gguf, err);
         }
         sfm_checkpoint_close(ck);   /* the tokenizer owns copies of what it needs */
     } else if (json) {
@@ -582,6 +588,8 @@ int main(int argc, char **argv)
         return 0;
     }
     printf("loaded %d tokens in %.3f s (CPU)\n", sfm_tokenizer_vocab_size(t), (double)(clock() - c0) / CLOCKS_PER_SEC);
+    CHECK(want_bos == -2 || sfm_tokenizer_bos(t) == want_bos, "bos %d, want %d", sfm_tokenizer_bos(t), want_bos);
+    CHECK(want_eos == -2 || sfm_tokenizer_eos(t) == want_eos, "eos %d, want %d", sfm_tokenizer_eos(t), want_eos);
     find_bytes(t);
     if (ref)
         against_reference(t, ref);
