@@ -40,7 +40,9 @@ int sfm_tokenizer_token_id(const sfm_tokenizer *t, const char *token);
  * as the byte-level alphabet allows). Special tokens written in the text
  * are recognised when parse_special != 0. Writes at most cap ids to ids and
  * returns the total count (call again with a larger buffer if it exceeds
- * cap), or -1 on an internal error (message in err). No BOS is added. */
+ * cap), or -1 on an internal error (message in err). No BOS is added.
+ * A model that normalises to NFC (Qwen2) gets -1 for text that NFC could
+ * change (a composable mark, a singleton): NFC itself is not implemented. */
 int64_t sfm_tokenizer_encode(const sfm_tokenizer *t, const char *text, size_t len, int parse_special,
                              int32_t *ids, int64_t cap, char *err, size_t errlen);
 /* The bytes of one token (special tokens as their text). NULL for a bad id. */
