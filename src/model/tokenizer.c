@@ -235,6 +235,15 @@ static int merge_find(const sfm_tokenizer *t, int32_t a, int32_t b, size_t *slot
     }
 }
 
+int tok_merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *merged)
+{
+    size_t slot;
+    if (!merge_find(t, a, b, &slot))
+        return -1;
+    *merged = t->mnew[slot];
+    return t->mrank[slot];
+}
+
 static int merge_grow(sfm_tokenizer *t)
 {
     size_t cap = t->mcap ? t->mcap * 2 : 1024;

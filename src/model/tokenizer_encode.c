@@ -245,26 +245,6 @@ static int64_t heap_pop(int64_t *h, size_t *n)
     return top;
 }
 
-static int merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *nw)
-{
-    if (!t->mkey)
-        return -1;
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint64_t k = key;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    size_t mask = t->mcap - 1;
-    for (size_t i = (size_t)k & mask;; i = (i + 1) & mask) {
-        if (t->mrank[i] < 0)
-            return -1;
-        if (t->mkey[i] == key) {
-            *nw = t->mnew[i];
-            return t->mrank[i];
-        }
-    }
-}
-
 /* The merges of one word, lowest rank first, leftmost among equal ranks:
  * heap entries are (rank, position) and stale ones are skipped on pop. */
 static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
@@ -292,7 +272,7 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
     size_t hn = 0;
     int32_t nw;
     for (size_t i = 0; i + 1 < m; i++) {
-        int rk = merge_rank(t, y[i].id, y[i + 1].id, &nw);
+        int rk = tok_merge_rank(t, y[i].id, y[i + 1].id, &nw);
         if (rk >= 0)
             heap_push(e->heap, &hn, ((int64_t)rk << 32) | (int64_t)i);
     }
@@ -302,7 +282,7 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
         if (y[pos].id < 0 || y[pos].next < 0)
             continue;
         int32_t nx = y[pos].next;
-        if (merge_rank(t, y[pos].id, y[nx].id, &nw) != rk)
+        if (tok_merge_rank(t, y[pos].id, y[nx].id, &nw) != rk)
             continue;   /* the pair changed since this entry was pushed */
         y[pos].id = nw;
         y[nx].id = -1;
@@ -310,9 +290,9 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
         if (y[nx].next >= 0)
             y[y[nx].next].prev = pos;
         int32_t pv = y[pos].prev;
-        if (pv >= 0 && (rk = merge_rank(t, y[pv].id, y[pos].id, &nw)) >= 0)
+        if (pv >= 0 && (rk = tok_merge_rank(t, y[pv].id, y[pos].id, &nw)) >= 0)
             heap_push(e->heap, &hn, ((int64_t)rk << 32) | (int64_t)pv);
-        if (y[pos].next >= 0 && (rk = merge_rank(t, y[pos].id, y[y[pos].next].id, &nw)) >= 0)
+        if (y[pos].next >= 0 && (rk = tok_merge_rank(t, y[pos].id, y[y[pos].next].id, &nw)) >= 0)
             heap_push(e->heap, &hn, ((int64_t)rk << 32) | (int64_t)pos);
     }
     /* the survivors, in order, packed into ids_out (symbol 0 always survives) */

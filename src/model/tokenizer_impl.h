@@ -82,6 +82,8 @@ int tok_set_chat_template(sfm_tokenizer *t, const char *tmpl, size_t len, char *
 /* Last: orders the added tokens for matching. */
 int tok_finish(sfm_tokenizer *t, char *err, size_t errlen);
 int tok_lookup(const sfm_tokenizer *t, const char *s, size_t len);
+/* Rank of merging ids (a, b), -1 if they do not merge; *merged: the result. */
+int tok_merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *merged);
 
 /* The GPT-2 regex of HF's ByteLevel pre-tokenizer (use_regex). */
 extern const char tok_gpt2_regex[];
