@@ -252,13 +252,19 @@ def tiny_gguf(refdir, outdir):
         print("skip: the gguf / numpy Python packages are not installed")
         sys.exit(77)
     os.makedirs(outdir, exist_ok=True)
-    for name in GGUF_PRE:   # never test a stale copy
+    # and three files the GGUF front end must refuse: a SentencePiece
+    # vocabulary, an unknown pre-tokenizer, a merge naming a missing token
+    files = dict((k, (k, pre, "gpt2", False)) for k, pre in GGUF_PRE.items())
+    files.update({"bad_model": ("llama3", "llama-bpe", "llama", False),
+                  "bad_pre": ("llama3", "no-such-pre", "gpt2", False),
+                  "bad_merge": ("llama3", "llama-bpe", "gpt2", True)})
+    for name in files:   # never test a stale copy
         if os.path.exists(os.path.join(outdir, name + ".gguf")):
             os.remove(os.path.join(outdir, name + ".gguf"))
     rng = np.random.default_rng(0)
     hidden, ffn, heads = 8, 16, 2
-    for name, pre in GGUF_PRE.items():
-        with open(os.path.join(refdir, name + ".tokenizer.json"), encoding="utf-8") as f:
+    for name, (src, pre, model, bad_merge) in files.items():
+        with open(os.path.join(refdir, src + ".tokenizer.json"), encoding="utf-8") as f:
             tj = json.load(f)
         toks = {i: t for t, i in tj["model"]["vocab"].items()}
         types = {}
@@ -267,6 +273,8 @@ def tiny_gguf(refdir, outdir):
             types[a["id"]] = 3 if a["special"] else 4
         n = max(toks) + 1
         merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
+        if bad_merge:
+            merges[7] = "Zq \u0100"
         w = gguf.GGUFWriter(os.path.join(outdir, name + ".gguf"), "llama")
         w.add_block_count(1)
         w.add_context_length(64)
@@ -278,7 +286,7 @@ def tiny_gguf(refdir, outdir):
         w.add_rope_freq_base(10000.0)
         w.add_rope_dimension_count(hidden // heads)
         w.add_vocab_size(n)
-        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_model(model)
         w.add_tokenizer_pre(pre)
         w.add_token_list([toks[i] for i in range(n)])
         w.add_token_types([types.get(i, 1) for i in range(n)])

@@ -516,9 +516,12 @@ int main(int argc, char **argv)
 {
     const char *json = NULL, *gguf = NULL, *ref = NULL;
     int smollm2 = 0, use_gguf = 0, from_stdin = 0, want_bos = -2, want_eos = -2;
+    const char *refused_msg = NULL;   /* --refused TEXT: the tokenizer must fail saying TEXT */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--refused") && i + 1 < argc)
+            refused_msg = argv[++i];
         else if (!strcmp(argv[i], "--bos") && i + 1 < argc)
             want_bos = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--eos") && i + 1 < argc)
@@ -543,7 +546,7 @@ int main(int argc, char **argv)
             printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
             return failures ? 1 : 0;
         } else {
-            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --checkpoint PATH | --errors) [--bos N] [--eos N] [--ref REF.json] [--smollm2] [--lossy] [--nfc] [--stdin]\n", argv[0]);
+            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --checkpoint PATH | --errors) [--bos N] [--eos N] [--refused TEXT] [--ref REF.json] [--smollm2] [--lossy] [--nfc] [--stdin]\n", argv[0]);
             return 2;
         }
     }
@@ -565,6 +568,14 @@ int main(int argc, char **argv)
         CHECK(s == SF_OK, "checkpoint open: %s", err);
         if (s == SF_OK) {
             s = sfm_tokenizer_open(ck, &t, err, sizeof err);
+            if (refused_msg) {
+                CHECK(s != SF_OK && t == NULL && strstr(err, refused_msg), "want a refusal saying \"%s\", got %d: %s",
+                      refused_msg, (int)s, err);
+                printf("refused as expected: %s\n", err);
+                sfm_checkpoint_close(ck);
+                printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
+                return failures ? 1 : 0;
+            }
             CHECK(s == SF_OK, "tokenizer of %s: %s", gguf, err);
         }
         sfm_checkpoint_close(ck);   /* the tokenizer owns copies of what it needs */
