@@ -1018,6 +1018,46 @@ SF_API int64_t sf_kv_cache_free_pages(const sf_kv_cache *c);
  * them). */
 SF_API sf_status sf_kv_cache_tables(sf_kv_cache *c, sf_tensor *block_table, sf_tensor *seqlens);
 
+/* ------------------------------------------------------------------ */
+/* Dense matrix product (Linear layers)                                */
+/* ------------------------------------------------------------------ */
+/*
+ * y = x W^T (+ bias) (+ beta y):
+ *   y[i, n] = sum_k x[i, k] w[n, k] + bias[n] + beta * y_old[i, n]
+ * with W in torch.nn.Linear's layout (out features x in features).
+ *   x     (M, K)  f32/f16/bf16, unit inner stride, any row stride; M >= 0
+ *                 (M = 0 is a no-op), K >= 1
+ *   w     (N, K)  f32/f16/bf16 (any of them on the host backends, x's
+ *                 dtype on the CUDA backend), unit inner stride, any row
+ *                 stride; N >= 1
+ *   bias  (N)     f32 or x's dtype, any stride; optional
+ *   y     (M, N)  x's dtype, unit inner stride, any row stride; no overlap
+ *                 with an input (SF_ERR_INVALID_ARG).  Read only when
+ *                 beta != 0 (the residual add of a layer: beta = 1).
+ * beta finite (SF_ERR_INVALID_ARG otherwise).
+ * Numerics: products and sums in f32 (f64 on the reference) from the inputs
+ * widened exactly to f32; y rounded once to its dtype.  The CPU backend
+ * calls BLAS sgemm when the library was built with one (16-bit inputs
+ * widened into the workspace a block of W rows at a time), else a blocked,
+ * threaded f32 loop.  The CUDA backend calls cuBLAS (cublasGemmEx, f32
+ * compute without TF32); its handle is made on the context's first
+ * sf_gemm call (which must therefore not be captured into a graph) and
+ * takes its workspace from the context's arena: later calls allocate and
+ * synchronise nothing (CUDA-graph capturable).  On CUDA a bias is added
+ * after the product (16-bit y rounded twice), and row strides must lie
+ * between the row length and 2^31 (SF_ERR_UNSUPPORTED otherwise).
+ */
+typedef struct sf_gemm_params {
+    sf_tensor x, w, bias;
+    sf_tensor y;
+    float beta;          /* 0: y is written only                         */
+    sf_backend backend;
+} sf_gemm_params;
+
+/* Fills defaults: every tensor absent, beta 0, backend AUTO. */
+SF_API void sf_gemm_params_init(sf_gemm_params *p);
+SF_API sf_status sf_gemm(sf_ctx *ctx, const sf_gemm_params *p);
+
 #ifdef __cplusplus
 }
 #endif
