@@ -7,7 +7,22 @@
  * GGUF reader maps llama.cpp's names ("blk.3.attn_q.weight") onto them and
  * undoes the row permutation llama.cpp's converter applies to llama q/k
  * projections, so the layers see one layout whatever the file. Shapes are in
- * PyTorch order (a Linear weight is (out, in), row-major). */
+ * PyTorch order (a Linear weight is (out, in), row-major).
+ *
+ * Memory: tensors point into the read-only mappings, except the llama q/k
+ * projections (weights and biases) of a GGUF file, which are un-permuted
+ * into copies the checkpoint owns (whole rows move, so quantised blocks are
+ * copied as they are): for SmolLM2-135M Q4_1, 8.3 MB next to the 98 MB file.
+ * safetensors data may be unaligned (the header length is arbitrary); GGUF
+ * data is aligned to general.alignment (32 by default).
+ *
+ * Errors of sfm_checkpoint_open: SF_ERR_INVALID_ARG for a missing file or
+ * directory, a truncated or corrupt file (lengths, counts, offsets, overlaps,
+ * bad JSON) or a missing tensor; SF_ERR_UNSUPPORTED for an architecture,
+ * dtype, GGUF tensor type or version it does not read (the message names
+ * it); SF_ERR_SHAPE for a tensor whose shape disagrees with the config;
+ * SF_ERR_DTYPE for a norm or bias stored quantised or as integers;
+ * SF_ERR_TOO_LARGE for sizes that overflow; SF_ERR_OUT_OF_MEMORY. */
 #ifndef SF_MODEL_CHECKPOINT_H
 #define SF_MODEL_CHECKPOINT_H
 
@@ -46,7 +61,7 @@ typedef enum sfm_arch {
     SFM_ARCH_LLAMA = 0,   /* LlamaForCausalLM, GGUF general.architecture "llama" */
     SFM_ARCH_QWEN2,       /* Qwen2ForCausalLM (q/k/v biases)                     */
     SFM_ARCH_MAMBA2,      /* Mamba2ForCausalLM (transformers' layout)            */
-    SFM_ARCH_HYBRID       /* the Mamba-2 + attention hybrid (see config.c)        */
+    SFM_ARCH_HYBRID       /* BambaForCausalLM: Mamba-2 layers, attention at attn_layer_indices */
 } sfm_arch;
 
 const char *sfm_arch_name(sfm_arch a);
@@ -69,6 +84,8 @@ typedef struct sfm_config {
     int intermediate_size;         /* SwiGLU MLP width                         */
     int attn_bias;                 /* q/k/v projections carry biases (Qwen2)   */
     double rope_theta;
+    int rope_dim;                  /* rotated dimensions of a head: head_dim,
+                                      or less (Bamba's partial rotary: half) */
     sfm_rope_scaling rope_scaling;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
@@ -80,7 +97,8 @@ typedef struct sfm_config {
     int ssm_conv_kernel;           /* conv_kernel                               */
     int ssm_chunk;                 /* chunk_size                                */
     int ssm_inner;                 /* intermediate = heads * head_dim          */
-    int ssm_norm_before_gate;      /* gated RMSNorm order                       */
+    int ssm_norm_before_gate;      /* gated RMSNorm order: 0 in transformers'
+                                      Mamba2 and Bamba (y * silu(z), then norm) */
     double ssm_time_step_min, ssm_time_step_max, ssm_time_step_limit_lo, ssm_time_step_limit_hi;
     /* hybrid: layer_is_attn[i] != 0 for attention layers (NULL otherwise;
      * owned by the checkpoint) */
@@ -114,6 +132,7 @@ typedef enum sfm_meta_type {
     SFM_META_NONE = 0, SFM_META_INT, SFM_META_FLOAT, SFM_META_BOOL, SFM_META_STRING, SFM_META_ARRAY
 } sfm_meta_type;
 sfm_meta_type sfm_meta_get_type(const sfm_checkpoint *c, const char *key);
+/* Integers of any width (a u64 past INT64_MAX is absent), and bools as 0 / 1. */
 int sfm_meta_int(const sfm_checkpoint *c, const char *key, int64_t *out);     /* 1 if found */
 int sfm_meta_float(const sfm_checkpoint *c, const char *key, double *out);
 /* A string value (not NUL-terminated in the file): pointer and length. */
