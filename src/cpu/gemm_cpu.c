@@ -72,7 +72,7 @@ static void dot_rows(const float *x, const float *w, int64_t ws, int64_t K, int 
 
 sf_status sf_cpu_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
     const sf_gemm_params *p = pr->p;
-    const sf_tensor *x = &p->x, *w = &p->w, *y = &p->y;
+    const sf_tensor *x = &p->x, *w = &p->w;
     const int64_t M = pr->M, N = pr->N, K = pr->K, KP = sf_cpu_rup(K, 16);
     const int nt = sf_cpu_threads(ctx);
 #ifdef SF_WITH_BLAS
@@ -80,6 +80,7 @@ sf_status sf_cpu_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
      * (a single row may have any) go through the widening copies */
     const int x_direct = x->dtype == SF_F32 && ld_ok(x, M, K);
     const int w_direct = w->dtype == SF_F32 && ld_ok(w, N, K);
+    const sf_tensor *y = &p->y;
     const int y_direct = y->dtype == SF_F32 && ld_ok(y, M, N);
     const int64_t gb = w_direct ? N : (N < GB ? N : GB);
     const double wbuf = w_direct ? 0.0 : (double)gb * (double)KP;
