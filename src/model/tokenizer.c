@@ -26,17 +26,29 @@ void tok_errf(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the
- * other 68 bytes for U+0100.. in byte order. */
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
+ * the other 68 (0..32, 127..160, 173) for U+0100.. in byte order. */
 static uint32_t byte_cp(int b)
 {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
-        return (uint32_t)b;
-    int k = 0;
-    for (int c = 0; c < b; c++)
-        if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174))
-            k++;
-    return 256u + (uint32_t)k;
+    if (b <= 32)
+        return 256u + (uint32_t)b;
+    if (b >= 127 && b <= 160)
+        return 256u + 33u + (uint32_t)(b - 127);
+    if (b == 173)
+        return 256u + 67u;
+    return (uint32_t)b;
+}
+
+/* Its inverse: the byte a code point stands for, -1 if none. */
+static int cp_byte(uint32_t cp)
+{
+    if (cp >= 256 && cp < 256 + 68) {
+        uint32_t k = cp - 256;
+        return k <= 32 ? (int)k : k <= 66 ? (int)(127 + k - 33) : 173;
+    }
+    if (cp < 256 && byte_cp((int)cp) == cp)
+        return (int)cp;
+    return -1;
 }
 
 /* UTF-8 of the byte's alphabet character (1 or 2 bytes); returns the length. */
@@ -156,13 +168,7 @@ static int token_piece(sfm_tokenizer *t, int id)
         } else {
             cp = 0xFFFFFFFFu;
         }
-        int b = -1;
-        if (cp < 0x80 || (cp >= 0xA0 && cp < 0x100))
-            b = byte_cp((int)cp) == cp ? (int)cp : -1;
-        else if (cp >= 0x100 && cp < 0x144)
-            for (int c = 0; c < 256 && b < 0; c++)
-                if (byte_cp(c) == cp)
-                    b = c;
+        int b = cp_byte(cp);
         if (b < 0) {   /* not a byte-level token: its text as it is */
             memcpy(p, s, len);
             o = len;
@@ -191,17 +197,12 @@ int tok_index(sfm_tokenizer *t, char *err, size_t errlen)
     for (int id = 0; id < t->n; id++) {
         if (!t->text[id])
             continue;
-        size_t i = (size_t)hash_bytes(t->text[id], t->text_len[id]) & (cap - 1);
-        int dup = 0;
-        for (; t->str_slot[i] >= 0; i = (i + 1) & (cap - 1)) {
-            int o = t->str_slot[i];
-            if (t->text_len[o] == t->text_len[id] && memcmp(t->text[o], t->text[id], t->text_len[id]) == 0)
-                dup = 1;   /* the first id keeps the string */
-            if (dup)
-                break;
-        }
-        if (!dup)
+        if (tok_lookup(t, t->text[id], t->text_len[id]) < 0) {   /* a repeated string keeps its first id */
+            size_t i = (size_t)hash_bytes(t->text[id], t->text_len[id]) & (cap - 1);
+            while (t->str_slot[i] >= 0)
+                i = (i + 1) & (cap - 1);
             t->str_slot[i] = id;
+        }
         if (token_piece(t, id) != 0) {
             tok_errf(err, errlen, "tokenizer: out of memory");
             return -1;

@@ -363,7 +363,8 @@ static int word(enc *e, const unsigned char *w, size_t n)
             grow((void **)&e->iarena, &e->icap, e->iuse + (size_t)cnt, sizeof(int32_t)) != 0)
             return oom(e);
         memcpy(e->karena + e->kuse, w, n);
-        memcpy(e->iarena + e->iuse, e->out, (size_t)cnt * sizeof(int32_t));
+        if (cnt > 0)   /* a word of bytes without tokens has none */
+            memcpy(e->iarena + e->iuse, e->out, (size_t)cnt * sizeof(int32_t));
         e->cache[slot] = (cache_entry){h, (uint32_t)e->kuse, (uint32_t)n, (uint32_t)e->iuse, (uint32_t)cnt};
         e->kuse += n;
         e->iuse += (size_t)cnt;
@@ -379,12 +380,8 @@ static int segment(enc *e, const char *s, size_t len)
     if (len == 0)
         return 0;
     if (t->nfc_guard) {
-        pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-        if (!md)
-            return oom(e);
-        int rc = pcre2_match(t->nfc_guard, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
-        size_t at = rc >= 0 ? pcre2_get_ovector_pointer(md)[0] : 0;
-        pcre2_match_data_free(md);
+        int rc = pcre2_match(t->nfc_guard, (PCRE2_SPTR)s, len, 0, 0, e->md, e->mctx);
+        size_t at = rc >= 0 ? pcre2_get_ovector_pointer(e->md)[0] : 0;
         if (rc >= 0) {
             tok_errf(e->err, e->errlen, "tokenizer: the model normalises text to NFC, which is not "
                      "implemented for the character at byte %zu of this text", at);

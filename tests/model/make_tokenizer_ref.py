@@ -15,9 +15,14 @@
       when tokenizers/gguf or the GGUF file is missing (GGUF "-": the path
       in $SF_SMOLLM2_GGUF).
   make_tokenizer_ref.py tiny OUTDIR
-      a small byte-level BPE trained by `tokenizers` (Llama-3 Split regex,
-      ignore_merges, added tokens with lstrip/rstrip) and its expected ids:
-      OUTDIR/tiny_tokenizer.json and OUTDIR/tokenizer_ref_tiny.json.
+      small byte-level BPEs trained by `tokenizers` under several
+      pre-tokenizers (see tiny()), with added tokens (lstrip/rstrip, special
+      or not) and their expected ids: OUTDIR/<name>.tokenizer.json and
+      OUTDIR/<name>.ref.json.
+  make_tokenizer_ref.py tiny_gguf REFDIR OUTDIR
+      some of those vocabularies as GGUF files (tokenizer.ggml.pre
+      llama-bpe, qwen2, default, gpt2, smollm) on a one-layer random llama:
+      OUTDIR/<name>.gguf, written at test time (exit 77 without gguf).
 """
 import json
 import os
@@ -150,34 +155,141 @@ def save_json(gguf, outdir):
                    "chat_template": meta["chat_template"]}, f)
 
 
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+         r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+EXTRA = ["the theme", "hello <mask> world", "a<|eot|>b", "x [user] y", "they're 1234567 cats",
+         "the-final--countdown", "a1b22c333 d", "zzqzz qq z", "x--y 12-3 ", "e\u0301t\u00e9"]
+
+
+# tiny variants also written as GGUF files, with their tokenizer.ggml.pre
+GGUF_PRE = {"llama3": "llama-bpe", "qwen2": "qwen2", "default": "default", "gpt2": "gpt2",
+            "smollm": "smollm"}
+
+
 def tiny(outdir):
-    from tokenizers import Tokenizer, AddedToken, Regex, pre_tokenizers, trainers, decoders
+    """Small byte-level BPEs (one trained vocabulary, 300 tokens) under the
+    pre-tokenizers of Llama-3, Qwen2 (with NFC), GPT-2 with a prefix space,
+    llama.cpp's default list, and every Split behaviour; each written as
+    OUTDIR/<name>.tokenizer.json with its ids in OUTDIR/<name>.ref.json."""
+    import unicodedata
+    from tokenizers import Tokenizer, AddedToken, Regex, pre_tokenizers as pt, normalizers, trainers, decoders
     from tokenizers.models import BPE
-    llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-    tok = Tokenizer(BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(llama3), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
+    base = Tokenizer(BPE())
+    base.pre_tokenizer = pt.ByteLevel(add_prefix_space=False)
     train = ["the cat sat on the mat", "hello world hello there", "it's 2024, they're 100% sure",
-             "def main():\n    return 0\n", "caf\u00e9 \u00fcber", "the theme of the thesis"] * 20
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+             "def main():\n    return 0\n", "caf\u00e9 \u00fcber", "the theme of the thesis",
+             "the-final--countdown 12-3"] * 20
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pt.ByteLevel.alphabet(),
                                   special_tokens=["<s>", "</s>"], show_progress=False)
-    tok.train_from_iterator(train, trainer)
-    tok.add_special_tokens([AddedToken("<|eot|>", special=True, normalized=False),
-                            AddedToken("<mask>", special=True, lstrip=True, rstrip=True,
-                                       normalized=False)])
-    tok.add_tokens([AddedToken("[user]", special=False, normalized=False)])
-    path = os.path.join(outdir, "tiny_tokenizer.json")
-    tok.save(path)
-    extra = ["the theme", "hello <mask> world", "a<|eot|>b", "x [user] y", "they're 1234567 cats"]
-    cases = []
-    for s in CORPUS[:20] + extra:
-        ids = tok.encode(s, add_special_tokens=False).ids
-        cases.append({"text": s, "ids": ids})
-    with open(os.path.join(outdir, "tokenizer_ref_tiny.json"), "w", encoding="utf-8") as f:
-        json.dump({"model": "tiny", "cases": cases}, f, ensure_ascii=True, indent=0)
+    base.train_from_iterator(train, trainer)
+    model = json.loads(base.to_str())["model"]
+    vocab = model["vocab"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in model["merges"]]
+    bl = pt.ByteLevel(add_prefix_space=False, use_regex=False)
+    variants = {
+        "llama3": (None, pt.Sequence([pt.Split(Regex(LLAMA3), "isolated"), bl]), True),
+        "qwen2": (normalizers.NFC(), pt.Sequence([pt.Split(Regex(QWEN2), "isolated"), bl]), False),
+        "gpt2": (None, pt.ByteLevel(add_prefix_space=False, use_regex=True), False),
+        "smollm": (None, pt.Sequence([pt.Digits(individual_digits=True),
+                                      pt.ByteLevel(add_prefix_space=False, use_regex=True)]), False),
+        "gpt2_prefix": (None, pt.ByteLevel(add_prefix_space=True, use_regex=True), False),
+        "default": (None, pt.Sequence([pt.Split(Regex(r"[\p{P}\$\+<=>\^~\|]+"), "isolated"),
+                                       pt.Split(Regex(GPT2), "isolated"),
+                                       pt.Split(Regex(r"\p{N}+"), "isolated"),
+                                       pt.Split(Regex(r"[0-9][0-9][0-9]"), "isolated"), bl]), False),
+        "behaviours": (None, pt.Sequence([pt.Split("-", "merged_with_previous"),
+                                          pt.Split(Regex(r"\d"), "merged_with_next"),
+                                          pt.Split(Regex(r"z+|q"), "contiguous"),
+                                          pt.Split(Regex(r"[aeiou]"), "isolated", invert=True),
+                                          pt.ByteLevel(add_prefix_space=False, use_regex=True)]), False),
+        "removed": (None, pt.Sequence([pt.Split(Regex(r"\s"), "removed"),
+                                       pt.Split(Regex(r"\p{L}+"), "removed", invert=True),
+                                       pt.Digits(individual_digits=False), bl]), False),
+    }
+    for name, (norm, pre, ignore) in variants.items():
+        tok = Tokenizer(BPE(vocab, merges, ignore_merges=ignore))
+        tok.normalizer = norm
+        tok.pre_tokenizer = pre
+        tok.decoder = decoders.ByteLevel()
+        # lstrip / rstrip where GGUF (which cannot say them) is not compared
+        strip = name not in GGUF_PRE
+        tok.add_special_tokens([AddedToken("<|eot|>", special=True, normalized=False),
+                                AddedToken("<mask>", special=True, lstrip=strip, rstrip=strip,
+                                           normalized=False)])
+        tok.add_tokens([AddedToken("[user]", special=False, normalized=False)])
+        tok.save(os.path.join(outdir, name + ".tokenizer.json"))
+        cases = []
+        for s in CORPUS[:21] + EXTRA:
+            c = {"text": s}
+            if norm is not None and any(unicodedata.category(ch).startswith("M") for ch in s):
+                c["refused"] = True   # the C tokenizer does not implement NFC: it says so
+            else:
+                c["ids"] = tok.encode(s, add_special_tokens=False).ids
+            cases.append(c)
+        with open(os.path.join(outdir, name + ".ref.json"), "w", encoding="utf-8") as f:
+            json.dump({"model": "tiny " + name, "cases": cases}, f, ensure_ascii=True, indent=0)
+
+
+def tiny_gguf(refdir, outdir):
+    """The tiny vocabularies as GGUF metadata on a one-layer llama of random
+    weights (the loader needs a model): OUTDIR/<name>.gguf, compared with the
+    same <name>.ref.json ids as the tokenizer.json files."""
+    try:
+        import numpy as np
+        import gguf
+    except ImportError:
+        print("skip: the gguf / numpy Python packages are not installed")
+        sys.exit(77)
+    os.makedirs(outdir, exist_ok=True)
+    for name in GGUF_PRE:   # never test a stale copy
+        if os.path.exists(os.path.join(outdir, name + ".gguf")):
+            os.remove(os.path.join(outdir, name + ".gguf"))
+    rng = np.random.default_rng(0)
+    hidden, ffn, heads = 8, 16, 2
+    for name, pre in GGUF_PRE.items():
+        with open(os.path.join(refdir, name + ".tokenizer.json"), encoding="utf-8") as f:
+            tj = json.load(f)
+        toks = {i: t for t, i in tj["model"]["vocab"].items()}
+        types = {}
+        for a in tj["added_tokens"]:
+            toks[a["id"]] = a["content"]
+            types[a["id"]] = 3 if a["special"] else 4
+        n = max(toks) + 1
+        merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
+        w = gguf.GGUFWriter(os.path.join(outdir, name + ".gguf"), "llama")
+        w.add_block_count(1)
+        w.add_context_length(64)
+        w.add_embedding_length(hidden)
+        w.add_feed_forward_length(ffn)
+        w.add_head_count(heads)
+        w.add_head_count_kv(heads)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_rope_freq_base(10000.0)
+        w.add_rope_dimension_count(hidden // heads)
+        w.add_vocab_size(n)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list([toks[i] for i in range(n)])
+        w.add_token_types([types.get(i, 1) for i in range(n)])
+        w.add_token_merges(merges)
+        w.add_bos_token_id(tj["model"]["vocab"]["<s>"])
+        w.add_eos_token_id(tj["model"]["vocab"]["</s>"])
+
+        def t(nm, *shape):
+            w.add_tensor(nm, rng.standard_normal(shape).astype(np.float32))
+        t("token_embd.weight", n, hidden)
+        t("output_norm.weight", hidden)
+        for nm, shape in [("attn_norm", (hidden,)), ("attn_q", (hidden, hidden)), ("attn_k", (hidden, hidden)),
+                          ("attn_v", (hidden, hidden)), ("attn_output", (hidden, hidden)), ("ffn_norm", (hidden,)),
+                          ("ffn_gate", (ffn, hidden)), ("ffn_up", (ffn, hidden)), ("ffn_down", (hidden, ffn))]:
+            t("blk.0." + nm + ".weight", *shape)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
 
 
 if __name__ == "__main__":
@@ -187,5 +299,7 @@ if __name__ == "__main__":
         save_json(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "tiny":
         tiny(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "tiny_gguf":
+        tiny_gguf(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
