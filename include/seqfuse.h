@@ -1089,7 +1089,8 @@ typedef struct sf_engine_options {
     int page_size;           /* KV page size (power of two); 0: 16            */
 } sf_engine_options;
 
-/* Fills defaults (all zero: CPU, defaults above). */
+/* Fills defaults: device SF_DEVICE_CPU, every other field 0 (the defaults
+ * above). */
 SF_API void sf_engine_options_init(sf_engine_options *o);
 /* Opens the checkpoint at `path` and builds the engine.  On failure *out
  * stays NULL and err (errlen bytes, may be NULL) gets the reason. */

@@ -47,7 +47,9 @@ static sf_status efail(sf_engine *e, sf_status s, const char *fmt, ...) {
 }
 
 void sf_engine_options_init(sf_engine_options *o) {
-    if (o) memset(o, 0, sizeof *o);
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device = SF_DEVICE_CPU;
 }
 
 void sf_sampling_init(sf_sampling *s) {
@@ -85,7 +87,6 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
     if (!e) return SF_ERR_OUT_OF_MEMORY;
     if (opts) e->o = *opts;
     else sf_engine_options_init(&e->o);
-    if (!opts) e->o.device = SF_DEVICE_CPU;
     sf_engine_options *o = &e->o;
     sf_status st;
     if (o->max_seqs < 0 || o->max_seq_len < 0 || o->page_size < 0 || o->threads < 0) {
