@@ -127,7 +127,8 @@ class Engine:
         list of ids).  Returns one dict per prompt: "tokens", "text",
         "finish", and "logits" (a list of numpy float32 arrays, one per
         generated token: the logits it was sampled from) when return_logits.
-        on_token(seq, token) is called as tokens come.  .stats holds the
+        on_token(seq, token) is called as tokens come; a true return ends that
+        sequence (finish "callback").  .stats holds the
         last call's timings."""
         ids = [self.tokenize(p, chat=chat, add_bos=not chat) if isinstance(p, str) else [int(t) for t in p]
                for p in prompts]
@@ -156,8 +157,8 @@ class Engine:
                 if return_logits:
                     import numpy as np
                     logits[seq].append(np.ctypeslib.as_array(lg, shape=(vocab,)).copy())
-                if on_token is not None:
-                    on_token(seq, tok)
+                if on_token is not None and on_token(seq, tok):
+                    return 1
             except BaseException as e:  # noqa: BLE001 (re-raised after the call)
                 errors.append(e)
                 return 1
