@@ -7,7 +7,10 @@ rope scaling, Qwen2 (q/k/v biases, tied head).  In f32:
   - several prompts of different lengths through a batch smaller than their
     number (sequences leave and others join: continuous batching) give each
     the tokens it gets alone;
-  - sampling is reproducible from the seed, and the options are validated.
+  - sampling is reproducible from the seed, and the options are validated;
+  - GGUF files of the tiny models with Q4_0 / Q4_1 / Q8_0 weights (written
+    with the gguf package) match transformers over the dequantised weights,
+    quantised and dequantised in the engine.
 Skipped when torch or transformers is missing."""
 import os
 import sys
@@ -123,3 +126,26 @@ def test_sampling_seeded(tiny):
 def test_bad_paths(tmp_path):
     with pytest.raises(seqfuse.SeqfuseError):
         seqfuse.Engine(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_gguf_against_dequantised_reference(arch, tmp_path):
+    """A GGUF file of the tiny model with Q4_0 / Q4_1 / Q8_0 weights (llama:
+    q/k rows permuted as llama.cpp writes them): the engine, with the blocks
+    kept (sf_gemm_wq) and expanded (--dequantize), against transformers over
+    the dequantised weights."""
+    pytest.importorskip("gguf")
+    from make_tiny import write_gguf
+    model = make(str(tmp_path / "hf"), arch, seed=3)
+    path = str(tmp_path / f"{arch}.gguf")
+    ref_model = write_gguf(model, path, arch)
+    for dq in (False, True):
+        with seqfuse.Engine(path, max_seqs=2, max_seq_len=64, dequantize=dq) as e:
+            assert ("dequantised" in e.describe()) == dq
+            for p in PROMPTS[:3]:
+                r = e.generate([p], max_new_tokens=NEW, return_logits=True, ignore_eos=True)[0]
+                ref = hf_logits(ref_model, p + r["tokens"])
+                worst = max(np.abs(lg - ref[len(p) - 1 + j]).max() / np.abs(ref[len(p) - 1 + j]).max()
+                            for j, lg in enumerate(r["logits"]))
+                print(f"gguf {arch} dequantize={dq} prompt of {len(p)}: worst relative logit error {worst:.2e}")
+                assert worst < 1e-4, (arch, dq, p, worst)
