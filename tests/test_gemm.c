@@ -12,7 +12,7 @@
 #include "expect.h"
 
 static int checks = 0, failures = 0;
-static sf_ctx *ctx = NULL;
+static sf_ctx *ctx = NULL, *gctx = NULL; /* gctx: CUDA device 0, when there is one */
 
 static uint64_t rng_state = 20261204;
 static uint32_t rnd(void) {
@@ -107,7 +107,28 @@ static void run_case(sf_backend be, sf_dtype xdt, sf_dtype wdt, int64_t M, int64
     if (bias) p.bias = sf_tensor_contiguous(b, SF_F32, SF_DEVICE_CPU, 1, (int64_t[]){N});
     p.beta = beta;
     p.backend = be;
-    EXPECT_STATUS(sf_gemm(ctx, &p), SF_OK, NULL);
+    if (be == SF_BACKEND_CUDA) { /* the same call on device copies */
+        const size_t xb = (size_t)(M * xs + 1) * xe, wbts = (size_t)(N * ws + 1) * we, yb = (size_t)(M * ys + 1) * xe;
+        void *dx = NULL, *dw = NULL, *dy = NULL, *db = NULL;
+        sf_status st = sf_malloc(gctx, &dx, xb);
+        if (st == SF_OK) st = sf_malloc(gctx, &dw, wbts);
+        if (st == SF_OK) st = sf_malloc(gctx, &dy, yb);
+        if (st == SF_OK) st = sf_malloc(gctx, &db, (size_t)N * 4);
+        if (st == SF_OK) st = sf_memcpy(gctx, dx, x, xb);
+        if (st == SF_OK) st = sf_memcpy(gctx, dw, w, wbts);
+        if (st == SF_OK) st = sf_memcpy(gctx, dy, y, yb);
+        if (st == SF_OK) st = sf_memcpy(gctx, db, b, (size_t)N * 4);
+        sf_gemm_params d = p;
+        d.x.data = dx, d.w.data = dw, d.y.data = dy, d.x.device = d.w.device = d.y.device = 0;
+        if (bias) d.bias.data = db, d.bias.device = 0;
+        if (st == SF_OK) st = sf_gemm(gctx, &d);
+        if (st == SF_OK) st = sf_ctx_synchronize(gctx);
+        if (st == SF_OK) st = sf_memcpy(gctx, y, dy, yb);
+        EXPECT(st == SF_OK, "cuda gemm: %s: %s", sf_status_string(st), sf_ctx_last_error(gctx));
+        sf_free(gctx, dx), sf_free(gctx, dw), sf_free(gctx, dy), sf_free(gctx, db);
+    } else {
+        EXPECT_STATUS(sf_gemm(ctx, &p), SF_OK, NULL);
+    }
     double err2 = 0, ref2 = 0;
     int nan = 0;
     for (int64_t i = 0; i < M; i++)
@@ -147,6 +168,25 @@ static void test_random(void) {
                     run_case((sf_backend)be, dts[xi], dts[wi], shapes[s][0], shapes[s][1], shapes[s][2], 2, 1, 1.0f);
                 }
     run_case(SF_BACKEND_CPU, SF_F32, SF_F32, 9, 33, 20, 1, 1, -0.5f);
+}
+
+/* The CUDA backend (cuBLAS): x and w of one dtype, the same cases; skipped
+ * without a device. */
+static void test_cuda(void) {
+    if (sf_cuda_device_count() < 1 || sf_ctx_create(&gctx, 0) != SF_OK) {
+        printf("test_gemm: no CUDA device: the CUDA backend is not tested\n");
+        return;
+    }
+    const int64_t shapes[][3] = {{1, 1, 1}, {1, 7, 33}, {3, 5, 17}, {5, 257, 40}, {17, 300, 64}, {64, 96, 129},
+                                 {2, 513, 576}, {130, 1024, 576}};
+    const sf_dtype dts[3] = {SF_F32, SF_F16, SF_BF16};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int di = 0; di < 3; di++) {
+            run_case(SF_BACKEND_CUDA, dts[di], dts[di], shapes[s][0], shapes[s][1], shapes[s][2], (int)(s & 1) * 3, 0, 0.0f);
+            run_case(SF_BACKEND_CUDA, dts[di], dts[di], shapes[s][0], shapes[s][1], shapes[s][2], 2, 1, 1.0f);
+        }
+    sf_ctx_destroy(gctx);
+    gctx = NULL;
 }
 
 static void test_hand_and_errors(void) {
@@ -199,6 +239,7 @@ int main(void) {
     printf("test_gemm: seed %llu\n", (unsigned long long)rng_state);
     test_hand_and_errors();
     test_random();
+    test_cuda();
     sf_ctx_destroy(ctx);
     printf("test_gemm: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -2,6 +2,7 @@
  * public engine API (seqfuse.h, "The engine").  Streams the text as it
  * comes (UTF-8 split across tokens is fine: bytes are written as they
  * are), or prints one JSON object with --json; a summary line on stderr. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,6 +11,7 @@
  * waiting prompt joins at the next step (continuous batching).  Sampling
  * runs on the host from the logits the pass copies back.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
