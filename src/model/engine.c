@@ -306,12 +306,12 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
     int *slot_used = calloc((size_t)MS, sizeof(int));
     int *batch = malloc((size_t)MS * sizeof(int));
     int64_t *lens = malloc((size_t)MS * sizeof(int64_t)), *start = malloc((size_t)MS * sizeof(int64_t));
-    int32_t *bt = malloc((size_t)MS * MP * sizeof(int32_t));
+    int32_t *bt = malloc((size_t)MS * MP * sizeof(int32_t)), *slots = malloc((size_t)MS * sizeof(int32_t));
     int64_t maxp = 0;
     for (int i = 0; i < n; i++) maxp += gens[i].prompt_len;
     int32_t *ids = malloc((size_t)(maxp > MS ? maxp : MS) * sizeof(int32_t));
     sf_status st = SF_OK;
-    if (!qs || !slot_used || !batch || !lens || !start || !bt || !ids) {
+    if (!qs || !slot_used || !batch || !lens || !start || !bt || !slots || !ids) {
         st = efail(e, SF_ERR_OUT_OF_MEMORY, "sf_engine_generate: out of host memory");
         goto done;
     }
@@ -351,9 +351,10 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
             for (int b = 0; b < nb; b++) {
                 seq *q = &qs[batch[b]];
                 for (int k = 0; k < MP; k++) bt[b * MP + k] = k < q->npages ? q->pages[k] : 0;
+                slots[b] = q->slot;
             }
             const double t0 = now_ms();
-            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, e->logits, e->err, sizeof e->err);
+            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->logits, e->err, sizeof e->err);
             if (st != SF_OK) goto done;
             for (int b = 0; b < nb; b++) {
                 const int i = batch[b];
@@ -379,6 +380,7 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
             lens[nb] = 1, start[nb] = q->cached;
             ids[nb] = q->hist[q->nhist - 1];
             for (int k = 0; k < MP; k++) bt[nb * MP + k] = k < q->npages ? q->pages[k] : 0;
+            slots[nb] = q->slot;
             nb++;
         }
         if (nb == 0) {
@@ -393,7 +395,7 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
         }
         if (nb > stx.max_live) stx.max_live = nb;
         const double t0 = now_ms();
-        st = sfm_model_forward(e->m, nb, ids, lens, start, bt, e->logits, e->err, sizeof e->err);
+        st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->logits, e->err, sizeof e->err);
         if (st != SF_OK) goto done;
         for (int b = 0; b < nb; b++) {
             const int i = batch[b];
@@ -415,6 +417,6 @@ done:
         free(qs[i].text);
     }
     if (stats) *stats = stx;
-    free(qs), free(slot_used), free(batch), free(lens), free(start), free(bt), free(ids);
+    free(qs), free(slot_used), free(batch), free(lens), free(start), free(bt), free(slots), free(ids);
     return st;
 }

@@ -30,7 +30,7 @@ struct sfm_alloc {
     sfm_alloc *next;
 };
 
-static sf_status fail(char *err, size_t errlen, sf_status s, const char *fmt, ...) {
+sf_status sfm_model_fail(char *err, size_t errlen, sf_status s, const char *fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -57,7 +57,7 @@ static void *host_alloc(sfm_model *m, size_t bytes) {
     return p;
 }
 
-static void *dev_alloc(sfm_model *m, size_t bytes) {
+void *sfm_dev_alloc(sfm_model *m, size_t bytes) {
     void *p = NULL;
     if (sf_malloc(m->ctx, &p, bytes ? bytes : 1) != SF_OK) return NULL;
     if (!track(m, p, 1)) {
@@ -72,7 +72,7 @@ static void *dev_alloc(sfm_model *m, size_t bytes) {
 static void *to_device(sfm_model *m, const void *src, size_t bytes, size_t align) {
     m->weight_bytes += (int64_t)bytes;
     if (sf_ctx_device(m->ctx) == SF_DEVICE_CPU && ((uintptr_t)src % align) == 0) return (void *)(uintptr_t)src;
-    void *d = dev_alloc(m, bytes);
+    void *d = sfm_dev_alloc(m, bytes);
     if (d && sf_memcpy(m->ctx, d, src, bytes) != SF_OK) return NULL;
     return d;
 }
@@ -110,7 +110,7 @@ static sf_status repack(sfm_model *m, const sfm_tensor *t, sf_qweight *q, char *
     const int64_t rb = int4 ? k / 2 : k;
     void *d = host_alloc(m, (size_t)(n * rb)), *s = host_alloc(m, (size_t)(G * n) * 4);
     void *mn = t->type == SFM_W_Q4_1 ? host_alloc(m, (size_t)(G * n) * 4) : NULL;
-    if (!d || !s || (t->type == SFM_W_Q4_1 && !mn)) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory repacking %s", t->name);
+    if (!d || !s || (t->type == SFM_W_Q4_1 && !mn)) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory repacking %s", t->name);
     q->data = sf_tensor_contiguous(d, int4 ? SF_U8 : SF_I8, SF_DEVICE_CPU, 2, (int64_t[]){n, rb});
     q->scales = sf_tensor_contiguous(s, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
     if (mn) q->mins = sf_tensor_contiguous(mn, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
@@ -118,20 +118,20 @@ static sf_status repack(sfm_model *m, const sfm_tensor *t, sf_qweight *q, char *
     sf_ctx *hc = NULL;
     sf_status st = sf_ctx_create(&hc, SF_DEVICE_CPU);
     if (st == SF_OK) st = sf_repack_gguf(hc, gt, t->data, (size_t)t->nbytes, q);
-    if (st != SF_OK) fail(err, errlen, st, "repacking %s: %s", t->name, hc ? sf_ctx_last_error(hc) : "no context");
+    if (st != SF_OK) sfm_model_fail(err, errlen, st, "repacking %s: %s", t->name, hc ? sf_ctx_last_error(hc) : "no context");
     sf_ctx_destroy(hc);
     return st;
 }
 
 /* The f32 values of a (n, k) weight in host memory (owned by the model). */
-static sf_status host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err, size_t errlen) {
+sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err, size_t errlen) {
     const int64_t n = t->ndim == 2 ? t->shape[0] : 1, k = t->shape[t->ndim - 1];
     if (t->type == SFM_W_F32 && ((uintptr_t)t->data % 4) == 0) {
         *out = (float *)(uintptr_t)t->data;
         return SF_OK;
     }
     float *f = host_alloc(m, (size_t)(n * k) * 4);
-    if (!f) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
+    if (!f) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
     if (is_block(t->type)) {
         sf_qweight q;
         sf_status st = repack(m, t, &q, err, errlen);
@@ -140,43 +140,43 @@ static sf_status host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *
         st = sf_ctx_create(&hc, SF_DEVICE_CPU);
         const sf_tensor w = sf_tensor_contiguous(f, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){n, k});
         if (st == SF_OK) st = sf_dequantize_weights(hc, &q, &w);
-        if (st != SF_OK) fail(err, errlen, st, "dequantising %s: %s", t->name, hc ? sf_ctx_last_error(hc) : "no context");
+        if (st != SF_OK) sfm_model_fail(err, errlen, st, "dequantising %s: %s", t->name, hc ? sf_ctx_last_error(hc) : "no context");
         sf_ctx_destroy(hc);
         if (st != SF_OK) return st;
     } else if (t->type == SFM_W_F32 || t->type == SFM_W_F16 || t->type == SFM_W_BF16) {
         widen(t, f, n * k);
     } else {
-        return fail(err, errlen, SF_ERR_DTYPE, "%s: type %s is not a float or GGUF block type", t->name, sfm_wtype_name(t->type));
+        return sfm_model_fail(err, errlen, SF_ERR_DTYPE, "%s: type %s is not a float or GGUF block type", t->name, sfm_wtype_name(t->type));
     }
     *out = f;
     return SF_OK;
 }
 
-static const sfm_tensor *need(const sfm_checkpoint *ck, const char *name, char *err, size_t errlen) {
+const sfm_tensor *sfm_need(const sfm_checkpoint *ck, const char *name, char *err, size_t errlen) {
     const sfm_tensor *t = sfm_checkpoint_find(ck, name);
-    if (!t) fail(err, errlen, SF_ERR_INVALID_ARG, "the checkpoint has no tensor %s", name);
+    if (!t) sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "the checkpoint has no tensor %s", name);
     return t;
 }
 
 /* A 1-D float vector as f32 on the device. */
-static sf_status load_vec(sfm_model *m, const sfm_tensor *t, int64_t n, sf_tensor *out, char *err, size_t errlen) {
+sf_status sfm_load_vec(sfm_model *m, const sfm_tensor *t, int64_t n, sf_tensor *out, char *err, size_t errlen) {
     if (t->ndim != 1 || t->shape[0] != n)
-        return fail(err, errlen, SF_ERR_SHAPE, "%s: want shape (%lld)", t->name, (long long)n);
+        return sfm_model_fail(err, errlen, SF_ERR_SHAPE, "%s: want shape (%lld)", t->name, (long long)n);
     float *f;
-    sf_status st = host_f32(m, t, &f, err, errlen);
+    sf_status st = sfm_host_f32(m, t, &f, err, errlen);
     if (st != SF_OK) return st;
     void *d = to_device(m, f, (size_t)n * 4, 4);
-    if (!d) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+    if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
     *out = sf_tensor_contiguous(d, SF_F32, sf_ctx_device(m->ctx), 1, (int64_t[]){n});
     return SF_OK;
 }
 
-static sf_status load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *bias, int64_t n, int64_t k,
+sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *bias, int64_t n, int64_t k,
                              int dequantize, sfm_linear *L, char *err, size_t errlen) {
     memset(L, 0, sizeof *L);
     L->n = n, L->k = k;
     if (t->ndim != 2 || t->shape[0] != n || t->shape[1] != k)
-        return fail(err, errlen, SF_ERR_SHAPE, "%s: want shape (%lld, %lld)", t->name, (long long)n, (long long)k);
+        return sfm_model_fail(err, errlen, SF_ERR_SHAPE, "%s: want shape (%lld, %lld)", t->name, (long long)n, (long long)k);
     const int dev = sf_ctx_device(m->ctx);
     sf_status st;
     if (is_block(t->type) && !dequantize) {
@@ -187,16 +187,16 @@ static sf_status load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor
             if (!parts[i]->data) continue;
             const size_t bytes = (size_t)(parts[i]->shape[0] * parts[i]->shape[1]) * sf_dtype_size(parts[i]->dtype);
             void *d = to_device(m, parts[i]->data, bytes, 16);
-            if (!d) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+            if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
             parts[i]->data = d, parts[i]->device = dev;
         }
         L->quant = 1;
     } else if (is_block(t->type)) {
         float *f;
-        st = host_f32(m, t, &f, err, errlen);
+        st = sfm_host_f32(m, t, &f, err, errlen);
         if (st != SF_OK) return st;
         void *d = to_device(m, f, (size_t)(n * k) * 4, 4);
-        if (!d) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+        if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
         L->w = sf_tensor_contiguous(d, SF_F32, dev, 2, (int64_t[]){n, k});
     } else if (t->type == SFM_W_F32 || t->type == SFM_W_F16 || t->type == SFM_W_BF16) {
         const sf_dtype dt = t->type == SFM_W_F32 ? SF_F32 : t->type == SFM_W_F16 ? SF_F16 : SF_BF16;
@@ -204,17 +204,17 @@ static sf_status load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor
         const void *src = t->data;
         if ((uintptr_t)src % es) { /* unaligned safetensors data: an aligned copy */
             void *c = host_alloc(m, (size_t)t->nbytes);
-            if (!c) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
+            if (!c) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
             memcpy(c, src, (size_t)t->nbytes);
             src = c;
         }
         void *d = to_device(m, src, (size_t)t->nbytes, es);
-        if (!d) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+        if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
         L->w = sf_tensor_contiguous(d, dt, dev, 2, (int64_t[]){n, k});
     } else {
-        return fail(err, errlen, SF_ERR_DTYPE, "%s: type %s cannot be a Linear weight", t->name, sfm_wtype_name(t->type));
+        return sfm_model_fail(err, errlen, SF_ERR_DTYPE, "%s: type %s cannot be a Linear weight", t->name, sfm_wtype_name(t->type));
     }
-    if (bias) return load_vec(m, bias, n, &L->bias, err, errlen);
+    if (bias) return sfm_load_vec(m, bias, n, &L->bias, err, errlen);
     return SF_OK;
 }
 
@@ -227,6 +227,7 @@ void sfm_model_destroy(sfm_model *m) {
         free(a);
         a = nx;
     }
+    for (int l = 0; m->layers && l < m->cfg->num_layers; l++) free(m->layers[l].mamba);
     free(m->layers);
     free(m->kpool);
     free(m->vpool);
@@ -253,23 +254,25 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
     const int64_t D = c->hidden_size, QD = (int64_t)c->num_heads * c->head_dim;
     const int64_t KD = (int64_t)c->num_kv_heads * c->head_dim, F = c->intermediate_size;
     const size_t es = sf_dtype_size(m->act);
-    void **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->tmp, &m->g, &m->u, &m->a};
-    const int64_t width[] = {D, D, QD, KD, KD, QD, D > F ? D : F, F, F, F};
-    for (int i = 0; i < 10; i++) {
+    const int64_t E = c->ssm_inner, CD = E + 2 * (int64_t)c->ssm_groups * c->ssm_state;
+    void **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->tmp, &m->g, &m->u, &m->a,
+                     &m->zxd, &m->xbc, &m->y, &m->yn};
+    const int64_t width[] = {D, D, QD, KD, KD, QD, D > F ? D : F, F, F, F, E ? E + CD + c->ssm_heads : 0, E ? CD : 0, E, E};
+    for (int i = 0; i < 14; i++) {
         if (*bufs[i]) release(m, *bufs[i]);
-        *bufs[i] = dev_alloc(m, (size_t)(rows * width[i]) * es);
-        if (!*bufs[i]) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %lld activation rows", (long long)rows);
+        *bufs[i] = sfm_dev_alloc(m, (size_t)(rows * width[i]) * es);
+        if (!*bufs[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %lld activation rows", (long long)rows);
     }
     void **hb[] = {(void **)&m->stage, (void **)&m->pos_h};
-    const size_t hsz[] = {(size_t)(rows * D) * 4, (size_t)(rows + m->max_seqs * (m->max_pages_per_seq + 4) + 8) * 4};
+    const size_t hsz[] = {(size_t)(rows * D) * 4, (size_t)(rows + m->max_seqs * (m->max_pages_per_seq + 5) + 8) * 4};
     for (int i = 0; i < 2; i++) {
         if (*hb[i]) release(m, *hb[i]);
         *hb[i] = host_alloc(m, hsz[i]);
-        if (!*hb[i]) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no host memory for %lld rows", (long long)rows);
+        if (!*hb[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no host memory for %lld rows", (long long)rows);
     }
     if (m->pos_d) release(m, m->pos_d);
-    m->pos_d = dev_alloc(m, (size_t)rows * 4);
-    if (!m->pos_d) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
+    m->pos_d = sfm_dev_alloc(m, (size_t)rows * 4);
+    if (!m->pos_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
     m->cap_rows = rows;
     return SF_OK;
 }
@@ -279,11 +282,11 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
                            char *err, size_t errlen) {
     *out = NULL;
     const sfm_config *c = sfm_checkpoint_config(ck);
-    if (c->arch != SFM_ARCH_LLAMA && c->arch != SFM_ARCH_QWEN2)
-        return fail(err, errlen, SF_ERR_UNSUPPORTED, "architecture %s is not supported by the engine yet (llama, qwen2)",
+    if (c->arch != SFM_ARCH_LLAMA && c->arch != SFM_ARCH_QWEN2 && c->arch != SFM_ARCH_MAMBA2)
+        return sfm_model_fail(err, errlen, SF_ERR_UNSUPPORTED, "architecture %s is not supported by the engine yet (llama, qwen2, mamba2)",
                     sfm_arch_name(c->arch));
     sfm_model *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!m) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
     m->ctx = ctx, m->cfg = c, m->act = SF_F32;
     m->page_size = page_size, m->num_pages = num_pages, m->max_seqs = max_seqs, m->max_pages_per_seq = max_pages_per_seq;
     const int L = c->num_layers, dev = sf_ctx_device(ctx);
@@ -294,11 +297,11 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
     m->vpool = calloc((size_t)L, sizeof *m->vpool);
     sf_status st = SF_OK;
     if (!m->layers || !m->kpool || !m->vpool) {
-        st = fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
+        st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
         goto bad;
     }
 #define NEED(var, name)                                      \
-    const sfm_tensor *var = need(ck, name, err, errlen);     \
+    const sfm_tensor *var = sfm_need(ck, name, err, errlen);     \
     if (!var) {                                              \
         st = SF_ERR_INVALID_ARG;                             \
         goto bad;                                            \
@@ -306,13 +309,14 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
 #define TRY(call)                    \
     if ((st = (call)) != SF_OK) goto bad
     {
-        NEED(emb, "model.embed_tokens.weight");
+        const int mamba2 = c->arch == SFM_ARCH_MAMBA2;
+        NEED(emb, mamba2 ? "backbone.embeddings.weight" : "model.embed_tokens.weight");
         float *ef;
-        TRY(host_f32(m, emb, &ef, err, errlen));
+        TRY(sfm_host_f32(m, emb, &ef, err, errlen));
         m->embed = ef;
         m->weight_bytes += V * D * 4;
-        NEED(fn, "model.norm.weight");
-        TRY(load_vec(m, fn, D, &m->final_norm, err, errlen));
+        NEED(fn, mamba2 ? "backbone.norm_f.weight" : "model.norm.weight");
+        TRY(sfm_load_vec(m, fn, D, &m->final_norm, err, errlen));
         if (c->tie_embeddings) {
             if (dev == SF_DEVICE_CPU && (!is_block(emb->type) || dequantize)) {
                 /* the f32 lookup table serves as the head (quantised tables
@@ -320,21 +324,29 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
                 m->lm_head.n = V, m->lm_head.k = D;
                 m->lm_head.w = sf_tensor_contiguous((void *)ef, SF_F32, dev, 2, (int64_t[]){V, D});
             } else {
-                TRY(load_linear(m, emb, NULL, V, D, dequantize, &m->lm_head, err, errlen));
+                TRY(sfm_load_linear(m, emb, NULL, V, D, dequantize, &m->lm_head, err, errlen));
             }
         } else {
             NEED(lm, "lm_head.weight");
-            TRY(load_linear(m, lm, NULL, V, D, dequantize, &m->lm_head, err, errlen));
+            TRY(sfm_load_linear(m, lm, NULL, V, D, dequantize, &m->lm_head, err, errlen));
         }
     }
     for (int l = 0; l < L; l++) {
         sfm_layer *ly = &m->layers[l];
         char nm[160];
+        if (c->arch == SFM_ARCH_MAMBA2) {
+            snprintf(nm, sizeof nm, "backbone.layers.%d.norm.weight", l);
+            NEED(mn, nm);
+            TRY(sfm_load_vec(m, mn, D, &ly->in_norm, err, errlen));
+            snprintf(nm, sizeof nm, "backbone.layers.%d.mixer", l);
+            TRY(sfm_mamba_load(m, ck, nm, dequantize, &ly->mamba, err, errlen));
+            continue;
+        }
 #define NAME(suffix) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix), nm)
         NEED(in, NAME("input_layernorm.weight"));
-        TRY(load_vec(m, in, D, &ly->in_norm, err, errlen));
+        TRY(sfm_load_vec(m, in, D, &ly->in_norm, err, errlen));
         NEED(post, NAME("post_attention_layernorm.weight"));
-        TRY(load_vec(m, post, D, &ly->post_norm, err, errlen));
+        TRY(sfm_load_vec(m, post, D, &ly->post_norm, err, errlen));
         const char *proj[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
         sfm_linear *lins[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
@@ -345,7 +357,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
             snprintf(bn, sizeof bn, "model.layers.%d.%s.bias", l, proj[i]);
             NEED(w, wn);
             const sfm_tensor *b = i < 3 && c->attn_bias ? sfm_checkpoint_find(ck, bn) : NULL;
-            TRY(load_linear(m, w, b, ns[i], ks[i], dequantize, lins[i], err, errlen));
+            TRY(sfm_load_linear(m, w, b, ns[i], ks[i], dequantize, lins[i], err, errlen));
         }
 #undef NAME
     }
@@ -353,10 +365,10 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
     {
         const int64_t pool_elems = num_pages * page_size * KD;
         for (int l = 0; l < L; l++) {
-            void *kp = dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
-            void *vp = dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
+            void *kp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
+            void *vp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
             if (!kp || !vp) {
-                st = fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the KV cache (%lld pages)", (long long)num_pages);
+                st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the KV cache (%lld pages)", (long long)num_pages);
                 goto bad;
             }
             const int64_t shp[4] = {num_pages, page_size, c->num_kv_heads, hd};
@@ -364,13 +376,14 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
             m->vpool[l] = sf_tensor_contiguous(vp, m->act, dev, 4, shp);
         }
         m->kv_bytes = 2 * L * pool_elems * (int64_t)sf_dtype_size(m->act);
-        m->logits = dev_alloc(m, (size_t)(max_seqs * V) * 4);
-        m->cu_d = dev_alloc(m, (size_t)(max_seqs + 1) * 4);
-        m->bt_d = dev_alloc(m, (size_t)max_seqs * max_pages_per_seq * 4);
-        m->len_d = dev_alloc(m, (size_t)max_seqs * 4);
-        m->clen_d = dev_alloc(m, (size_t)max_seqs * 4);
-        if (!m->logits || !m->cu_d || !m->bt_d || !m->len_d || !m->clen_d) {
-            st = fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the step buffers");
+        m->logits = sfm_dev_alloc(m, (size_t)(max_seqs * V) * 4);
+        m->slots_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
+        m->cu_d = sfm_dev_alloc(m, (size_t)(max_seqs + 1) * 4);
+        m->bt_d = sfm_dev_alloc(m, (size_t)max_seqs * max_pages_per_seq * 4);
+        m->len_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
+        m->clen_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
+        if (!m->logits || !m->slots_d || !m->cu_d || !m->bt_d || !m->len_d || !m->clen_d) {
+            st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the step buffers");
             goto bad;
         }
     }
@@ -393,7 +406,7 @@ static sf_tensor t2(void *p, sf_dtype dt, int dev, int64_t r, int64_t c) {
 }
 
 /* y (M, L->n) = x (M, L->k) W^T (+ bias). */
-static sf_status linear(sfm_model *m, const sfm_linear *L, void *x, int64_t M, void *y) {
+sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M, void *y) {
     const int dev = sf_ctx_device(m->ctx);
     if (L->quant) {
         sf_gemm_wq_params p;
@@ -436,35 +449,35 @@ static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T) {
     do {                                                                                             \
         sf_status s_ = (call);                                                                       \
         if (s_ != SF_OK)                                                                             \
-            return fail(err, errlen, s_, "layer %d: %s: %s", l, #call, sf_ctx_last_error(m->ctx));  \
+            return sfm_model_fail(err, errlen, s_, "layer %d: %s: %s", l, #call, sf_ctx_last_error(m->ctx));  \
     } while (0)
 
 sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
-                            const int64_t *start, const int32_t *block_table, float *logits,
-                            char *err, size_t errlen) {
+                            const int64_t *start, const int32_t *block_table, const int32_t *slots,
+                            float *logits, char *err, size_t errlen) {
     const sfm_config *c = m->cfg;
     const int dev = sf_ctx_device(m->ctx);
     const int64_t D = c->hidden_size, V = c->vocab_size, hd = c->head_dim;
     const int H = c->num_heads, Hkv = c->num_kv_heads;
     const int MP = m->max_pages_per_seq;
-    if (n < 1 || n > m->max_seqs) return fail(err, errlen, SF_ERR_INVALID_ARG, "batch of %d sequences (1 to %d)", n, m->max_seqs);
+    if (n < 1 || n > m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "batch of %d sequences (1 to %d)", n, m->max_seqs);
     int64_t T = 0;
     int decode = 1;
     for (int i = 0; i < n; i++) {
         if (lens[i] < 1 || start[i] < 0 || start[i] + lens[i] > (int64_t)MP * m->page_size)
-            return fail(err, errlen, SF_ERR_INVALID_ARG, "sequence %d: %lld new tokens at %lld do not fit", i, (long long)lens[i],
+            return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "sequence %d: %lld new tokens at %lld do not fit", i, (long long)lens[i],
                         (long long)start[i]);
         if (lens[i] != 1) decode = 0;
         T += lens[i];
     }
     if (!decode)
         for (int i = 0; i < n; i++)
-            if (start[i] != 0) return fail(err, errlen, SF_ERR_INVALID_ARG, "a prefill starts at position 0 (sequence %d at %lld)", i, (long long)start[i]);
+            if (start[i] != 0) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "a prefill starts at position 0 (sequence %d at %lld)", i, (long long)start[i]);
     sf_status st = ensure_rows(m, T, err, errlen);
     if (st != SF_OK) return st;
     /* host side: embedding rows and index buffers */
     for (int64_t t = 0; t < T; t++) {
-        if (ids[t] < 0 || ids[t] >= V) return fail(err, errlen, SF_ERR_INDEX, "token id %d is outside the vocabulary (%lld)", ids[t], (long long)V);
+        if (ids[t] < 0 || ids[t] >= V) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "token id %d is outside the vocabulary (%lld)", ids[t], (long long)V);
         memcpy(m->stage + t * D, m->embed + (int64_t)ids[t] * D, (size_t)D * 4);
     }
     int32_t *pos = m->pos_h, *cu = pos + T, *len = cu + n + 1, *clen = len + n;
@@ -482,6 +495,9 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
     STEP(sf_memcpy(m->ctx, m->len_d, len, (size_t)n * 4));
     STEP(sf_memcpy(m->ctx, m->clen_d, clen, (size_t)n * 4));
     STEP(sf_memcpy(m->ctx, m->bt_d, block_table, (size_t)n * MP * 4));
+    for (int i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "state slot %d of sequence %d", slots[i], i);
+    STEP(sf_memcpy(m->ctx, m->slots_d, slots, (size_t)n * 4));
 
     const sf_tensor bt = t2(m->bt_d, SF_I32, dev, n, MP);
     const sf_tensor lens_t = sf_tensor_contiguous(m->len_d, SF_I32, dev, 1, (int64_t[]){n});
@@ -497,9 +513,15 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
     STEP(norm(m, NULL, &m->layers[0].in_norm, T));
     for (l = 0; l < c->num_layers; l++) {
         const sfm_layer *ly = &m->layers[l];
-        STEP(linear(m, &ly->q, m->h, T, m->q));
-        STEP(linear(m, &ly->k, m->h, T, m->k));
-        STEP(linear(m, &ly->v, m->h, T, m->v));
+        const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
+        if (ly->mamba) {
+            if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, decode, err, errlen)) != SF_OK) return st;
+            STEP(norm(m, m->tmp, next_norm, T));
+            continue;
+        }
+        STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
+        STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
+        STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
         sf_rope_params rp;
         sf_rope_params_init(&rp);
         rp.q = qt, rp.k = kt;
@@ -550,26 +572,26 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
             fp.causal = 1;
             STEP(sf_attn_fwd(m->ctx, &fp));
         }
-        STEP(linear(m, &ly->o, m->att, T, m->tmp));
+        STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
         STEP(norm(m, m->tmp, &ly->post_norm, T));
-        STEP(linear(m, &ly->gate, m->h, T, m->g));
-        STEP(linear(m, &ly->up, m->h, T, m->u));
+        STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
+        STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
         sf_swiglu_params sp;
         sf_swiglu_params_init(&sp);
         sp.gate = t2(m->g, m->act, dev, T, c->intermediate_size);
         sp.up = t2(m->u, m->act, dev, T, c->intermediate_size);
         sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
         STEP(sf_swiglu(m->ctx, &sp));
-        STEP(linear(m, &ly->down, m->a, T, m->tmp));
-        STEP(norm(m, m->tmp, l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm, T));
+        STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
+        STEP(norm(m, m->tmp, next_norm, T));
     }
     l = c->num_layers;
     const size_t es = sf_dtype_size(m->act);
     if (decode) {
-        STEP(linear(m, &m->lm_head, m->h, n, m->logits));
+        STEP(sfm_linear_apply(m, &m->lm_head, m->h, n, m->logits));
     } else {
         for (int i = 0; i < n; i++)
-            STEP(linear(m, &m->lm_head, (char *)m->h + (size_t)(cu[i + 1] - 1) * (size_t)D * es, 1,
+            STEP(sfm_linear_apply(m, &m->lm_head, (char *)m->h + (size_t)(cu[i + 1] - 1) * (size_t)D * es, 1,
                         (char *)m->logits + (size_t)i * (size_t)V * 4));
     }
     STEP(sf_memcpy(m->ctx, logits, m->logits, (size_t)(n * V) * 4));

@@ -18,9 +18,21 @@ typedef struct sfm_linear {
     int64_t n, k;
 } sfm_linear;
 
+/* A Mamba-2 mixer (transformers' Mamba2Mixer): in_proj -> [z | xBC | dt],
+ * causal conv1d + SiLU on xBC, SSD with D, gated RMSNorm with z, out_proj. */
+typedef struct sfm_mamba {
+    sfm_linear in_proj, out_proj;
+    sf_tensor conv_w, conv_b;     /* (conv_dim, W) f32, (conv_dim) f32 or absent */
+    sf_tensor A, D, dt_bias;      /* (H) f32: A = -exp(A_log)                    */
+    sf_tensor norm;               /* (E) f32: the gated norm's weight            */
+    sf_tensor conv_state;         /* (max_seqs, conv_dim, W-1) f32, per slot     */
+    sf_tensor ssm_state;          /* (max_seqs, H, P, N) f32, per slot           */
+} sfm_mamba;
+
 typedef struct sfm_layer {
-    sf_tensor in_norm, post_norm; /* (D) f32 */
+    sf_tensor in_norm, post_norm; /* (D) f32; Mamba-2 layers: in_norm only */
     sfm_linear q, k, v, o, gate, up, down;
+    sfm_mamba *mamba;             /* non-NULL: a Mamba-2 layer */
 } sfm_layer;
 
 typedef struct sfm_alloc sfm_alloc;
@@ -41,6 +53,9 @@ typedef struct sfm_model {
     /* activations, cap_rows token rows */
     int64_t cap_rows;
     void *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *a;
+    void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */
+    int32_t *slots_h;          /* host staging of the state slots         */
+    void *slots_d;
     void *logits;              /* (max_seqs, V) on the device              */
     float *stage;              /* host (cap_rows, D): embedding rows      */
     int32_t *pos_h;            /* host staging of the index buffers       */
@@ -65,7 +80,28 @@ void sfm_model_destroy(sfm_model *m);
  * K/V of the new tokens are written to the pages; logits (host, (n, V) f32)
  * get the logits after each sequence's last new token. */
 sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
-                            const int64_t *start, const int32_t *block_table, float *logits,
-                            char *err, size_t errlen);
+                            const int64_t *start, const int32_t *block_table, const int32_t *slots,
+                            float *logits, char *err, size_t errlen);
+
+/* Shared by model.c and mamba.c. */
+sf_status sfm_model_fail(char *err, size_t errlen, sf_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+void *sfm_dev_alloc(sfm_model *m, size_t bytes);
+sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err, size_t errlen);
+const sfm_tensor *sfm_need(const sfm_checkpoint *ck, const char *name, char *err, size_t errlen);
+sf_status sfm_load_vec(sfm_model *m, const sfm_tensor *t, int64_t n, sf_tensor *out, char *err, size_t errlen);
+sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *bias, int64_t n, int64_t k,
+                          int dequantize, sfm_linear *L, char *err, size_t errlen);
+sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M, void *y);
+/* mamba.c: the weights and state slots of Mamba-2 layer l ("prefix" names
+ * its mixer), and the mixer over the batch: m->h in, m->tmp out.  cu holds
+ * the batch's row offsets (n+1, host), slots its state slots (device, n). */
+sf_status sfm_mamba_load(sfm_model *m, const sfm_checkpoint *ck, const char *prefix, int dequantize,
+                         sfm_mamba **out, char *err, size_t errlen);
+sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, const int32_t *cu,
+                          const int32_t *slots_h, int decode, char *err, size_t errlen);
 
 #endif

@@ -1,13 +1,14 @@
 """Tiny random-weight checkpoints written by transformers, for the engine's
-tests: LlamaForCausalLM (GQA, untied head; optionally llama3 rope scaling)
-and Qwen2ForCausalLM (q/k/v biases, tied embeddings), f32 safetensors.
+tests: LlamaForCausalLM (GQA, untied head; optionally llama3 rope scaling),
+Qwen2ForCausalLM (q/k/v biases, tied embeddings) and Mamba2ForCausalLM
+(2 groups, chunk 64), f32 safetensors; and GGUF files of the first two.
 
 Weights are redrawn with a spread wide enough that the logits of
 neighbouring tokens differ well beyond f32 rounding (transformers' default
 init, std 0.02, makes nearly flat logits: greedy decoding would be decided
 by rounding).
 
-usage: python make_tiny.py OUT_DIR [llama|llama3|qwen2] [SEED]
+usage: python make_tiny.py OUT_DIR [llama|llama3|qwen2|mamba2] [SEED]
 """
 import math
 import sys
@@ -28,17 +29,25 @@ def make(out_dir, arch="llama", seed=0):
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
         cfg = transformers.LlamaConfig(rope_theta=10000.0, tie_word_embeddings=False, **common, **extra)
         model = transformers.LlamaForCausalLM(cfg)
+    elif arch == "mamba2":
+        cfg = transformers.Mamba2Config(vocab_size=320, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16,
+                                        expand=2, n_groups=2, state_size=16, conv_kernel=4, chunk_size=64,
+                                        layer_norm_epsilon=1e-5, tie_word_embeddings=False, bos_token_id=1,
+                                        eos_token_id=2, pad_token_id=0)
+        model = transformers.Mamba2ForCausalLM(cfg)
     elif arch == "qwen2":
         cfg = transformers.Qwen2Config(rope_theta=1000000.0, tie_word_embeddings=True, **common)
         model = transformers.Qwen2ForCausalLM(cfg)
     else:
-        raise ValueError("arch must be llama, llama3 or qwen2")
+        raise ValueError("arch must be llama, llama3, qwen2 or mamba2")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.3 * torch.randn_like(p))
+            elif name.endswith("conv1d.weight"):
+                p.copy_(0.5 * torch.randn_like(p))
             elif p.dim() == 2 and "embed" not in name and "lm_head" not in name:
                 p.copy_(torch.randn_like(p) / math.sqrt(p.shape[1]))
             else:

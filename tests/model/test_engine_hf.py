@@ -1,6 +1,6 @@
 """The engine against transformers on tiny random-weight checkpoints written
 here (tests/model/make_tiny.py): Llama (GQA, untied head), Llama with llama3
-rope scaling, Qwen2 (q/k/v biases, tied head).  In f32:
+rope scaling, Qwen2 (q/k/v biases, tied head), Mamba-2.  In f32:
   - the logits of every step (the prefill's last position, then every decode
     step) match transformers' forward over the same tokens;
   - greedy continuations match transformers' generate token for token;
@@ -11,7 +11,8 @@ rope scaling, Qwen2 (q/k/v biases, tied head).  In f32:
   - GGUF files of the tiny models with Q4_0 / Q4_1 / Q8_0 weights (written
     with the gguf package) match transformers over the dequantised weights,
     quantised and dequantised in the engine.
-Skipped when torch or transformers is missing."""
+Mamba-2 (transformers' Mamba2ForCausalLM, its torch path) is checked the
+same way.  Skipped when torch or transformers is missing."""
 import os
 import sys
 
@@ -29,10 +30,12 @@ import seqfuse  # noqa: E402
 from make_tiny import make  # noqa: E402
 
 PROMPTS = [[1, 5, 9, 33, 200, 7], [1, 17], [1, 300, 2, 44, 91, 12, 8, 150, 3, 77, 19], [1, 250, 6]]
+# longer than a Mamba-2 chunk (64): the scan carries state across chunks
+LONG = [1] + [(7 * i + 3) % 317 + 3 for i in range(70)]
 NEW = 12
 
 
-@pytest.fixture(scope="module", params=["llama", "llama3", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "llama3", "qwen2", "mamba2"])
 def tiny(request, tmp_path_factory):
     d = tmp_path_factory.mktemp(request.param)
     model = make(str(d), request.param, seed=7)
@@ -46,9 +49,9 @@ def hf_logits(model, ids):
 
 def test_logits_every_step(tiny):
     arch, path, model = tiny
-    with seqfuse.Engine(path, max_seqs=4, max_seq_len=64, page_size=4) as e:
+    with seqfuse.Engine(path, max_seqs=4, max_seq_len=128, page_size=4) as e:
         assert e.vocab_size == 320 and arch.rstrip("3") in e.describe()
-        for p in PROMPTS:
+        for p in PROMPTS + [LONG]:
             r = e.generate([p], max_new_tokens=NEW, return_logits=True, ignore_eos=True)[0]
             assert len(r["tokens"]) == NEW and len(r["logits"]) == NEW
             ref = hf_logits(model, p + r["tokens"])
