@@ -1063,8 +1063,10 @@ SF_API sf_status sf_gemm(sf_ctx *ctx, const sf_gemm_params *p);
 /* ------------------------------------------------------------------ */
 /*
  * An engine holds one model (a Hugging Face directory with config.json and
- * safetensors, or a GGUF file; LlamaForCausalLM and Qwen2ForCausalLM), its
- * tokenizer, a context on the chosen device and a paged KV cache.
+ * safetensors, or a GGUF file; LlamaForCausalLM, Qwen2ForCausalLM,
+ * Mamba2ForCausalLM and the hybrid BambaForCausalLM), its
+ * tokenizer, a context on the chosen device, a paged KV cache (attention
+ * layers) and one conv and one SSM state per sequence slot (Mamba layers).
  * sf_engine_generate runs prompts to completion: the prompts admitted
  * together are prefilled in one pass (variable lengths), then every live
  * sequence decodes one token a step; a sequence that finishes (EOS, a stop

@@ -1,6 +1,6 @@
-/* model.c - the transformer decoder over the public ops.
+/* model.c - the decoder over the public ops.
  *
- * Per layer, for T new tokens (rows) of a batch:
+ * Per attention layer, for T new tokens (rows) of a batch:
  *   h = RMSNorm(x)                          (fused with the previous residual add)
  *   q, k, v = h Wq^T (+ b), h Wk^T (+ b), h Wv^T (+ b)
  *   RoPE on q and k at each token's position (sf_rope)
@@ -10,7 +10,10 @@
  *   t = att Wo^T;  x += t, h = RMSNorm(x)   (sf_add_rmsnorm, in place on x)
  *   t = (silu(h Wg^T) * h Wu^T) Wd^T        (sf_gemm or sf_gemm_wq, sf_swiglu)
  *   x += t, h = RMSNorm_next(x)             (the next layer's, or the final norm)
- * then logits = h Wlm^T at each sequence's last row.  Activations live on the
+ * A Mamba-2 layer (mamba.c) puts its mixer in place of the attention: alone
+ * in Mamba2ForCausalLM (no MLP: t = mixer(h), x += t, h = RMSNorm_next(x)),
+ * followed by the MLP in the Bamba hybrid.
+ * Then logits = h Wlm^T at each sequence's last row.  Activations live on the
  * context's device in `act` (f32 on the CPU); the host only writes the
  * embedding rows and the small index buffers (positions, cu_seqlens, block
  * table, lengths) before the pass, and reads the logits after it.
@@ -282,9 +285,8 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
                            char *err, size_t errlen) {
     *out = NULL;
     const sfm_config *c = sfm_checkpoint_config(ck);
-    if (c->arch != SFM_ARCH_LLAMA && c->arch != SFM_ARCH_QWEN2 && c->arch != SFM_ARCH_MAMBA2)
-        return sfm_model_fail(err, errlen, SF_ERR_UNSUPPORTED, "architecture %s is not supported by the engine yet (llama, qwen2, mamba2)",
-                    sfm_arch_name(c->arch));
+    if (c->arch != SFM_ARCH_LLAMA && c->arch != SFM_ARCH_QWEN2 && c->arch != SFM_ARCH_MAMBA2 && c->arch != SFM_ARCH_HYBRID)
+        return sfm_model_fail(err, errlen, SF_ERR_UNSUPPORTED, "architecture %s is not supported by the engine", sfm_arch_name(c->arch));
     sfm_model *m = calloc(1, sizeof *m);
     if (!m) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
     m->ctx = ctx, m->cfg = c, m->act = SF_F32;
@@ -315,7 +317,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
         TRY(sfm_host_f32(m, emb, &ef, err, errlen));
         m->embed = ef;
         m->weight_bytes += V * D * 4;
-        NEED(fn, mamba2 ? "backbone.norm_f.weight" : "model.norm.weight");
+        NEED(fn, mamba2 ? "backbone.norm_f.weight" : c->arch == SFM_ARCH_HYBRID ? "model.final_layernorm.weight" : "model.norm.weight");
         TRY(sfm_load_vec(m, fn, D, &m->final_norm, err, errlen));
         if (c->tie_embeddings) {
             if (dev == SF_DEVICE_CPU && (!is_block(emb->type) || dequantize)) {
@@ -342,18 +344,26 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
             TRY(sfm_mamba_load(m, ck, nm, dequantize, &ly->mamba, err, errlen));
             continue;
         }
+        /* Llama / Qwen2, and the hybrid (Bamba: pre_ff_layernorm, feed_forward,
+         * a Mamba-2 mixer in place of attention outside attn_layer_indices) */
+        const int hybrid = c->arch == SFM_ARCH_HYBRID, attn = !hybrid || c->layer_is_attn[l];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix), nm)
         NEED(in, NAME("input_layernorm.weight"));
         TRY(sfm_load_vec(m, in, D, &ly->in_norm, err, errlen));
-        NEED(post, NAME("post_attention_layernorm.weight"));
+        NEED(post, NAME(hybrid ? "pre_ff_layernorm.weight" : "post_attention_layernorm.weight"));
         TRY(sfm_load_vec(m, post, D, &ly->post_norm, err, errlen));
+        if (!attn) {
+            snprintf(nm, sizeof nm, "model.layers.%d.mamba", l);
+            TRY(sfm_mamba_load(m, ck, nm, dequantize, &ly->mamba, err, errlen));
+        }
+        const char *mlp = hybrid ? "feed_forward" : "mlp";
         const char *proj[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+                               "gate_proj", "up_proj", "down_proj"};
         sfm_linear *lins[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
         const int64_t ns[7] = {QD, KD, KD, D, F, F, D}, ks[7] = {D, D, D, QD, D, D, F};
-        for (int i = 0; i < 7; i++) {
+        for (int i = attn ? 0 : 4; i < 7; i++) {
             char wn[160], bn[160];
-            snprintf(wn, sizeof wn, "model.layers.%d.%s.weight", l, proj[i]);
+            snprintf(wn, sizeof wn, "model.layers.%d.%s%s%s.weight", l, i < 4 ? "" : mlp, i < 4 ? "" : ".", proj[i]);
             snprintf(bn, sizeof bn, "model.layers.%d.%s.bias", l, proj[i]);
             NEED(w, wn);
             const sfm_tensor *b = i < 3 && c->attn_bias ? sfm_checkpoint_find(ck, bn) : NULL;
@@ -365,6 +375,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
     {
         const int64_t pool_elems = num_pages * page_size * KD;
         for (int l = 0; l < L; l++) {
+            if (m->layers[l].mamba) continue; /* no KV pages in a Mamba layer */
             void *kp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
             void *vp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
             if (!kp || !vp) {
@@ -375,7 +386,8 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
             m->kpool[l] = sf_tensor_contiguous(kp, m->act, dev, 4, shp);
             m->vpool[l] = sf_tensor_contiguous(vp, m->act, dev, 4, shp);
         }
-        m->kv_bytes = 2 * L * pool_elems * (int64_t)sf_dtype_size(m->act);
+        for (int l = 0; l < L; l++)
+            if (!m->layers[l].mamba) m->kv_bytes += 2 * pool_elems * (int64_t)sf_dtype_size(m->act);
         m->logits = sfm_dev_alloc(m, (size_t)(max_seqs * V) * 4);
         m->slots_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
         m->cu_d = sfm_dev_alloc(m, (size_t)(max_seqs + 1) * 4);
@@ -516,8 +528,11 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
         if (ly->mamba) {
             if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, decode, err, errlen)) != SF_OK) return st;
-            STEP(norm(m, m->tmp, next_norm, T));
-            continue;
+            if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
+                STEP(norm(m, m->tmp, next_norm, T));
+                continue;
+            }
+            goto mlp;
         }
         STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
         STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
@@ -573,6 +588,7 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
             STEP(sf_attn_fwd(m->ctx, &fp));
         }
         STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
+    mlp:
         STEP(norm(m, m->tmp, &ly->post_norm, T));
         STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
         STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));

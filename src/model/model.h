@@ -1,5 +1,5 @@
-/* model.h - a transformer decoder (LlamaForCausalLM, Qwen2ForCausalLM) built
- * from the public ops: its weights on the context's device, its paged KV
+/* model.h - a decoder (LlamaForCausalLM, Qwen2ForCausalLM, Mamba2ForCausalLM,
+ * the hybrid BambaForCausalLM) built from the public ops: its weights on the context's device, its paged KV
  * pools, its activation buffers, and one forward pass over a batch of
  * sequences (a prefill of whole prompts, or one decode token each).
  * Used by engine.c; not installed. */

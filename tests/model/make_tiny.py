@@ -1,14 +1,14 @@
 """Tiny random-weight checkpoints written by transformers, for the engine's
 tests: LlamaForCausalLM (GQA, untied head; optionally llama3 rope scaling),
-Qwen2ForCausalLM (q/k/v biases, tied embeddings) and Mamba2ForCausalLM
-(2 groups, chunk 64), f32 safetensors; and GGUF files of the first two.
+Qwen2ForCausalLM (q/k/v biases, tied embeddings), Mamba2ForCausalLM
+(2 groups, chunk 64) and the hybrid BambaForCausalLM (attention in layer 1), f32 safetensors; and GGUF files of the first two.
 
 Weights are redrawn with a spread wide enough that the logits of
 neighbouring tokens differ well beyond f32 rounding (transformers' default
 init, std 0.02, makes nearly flat logits: greedy decoding would be decided
 by rounding).
 
-usage: python make_tiny.py OUT_DIR [llama|llama3|qwen2|mamba2] [SEED]
+usage: python make_tiny.py OUT_DIR [llama|llama3|qwen2|mamba2|bamba] [SEED]
 """
 import math
 import sys
@@ -35,11 +35,19 @@ def make(out_dir, arch="llama", seed=0):
                                         layer_norm_epsilon=1e-5, tie_word_embeddings=False, bos_token_id=1,
                                         eos_token_id=2, pad_token_id=0)
         model = transformers.Mamba2ForCausalLM(cfg)
+    elif arch == "bamba":
+        cfg = transformers.BambaConfig(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                                       num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=[1],
+                                       mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
+                                       mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=64, rms_norm_eps=1e-5,
+                                       max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1,
+                                       eos_token_id=2, pad_token_id=0)
+        model = transformers.BambaForCausalLM(cfg)
     elif arch == "qwen2":
         cfg = transformers.Qwen2Config(rope_theta=1000000.0, tie_word_embeddings=True, **common)
         model = transformers.Qwen2ForCausalLM(cfg)
     else:
-        raise ValueError("arch must be llama, llama3, qwen2 or mamba2")
+        raise ValueError("arch must be llama, llama3, qwen2, mamba2 or bamba")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
