@@ -1089,6 +1089,9 @@ typedef struct sf_engine_options {
     int max_seq_len;         /* tokens per sequence, prompt included; 0:
                                 min(the model's max positions, 4096)          */
     int page_size;           /* KV page size (power of two); 0: 16            */
+    sf_dtype dtype;          /* activations and KV cache: SF_F32 (default),
+                                SF_BF16 or SF_F16; the residual stream, the
+                                Mamba states and the logits stay f32          */
 } sf_engine_options;
 
 /* Fills defaults: device SF_DEVICE_CPU, every other field 0 (the defaults

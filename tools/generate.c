@@ -16,7 +16,8 @@ static void gen_usage(FILE *f) {
     fprintf(f, "usage: seqfuse generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [--chat]\n"
                "                        [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
                "                        [--min-p P] [--repetition-penalty R] [--seed S] [--stop STR]\n"
-               "                        [--no-bos] [--ignore-eos] [--dequantize] [--threads N] [--json] [--cpu]\n"
+               "                        [--no-bos] [--ignore-eos] [--dequantize] [--dtype f32|bf16|f16]\n"
+               "                        [--threads N] [--json] [--cpu]\n"
                "--temperature 0 (the default) is greedy.  --chat wraps the prompt in the model's chat\n"
                "template.  Text goes to stdout as it is generated; the summary to stderr.\n");
 }
@@ -110,6 +111,14 @@ int cmd_generate(int argc, char **argv) {
         else if (ARG("--threads")) eo.threads = atoi(v);
         else if (ARG("--stop")) {
             if (nstop < 16) stops[nstop++] = v;
+        } else if (ARG("--dtype")) {
+            if (!strcmp(v, "f32")) eo.dtype = SF_F32;
+            else if (!strcmp(v, "bf16")) eo.dtype = SF_BF16;
+            else if (!strcmp(v, "f16")) eo.dtype = SF_F16;
+            else {
+                fprintf(stderr, "seqfuse generate: --dtype is f32, bf16 or f16, not %s\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--cpu")) eo.device = SF_DEVICE_CPU;

@@ -12,7 +12,8 @@ _P = ctypes.POINTER
 
 class _Options(_c.Structure):
     _fields_ = [("device", _c.c_int), ("threads", _c.c_int), ("dequantize", _c.c_int),
-                ("max_seqs", _c.c_int), ("max_seq_len", _c.c_int), ("page_size", _c.c_int)]
+                ("max_seqs", _c.c_int), ("max_seq_len", _c.c_int), ("page_size", _c.c_int),
+                ("dtype", _c.c_int)]
 
 
 class _Sampling(_c.Structure):
@@ -56,15 +57,19 @@ FINISH = {0: "length", 1: "eos", 2: "stop", 3: "callback"}
 
 class Engine:
     """Engine(path, device=-1 (CPU), threads=0, dequantize=False, max_seqs=8,
-    max_seq_len=0, page_size=0): a Llama / Qwen2 checkpoint (HF directory or
-    GGUF file) ready to generate.  Close with .close() or a with block."""
+    max_seq_len=0, page_size=0, dtype="float32"): a checkpoint (HF directory
+    or GGUF file) ready to generate; dtype is the activations' and KV cache's.  Close with .close() or a with block."""
 
     def __init__(self, path, device=-1, threads=0, dequantize=False, max_seqs=8, max_seq_len=0,
-                 page_size=0):
+                 page_size=0, dtype="float32"):
         o = _Options()
         _opts_init(_c.byref(o))
         o.device, o.threads, o.dequantize = int(device), int(threads), int(bool(dequantize))
         o.max_seqs, o.max_seq_len, o.page_size = int(max_seqs), int(max_seq_len), int(page_size)
+        dts = {"float32": L.SF_F32, "float16": L.SF_F16, "bfloat16": L.SF_BF16}
+        if dtype not in dts:
+            raise SeqfuseError(L.SF_ERR_DTYPE, "Engine: dtype must be float32, float16 or bfloat16")
+        o.dtype = dts[dtype]
         h = _c.c_void_p()
         err = _c.create_string_buffer(512)
         st = _create(str(path).encode(), _c.byref(o), _c.byref(h), err, len(err))

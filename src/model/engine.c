@@ -123,7 +123,7 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
     e->page_size = o->page_size;
     e->max_pages = (o->max_seq_len + o->page_size - 1) / o->page_size;
     e->num_pages = (int64_t)o->max_seqs * e->max_pages;
-    if ((st = sfm_model_create(e->ctx, e->ck, o->dequantize, e->page_size, e->num_pages, o->max_seqs, e->max_pages,
+    if ((st = sfm_model_create(e->ctx, e->ck, o->dtype, o->dequantize, e->page_size, e->num_pages, o->max_seqs, e->max_pages,
                                &e->m, err, errlen)) != SF_OK)
         goto bad;
     /* a checkpoint without a tokenizer still runs on ids */
@@ -138,10 +138,10 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
     }
     for (int64_t i = 0; i < e->num_pages; i++) e->free_pages[i] = (int32_t)(e->num_pages - 1 - i);
     e->nfree = e->num_pages;
-    snprintf(e->desc, sizeof e->desc, "%s, %d layers, hidden %d, heads %d/%d, ffn %d, vocab %d, %s%s",
+    snprintf(e->desc, sizeof e->desc, "%s, %d layers, hidden %d, heads %d/%d, ffn %d, vocab %d, %s%s, %s",
              sfm_arch_name(c->arch), c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads,
              c->intermediate_size, c->vocab_size, sfm_checkpoint_is_gguf(e->ck) ? "gguf" : "safetensors",
-             sfm_checkpoint_is_gguf(e->ck) && o->dequantize ? " (dequantised)" : "");
+             sfm_checkpoint_is_gguf(e->ck) && o->dequantize ? " (dequantised)" : "", sf_dtype_name(o->dtype));
     *out = e;
     return SF_OK;
 bad:

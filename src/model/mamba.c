@@ -93,33 +93,36 @@ sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, c
     const int dev = sf_ctx_device(m->ctx);
     const int64_t E = c->ssm_inner, H = c->ssm_heads, P = c->ssm_head_dim, G = c->ssm_groups, N = c->ssm_state;
     const int64_t GN = G * N, CD = E + 2 * GN, LD = E + CD + H, W = c->ssm_conv_kernel;
+    const sf_dtype act = m->act;
+    const size_t es = sf_dtype_size(act);
+#define AT(buf, off) ((char *)(buf) + (size_t)(off) * es)
     STEP(sfm_linear_apply(m, &mb->in_proj, m->h, T, m->zxd));
     if (decode) {
         const sf_tensor si = sf_tensor_contiguous(m->slots_d, SF_I32, dev, 1, (int64_t[]){n});
         sf_conv1d_update_params cp;
         sf_conv1d_update_params_init(&cp);
         cp.conv_state = mb->conv_state;
-        cp.x = sf_tensor_contiguous((float *)m->zxd + E, SF_F32, dev, 2, (int64_t[]){n, CD});
+        cp.x = sf_tensor_contiguous(AT(m->zxd, E), act, dev, 2, (int64_t[]){n, CD});
         cp.x.stride[0] = LD;
         cp.weight = mb->conv_w, cp.bias = mb->conv_b;
         cp.state_idx = si;
-        cp.out = sf_tensor_contiguous(m->xbc, SF_F32, dev, 2, (int64_t[]){n, CD});
+        cp.out = sf_tensor_contiguous(m->xbc, act, dev, 2, (int64_t[]){n, CD});
         cp.silu = 1;
         STEP(sf_conv1d_update(m->ctx, &cp));
         sf_ssd_step_params sp;
         sf_ssd_step_params_init(&sp);
         sp.state = mb->ssm_state;
-        sp.x = sf_tensor_contiguous(m->xbc, SF_F32, dev, 3, (int64_t[]){n, H, P});
+        sp.x = sf_tensor_contiguous(m->xbc, act, dev, 3, (int64_t[]){n, H, P});
         sp.x.stride[0] = CD;
-        sp.B = sf_tensor_contiguous((float *)m->xbc + E, SF_F32, dev, 3, (int64_t[]){n, G, N});
+        sp.B = sf_tensor_contiguous(AT(m->xbc, E), act, dev, 3, (int64_t[]){n, G, N});
         sp.B.stride[0] = CD;
-        sp.C = sf_tensor_contiguous((float *)m->xbc + E + GN, SF_F32, dev, 3, (int64_t[]){n, G, N});
+        sp.C = sf_tensor_contiguous(AT(m->xbc, E + GN), act, dev, 3, (int64_t[]){n, G, N});
         sp.C.stride[0] = CD;
-        sp.dt = sf_tensor_contiguous((float *)m->zxd + E + CD, SF_F32, dev, 2, (int64_t[]){n, H});
+        sp.dt = sf_tensor_contiguous(AT(m->zxd, E + CD), act, dev, 2, (int64_t[]){n, H});
         sp.dt.stride[0] = LD;
         sp.A = mb->A, sp.D = mb->D, sp.dt_bias = mb->dt_bias;
         sp.state_idx = si;
-        sp.out = sf_tensor_contiguous(m->y, SF_F32, dev, 3, (int64_t[]){n, H, P});
+        sp.out = sf_tensor_contiguous(m->y, act, dev, 3, (int64_t[]){n, H, P});
         sp.dt_softplus = 1;
         sp.dt_min = (float)c->ssm_time_step_limit_lo, sp.dt_max = (float)c->ssm_time_step_limit_hi;
         STEP(sf_ssd_step(m->ctx, &sp));
@@ -128,27 +131,27 @@ sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, c
             const int64_t r0 = cu[i], L = cu[i + 1] - cu[i], s = slots_h[i];
             sf_conv1d_params cp;
             sf_conv1d_params_init(&cp);
-            cp.x = sf_tensor_contiguous((float *)m->zxd + r0 * LD + E, SF_F32, dev, 3, (int64_t[]){1, L, CD});
+            cp.x = sf_tensor_contiguous(AT(m->zxd, r0 * LD + E), act, dev, 3, (int64_t[]){1, L, CD});
             cp.x.stride[1] = LD, cp.x.stride[0] = L * LD;
             cp.weight = mb->conv_w, cp.bias = mb->conv_b;
             cp.final_state = sf_tensor_contiguous((float *)mb->conv_state.data + s * CD * (W - 1), SF_F32, dev, 3,
                                                   (int64_t[]){1, CD, W - 1});
-            cp.out = sf_tensor_contiguous((float *)m->xbc + r0 * CD, SF_F32, dev, 3, (int64_t[]){1, L, CD});
+            cp.out = sf_tensor_contiguous(AT(m->xbc, r0 * CD), act, dev, 3, (int64_t[]){1, L, CD});
             cp.silu = 1;
             STEP(sf_conv1d_fwd(m->ctx, &cp));
             sf_ssd_fwd_params sp;
             sf_ssd_fwd_params_init(&sp);
-            float *xb = (float *)m->xbc + r0 * CD;
-            sp.x = sf_tensor_contiguous(xb, SF_F32, dev, 4, (int64_t[]){1, L, H, P});
+            char *xb = AT(m->xbc, r0 * CD);
+            sp.x = sf_tensor_contiguous(xb, act, dev, 4, (int64_t[]){1, L, H, P});
             sp.x.stride[1] = CD, sp.x.stride[0] = L * CD;
-            sp.B = sf_tensor_contiguous(xb + E, SF_F32, dev, 4, (int64_t[]){1, L, G, N});
+            sp.B = sf_tensor_contiguous(xb + E * es, act, dev, 4, (int64_t[]){1, L, G, N});
             sp.B.stride[1] = CD, sp.B.stride[0] = L * CD;
-            sp.C = sf_tensor_contiguous(xb + E + GN, SF_F32, dev, 4, (int64_t[]){1, L, G, N});
+            sp.C = sf_tensor_contiguous(xb + (E + GN) * es, act, dev, 4, (int64_t[]){1, L, G, N});
             sp.C.stride[1] = CD, sp.C.stride[0] = L * CD;
-            sp.dt = sf_tensor_contiguous((float *)m->zxd + r0 * LD + E + CD, SF_F32, dev, 3, (int64_t[]){1, L, H});
+            sp.dt = sf_tensor_contiguous(AT(m->zxd, r0 * LD + E + CD), act, dev, 3, (int64_t[]){1, L, H});
             sp.dt.stride[1] = LD, sp.dt.stride[0] = L * LD;
             sp.A = mb->A, sp.D = mb->D, sp.dt_bias = mb->dt_bias;
-            sp.out = sf_tensor_contiguous((float *)m->y + r0 * E, SF_F32, dev, 4, (int64_t[]){1, L, H, P});
+            sp.out = sf_tensor_contiguous(AT(m->y, r0 * E), act, dev, 4, (int64_t[]){1, L, H, P});
             sp.final_states = sf_tensor_contiguous((float *)mb->ssm_state.data + s * H * P * N, SF_F32, dev, 4,
                                                    (int64_t[]){1, H, P, N});
             sp.chunk_size = c->ssm_chunk == 64 || c->ssm_chunk == 128 ? c->ssm_chunk : 256;
@@ -159,15 +162,16 @@ sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, c
     }
     sf_rmsnorm_gated_params gp;
     sf_rmsnorm_gated_params_init(&gp);
-    gp.x = sf_tensor_contiguous(m->y, SF_F32, dev, 2, (int64_t[]){T, E});
-    gp.z = sf_tensor_contiguous(m->zxd, SF_F32, dev, 2, (int64_t[]){T, E});
+    gp.x = sf_tensor_contiguous(m->y, act, dev, 2, (int64_t[]){T, E});
+    gp.z = sf_tensor_contiguous(m->zxd, act, dev, 2, (int64_t[]){T, E});
     gp.z.stride[0] = LD;
     gp.weight = mb->norm;
-    gp.out = sf_tensor_contiguous(m->yn, SF_F32, dev, 2, (int64_t[]){T, E});
+    gp.out = sf_tensor_contiguous(m->yn, act, dev, 2, (int64_t[]){T, E});
     gp.group_size = (int)(E / G);
     gp.norm_before_gate = c->ssm_norm_before_gate;
     gp.eps = (float)c->norm_eps;
     STEP(sf_rmsnorm_gated(m->ctx, &gp));
     STEP(sfm_linear_apply(m, &mb->out_proj, m->yn, T, m->tmp));
     return SF_OK;
+#undef AT
 }

@@ -101,6 +101,41 @@ static void widen(const sfm_tensor *t, float *dst, int64_t n) {
     }
 }
 
+/* f32 to bf16 / f16 bits, rounded to nearest even (NaN kept a NaN). */
+static uint16_t to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+static uint16_t to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                                   /* a subnormal half: scale by 2^24 */
+        const float v = fabsf(f) * 16777216.0f;              /* exact: a power of two */
+        return (uint16_t)(sign | (uint32_t)nearbyintf(v));   /* default rounding: to nearest even */
+    }
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* n f32 values into dt (f32, bf16 or f16) at dst (may be src itself: the
+ * 16-bit results are written in order and never overtake the reads). */
+void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n) {
+    if (dt == SF_F32) {
+        if (dst != src) memmove(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = src[i];
+        d[i] = dt == SF_BF16 ? to_bf16(v) : to_f16(v);
+    }
+}
+
 static int is_block(sfm_wtype t) { return t == SFM_W_Q4_0 || t == SFM_W_Q4_1 || t == SFM_W_Q8_0; }
 
 /* A GGUF block tensor (n, k) repacked into a host sf_qweight (f32 scales). */
@@ -186,6 +221,12 @@ sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *b
         st = repack(m, t, &L->q, err, errlen);
         if (st != SF_OK) return st;
         sf_tensor *parts[3] = {&L->q.data, &L->q.scales, &L->q.mins};
+        if (dev != SF_DEVICE_CPU && m->act != SF_F32) /* the CUDA kernels take scales in x's dtype */
+            for (int i = 1; i < 3; i++)
+                if (parts[i]->data) {
+                    sfm_f32_to(m->act, parts[i]->data, parts[i]->data, parts[i]->shape[0] * parts[i]->shape[1]);
+                    parts[i]->dtype = m->act;
+                }
         for (int i = 0; i < 3; i++) {
             if (!parts[i]->data) continue;
             const size_t bytes = (size_t)(parts[i]->shape[0] * parts[i]->shape[1]) * sf_dtype_size(parts[i]->dtype);
@@ -198,9 +239,22 @@ sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *b
         float *f;
         st = sfm_host_f32(m, t, &f, err, errlen);
         if (st != SF_OK) return st;
-        void *d = to_device(m, f, (size_t)(n * k) * 4, 4);
+        /* the host backends take any weight dtype; the CUDA one x's */
+        const sf_dtype wd = dev == SF_DEVICE_CPU ? SF_F32 : m->act;
+        sfm_f32_to(wd, f, f, n * k);
+        void *d = to_device(m, f, (size_t)(n * k) * sf_dtype_size(wd), 4);
         if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
-        L->w = sf_tensor_contiguous(d, SF_F32, dev, 2, (int64_t[]){n, k});
+        L->w = sf_tensor_contiguous(d, wd, dev, 2, (int64_t[]){n, k});
+    } else if (dev != SF_DEVICE_CPU && !(t->type == SFM_W_F32 && m->act == SF_F32) &&
+               !(t->type == SFM_W_F16 && m->act == SF_F16) && !(t->type == SFM_W_BF16 && m->act == SF_BF16)) {
+        /* a device weight in another dtype than the activations: converted */
+        float *f = host_alloc(m, (size_t)(n * k) * 4);
+        if (!f) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
+        widen(t, f, n * k);
+        sfm_f32_to(m->act, f, f, n * k);
+        void *d = to_device(m, f, (size_t)(n * k) * sf_dtype_size(m->act), 4);
+        if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+        L->w = sf_tensor_contiguous(d, m->act, dev, 2, (int64_t[]){n, k});
     } else if (t->type == SFM_W_F32 || t->type == SFM_W_F16 || t->type == SFM_W_BF16) {
         const sf_dtype dt = t->type == SFM_W_F32 ? SF_F32 : t->type == SFM_W_F16 ? SF_F16 : SF_BF16;
         const size_t es = sf_dtype_size(dt);
@@ -263,7 +317,8 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
     const int64_t width[] = {D, D, QD, KD, KD, QD, D > F ? D : F, F, F, F, E ? E + CD + c->ssm_heads : 0, E ? CD : 0, E, E};
     for (int i = 0; i < 14; i++) {
         if (*bufs[i]) release(m, *bufs[i]);
-        *bufs[i] = sfm_dev_alloc(m, (size_t)(rows * width[i]) * es);
+        /* the residual stream x stays f32 (one rounding per layer less) */
+        *bufs[i] = sfm_dev_alloc(m, (size_t)(rows * width[i]) * (i == 0 ? 4 : es));
         if (!*bufs[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %lld activation rows", (long long)rows);
     }
     void **hb[] = {(void **)&m->stage, (void **)&m->pos_h};
@@ -280,7 +335,7 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
     return SF_OK;
 }
 
-sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize, int page_size,
+sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, int dequantize, int page_size,
                            int64_t num_pages, int max_seqs, int max_pages_per_seq, sfm_model **out,
                            char *err, size_t errlen) {
     *out = NULL;
@@ -289,7 +344,11 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
         return sfm_model_fail(err, errlen, SF_ERR_UNSUPPORTED, "architecture %s is not supported by the engine", sfm_arch_name(c->arch));
     sfm_model *m = calloc(1, sizeof *m);
     if (!m) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
-    m->ctx = ctx, m->cfg = c, m->act = SF_F32;
+    m->ctx = ctx, m->cfg = c, m->act = act;
+    if (act != SF_F32 && act != SF_F16 && act != SF_BF16) {
+        free(m);
+        return sfm_model_fail(err, errlen, SF_ERR_DTYPE, "activation dtype %s is not f32, f16 or bf16", sf_dtype_name(act));
+    }
     m->page_size = page_size, m->num_pages = num_pages, m->max_seqs = max_seqs, m->max_pages_per_seq = max_pages_per_seq;
     const int L = c->num_layers, dev = sf_ctx_device(ctx);
     const int64_t D = c->hidden_size, V = c->vocab_size, F = c->intermediate_size, hd = c->head_dim;
@@ -388,13 +447,14 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize
         }
         for (int l = 0; l < L; l++)
             if (!m->layers[l].mamba) m->kv_bytes += 2 * pool_elems * (int64_t)sf_dtype_size(m->act);
-        m->logits = sfm_dev_alloc(m, (size_t)(max_seqs * V) * 4);
+        m->logits = sfm_dev_alloc(m, (size_t)(max_seqs * V) * sf_dtype_size(act));
+        m->logits_h = host_alloc(m, (size_t)(max_seqs * V) * sf_dtype_size(act));
         m->slots_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
         m->cu_d = sfm_dev_alloc(m, (size_t)(max_seqs + 1) * 4);
         m->bt_d = sfm_dev_alloc(m, (size_t)max_seqs * max_pages_per_seq * 4);
         m->len_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
         m->clen_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
-        if (!m->logits || !m->slots_d || !m->cu_d || !m->bt_d || !m->len_d || !m->clen_d) {
+        if (!m->logits || !m->logits_h || !m->slots_d || !m->cu_d || !m->bt_d || !m->len_d || !m->clen_d) {
             st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the step buffers");
             goto bad;
         }
@@ -438,8 +498,8 @@ sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M
     return sf_gemm(m->ctx, &p);
 }
 
-/* h = RMSNorm(x (+ r, written back into x when r is given)) */
-static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T) {
+/* x += r (x = r when first), h = RMSNorm(x) */
+static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T, int first) {
     const int dev = sf_ctx_device(m->ctx);
     const int64_t D = m->cfg->hidden_size;
     sf_norm_params p;
@@ -447,13 +507,10 @@ static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T) {
     p.eps = (float)m->cfg->norm_eps;
     p.weight = *w;
     p.out = t2(m->h, m->act, dev, T, D);
-    if (!r) {
-        p.x = t2(m->x, m->act, dev, T, D);
-        return sf_rmsnorm(m->ctx, &p);
-    }
     p.x = t2(r, m->act, dev, T, D);
-    p.residual = t2(m->x, m->act, dev, T, D);
-    p.residual_out = p.residual;
+    p.residual_out = t2(m->x, SF_F32, dev, T, D);
+    if (first) return sf_add_rmsnorm(m->ctx, &p); /* x = the embeddings; the stream starts */
+    p.residual = p.residual_out;
     return sf_add_rmsnorm(m->ctx, &p);
 }
 
@@ -501,7 +558,8 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         len[i] = (int32_t)(start[i] + lens[i]);
     }
     int l = -1;
-    STEP(sf_memcpy(m->ctx, m->x, m->stage, (size_t)(T * D) * 4));
+    sfm_f32_to(m->act, m->stage, m->stage, T * D);
+    STEP(sf_memcpy(m->ctx, m->tmp, m->stage, (size_t)(T * D) * sf_dtype_size(m->act)));
     STEP(sf_memcpy(m->ctx, m->pos_d, pos, (size_t)T * 4));
     STEP(sf_memcpy(m->ctx, m->cu_d, cu, (size_t)(n + 1) * 4));
     STEP(sf_memcpy(m->ctx, m->len_d, len, (size_t)n * 4));
@@ -522,14 +580,14 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
     const sf_tensor at = sf_tensor_contiguous(m->att, m->act, dev, 3, q3);
 
     l = 0;
-    STEP(norm(m, NULL, &m->layers[0].in_norm, T));
+    STEP(norm(m, m->tmp, &m->layers[0].in_norm, T, 1));
     for (l = 0; l < c->num_layers; l++) {
         const sfm_layer *ly = &m->layers[l];
         const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
         if (ly->mamba) {
             if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, decode, err, errlen)) != SF_OK) return st;
             if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
-                STEP(norm(m, m->tmp, next_norm, T));
+                STEP(norm(m, m->tmp, next_norm, T, 0));
                 continue;
             }
             goto mlp;
@@ -589,7 +647,7 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         }
         STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
     mlp:
-        STEP(norm(m, m->tmp, &ly->post_norm, T));
+        STEP(norm(m, m->tmp, &ly->post_norm, T, 0));
         STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
         STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
         sf_swiglu_params sp;
@@ -599,7 +657,7 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
         STEP(sf_swiglu(m->ctx, &sp));
         STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
-        STEP(norm(m, m->tmp, next_norm, T));
+        STEP(norm(m, m->tmp, next_norm, T, 0));
     }
     l = c->num_layers;
     const size_t es = sf_dtype_size(m->act);
@@ -608,8 +666,18 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
     } else {
         for (int i = 0; i < n; i++)
             STEP(sfm_linear_apply(m, &m->lm_head, (char *)m->h + (size_t)(cu[i + 1] - 1) * (size_t)D * es, 1,
-                        (char *)m->logits + (size_t)i * (size_t)V * 4));
+                        (char *)m->logits + (size_t)i * (size_t)V * es));
     }
-    STEP(sf_memcpy(m->ctx, logits, m->logits, (size_t)(n * V) * 4));
+    STEP(sf_memcpy(m->ctx, m->logits_h, m->logits, (size_t)(n * V) * es));
+    const uint16_t *lh = m->logits_h;
+    if (m->act == SF_F32) {
+        memcpy(logits, m->logits_h, (size_t)(n * V) * 4);
+    } else {
+        for (int64_t i = 0; i < n * V; i++) {
+            uint32_t u = (uint32_t)lh[i] << 16;
+            if (m->act == SF_F16) logits[i] = half_to_f32(lh[i]);
+            else memcpy(&logits[i], &u, 4);
+        }
+    }
     return SF_OK;
 }

@@ -56,18 +56,21 @@ typedef struct sfm_model {
     void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */
     int32_t *slots_h;          /* host staging of the state slots         */
     void *slots_d;
-    void *logits;              /* (max_seqs, V) on the device              */
+    void *logits;              /* (max_seqs, V) in act on the device       */
+    void *logits_h;            /* host staging of logits                   */
     float *stage;              /* host (cap_rows, D): embedding rows      */
     int32_t *pos_h;            /* host staging of the index buffers       */
     void *pos_d, *cu_d, *bt_d, *len_d, *clen_d;
     sfm_alloc *owned;
 } sfm_model;
 
-/* Builds the model of an open checkpoint on ctx's device.  dequantize != 0
+/* Builds the model of an open checkpoint on ctx's device, its activations
+ * and KV cache in act (f32, f16 or bf16; the residual stream, the Mamba
+ * states and the norms' weights stay f32).  dequantize != 0
  * expands GGUF block weights to f32.  The KV pools hold num_pages pages of
  * page_size tokens, max_seqs sequences of at most max_pages_per_seq pages.
  * The checkpoint must outlive the model (weights may point into it). */
-sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, int dequantize, int page_size,
+sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, int dequantize, int page_size,
                            int64_t num_pages, int max_seqs, int max_pages_per_seq, sfm_model **out,
                            char *err, size_t errlen);
 void sfm_model_destroy(sfm_model *m);
@@ -96,6 +99,8 @@ sf_status sfm_load_vec(sfm_model *m, const sfm_tensor *t, int64_t n, sf_tensor *
 sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *bias, int64_t n, int64_t k,
                           int dequantize, sfm_linear *L, char *err, size_t errlen);
 sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M, void *y);
+/* n f32 values into f32 / bf16 / f16 (in place allowed), rounded to nearest even. */
+void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n);
 /* mamba.c: the weights and state slots of Mamba-2 layer l ("prefix" names
  * its mixer), and the mixer over the batch: m->h in, m->tmp out.  cu holds
  * the batch's row offsets (n+1, host), slots its state slots (device, n). */

@@ -153,3 +153,20 @@ def test_gguf_against_dequantised_reference(arch, tmp_path):
                             for j, lg in enumerate(r["logits"]))
                 print(f"gguf {arch} dequantize={dq} prompt of {len(p)}: worst relative logit error {worst:.2e}")
                 assert worst < 1e-4, (arch, dq, p, worst)
+
+
+@pytest.mark.parametrize("dtype,tol", [("bfloat16", 3e-2), ("float16", 4e-3)])
+def test_16bit_activations(tiny, dtype, tol):
+    """Activations and KV cache in bf16 / f16 (the residual stream, Mamba
+    states and logits f32): every step's logits within the dtype's rounding
+    of transformers' f32 ones, teacher-forced on the tokens generated."""
+    arch, path, model = tiny
+    with seqfuse.Engine(path, max_seqs=2, max_seq_len=128, page_size=8, dtype=dtype) as e:
+        assert e.describe().endswith({"bfloat16": "bf16", "float16": "f16"}[dtype])
+        for p in (PROMPTS[0], LONG):
+            r = e.generate([p], max_new_tokens=6, return_logits=True, ignore_eos=True)[0]
+            ref = hf_logits(model, p + r["tokens"])
+            worst = max(np.abs(lg - ref[len(p) - 1 + j]).max() / np.abs(ref[len(p) - 1 + j]).max()
+                        for j, lg in enumerate(r["logits"]))
+            print(f"{arch} {dtype} prompt of {len(p)}: worst relative logit error {worst:.2e}")
+            assert worst < tol, (arch, dtype, worst)
