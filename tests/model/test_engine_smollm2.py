@@ -6,7 +6,8 @@ every test skips, visibly, when it is absent):
     (from_pretrained(dir, gguf_file=name, torch_dtype=float32)), token for
     token up to the first near-tie; with the weights kept quantised
     (sf_gemm_wq) and with --dequantize;
-  - the text is printed (it should read well), with the decode speed."""
+  - the text is printed (it should read well), with the decode speed;
+  - stop strings, and two chat prompts in one batch."""
 import json
 import os
 import subprocess
@@ -93,3 +94,19 @@ def test_greedy_matches_float_reference(prompt_ids, reference, mode):
             return
     assert len(ours) == len(ref_toks), (ours, ref_toks)
     print(f"[{mode}] all {n} tokens match the float reference")
+
+
+def test_stop_strings_and_batch(prompt_ids):
+    """A stop string ends a sequence at the token that completes it; two chat
+    prompts batched give each its greedy text alone."""
+    with seqfuse.Engine(GGUF, max_seqs=2, max_seq_len=160) as e:
+        full = e.generate([prompt_ids], max_new_tokens=24)[0]
+        cut = e.generate([prompt_ids], max_new_tokens=24, stop=[","])[0]
+        assert cut["finish"] == "stop" and "," in cut["text"], cut
+        assert full["tokens"][:len(cut["tokens"])] == cut["tokens"]
+        assert "," not in e.decode(cut["tokens"][:-1])
+        other = e.tokenize("Name three colors.", chat=True)
+        both = e.generate([prompt_ids, other], max_new_tokens=24)
+        alone = e.generate([other], max_new_tokens=24)[0]
+        assert both[0]["tokens"] == full["tokens"] and both[1]["tokens"] == alone["tokens"]
+        print(f"\nbatch of two: {both[0]['text']!r} / {both[1]['text']!r}")
