@@ -6,7 +6,8 @@
 #     access), running the C tests again;
 #  3. a CPU-only build without OpenMP (single-threaded CPU backend);
 #  4. the libFuzzer harness over the C API (clang, ASan + UBSan), run for
-#     SF_FUZZ_SECONDS (default 60) from the case table's seeds.
+#     SF_FUZZ_SECONDS (default 60) from the case table's seeds, and the
+#     checkpoint loaders' harness for 30 s from test_checkpoint's seeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -36,8 +37,9 @@ if command -v clang >/dev/null && echo 'int LLVMFuzzerTestOneInput(const char *d
   rm -f /tmp/sf_fuzz_probe.$$
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DSF_FUZZ=ON -DSF_CUDA=OFF \
     -DSF_FUZZ_SECONDS="${SF_FUZZ_SECONDS:-60}" >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target fuzz_api
+  cmake --build build-fuzz -j"$jobs" --target fuzz_api fuzz_model_load test_checkpoint
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_api$' -V | grep -E "seeds|DONE|executed_units|Passed|Failed|crash"
+  ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_model_load$' -V | grep -E "seeds|DONE|executed_units|Passed|Failed|crash"
 else
   echo "SKIPPED: clang with libFuzzer not found (apt-get install clang libclang-rt-14-dev)"
 fi

@@ -65,7 +65,8 @@ const char *sfm_arch_name(sfm_arch a) {
     return "?";
 }
 
-#define SFM_NUMEL_MAX ((int64_t)1 << 62)
+/* element counts stop at 2^60 so that bytes (8 per element at most) fit */
+#define SFM_NUMEL_MAX ((int64_t)1 << 60)
 
 int64_t sfm_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
@@ -89,7 +90,7 @@ int64_t sfm_tensor_bytes(sfm_wtype t, int ndim, const int64_t *shape) {
     switch (t) {
     case SFM_W_F32: case SFM_W_I32: return n * 4;
     case SFM_W_F16: case SFM_W_BF16: return n * 2;
-    case SFM_W_I64: return n > SFM_NUMEL_MAX / 2 ? -1 : n * 8;
+    case SFM_W_I64: return n * 8;
     case SFM_W_Q8_0: return inner % 32 ? -1 : n / 32 * 34;
     case SFM_W_Q4_0: return inner % 32 ? -1 : n / 32 * 18;
     case SFM_W_Q4_1: return inner % 32 ? -1 : n / 32 * 20;

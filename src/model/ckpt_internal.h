@@ -62,7 +62,7 @@ sf_status sfm_ck_add(sfm_checkpoint *c, const sfm_tensor *t, char *err, size_t e
 /* Sorts the name index; a name seen twice is an error. */
 sf_status sfm_ck_index(sfm_checkpoint *c, char *err, size_t errlen);
 
-/* Element count of a shape, or -1 past 2^62 (or a negative extent). */
+/* Element count of a shape, or -1 past 2^60 (or a negative extent). */
 int64_t sfm_numel(int ndim, const int64_t *shape);
 /* Bytes of a tensor of this type and shape (-1 when the count overflows or
  * a block type's innermost extent is not a multiple of 32). */

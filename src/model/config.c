@@ -448,7 +448,7 @@ static sf_status need(vctx *v, int layer, const char *fmt, int64_t d0, int64_t d
 
 #define NEED(layer, fmt, d0, d1, d2) TRYE(need(&v, layer, fmt, d0, d1, d2))
 
-static sf_status need_attn(vctx *v_, const sfm_config *g, int l, const char *mlp) {
+static sf_status need_attn(vctx *v_, const sfm_config *g, int l) {
     vctx v = *v_;
     int64_t H = g->hidden_size, q = (int64_t)g->num_heads * g->head_dim, kv = (int64_t)g->num_kv_heads * g->head_dim;
     NEED(l, "model.layers.%d.self_attn.q_proj.weight", q, H, -1);
@@ -460,7 +460,6 @@ static sf_status need_attn(vctx *v_, const sfm_config *g, int l, const char *mlp
         NEED(l, "model.layers.%d.self_attn.k_proj.bias", kv, -1, -1);
         NEED(l, "model.layers.%d.self_attn.v_proj.bias", kv, -1, -1);
     }
-    (void)mlp;
     return SF_OK;
 }
 
@@ -510,7 +509,7 @@ sf_status sfm_checkpoint_validate(const sfm_checkpoint *c, char *err, size_t err
         case SFM_ARCH_QWEN2:
             NEED(l, "model.layers.%d.input_layernorm.weight", H, -1, -1);
             NEED(l, "model.layers.%d.post_attention_layernorm.weight", H, -1, -1);
-            TRYE(need_attn(&v, g, l, "mlp"));
+            TRYE(need_attn(&v, g, l));
             TRYE(need_mlp(&v, g, l, 0));
             break;
         case SFM_ARCH_MAMBA2:
@@ -520,7 +519,7 @@ sf_status sfm_checkpoint_validate(const sfm_checkpoint *c, char *err, size_t err
         case SFM_ARCH_HYBRID:
             NEED(l, "model.layers.%d.input_layernorm.weight", H, -1, -1);
             NEED(l, "model.layers.%d.pre_ff_layernorm.weight", H, -1, -1);
-            if (g->layer_is_attn[l]) TRYE(need_attn(&v, g, l, "feed_forward"));
+            if (g->layer_is_attn[l]) TRYE(need_attn(&v, g, l));
             else TRYE(need_mamba(&v, g, l, "model.layers.%d.mamba"));
             TRYE(need_mlp(&v, g, l, 1));
             break;

@@ -38,6 +38,7 @@ static uint64_t le(const uint8_t *p, int n) {
     return v;
 }
 static sf_status rd_u(rd *r, int n, uint64_t *v, const char *what) {
+    *v = 0;
     const uint8_t *p = sfm_map_view(r->m, r->pos, (uint64_t)n);
     if (!p) return truncated(r, what);
     *v = le(p, n);
@@ -45,6 +46,7 @@ static sf_status rd_u(rd *r, int n, uint64_t *v, const char *what) {
     return SF_OK;
 }
 static sf_status rd_str(rd *r, const uint8_t **s, uint64_t *len, const char *what) {
+    *s = NULL;
     sf_status st = rd_u(r, 8, len, what);
     if (st != SF_OK) return st;
     *s = sfm_map_view(r->m, r->pos, *len);

@@ -18,6 +18,14 @@
 #include "tiny_model.h"
 
 static int g_fail;
+/* snprintf into a path buffer; a path that does not fit is fatal */
+#define PATHF(buf, ...)                                                   \
+    do {                                                                  \
+        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) {  \
+            fprintf(stderr, "path too long\n");                           \
+            exit(1);                                                      \
+        }                                                                 \
+    } while (0)
 #define CHECK(cond, ...)                                              \
     do {                                                              \
         if (!(cond)) {                                                \
@@ -32,7 +40,7 @@ static char g_dir[256];
 
 static void write_file(const char *dir, const char *name, const void *p, size_t n) {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    PATHF(path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(p, 1, n, f) != n) {
         fprintf(stderr, "cannot write %s\n", path);
@@ -47,14 +55,14 @@ static void rm_dir(const char *dir) {
                                         "a.safetensors", "b.safetensors", "m.gguf"};
     char p[512];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        PATHF(p, "%s/%s", dir, files[i]);
         unlink(p);
     }
     rmdir(dir);
 }
 static const char *subdir(const char *name) {
     static char p[512];
-    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    PATHF(p, "%s/%s", g_dir, name);
     mkdir(p, 0700);
     return p;
 }
@@ -144,7 +152,7 @@ static void test_safetensors(void) {
               "wrong shard: %d %s", s, err);
     }
     char path[512];
-    snprintf(path, sizeof path, "%s/a.safetensors", d);
+    PATHF(path, "%s/a.safetensors", d);
     unlink(path);
     s = sfm_checkpoint_open(d, &c, err, sizeof err);
     CHECK(s == SF_ERR_INVALID_ARG && strstr(err, "a.safetensors") && !c, "missing shard: %d %s", s, err);
@@ -315,7 +323,7 @@ static void test_gguf(void) {
         const char *d = subdir("gguf");
         write_file(d, "m.gguf", b.p, b.n);
         char path[512];
-        snprintf(path, sizeof path, "%s/m.gguf", d);
+        PATHF(path, "%s/m.gguf", d);
         sfm_checkpoint *c = NULL;
         sf_status s = sfm_checkpoint_open(path, &c, err, sizeof err);
         CHECK(s == SF_OK, "gguf open (qwen2 %d): %s", qwen2, err);
@@ -444,7 +452,7 @@ int main(int argc, char **argv) {
     static const char *const subs[] = {"st", "sharded", "gguf"};
     for (size_t i = 0; i < 3; i++) {
         char p[512];
-        snprintf(p, sizeof p, "%s/%s", g_dir, subs[i]);
+        PATHF(p, "%s/%s", g_dir, subs[i]);
         rm_dir(p);
     }
     rmdir(g_dir);

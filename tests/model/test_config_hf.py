@@ -1,6 +1,7 @@
 """The loader's configs and tensor lists against transformers: tiny random
 Llama (llama3 rope), Qwen2, Mamba2 and Bamba checkpoints written with
-save_pretrained (sharded once), opened by tests/model/dump_config.c. With
+save_pretrained (sharded once), opened by tests/model/dump_config.c, and
+refused once a tensor is dropped or mis-shaped. With
 SF_SMOLLM2_GGUF, the SmolLM2 GGUF's un-permuted q/k rows, dequantised, equal
 transformers' own reversal of llama.cpp's permutation. Exit 77 (skipped) without torch /
 transformers / safetensors.
@@ -78,7 +79,23 @@ def mamba_fields(cfg, cc, name, bamba):
     check(close(cc["ssm_time_step_limit_lo"], lo) and close(cc["ssm_time_step_limit_hi"], hi), f"{name}: dt limit")
 
 
-def check_model(name, cfg, shard=False):
+def refused(d, name, drop, reshape):
+    """The checkpoint in d rewritten without tensor `drop`, then with tensor
+    `reshape` flattened: each is refused with a message naming it."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(d, "model.safetensors")
+    sd = load_file(path)
+    for key, edit, msg in [(drop, lambda t: None, "is missing"), (reshape, lambda t: t.reshape(-1), "has shape")]:
+        sd2 = dict(sd)
+        new = edit(sd2.pop(key))
+        if new is not None:
+            sd2[key] = new.contiguous()
+        save_file(sd2, path, metadata={"format": "pt"})
+        r = subprocess.run([DUMP, d], capture_output=True, text=True)
+        check(r.returncode == 1 and f"tensor {key} {msg}" in r.stdout, f"{name}: {key} {msg}: {r.stdout.strip()}")
+
+
+def check_model(name, cfg, shard=False, corrupt=None):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
     with tempfile.TemporaryDirectory() as d:
@@ -86,6 +103,8 @@ def check_model(name, cfg, shard=False):
         if shard:
             check(os.path.exists(os.path.join(d, "model.safetensors.index.json")), f"{name}: sharded")
         cc, tensors = dump(d)
+        if corrupt:
+            refused(d, name, *corrupt)
     check(cc["vocab_size"] == cfg.vocab_size and cc["hidden_size"] == cfg.hidden_size, f"{name}: sizes")
     check(cc["num_layers"] == cfg.num_hidden_layers, f"{name}: layers")
     check(cc["tie_embeddings"] == int(bool(cfg.tie_word_embeddings)), f"{name}: tie")
@@ -125,13 +144,16 @@ check_model("llama", LlamaConfig(**small, num_key_value_heads=2, max_position_em
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}))
 check_model("llama_tied_sharded", LlamaConfig(**small, num_key_value_heads=4, head_dim=16, tie_word_embeddings=True),
             shard=True)
-check_model("qwen2", Qwen2Config(**small, num_key_value_heads=2, rope_theta=1e6))
+check_model("qwen2", Qwen2Config(**small, num_key_value_heads=2, rope_theta=1e6),
+            corrupt=("model.layers.1.self_attn.k_proj.bias", "model.layers.0.self_attn.q_proj.weight"))
 check_model("mamba2", Mamba2Config(vocab_size=96, hidden_size=32, num_heads=8, head_dim=8, state_size=16, n_groups=2,
-                                   num_hidden_layers=2, chunk_size=16, time_step_limit=(0.0, 10.0)))
+                                   num_hidden_layers=2, chunk_size=16, time_step_limit=(0.0, 10.0)),
+            corrupt=("backbone.layers.1.mixer.A_log", "backbone.layers.0.mixer.conv1d.weight"))
 check_model("mamba2_defaults", Mamba2Config(vocab_size=96, hidden_size=64, num_heads=8, head_dim=16,
                                             num_hidden_layers=1))
 check_model("bamba", BambaConfig(**{**small, "num_hidden_layers": 4}, num_key_value_heads=2, attn_layer_indices=[1, 3],
-                                 mamba_n_heads=8, mamba_d_state=16, mamba_n_groups=2, mamba_chunk_size=16))
+                                 mamba_n_heads=8, mamba_d_state=16, mamba_n_groups=2, mamba_chunk_size=16),
+            corrupt=("model.layers.2.mamba.D", "model.layers.3.self_attn.o_proj.weight"))
 
 gguf_path = os.environ.get("SF_SMOLLM2_GGUF")
 if gguf_path and os.path.exists(gguf_path):
