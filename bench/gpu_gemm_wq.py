@@ -6,8 +6,12 @@ framework without a fused kernel does), in one run on the same GPU.
 
 Llama-3-8B's projections, y = x W^T with W (N x K): 4096 x 4096 (q / o),
 28672 x 4096 (gate and up together), 4096 x 14336 (down); x with M rows,
-M = 1, 16 (decode: bound by reading W once), 64, 512, 4096 (prefill: bound
-by the tensor cores).  Reported: median time (triton do_bench), for M <= 16
+M = 1, 4, 16 (decode: bound by reading W once), 64, 512, 4096 (prefill:
+bound by the tensor cores).  Decode sizes are timed as a serving engine runs
+them, 20 calls captured in a CUDA graph (benchutil.graph_ms: no host or
+launch overhead), each call on the next of enough copies of the weights
+that they cannot stay in the 50 MB L2 between calls; larger M by triton
+do_bench.  Reported: median time, for M <= 16
 the weight bytes read per second (codes + scales; the copy ceiling is ~4.2
 TB/s on an H200: int4 moves a quarter of bf16's bytes, so its ideal is ~3.9x
 cuBLAS's GEMV), for M >= 64 TFLOP/s (2 M N K / time), and cuBLAS's time over
@@ -21,7 +25,7 @@ dequantised weights is checked once per shape.
 import argparse
 import sys
 
-from benchutil import COPY_TBS, commit, md_table, replace_section, write_csv
+from benchutil import COPY_TBS, commit, graph_ms, md_table, replace_section, write_csv
 
 try:
     import torch
@@ -33,7 +37,8 @@ except ImportError:
 
 GROUP = 128
 SHAPES = [("q/o", 4096, 4096), ("gate+up", 28672, 4096), ("down", 4096, 14336)]
-MS = [1, 16, 64, 512, 4096]
+MS = [1, 4, 16, 64, 512, 4096]
+L2_SPAN = 160e6  # bytes of weight copies a decode timing cycles through
 
 
 def bench(fn):
@@ -58,18 +63,42 @@ def dequant_torch(qw):
     return v * qw.scales.t().repeat_interleave(GROUP, dim=1)
 
 
+def copies(obj, nbytes, clone):
+    """obj and clones of it, enough that cycling through them moves L2_SPAN bytes."""
+    return [obj] + [clone(obj) for _ in range(max(0, int(L2_SPAN // nbytes)))]
+
+
+def cycled(objs, fn):
+    """A call of fn on the next of objs each time (captured calls keep theirs)."""
+    i = [0]
+
+    def call():
+        o = objs[i[0] % len(objs)]
+        i[0] += 1
+        return fn(o)
+    return call
+
+
 def run_shape(n, k, ms, g):
     q4, q8 = make_weight(n, k, 4, g), make_weight(n, k, 8, g)
     w4 = dequant_torch(q4)  # cuBLAS's operand: the same weights in bf16
+    cq = lambda q: seqfuse.QWeight(q.data.clone(), q.scales.clone(), None, q.bits, GROUP, n, k)
+    q4s, q8s = copies(q4, n * k / 2, cq), copies(q8, n * k, cq)
+    w4s = copies(w4, n * k * 2, lambda w: w.clone())
     out = []
     for m in ms:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=g)
-        t4 = bench(lambda: seqfuse.gemm_wq(x, q4))
-        t8 = bench(lambda: seqfuse.gemm_wq(x, q8))
-        tc = bench(lambda: torch.matmul(x, w4.t()))
+        if m <= 16:
+            t4 = graph_ms(cycled(q4s, lambda q: seqfuse.gemm_wq(x, q)))
+            t8 = graph_ms(cycled(q8s, lambda q: seqfuse.gemm_wq(x, q)))
+            tc = graph_ms(cycled(w4s, lambda w: torch.matmul(x, w.t())))
+        else:
+            t4 = bench(lambda: seqfuse.gemm_wq(x, q4))
+            t8 = bench(lambda: seqfuse.gemm_wq(x, q8))
+            tc = bench(lambda: torch.matmul(x, w4.t()))
         td = bench(lambda: torch.matmul(x, dequant_torch(q4).t()))
         err = float("nan")
-        if m in (16, 512) or m == ms[0]:
+        if m in (4, 16, 512) or m == ms[0]:
             y = seqfuse.gemm_wq(x, q4).float()
             ref = x.float() @ w4.float().t()
             err = ((y - ref).norm() / ref.norm()).item()
@@ -124,8 +153,9 @@ def main():
                 f"{GROUP}, symmetric codes; y = x W^T with Llama-3-8B's projections.  cuBLAS: torch.matmul on "
                 f"the same weights dequantised to bf16 beforehand; deq+mm: the int4 codes dequantised by torch "
                 f"in every call, then cuBLAS.  Rates: weight bytes / time for M <= 16 (copy ceiling ~{COPY_TBS} "
-                f"TB/s; int4 reads 0.27 of bf16's bytes), 2 M N K / time for larger M.  Median of triton "
-                f"do_bench.  err: ours (int4) against float32 x times the dequantised weights.", ""]
+                f"TB/s; int4 reads 0.27 of bf16's bytes), 2 M N K / time for larger M.  M <= 16: 20 calls "
+                f"in a CUDA graph cycling through {L2_SPAN / 1e6:.0f} MB of weight copies (no launch overhead, "
+                f"cold L2), both sides; deq+mm and larger M: median of triton do_bench.  err: ours (int4) against float32 x times the dequantised weights.", ""]
         body.append(md_table(
             ["proj", "N x K", "M", "int4 us", "int8 us", "cuBLAS bf16 us", "deq+mm us", "int4", "int8",
              "cuBLAS", "unit", "cuBLAS / int4", "cuBLAS / int8", "% of copy (int4)", "err"],

@@ -484,6 +484,50 @@ SF_API void sf_swiglu_params_init(sf_swiglu_params *p);
 SF_API sf_status sf_swiglu(sf_ctx *ctx, const sf_swiglu_params *p);
 
 /*
+ * The gate/up projection of a SwiGLU MLP with the activation fused in:
+ *   y[m, i] = silu(g[m, i]) * u[m, i],  g = x w_gate^T,  u = x w_up^T,
+ *   g[m, i] = sum_k x[m, k] * w_gate[i, k] (u likewise), silu as sf_swiglu,
+ * so the (M, 2I) product is never written to memory.
+ *   x       (M, K)  f32/f16/bf16 (f16/bf16 on the CUDA backend), unit inner
+ *                   stride, any row stride; M >= 0 (M = 0 is a no-op)
+ *   w_gate  (I, K)  x's dtype, unit inner stride, any row stride (rows of
+ *   w_up    (I, K)  torch.nn.Linear.weight); a concatenated (2I, K)
+ *                   [gate; up] projection is two views of it
+ *   y       (M, I)  x's dtype, unit inner stride, any row stride; it may not
+ *                   overlap any input (SF_ERR_INVALID_ARG)
+ * I >= 1, K >= 1.  Errors name the tensor: absent SF_ERR_NULL_POINTER,
+ * extents that disagree (or I, K of 0) SF_ERR_SHAPE, dtypes that differ
+ * SF_ERR_DTYPE, an inner stride other than 1 or rows of y on one address
+ * SF_ERR_STRIDE, y over an input SF_ERR_INVALID_ARG, f32 on the CUDA
+ * backend SF_ERR_UNSUPPORTED.  Numerics: g and u are summed in f32
+ * (double on the reference) and never rounded to the input dtype; y is
+ * rounded once.  The CUDA backend multiplies on the tensor cores (f32
+ * accumulation) and takes silu with the SFU's exp and reciprocal (a few
+ * f32 ulp).
+ * CUDA backend (src/cuda/gemm_swiglu/configs.h, autotuned per shape
+ * bucket; SF_AUTOTUNE_FORCE=gemm_swiglu:NAME pins one): from M = 17 a
+ * persistent, warp-specialised TMA + wgmma kernel whose tiles hold matching
+ * rows of w_gate and w_up, so silu(g) * u is formed in registers (from M =
+ * 1024 in clusters of two CTAs sharing each weight tile); it needs x and
+ * both weights 16-byte aligned with row strides a multiple of 8 elements.
+ * M <= 16 (decode) streams the weights once per 16 rows of x (bound by
+ * their 4 I K bytes); that kernel also serves any shape and alignment.
+ * No workspace, no synchronisation (the first call of a shape bucket times
+ * the candidates, unless the choice is cached or the stream is being
+ * captured): graph capturable.
+ */
+typedef struct sf_gemm_swiglu_params {
+    sf_tensor x;
+    sf_tensor w_gate, w_up;
+    sf_tensor y;
+    sf_backend backend;
+} sf_gemm_swiglu_params;
+
+/* Fills defaults: every tensor absent, backend AUTO. */
+SF_API void sf_gemm_swiglu_params_init(sf_gemm_swiglu_params *p);
+SF_API sf_status sf_gemm_swiglu(sf_ctx *ctx, const sf_gemm_swiglu_params *p);
+
+/*
  * Rotary position embedding of q (T, H, d) and k (T, Hkv, d), T tokens,
  * each head rotated alike.  The first rotary_dim (R, even, 2 <= R <= d; 0
  * means d) channels of a head are rotated in R/2 pairs, the rest pass
@@ -616,10 +660,13 @@ typedef struct sf_qweight {
  * CUDA backend: f16 / bf16 x with scales (and mins) in x's dtype, w.data
  * 16-byte aligned (SF_ERR_ALIGNMENT), x 16-byte aligned with a row stride
  * that is a multiple of 8 elements (SF_ERR_UNSUPPORTED otherwise).  M <= 16
- * runs decode tiles that stream the weights once per 8 or 16 rows of x
- * (bandwidth-bound on the bytes of `data`); larger M taller tensor-core
- * tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=gemm_wq:NAME pins
- * one).  No workspace, no synchronisation: graph capturable.
+ * reads the weights once (bandwidth-bound on the bytes of `data`): int4
+ * with group_size 128 and int8 with 64 or 128 through a streaming kernel
+ * whose K split over a thread-block cluster is summed in a fixed order
+ * (deterministic), other groups through decode tiles; larger M taller
+ * tensor-core tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=
+ * gemm_wq:NAME pins one).  No workspace, no synchronisation: graph
+ * capturable.
  */
 typedef struct sf_gemm_wq_params {
     sf_tensor x;

@@ -37,9 +37,10 @@ if command -v clang >/dev/null && echo 'int LLVMFuzzerTestOneInput(const char *d
   rm -f /tmp/sf_fuzz_probe.$$
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DSF_FUZZ=ON -DSF_CUDA=OFF \
     -DSF_FUZZ_SECONDS="${SF_FUZZ_SECONDS:-60}" >/dev/null
-  cmake --build build-fuzz -j"$jobs" --target fuzz_api fuzz_model_load test_checkpoint
+  cmake --build build-fuzz -j"$jobs" --target fuzz_api fuzz_model_load test_checkpoint fuzz_tokenizer
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_api$' -V | grep -E "seeds|DONE|executed_units|Passed|Failed|crash"
   ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_model_load$' -V | grep -E "seeds|DONE|executed_units|Passed|Failed|crash"
+  ctest --test-dir build-fuzz --output-on-failure -R '^fuzz_tokenizer$' -V | grep -E "seeds|DONE|executed_units|Passed|Failed|crash"
 else
   echo "SKIPPED: clang with libFuzzer not found (apt-get install clang libclang-rt-14-dev)"
 fi

@@ -12,9 +12,9 @@ out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one a
            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_wg {\n")
 # (n, ss wanted, rs wanted): n 64 / 128 both; the head-dim-192/256 tiles of
 # attn_fwd_ws add S = Q K^T at 48 (narrow first tiles), 80, 96 and 112 keys (ss)
-# and O += P V at 192 and
-# 256 columns (rs).
-SHAPES = ((64, 1, 1), (128, 1, 1), (48, 1, 0), (80, 1, 0), (96, 1, 0), (112, 1, 0), (192, 0, 1), (256, 0, 1))
+# and O += P V at 192 and 256 columns (rs); the gate/up GEMM of sf_gemm_swiglu
+# takes ss at 256 (128 gate + 128 up columns).
+SHAPES = ((64, 1, 1), (128, 1, 1), (48, 1, 0), (80, 1, 0), (96, 1, 0), (112, 1, 0), (192, 0, 1), (256, 1, 1))
 for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
     for n, want_ss, want_rs in SHAPES:
         nreg = n // 2

@@ -31,11 +31,12 @@ __all__ = [
     "version", "has_cuda", "has_cuda_build", "has_openmp",
     "cuda_device_count", "cuda_device_name", "set_num_threads", "get_num_threads",
     "last_backend", "library_path", "rms_norm", "add_rms_norm", "layer_norm", "swiglu",
-    "apply_rotary_emb", "KVCache", "gemm_wq", "quantize_weights", "repack_gguf", "QWeight",
+    "apply_rotary_emb", "gemm_swiglu", "KVCache", "gemm_wq", "quantize_weights", "repack_gguf", "QWeight",
     "Engine",
 ]
 
 from ._fused import rms_norm, add_rms_norm, layer_norm, swiglu, apply_rotary_emb  # noqa: E402
+from ._fused import gemm_swiglu  # noqa: E402
 from ._mamba import mamba_chunk_scan_combined, selective_state_update  # noqa: E402
 from ._attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache  # noqa: E402
 from ._layer import causal_conv1d_fn, causal_conv1d_update, rmsnorm_fn  # noqa: E402

@@ -1,6 +1,6 @@
 """The fused layer ops of the binding: residual add + RMSNorm / LayerNorm
-(flash-attention's layer_norm_fn / rms_norm_fn shape of call), SwiGLU and
-rotary embedding (flash_attn.layers.rotary.apply_rotary_emb's signature).
+(flash-attention's layer_norm_fn / rms_norm_fn shape of call), SwiGLU, the
+gate/up projection with SwiGLU fused in, and rotary embedding (flash_attn.layers.rotary.apply_rotary_emb's signature).
 numpy arrays run on the CPU backend, torch CUDA tensors on the CUDA one."""
 import ctypes
 
@@ -100,6 +100,29 @@ def swiglu(gate, up=None, layout=None, backend="auto"):
     out = call.empty((g2.shape[0], n), like=gate)
     p.out = call.tensor(out, "out")
     call.run(L.sf_swiglu, p, backend)
+    return out.reshape(shp[:-1] + (n,))
+
+
+def gemm_swiglu(x, w_gate, w_up, backend="auto"):
+    """silu(x @ w_gate.T) * (x @ w_up.T) in one call, the (..., 2I) product
+    never written: x (..., K), w_gate and w_up (I, K) (torch.nn.Linear
+    weights; the halves of a concatenated (2I, K) gate_up projection are
+    views), all of x's dtype with unit stride along K.  Returns (..., I) in
+    x's dtype.  Sums in float32 on every backend but the reference."""
+    op = "gemm_swiglu"
+    call = Call(op, x, "x")
+    x2, shp = _rows(call, x, "x")
+    p = L.sf_gemm_swiglu_params()
+    L.sf_gemm_swiglu_params_init(ctypes.byref(p))
+    p.x = call.tensor(x2, "x")
+    if len(tuple(w_gate.shape)) != 2:
+        fail(L.SF_ERR_SHAPE, "%s: w_gate has shape %s; expected (I, K)" % (op, tuple(w_gate.shape)))
+    p.w_gate = call.tensor(w_gate, "w_gate")
+    p.w_up = call.tensor(w_up, "w_up")
+    n = tuple(w_gate.shape)[0]
+    out = call.empty((x2.shape[0], n), like=x)
+    p.y = call.tensor(out, "y")
+    call.run(L.sf_gemm_swiglu, p, backend)
     return out.reshape(shp[:-1] + (n,))
 
 

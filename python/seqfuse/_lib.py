@@ -188,6 +188,13 @@ class sf_swiglu_params(ctypes.Structure):
     ]
 
 
+class sf_gemm_swiglu_params(ctypes.Structure):
+    _fields_ = [
+        ("x", sf_tensor), ("w_gate", sf_tensor), ("w_up", sf_tensor), ("y", sf_tensor),
+        ("backend", ctypes.c_int),
+    ]
+
+
 SF_ROPE_NEOX, SF_ROPE_GPTJ = 0, 1
 SF_ROPE_SCALING_NONE, SF_ROPE_LLAMA3 = 0, 1
 
@@ -367,6 +374,8 @@ sf_add_rmsnorm = _decl("sf_add_rmsnorm", _c.c_int, _c.c_void_p, _P(sf_norm_param
 sf_add_layernorm = _decl("sf_add_layernorm", _c.c_int, _c.c_void_p, _P(sf_norm_params))
 sf_swiglu_params_init = _decl("sf_swiglu_params_init", None, _P(sf_swiglu_params))
 sf_swiglu = _decl("sf_swiglu", _c.c_int, _c.c_void_p, _P(sf_swiglu_params))
+sf_gemm_swiglu_params_init = _decl("sf_gemm_swiglu_params_init", None, _P(sf_gemm_swiglu_params))
+sf_gemm_swiglu = _decl("sf_gemm_swiglu", _c.c_int, _c.c_void_p, _P(sf_gemm_swiglu_params))
 sf_rope_params_init = _decl("sf_rope_params_init", None, _P(sf_rope_params))
 sf_rope = _decl("sf_rope", _c.c_int, _c.c_void_p, _P(sf_rope_params))
 

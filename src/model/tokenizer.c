@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tokenizer_impl.h"
+#include "tokenizer_nfc.h"
 
 /* HF ByteLevel's regex (GPT-2's with a final \s+ for lone whitespace). */
 const char tok_gpt2_regex[] =
@@ -234,6 +235,15 @@ static int merge_find(const sfm_tokenizer *t, int32_t a, int32_t b, size_t *slot
     }
 }
 
+int tok_merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *merged)
+{
+    size_t slot;
+    if (!merge_find(t, a, b, &slot))
+        return -1;
+    *merged = t->mnew[slot];
+    return t->mrank[slot];
+}
+
 static int merge_grow(sfm_tokenizer *t)
 {
     size_t cap = t->mcap ? t->mcap * 2 : 1024;
@@ -261,13 +271,16 @@ int tok_add_merge(sfm_tokenizer *t, const char *a, size_t alen, const char *b, s
                   char *err, size_t errlen)
 {
     int ia = tok_lookup(t, a, alen), ib = tok_lookup(t, b, blen);
-    char buf[512];
-    int iab = -1;
-    if (alen + blen <= sizeof buf) {
-        memcpy(buf, a, alen);
-        memcpy(buf + alen, b, blen);
-        iab = tok_lookup(t, buf, alen + blen);
+    char small[256], *buf = alen + blen <= sizeof small ? small : malloc(alen + blen);
+    if (!buf) {
+        tok_errf(err, errlen, "tokenizer: out of memory");
+        return -1;
     }
+    memcpy(buf, a, alen);
+    memcpy(buf + alen, b, blen);
+    int iab = tok_lookup(t, buf, alen + blen);
+    if (buf != small)
+        free(buf);
     if (ia < 0 || ib < 0 || iab < 0) {
         tok_errf(err, errlen, "tokenizer: merge %zu (\"%.*s\" \"%.*s\") names a token not in the vocabulary",
                  t->nmerges, (int)(alen > 40 ? 40 : alen), a, (int)(blen > 40 ? 40 : blen), b);
@@ -319,14 +332,83 @@ int tok_add_added(sfm_tokenizer *t, int id, int special, int lstrip, int rstrip,
     return 0;
 }
 
+/* Unicode White_Space, which is what Oniguruma's \s (HF's regex engine)
+ * matches; PCRE2's \s also takes U+180E (through \h), so patterns are
+ * rewritten with this class. */
+static const char ws_class[] =
+    "\\t\\n\\x0b\\f\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+    "\\x{202f}\\x{205f}\\x{3000}";
+
+/* The pattern with \s and \S spelled as ws_class; NULL (err set) when it
+ * cannot be (\S inside a character class, or no memory). */
+static char *rewrite_space(const char *p, size_t len, size_t *out_len, char *err, size_t errlen)
+{
+    size_t wl = sizeof ws_class - 1, cap = len + 1, o = 0;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (p[i] == '\\' && (p[i + 1] == 's' || p[i + 1] == 'S'))
+            cap += wl + 3;
+    char *q = malloc(cap);
+    if (!q) {
+        tok_errf(err, errlen, "tokenizer: out of memory");
+        return NULL;
+    }
+    int in_class = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < len) {
+            char d = p[++i];
+            if (d == 's' || d == 'S') {
+                if (in_class && d == 'S') {
+                    free(q);
+                    tok_errf(err, errlen, "tokenizer: \\S inside a character class is not supported");
+                    return NULL;
+                }
+                if (!in_class)
+                    q[o++] = '[';
+                if (d == 'S')
+                    q[o++] = '^';
+                memcpy(q + o, ws_class, wl);
+                o += wl;
+                if (!in_class)
+                    q[o++] = ']';
+            } else {
+                q[o++] = c;
+                q[o++] = d;
+            }
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = 1;
+            q[o++] = c;
+            if (i + 1 < len && p[i + 1] == '^')
+                q[o++] = p[++i];
+            if (i + 1 < len && p[i + 1] == ']')   /* a leading ] is a member */
+                q[o++] = p[++i];
+            continue;
+        }
+        if (in_class && c == ']')
+            in_class = 0;
+        q[o++] = c;
+    }
+    q[o] = 0;
+    *out_len = o;
+    return q;
+}
+
 static pcre2_code *compile(const char *pattern, size_t len, uint32_t extra, char *err, size_t errlen)
 {
     int code;
     PCRE2_SIZE at;
     uint32_t opt = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | extra;
-    if (!(extra & PCRE2_LITERAL))
+    char *rw = NULL;
+    if (!(extra & PCRE2_LITERAL)) {
         opt |= PCRE2_UCP;
+        if (!(rw = rewrite_space(pattern, len, &len, err, errlen)))
+            return NULL;
+        pattern = rw;
+    }
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opt, &code, &at, NULL);
+    free(rw);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
@@ -362,15 +444,13 @@ int tok_add_prefix_space(sfm_tokenizer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* NFC is not implemented: text is passed unchanged when no character in it
- * can change under NFC (no combining mark, conjoining jamo or singleton
- * decomposition), else encoding fails with a message instead of guessing. */
+/* NFC is not implemented: text passes unchanged when NFC cannot change it
+ * (no character whose NFC_Quick_Check is No or Maybe, no two non-starters
+ * in a row that canonical ordering could swap), else encoding fails with a
+ * message instead of guessing. */
 int tok_set_nfc(sfm_tokenizer *t, char *err, size_t errlen)
 {
-    static const char guard[] =
-        "[\\p{M}\\x{1100}-\\x{11FF}\\x{F900}-\\x{FAFF}\\x{2F800}-\\x{2FA1F}\\x{0340}\\x{0341}\\x{0343}"
-        "\\x{0344}\\x{0374}\\x{037E}\\x{0387}\\x{1F71}-\\x{1FFD}\\x{2000}\\x{2001}\\x{2126}\\x{212A}"
-        "\\x{212B}\\x{2329}\\x{232A}]";
+    static const char guard[] = "[" TOK_NFC_QC_CLASS "]|[" TOK_NFC_CCC_CLASS "]{2}";
     t->nfc_guard = compile(guard, sizeof guard - 1, 0, err, errlen);
     return t->nfc_guard ? 0 : -1;
 }
@@ -447,6 +527,7 @@ void sfm_tokenizer_free(sfm_tokenizer *t)
 int sfm_tokenizer_vocab_size(const sfm_tokenizer *t) { return t ? t->n : 0; }
 int sfm_tokenizer_bos(const sfm_tokenizer *t) { return t ? t->bos : -1; }
 int sfm_tokenizer_eos(const sfm_tokenizer *t) { return t ? t->eos : -1; }
+int sfm_tokenizer_add_bos(const sfm_tokenizer *t) { return t && t->bos >= 0 && t->add_bos; }
 
 int sfm_tokenizer_is_special(const sfm_tokenizer *t, int id)
 {
@@ -494,9 +575,6 @@ size_t sfm_tokenizer_chat_prompt(const sfm_tokenizer *t, const char *user, char 
         put(buf, cap, &o, user, strlen(user));
         put(buf, cap, &o, "<|im_end|>\n<|im_start|>assistant\n", 33);
     } else if (t && tok_lookup(t, "<|start_header_id|>", 19) >= 0) {
-        /* Llama-3: the template opens with the BOS text itself */
-        if (tok_lookup(t, "<|begin_of_text|>", 17) >= 0)
-            put(buf, cap, &o, "<|begin_of_text|>", 17);
         put(buf, cap, &o, "<|start_header_id|>user<|end_header_id|>\n\n", 42);
         put(buf, cap, &o, user, strlen(user));
         put(buf, cap, &o, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", 57);

@@ -15,6 +15,7 @@ typedef struct cache_entry { uint64_t h; uint32_t koff, klen, ioff, in; } cache_
 
 #define CACHE_SLOTS 16384   /* words a call remembers (a 1 MB text has ~20k distinct) */
 #define CACHE_MAX_WORD 48   /* longer words are rare and merged each time */
+#define CACHE_MIN_TEXT 4096 /* a shorter text repeats too few words to pay for the table */
 
 typedef struct enc {
     const sfm_tokenizer *t;
@@ -30,9 +31,9 @@ typedef struct enc {
     pcre2_match_context *mctx;
     pcre2_jit_stack *js;
     sym *sym;                            /* BPE symbols, a linked list    */
-    int32_t *out;                        /* a word's ids (capacity scap)  */
+    int32_t *out;                        /* a word's ids                  */
     int64_t *heap;                       /* (rank << 32) | position       */
-    size_t scap, hcap;
+    size_t scap, ocap, hcap;
     char *alpha;                         /* a word in the GPT-2 alphabet  */
     size_t acap;
     cache_entry *cache;
@@ -244,34 +245,16 @@ static int64_t heap_pop(int64_t *h, size_t *n)
     return top;
 }
 
-static int merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *nw)
-{
-    if (!t->mkey)
-        return -1;
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    uint64_t k = key;
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    size_t mask = t->mcap - 1;
-    for (size_t i = (size_t)k & mask;; i = (i + 1) & mask) {
-        if (t->mrank[i] < 0)
-            return -1;
-        if (t->mkey[i] == key) {
-            *nw = t->mnew[i];
-            return t->mrank[i];
-        }
-    }
-}
-
 /* The merges of one word, lowest rank first, leftmost among equal ranks:
  * heap entries are (rank, position) and stale ones are skipped on pop. */
 static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
 {
     const sfm_tokenizer *t = e->t;
-    size_t ocap = e->scap;
-    if (grow((void **)&e->sym, &e->scap, n, sizeof(sym)) != 0 ||
-        grow((void **)&e->out, &ocap, e->scap, sizeof(int32_t)) != 0)
+    if (n >= (size_t)INT32_MAX) {   /* positions are int32 in the heap entries */
+        tok_errf(e->err, e->errlen, "tokenizer: a pre-tokenized word of %zu bytes is too long", n);
+        return -1;
+    }
+    if (grow((void **)&e->sym, &e->scap, n, sizeof(sym)) != 0 || grow((void **)&e->out, &e->ocap, n, sizeof(int32_t)) != 0)
         return oom(e);
     if (grow((void **)&e->heap, &e->hcap, 3 * n + 1, sizeof(int64_t)) != 0)
         return oom(e);
@@ -289,7 +272,7 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
     size_t hn = 0;
     int32_t nw;
     for (size_t i = 0; i + 1 < m; i++) {
-        int rk = merge_rank(t, y[i].id, y[i + 1].id, &nw);
+        int rk = tok_merge_rank(t, y[i].id, y[i + 1].id, &nw);
         if (rk >= 0)
             heap_push(e->heap, &hn, ((int64_t)rk << 32) | (int64_t)i);
     }
@@ -299,7 +282,7 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
         if (y[pos].id < 0 || y[pos].next < 0)
             continue;
         int32_t nx = y[pos].next;
-        if (merge_rank(t, y[pos].id, y[nx].id, &nw) != rk)
+        if (tok_merge_rank(t, y[pos].id, y[nx].id, &nw) != rk)
             continue;   /* the pair changed since this entry was pushed */
         y[pos].id = nw;
         y[nx].id = -1;
@@ -307,9 +290,9 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n, int32_t *cnt_out)
         if (y[nx].next >= 0)
             y[y[nx].next].prev = pos;
         int32_t pv = y[pos].prev;
-        if (pv >= 0 && (rk = merge_rank(t, y[pv].id, y[pos].id, &nw)) >= 0)
+        if (pv >= 0 && (rk = tok_merge_rank(t, y[pv].id, y[pos].id, &nw)) >= 0)
             heap_push(e->heap, &hn, ((int64_t)rk << 32) | (int64_t)pv);
-        if (y[pos].next >= 0 && (rk = merge_rank(t, y[pos].id, y[y[pos].next].id, &nw)) >= 0)
+        if (y[pos].next >= 0 && (rk = tok_merge_rank(t, y[pos].id, y[y[pos].next].id, &nw)) >= 0)
             heap_push(e->heap, &hn, ((int64_t)rk << 32) | (int64_t)pos);
     }
     /* the survivors, in order, packed into ids_out (symbol 0 always survives) */
@@ -415,7 +398,31 @@ static int segment(enc *e, const char *s, size_t len)
     return 0;
 }
 
-static int is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+/* Bytes of the White_Space character (Rust's char::is_whitespace, which HF's
+ * lstrip / rstrip use) that starts at s[i], or 0. */
+static size_t space_at(const unsigned char *s, size_t i, size_t len)
+{
+    if (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r'))
+        return 1;
+    uint32_t c = 0;
+    size_t n = 0;
+    if (s[i] == 0xC2 && i + 1 < len)
+        c = s[i + 1], n = 2;   /* U+0085, U+00A0 */
+    else if ((s[i] == 0xE1 || s[i] == 0xE2 || s[i] == 0xE3) && i + 2 < len)
+        c = ((uint32_t)(s[i] & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F), n = 3;
+    int ws = c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+             c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return ws ? n : 0;
+}
+
+/* The same for the character that ends just before s[i] (not before lo). */
+static size_t space_before(const unsigned char *s, size_t lo, size_t i, size_t len)
+{
+    for (size_t n = 1; n <= 3 && n <= i - lo; n++)
+        if (space_at(s, i - n, len) == n)
+            return n;
+    return 0;
+}
 static int is_word(unsigned char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
@@ -459,8 +466,9 @@ int64_t sfm_tokenizer_encode(const sfm_tokenizer *t, const char *text, size_t le
     e.md = pcre2_match_data_create(4, NULL);
     e.mctx = pcre2_match_context_create(NULL);
     e.js = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
-    e.cache = calloc(CACHE_SLOTS, sizeof *e.cache);
-    if (!e.md || !e.mctx || !e.cache) {
+    if (len > CACHE_MIN_TEXT)
+        e.cache = calloc(CACHE_SLOTS, sizeof *e.cache);   /* NULL: words are merged each time */
+    if (!e.md || !e.mctx) {
         rc = oom(&e);
         goto done;
     }
@@ -484,13 +492,14 @@ int64_t sfm_tokenizer_encode(const sfm_tokenizer *t, const char *text, size_t le
             i++;
             continue;
         }
-        size_t start = i, end = i + hit->len;
+        const unsigned char *u = (const unsigned char *)text;
+        size_t start = i, end = i + hit->len, k;
         if (hit->lstrip)
-            while (start > seg && is_space((unsigned char)text[start - 1]))
-                start--;
+            while (start > seg && (k = space_before(u, seg, start, len)) > 0)
+                start -= k;
         if (hit->rstrip)
-            while (end < len && is_space((unsigned char)text[end]))
-                end++;
+            while (end < len && (k = space_at(u, end, len)) > 0)
+                end += k;
         rc = segment(&e, text + seg, start - seg);
         emit(&e, hit->id);
         seg = i = end;

@@ -25,15 +25,15 @@ static const char qwen2_regex[] =
 typedef struct pre_family {
     const char *names;          /* tokenizer.ggml.pre values, '|' separated */
     const char *regex[4];
-    int ignore_merges, nfc;
+    int ignore_merges, nfc, add_bos;   /* add_bos: when the file does not say */
 } pre_family;
 
 static const pre_family families[] = {
-    {"gpt2|mpt|olmo|jais", {tok_gpt2_regex}, 0, 0},
-    {"smollm|starcoder|refact|codeshell|command-r", {"\\p{N}", tok_gpt2_regex}, 0, 0},
-    {"llama-bpe|llama3|llama-v3", {llama3_regex}, 1, 0},
-    {"qwen2|stablelm2", {qwen2_regex}, 0, 1},
-    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", tok_gpt2_regex, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0},
+    {"gpt2|mpt|olmo|jais", {tok_gpt2_regex}, 0, 0, 0},
+    {"smollm|starcoder|refact|codeshell|command-r", {"\\p{N}", tok_gpt2_regex}, 0, 0, 0},
+    {"llama-bpe|llama3|llama-v3", {llama3_regex}, 1, 0, 1},
+    {"qwen2|stablelm2", {qwen2_regex}, 0, 1, 0},
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", tok_gpt2_regex, "\\p{N}+", "[0-9][0-9][0-9]"}, 0, 0, 0},
 };
 
 static int name_in(const char *list, const char *s, size_t len)
@@ -132,6 +132,9 @@ sf_status sfm_tokenizer_from_gguf(const sfm_checkpoint *c, sfm_tokenizer **out, 
         t->bos = (int)v;
     if (sfm_meta_int(c, "tokenizer.ggml.eos_token_id", &v) && v >= 0 && v < n)
         t->eos = (int)v;
+    t->add_bos = fam->add_bos;
+    if (sfm_meta_int(c, "tokenizer.ggml.add_bos_token", &v))
+        t->add_bos = v != 0;
     t->ignore_merges = fam->ignore_merges;
     for (int k = 0; k < 4 && fam->regex[k]; k++)
         if (tok_add_split(t, fam->regex[k], strlen(fam->regex[k]), 0, TOK_SPLIT_ISOLATED, 0, err, errlen) != 0)

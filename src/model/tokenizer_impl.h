@@ -60,6 +60,7 @@ struct sfm_tokenizer {
     tok_added *added;         /* by first byte, longest first (tok_finish)   */
     int32_t added_start[257]; /* added[added_start[b] .. added_start[b+1]) start with byte b */
     int bos, eos;
+    int add_bos;              /* the model's tokenizer prepends BOS         */
     char *system_default;     /* ChatML default system message, or NULL     */
 };
 
@@ -81,10 +82,16 @@ int tok_set_chat_template(sfm_tokenizer *t, const char *tmpl, size_t len, char *
 /* Last: orders the added tokens for matching. */
 int tok_finish(sfm_tokenizer *t, char *err, size_t errlen);
 int tok_lookup(const sfm_tokenizer *t, const char *s, size_t len);
+/* Rank of merging ids (a, b), -1 if they do not merge; *merged: the result. */
+int tok_merge_rank(const sfm_tokenizer *t, int32_t a, int32_t b, int32_t *merged);
 
 /* The GPT-2 regex of HF's ByteLevel pre-tokenizer (use_regex). */
 extern const char tok_gpt2_regex[];
 
+/* sfm_tokenizer_from_json on text in memory; path (may be NULL) names it
+ * and locates tokenizer_config.json. */
+sf_status tok_from_json_text(const char *text, size_t len, const char *path, sfm_tokenizer **out, char *err,
+                             size_t errlen);
 /* UTF-8 of byte b's GPT-2 alphabet character; returns its length (1 or 2). */
 int tok_byte_utf8(int b, char out[2]);
 void tok_errf(char *err, size_t errlen, const char *fmt, ...);

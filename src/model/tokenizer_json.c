@@ -158,6 +158,27 @@ static int config_token(const sfm_tokenizer *t, const cJSON *cfg, const char *ke
     return s ? tok_lookup(t, s, strlen(s)) : -1;
 }
 
+/* 1 when a post_processor template (TemplateProcessing, perhaps inside a
+ * Sequence) puts a special token first: Llama-3's puts BOS there. */
+static int post_bos(const sfm_tokenizer *t, const cJSON *pp, int depth)
+{
+    const char *type = json_str(pp, "type");
+    const cJSON *c;
+    if (!type || depth > 4)
+        return 0;
+    if (strcmp(type, "Sequence") == 0) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(pp, "processors"))
+            if (post_bos(t, c, depth + 1))
+                return 1;
+        return 0;
+    }
+    if (strcmp(type, "TemplateProcessing") != 0)
+        return 0;
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pp, "single"), 0);
+    const char *id = json_str(cJSON_GetObjectItemCaseSensitive(first, "SpecialToken"), "id");
+    return id && t->bos >= 0 && tok_lookup(t, id, strlen(id)) == t->bos;
+}
+
 /* tokenizer_config.json in the same directory: absent is fine. */
 static sf_status config(sfm_tokenizer *t, const char *path, char *err, size_t errlen)
 {
@@ -189,6 +210,9 @@ static sf_status config(sfm_tokenizer *t, const char *path, char *err, size_t er
     }
     t->bos = config_token(t, cfg, "bos_token");
     t->eos = config_token(t, cfg, "eos_token");
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+    if (cJSON_IsBool(ab))
+        t->add_bos = cJSON_IsTrue(ab) ? 1 : 0;
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *c;
     const char *tmpl = cJSON_IsString(ct) ? ct->valuestring : NULL;
     if (cJSON_IsArray(ct))   /* [{"name": "default", "template": ...}, ...] */
@@ -204,13 +228,14 @@ static sf_status config(sfm_tokenizer *t, const char *path, char *err, size_t er
 
 static sf_status build(const cJSON *root, const char *path, sfm_tokenizer **out, char *err, size_t errlen)
 {
+    const char *name = path ? path : "tokenizer.json";
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const char *mtype = json_str(model, "type");
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *v;
     if ((mtype && strcmp(mtype, "BPE") != 0) || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) {
-        tok_errf(err, errlen, "tokenizer: %s: model \"%s\" is not a BPE with vocab and merges", path,
+        tok_errf(err, errlen, "tokenizer: %s: model \"%s\" is not a BPE with vocab and merges", name,
                  mtype ? mtype : "?");
         return mtype && strcmp(mtype, "BPE") != 0 ? SF_ERR_UNSUPPORTED : SF_ERR_INVALID_ARG;
     }
@@ -288,19 +313,36 @@ static sf_status build(const cJSON *root, const char *path, sfm_tokenizer **out,
         goto fail;
     st = SF_ERR_UNSUPPORTED;
     if (!byte_level) {
-        tok_errf(err, errlen, "tokenizer: %s has no ByteLevel pre-tokenizer: only byte-level BPE is supported", path);
+        tok_errf(err, errlen, "tokenizer: %s has no ByteLevel pre-tokenizer: only byte-level BPE is supported", name);
         goto fail;
     }
     st = SF_ERR_INVALID_ARG;
     if (tok_finish(t, err, errlen) != 0)
         goto fail;
-    if ((st = config(t, path, err, errlen)) != SF_OK)
+    t->add_bos = -1;   /* unknown until tokenizer_config.json or the post-processor says */
+    if (path && (st = config(t, path, err, errlen)) != SF_OK)
         goto fail;
+    if (t->add_bos < 0)
+        t->add_bos = post_bos(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), 0);
     *out = t;
     return SF_OK;
 fail:
     sfm_tokenizer_free(t);
     return st;
+}
+
+sf_status tok_from_json_text(const char *text, size_t len, const char *path, sfm_tokenizer **out, char *err,
+                             size_t errlen)
+{
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        tok_errf(err, errlen, "tokenizer: %s is not valid JSON", path ? path : "the text");
+        return SF_ERR_INVALID_ARG;
+    }
+    sf_status s = build(root, path, out, err, errlen);
+    cJSON_Delete(root);
+    return s;
 }
 
 sf_status sfm_tokenizer_from_json(const char *path, sfm_tokenizer **out, char *err, size_t errlen)
@@ -314,13 +356,7 @@ sf_status sfm_tokenizer_from_json(const char *path, sfm_tokenizer **out, char *e
     char *buf = read_file(path, &len, err, errlen);
     if (!buf)
         return SF_ERR_INVALID_ARG;
-    cJSON *root = cJSON_ParseWithLength(buf, len);
+    sf_status s = tok_from_json_text(buf, len, path, out, err, errlen);
     free(buf);
-    if (!root) {
-        tok_errf(err, errlen, "tokenizer: %s is not valid JSON", path);
-        return SF_ERR_INVALID_ARG;
-    }
-    sf_status s = build(root, path, out, err, errlen);
-    cJSON_Delete(root);
     return s;
 }

@@ -19,6 +19,12 @@
       pre-tokenizers (see tiny()), with added tokens (lstrip/rstrip, special
       or not) and their expected ids: OUTDIR/<name>.tokenizer.json and
       OUTDIR/<name>.ref.json.
+  make_tokenizer_ref.py nfc src/model/tokenizer_nfc.h
+      the character classes of the NFC guard (see nfc_header()).
+  make_tokenizer_ref.py hf_dir REFDIR OUTDIR
+      a tiny transformers checkpoint directory holding the Llama-3-style
+      tokenizer.json (sfm_tokenizer_open on a HF directory; exit 77 without
+      torch / transformers).
   make_tokenizer_ref.py tiny_gguf REFDIR OUTDIR
       some of those vocabularies as GGUF files (tokenizer.ggml.pre
       llama-bpe, qwen2, default, gpt2, smollm) on a one-layer random llama:
@@ -161,7 +167,9 @@ QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
 EXTRA = ["the theme", "hello <mask> world", "a<|eot|>b", "x [user] y", "they're 1234567 cats",
-         "the-final--countdown", "a1b22c333 d", "zzqzz qq z", "x--y 12-3 ", "e\u0301t\u00e9"]
+         "the-final--countdown", "a1b22c333 d", "zzqzz qq z", "x--y 12-3 ", "e\u0301t\u00e9",
+         "\u0928\u092e\u0938\u094d\u0924\u0947 \u0645\u064e\u0631\u0652\u062d\u064e\u0628\u064b\u0627",
+         "\u0a5e \u2126 \u1100\u1161"]
 
 
 # tiny variants also written as GGUF files, with their tokenizer.ggml.pre
@@ -174,9 +182,9 @@ def tiny(outdir):
     pre-tokenizers of Llama-3, Qwen2 (with NFC), GPT-2 with a prefix space,
     llama.cpp's default list, and every Split behaviour; each written as
     OUTDIR/<name>.tokenizer.json with its ids in OUTDIR/<name>.ref.json."""
-    import unicodedata
     from tokenizers import Tokenizer, AddedToken, Regex, pre_tokenizers as pt, normalizers, trainers, decoders
     from tokenizers.models import BPE
+    sets = nfc_sets()
     base = Tokenizer(BPE())
     base.pre_tokenizer = pt.ByteLevel(add_prefix_space=False)
     train = ["the cat sat on the mat", "hello world hello there", "it's 2024, they're 100% sure",
@@ -224,7 +232,7 @@ def tiny(outdir):
         cases = []
         for s in CORPUS[:21] + EXTRA:
             c = {"text": s}
-            if norm is not None and any(unicodedata.category(ch).startswith("M") for ch in s):
+            if norm is not None and nfc_refused(s, sets):
                 c["refused"] = True   # the C tokenizer does not implement NFC: it says so
             else:
                 c["ids"] = tok.encode(s, add_special_tokens=False).ids
@@ -244,13 +252,19 @@ def tiny_gguf(refdir, outdir):
         print("skip: the gguf / numpy Python packages are not installed")
         sys.exit(77)
     os.makedirs(outdir, exist_ok=True)
-    for name in GGUF_PRE:   # never test a stale copy
+    # and three files the GGUF front end must refuse: a SentencePiece
+    # vocabulary, an unknown pre-tokenizer, a merge naming a missing token
+    files = dict((k, (k, pre, "gpt2", False)) for k, pre in GGUF_PRE.items())
+    files.update({"bad_model": ("llama3", "llama-bpe", "llama", False),
+                  "bad_pre": ("llama3", "no-such-pre", "gpt2", False),
+                  "bad_merge": ("llama3", "llama-bpe", "gpt2", True)})
+    for name in files:   # never test a stale copy
         if os.path.exists(os.path.join(outdir, name + ".gguf")):
             os.remove(os.path.join(outdir, name + ".gguf"))
     rng = np.random.default_rng(0)
     hidden, ffn, heads = 8, 16, 2
-    for name, pre in GGUF_PRE.items():
-        with open(os.path.join(refdir, name + ".tokenizer.json"), encoding="utf-8") as f:
+    for name, (src, pre, model, bad_merge) in files.items():
+        with open(os.path.join(refdir, src + ".tokenizer.json"), encoding="utf-8") as f:
             tj = json.load(f)
         toks = {i: t for t, i in tj["model"]["vocab"].items()}
         types = {}
@@ -259,6 +273,8 @@ def tiny_gguf(refdir, outdir):
             types[a["id"]] = 3 if a["special"] else 4
         n = max(toks) + 1
         merges = [" ".join(m) if isinstance(m, list) else m for m in tj["model"]["merges"]]
+        if bad_merge:
+            merges[7] = "Zq \u0100"
         w = gguf.GGUFWriter(os.path.join(outdir, name + ".gguf"), "llama")
         w.add_block_count(1)
         w.add_context_length(64)
@@ -270,7 +286,7 @@ def tiny_gguf(refdir, outdir):
         w.add_rope_freq_base(10000.0)
         w.add_rope_dimension_count(hidden // heads)
         w.add_vocab_size(n)
-        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_model(model)
         w.add_tokenizer_pre(pre)
         w.add_token_list([toks[i] for i in range(n)])
         w.add_token_types([types.get(i, 1) for i in range(n)])
@@ -292,6 +308,100 @@ def tiny_gguf(refdir, outdir):
         w.close()
 
 
+def nfc_sets():
+    """(characters with NFC_Quick_Check No or Maybe, non-starters)."""
+    import unicodedata as u
+    qc, ccc = set(), set()
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        ch = chr(cp)
+        if u.normalize("NFC", ch) != ch:
+            qc.add(cp)   # NFC_QC = No
+        if u.combining(ch):
+            ccc.add(cp)
+        d = u.decomposition(ch)
+        if d and not d.startswith("<") and len(d.split()) == 2 and u.normalize("NFC", ch) == ch:
+            qc.add(int(d.split()[1], 16))   # NFC_QC = Maybe: composes with what precedes it
+    qc |= set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))   # Hangul V and T jamo
+    return qc, ccc
+
+
+def nfc_refused(s, sets):
+    """What the C tokenizer's NFC guard refuses."""
+    qc, ccc = sets
+    return any(ord(c) in qc for c in s) or any(ord(a) in ccc and ord(b) in ccc for a, b in zip(s, s[1:]))
+
+
+def nfc_header(path):
+    """src/model/tokenizer_nfc.h: the code points NFC can change. Text
+    without a character whose NFC_Quick_Check is No or Maybe, and without two
+    non-starters (canonical combining class != 0) in a row, is its own NFC."""
+    import unicodedata as u
+
+    def ranges(cps):
+        out = []
+        for c in sorted(cps):
+            if out and out[-1][1] == c - 1:
+                out[-1][1] = c
+            else:
+                out.append([c, c])
+        return out
+
+    def pcre_class(cps):
+        items = [f"\\\\x{{{a:x}}}" + (f"-\\\\x{{{b:x}}}" if b > a else "") for a, b in ranges(cps)]
+        lines, line = [], ""
+        for it in items:
+            if len(line) + len(it) > 96:
+                lines.append(line)
+                line = ""
+            line += it
+        lines.append(line)
+        return "\n".join(f'    "{x}"' for x in lines)
+
+    qc, ccc = nfc_sets()
+    with open(path, "w", encoding="ascii") as f:
+        f.write(f"""/* Generated by tests/model/make_tokenizer_ref.py nfc from Python's Unicode
+ * {u.unidata_version} tables: do not edit. PCRE2 class bodies of the characters
+ * whose NFC_Quick_Check is No or Maybe, and of the non-starters (canonical
+ * combining class != 0). */
+#ifndef SF_MODEL_TOKENIZER_NFC_H
+#define SF_MODEL_TOKENIZER_NFC_H
+
+#define TOK_NFC_QC_CLASS \\
+{pcre_class(qc).replace(chr(10), " " + chr(92) + chr(10))}
+
+#define TOK_NFC_CCC_CLASS \\
+{pcre_class(ccc).replace(chr(10), " " + chr(92) + chr(10))}
+
+#endif
+""")
+
+
+def hf_dir(refdir, outdir):
+    """A one-layer random LlamaForCausalLM saved by transformers with the
+    tiny Llama-3-style tokenizer.json beside it and no tokenizer_config.json:
+    bos / eos then come from config.json (sfm_tokenizer_open)."""
+    try:
+        import shutil
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        print("skip: torch / transformers are not installed")
+        sys.exit(77)
+    if os.path.exists(outdir):
+        shutil.rmtree(outdir)
+    with open(os.path.join(refdir, "llama3.tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    n = max(max(tj["model"]["vocab"].values()), max(a["id"] for a in tj["added_tokens"])) + 1
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=n, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                      bos_token_id=tj["model"]["vocab"]["<s>"], eos_token_id=tj["model"]["vocab"]["</s>"])
+    LlamaForCausalLM(cfg).save_pretrained(outdir, safe_serialization=True)
+    shutil.copy(os.path.join(refdir, "llama3.tokenizer.json"), os.path.join(outdir, "tokenizer.json"))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "fixture":
         fixture(sys.argv[2], sys.argv[3])
@@ -299,6 +409,10 @@ if __name__ == "__main__":
         save_json(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "tiny":
         tiny(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "nfc":
+        nfc_header(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "hf_dir":
+        hf_dir(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "tiny_gguf":
         tiny_gguf(sys.argv[2], sys.argv[3])
     else:

@@ -4,9 +4,11 @@
  *
  *   test_tokenizer --json tokenizer.json --ref ref.json [--smollm2]
  *   test_tokenizer --gguf [path] --ref ref.json [--smollm2]   (path or $SF_SMOLLM2_GGUF)
+ *   test_tokenizer --checkpoint DIR --ref ref.json [--bos N --eos N]   (HF directory)
  *   test_tokenizer --errors
  * --lossy: the pre-tokenizer adds or removes text (no round-trip checks);
- * --nfc: the model normalises to NFC (refusals of such text expected).
+ * --nfc: the model normalises to NFC (refusals of such text expected);
+ * --stdin: ids of hex-encoded lines (tokenizer_diff.py).
  * A missing model file is a visible skip (77). */
 #define _POSIX_C_SOURCE 200809L   /* mkstemp, clock_gettime */
 #include <stdio.h>
@@ -323,6 +325,7 @@ static void smollm2_checks(const sfm_tokenizer *t)
     CHECK(sfm_tokenizer_vocab_size(t) == 49152, "vocab size %d", sfm_tokenizer_vocab_size(t));
     CHECK(sfm_tokenizer_bos(t) == 1 && sfm_tokenizer_eos(t) == 2, "bos %d eos %d", sfm_tokenizer_bos(t),
           sfm_tokenizer_eos(t));
+    CHECK(sfm_tokenizer_add_bos(t) == 0, "SmolLM2 adds no BOS");
     CHECK(sfm_tokenizer_token_id(t, "<|im_end|>") == 2, "<|im_end|> id");
     CHECK(sfm_tokenizer_is_special(t, 2) && !sfm_tokenizer_is_special(t, 100), "special flags");
     CHECK(sfm_tokenizer_token_id(t, "no such token here") == -1, "unknown token id");
@@ -414,7 +417,8 @@ static void errors(void)
 /* The chat prompt of a vocabulary in a temporary directory (tokenizer.json
  * + tokenizer_config.json): ChatML with the template's default system
  * message, Llama-3 headers, and neither. */
-static void chat_case(const char *added, const char *config, const char *want, int bos, int eos)
+static void chat_case(const char *added, const char *post, const char *config, const char *want, int bos, int eos,
+                      int add_bos)
 {
     char dir[] = "/tmp/sf_tokchat_XXXXXX", path[64], cpath[64], err[256] = "";
     if (!mkdtemp(dir)) {
@@ -426,7 +430,8 @@ static void chat_case(const char *added, const char *config, const char *want, i
     char json[2048];
     snprintf(json, sizeof json,
              "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [%s],"
-             " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}", added);
+             " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+             " \"post_processor\": %s}", added, post ? post : "null");
     write_file(path, json);
     if (config)
         write_file(cpath, config);
@@ -438,6 +443,7 @@ static void chat_case(const char *added, const char *config, const char *want, i
         CHECK(n == strlen(want) && strcmp(buf, want) == 0, "chat prompt:\n%s\nwant:\n%s", buf, want);
         CHECK(sfm_tokenizer_bos(t) == bos && sfm_tokenizer_eos(t) == eos, "bos %d eos %d, want %d %d",
               sfm_tokenizer_bos(t), sfm_tokenizer_eos(t), bos, eos);
+        CHECK(sfm_tokenizer_add_bos(t) == add_bos, "add_bos %d, want %d", sfm_tokenizer_add_bos(t), add_bos);
         sfm_tokenizer_free(t);
     }
     remove(path);
@@ -450,36 +456,77 @@ static void chat(void)
     /* Qwen2.5's template: Jinja strings with escaped newlines; the first
      * "<|im_start|>system" is followed by the caller's message, not a literal */
     chat_case("{\"id\": 1, \"content\": \"<|im_start|>\", \"special\": true},"
-              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}",
+              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL,
               "{\"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"chat_template\": \"{%- if messages[0]['role'] == "
               "'system' %}{{- '<|im_start|>system\\\\n' + messages[0]['content'] + '<|im_end|>\\\\n' }}{%- else %}"
               "{{- '<|im_start|>system\\\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
               "<|im_end|>\\\\n' }}{%- endif %}\"}",
               "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, 2);
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, 2, 0);
     /* ChatML without a template: no system message */
     chat_case("{\"id\": 1, \"content\": \"<|im_start|>\", \"special\": true},"
-              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL,
-              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, -1);
-    chat_case("{\"id\": 1, \"content\": \"<|begin_of_text|>\", \"special\": true},"
-              "{\"id\": 2, \"content\": \"<|start_header_id|>\", \"special\": true},"
-              "{\"id\": 3, \"content\": \"<|end_header_id|>\", \"special\": true},"
-              "{\"id\": 4, \"content\": \"<|eot_id|>\", \"special\": true}",
-              "{\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, \"eos_token\": \"<|eot_id|>\"}",
-              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-              "<|start_header_id|>assistant<|end_header_id|>\n\n", 1, 4);
-    chat_case("{\"id\": 1, \"content\": \"<s>\", \"special\": true}", NULL, "Hi", -1, -1);
+              "{\"id\": 2, \"content\": \"<|im_end|>\", \"special\": true}", NULL, NULL,
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", -1, -1, 0);
+    /* Llama-3: BOS from its post-processor template unless the config says */
+    static const char l3[] = "{\"id\": 1, \"content\": \"<|begin_of_text|>\", \"special\": true},"
+                             "{\"id\": 2, \"content\": \"<|start_header_id|>\", \"special\": true},"
+                             "{\"id\": 3, \"content\": \"<|end_header_id|>\", \"special\": true},"
+                             "{\"id\": 4, \"content\": \"<|eot_id|>\", \"special\": true}";
+    static const char l3post[] = "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"},"
+                                 "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\":"
+                                 " \"<|begin_of_text|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\"}}]}]}";
+    static const char l3want[] = "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                                 "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    chat_case(l3, l3post, "{\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, \"eos_token\": \"<|eot_id|>\"}",
+              l3want, 1, 4, 1);
+    chat_case(l3, l3post, "{\"bos_token\": \"<|begin_of_text|>\", \"add_bos_token\": false}", l3want, 1, -1, 0);
+    chat_case("{\"id\": 1, \"content\": \"<s>\", \"special\": true}", NULL, NULL, "Hi", -1, -1, 0);
     printf("chat prompts: ChatML (template system message, none), Llama-3, plain\n");
+}
+
+/* --stdin: each input line is a text in hex; prints its ids (or ERR) on a
+ * line, for the differential test against HF (tokenizer_diff.py). */
+static int ids_of_stdin(const sfm_tokenizer *t)
+{
+    char line[1 << 16];
+    static char text[1 << 15];
+    static int32_t ids[1 << 15];
+    while (fgets(line, sizeof line, stdin)) {
+        size_t len = 0;
+        for (size_t i = 0; line[i] && line[i + 1] && line[i] != '\n' && len < sizeof text; i += 2) {
+            unsigned v = 0;
+            if (sscanf(line + i, "%2x", &v) != 1)
+                break;
+            text[len++] = (char)v;
+        }
+        char err[256];
+        int64_t n = sfm_tokenizer_encode(t, text, len, 1, ids, 1 << 15, err, sizeof err);
+        if (n < 0 || n > (1 << 15)) {
+            printf("ERR\n");
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     const char *json = NULL, *gguf = NULL, *ref = NULL;
-    int smollm2 = 0, use_gguf = 0;
+    int smollm2 = 0, use_gguf = 0, from_stdin = 0, want_bos = -2, want_eos = -2;
+    const char *refused_msg = NULL;   /* --refused TEXT: the tokenizer must fail saying TEXT */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
-        else if (!strcmp(argv[i], "--gguf")) {
+        else if (!strcmp(argv[i], "--refused") && i + 1 < argc)
+            refused_msg = argv[++i];
+        else if (!strcmp(argv[i], "--bos") && i + 1 < argc)
+            want_bos = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--eos") && i + 1 < argc)
+            want_eos = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gguf") || !strcmp(argv[i], "--checkpoint")) {
             use_gguf = 1;
             if (i + 1 < argc && argv[i + 1][0] != '-')
                 gguf = argv[++i];
@@ -487,6 +534,8 @@ int main(int argc, char **argv)
             ref = argv[++i];
         else if (!strcmp(argv[i], "--smollm2"))
             smollm2 = 1;
+        else if (!strcmp(argv[i], "--stdin"))
+            from_stdin = 1;
         else if (!strcmp(argv[i], "--lossy"))
             lossy = 1;
         else if (!strcmp(argv[i], "--nfc"))
@@ -497,7 +546,7 @@ int main(int argc, char **argv)
             printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
             return failures ? 1 : 0;
         } else {
-            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --errors) [--ref REF.json] [--smollm2] [--lossy] [--nfc]\n", argv[0]);
+            fprintf(stderr, "usage: %s (--json PATH | --gguf [PATH] | --checkpoint PATH | --errors) [--bos N] [--eos N] [--refused TEXT] [--ref REF.json] [--smollm2] [--lossy] [--nfc] [--stdin]\n", argv[0]);
             return 2;
         }
     }
@@ -509,7 +558,8 @@ int main(int argc, char **argv)
             gguf = getenv("SF_SMOLLM2_GGUF");
         FILE *f = gguf ? fopen(gguf, "rb") : NULL;
         if (!f) {
-            printf("skip: the SmolLM2 GGUF is not available (set SF_SMOLLM2_GGUF; got %s)\n", gguf ? gguf : "nothing");
+            printf("skip: the checkpoint is not available (the SmolLM2 GGUF: set SF_SMOLLM2_GGUF; got %s)\n",
+                   gguf ? gguf : "nothing");
             return SKIP;
         }
         fclose(f);
@@ -518,7 +568,15 @@ int main(int argc, char **argv)
         CHECK(s == SF_OK, "checkpoint open: %s", err);
         if (s == SF_OK) {
             s = sfm_tokenizer_open(ck, &t, err, sizeof err);
-            CHECK(s == SF_OK, "tokenizer from GGUF: %s", err);
+            if (refused_msg) {
+                CHECK(s != SF_OK && t == NULL && strstr(err, refused_msg), "want a refusal saying \"%s\", got %d: %s",
+                      refused_msg, (int)s, err);
+                printf("refused as expected: %s\n", err);
+                sfm_checkpoint_close(ck);
+                printf(failures ? "FAILED: %d checks\n" : "ok\n", failures);
+                return failures ? 1 : 0;
+            }
+            CHECK(s == SF_OK, "tokenizer of %s: %s", gguf, err);
         }
         sfm_checkpoint_close(ck);   /* the tokenizer owns copies of what it needs */
     } else if (json) {
@@ -535,7 +593,14 @@ int main(int argc, char **argv)
         printf("FAILED: no tokenizer\n");
         return 1;
     }
+    if (from_stdin) {
+        ids_of_stdin(t);
+        sfm_tokenizer_free(t);
+        return 0;
+    }
     printf("loaded %d tokens in %.3f s (CPU)\n", sfm_tokenizer_vocab_size(t), (double)(clock() - c0) / CLOCKS_PER_SEC);
+    CHECK(want_bos == -2 || sfm_tokenizer_bos(t) == want_bos, "bos %d, want %d", sfm_tokenizer_bos(t), want_bos);
+    CHECK(want_eos == -2 || sfm_tokenizer_eos(t) == want_eos, "eos %d, want %d", sfm_tokenizer_eos(t), want_eos);
     find_bytes(t);
     if (ref)
         against_reference(t, ref);

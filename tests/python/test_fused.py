@@ -200,3 +200,59 @@ def test_torch_cuda_apply_rotary_emb(dt, interleaved, d, R):
     xi = xd.clone()
     r = seqfuse.apply_rotary_emb(xi, cd, sd, interleaved=interleaved, inplace=True, seqlen_offsets=offs)
     assert r is xi and torch.equal(xi, got)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("M,I,K", [(1, 5, 7), (9, 33, 40)])
+def test_gemm_swiglu(dt, M, I, K):
+    x = rnd((M, K), dt, 11)
+    w = (rnd((2 * I, K), dt, 12).astype(np.float32) / np.sqrt(K)).astype(np_dtype(dt))
+    wg, wu = w[:I], w[I:]  # the halves of a concatenated projection: two views
+    want = silu64(f64(x) @ f64(wg).T) * (f64(x) @ f64(wu).T)
+    assert rel_err(seqfuse.gemm_swiglu(x, wg, wu), want) < TOL[dt]
+    y3 = seqfuse.gemm_swiglu(x.reshape(1, M, K), wg, wu)
+    assert y3.shape == (1, M, I)
+    with pytest.raises(SeqfuseError, match="w_up"):
+        seqfuse.gemm_swiglu(x, wg, wu[:, :-1])
+
+
+def test_gemm_swiglu_params_layout(tmp_path):
+    """sf_gemm_swiglu_params's size and field offsets as the C compiler lays
+    them out, against the binding's ctypes struct (skipped without a C
+    compiler)."""
+    import ctypes
+    import os
+    import shutil
+    import subprocess
+    from seqfuse import _lib
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    S = _lib.sf_gemm_swiglu_params
+    fields = [f for f, _ in S._fields_]
+    assert fields == ["x", "w_gate", "w_up", "y", "backend"]
+    src = tmp_path / "off.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include \"seqfuse.h\"\nint main(void) {\n"
+                   "printf(\"SIZE %zu\\n\", sizeof(sf_gemm_swiglu_params));\n"
+                   + "".join('printf("%s %%zu\\n", offsetof(sf_gemm_swiglu_params, %s));\n' % (f, f) for f in fields)
+                   + "return 0;\n}\n")
+    exe = tmp_path / "off"
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(repo, "include"), str(src), "-o", str(exe)], check=True)
+    for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n"):
+        if line:
+            f, v = line.split()
+            assert (ctypes.sizeof(S) if f == "SIZE" else getattr(S, f).offset) == int(v), (f, v)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M", [1, 16, 200])
+def test_torch_cuda_gemm_swiglu(dt, M):
+    I, K = 320, 512
+    x = trnd((M, K), dt, 13)
+    w = (trnd((2 * I, K), "float32", 14) / K ** 0.5).to(x.dtype)
+    want = silu64(t64(x) @ t64(w[:I]).T) * (t64(x) @ t64(w[I:]).T)
+    wd = w.cuda()
+    y = seqfuse.gemm_swiglu(x.cuda(), wd[:I], wd[I:])
+    assert rel_err(t64(y), want) < GTOL[dt]

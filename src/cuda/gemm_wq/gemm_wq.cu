@@ -27,12 +27,15 @@
  * shared memory, bias added, y written in 16-byte stores when aligned.
  * No workspace, no host synchronisation: graph capturable.  Offsets are
  * 64-bit; blocks beyond grid.y's 65535 loop over row tiles.
+ * Decode steps (M <= 16) with groups of whole chunks run the streaming
+ * kernel of decode.cuh instead (launch_stream below).
  */
 #include "common/config_table.h"
 #include "common/cuda_common.h"
 #include "common/ptx.cuh"
 #include "gemm_wq.h"
 #include "gemm_wq/configs.h"
+#include "gemm_wq/decode.cuh"
 #include "gemm_wq/dequant.cuh"
 #include "autotune.h"
 
@@ -341,24 +344,94 @@ sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_mi
                     : launch_fmt<T, WqTile<BM, BN, WM, WN, WK, BK, S, false>>(ctx, a, 0, has_min);
     switch (cfg) {
         /* the rows of configs.h, in order (checked below) */
-        WQ_ROW(0, 8, 16, 1, 1, 4, 512, 4)
-        WQ_ROW(1, 16, 32, 1, 1, 4, 512, 3)
-        WQ_ROW(2, 64, 32, 2, 1, 2, 256, 4)
-        WQ_ROW(3, 128, 128, 4, 2, 1, 64, 4)
+        WQ_ROW(1, 8, 16, 1, 1, 4, 512, 4)
+        WQ_ROW(2, 16, 32, 1, 1, 4, 512, 3)
+        WQ_ROW(3, 64, 32, 2, 1, 2, 256, 4)
+        WQ_ROW(4, 128, 128, 4, 2, 1, 64, 4)
     default: return sf_fail(ctx, SF_ERR_INTERNAL, "sf_gemm_wq: no kernel for configuration %d", cfg);
     }
 #undef WQ_ROW
 }
 
+/* The streaming decode row (row 0): 128 rows of W a block, 8 warps of one
+ * m16 tile, 4 chunks ahead. */
+constexpr int WQD_MT = 1, WQD_WARPS = 8, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
+constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
+
+template <typename T, bool INT4, bool MIN, int NT>
+sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
+    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U>;
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U>;
+    WqdArgs a = a0;
+    const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
+    const int64_t rb = ((int64_t)a.N + WQD_BR - 1) / WQD_BR;
+    /* about 1.5 blocks an SM: fewer leaves SMs idle, more adds blocks whose
+     * start (x into shared memory) and end (the cluster's sum) do not
+     * stream codes */
+    int64_t S = (3 * (int64_t)sms / 2 + rb / 2) / rb;
+    S = S < 1 ? 1 : S > most_s ? most_s : S;
+    if (S > nchk) S = nchk;
+    a.cps = (int)((nchk + S - 1) / S);
+    while (Tl::smem(a.cps) > optin && S < most_s && S < nchk) { /* x of a long K */
+        S++;
+        a.cps = (int)((nchk + S - 1) / S);
+    }
+    S = (nchk + a.cps - 1) / a.cps; /* no block without K */
+    *fits = Tl::smem(a.cps) <= optin && rb <= INT32_MAX;
+    if (!*fits) return SF_OK;
+    const size_t smem = Tl::smem(a.cps);
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)rb, (unsigned)S);
+    cfg.blockDim = dim3(Tl::NTHR);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = sf_cuda_stream(ctx);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = (unsigned)S;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = most_s > 1 ? 1 : 0;
+    SF_CUDA_CHECK(ctx, cudaLaunchKernelEx(&cfg, kern, a));
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+/* The streaming decode kernel; *fits false (nothing launched) when x's K
+ * range does not fit shared memory even split 8 ways (1 before sm_90). */
+template <typename T>
+sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, bool *fits) {
+    WqdArgs a;
+    a.x = t.x, a.x_rs = t.x_rs, a.w = t.w, a.w_rb = t.w_rb, a.scales = t.scales, a.mins = t.mins;
+    a.bias = t.bias, a.bias_s = t.bias_s, a.bias_f32 = t.bias_f32, a.y = t.y, a.y_rs = t.y_rs;
+    a.M = (int)t.M, a.N = (int)t.N, a.K = (int)t.K, a.group = t.group, a.cps = 0;
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
+    const size_t optin = st ? st->smem_optin : 227 * 1024;
+    const int most_s = st && st->sm_major < 9 ? 1 : WQD_CLUSTER; /* clusters: sm_90 on */
+#define WQD_GO(I4, MN)                                                                                   \
+    return t.M <= 8 ? stream_one<T, I4, MN, 1>(ctx, a, sms, optin, most_s, fits)                        \
+                    : stream_one<T, I4, MN, 2>(ctx, a, sms, optin, most_s, fits)
+    if (int4) {
+        if (has_min) WQD_GO(true, true);
+        WQD_GO(true, false);
+    }
+    if (has_min) WQD_GO(false, true);
+    WQD_GO(false, false);
+#undef WQD_GO
+}
+
 /* The instantiations above follow the table. */
 static bool rows_match() {
-    static const int want[][7] = {{8, 16, 1, 1, 4, 512, 4}, {16, 32, 1, 1, 4, 512, 3},
-                                  {64, 32, 2, 1, 2, 256, 4}, {128, 128, 4, 2, 1, 64, 4}};
+    static const int want[][8] = {{1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U},
+                                  {0, 8, 16, 1, 1, 4, 512, 4}, {0, 16, 32, 1, 1, 4, 512, 3},
+                                  {0, 64, 32, 2, 1, 2, 256, 4}, {0, 128, 128, 4, 2, 1, 64, 4}};
     if ((int)(sizeof want / sizeof want[0]) != WQ_NCONFIGS) return false;
     for (int i = 0; i < WQ_NCONFIGS; i++) {
         const wq_config &c = wq_configs[i];
-        const int got[7] = {c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages};
-        for (int f = 0; f < 7; f++)
+        const int got[8] = {c.stream, c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages};
+        for (int f = 0; f < 8; f++)
             if (got[f] != want[i][f]) return false;
     }
     return true;
@@ -402,15 +475,31 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
     a.M = pr->M, a.N = pr->N, a.K = pr->K, a.G = pr->G;
     a.group = pr->group;
 
-    int cfg = wq_pick(pr->M);
+    int cfg = wq_pick(pr->M, pr->int4, pr->group);
     char fb[64];
-    if (sf_autotune_forced_name("gemm_wq", fb, sizeof fb)) {
+    const bool forced = sf_autotune_forced_name("gemm_wq", fb, sizeof fb);
+    if (forced) {
         cfg = -1;
         for (int i = 0; i < WQ_NCONFIGS; i++)
             if (!strcmp(fb, wq_configs[i].name)) cfg = i;
         if (cfg < 0)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
                            op, fb);
+        if (!wq_supports(cfg, pr->M, pr->int4, pr->group))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                           "%s: configuration '%s' serves M <= %d with groups of whole chunks (128 int4 / 64 int8 codes), "
+                           "not M = %lld with group_size %d",
+                           op, fb, wq_configs[cfg].bm, (long long)pr->M, pr->group);
+    }
+    if (wq_configs[cfg].stream) {
+        bool fits = false;
+        const sf_status s = dt == SF_F16 ? launch_stream<__half>(ctx, a, pr->int4, pr->has_min, &fits)
+                                         : launch_stream<__nv_bfloat16>(ctx, a, pr->int4, pr->has_min, &fits);
+        if (s != SF_OK || fits) return s;
+        if (forced)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration 'stream' cannot hold x's K = %lld in shared memory",
+                           op, (long long)pr->K);
+        cfg = pr->M <= 8 ? 1 : 2; /* the decode tiles take any K */
     }
     return dt == SF_F16 ? launch_cfg<__half>(ctx, cfg, a, pr->int4, pr->has_min)
                         : launch_cfg<__nv_bfloat16>(ctx, cfg, a, pr->int4, pr->has_min);

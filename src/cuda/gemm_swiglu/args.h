@@ -1,0 +1,19 @@
+/* args.h - the kernel arguments of sf_gemm_swiglu's CUDA kernels (ws.cuh,
+ * decode.cuh): y[m, i] = silu(x w_gate^T)[m, i] * (x w_up^T)[m, i], every
+ * matrix row-major with unit inner stride and the row strides below
+ * (elements). */
+#ifndef SF_GEMM_SWIGLU_ARGS_H
+#define SF_GEMM_SWIGLU_ARGS_H
+
+#include <stdint.h>
+
+struct GsArgs {
+    const void *x, *wg, *wu; /* (M, K), (I, K), (I, K)                    */
+    void *y;                 /* (M, I)                                     */
+    int64_t x_rs, wg_rs, wu_rs, y_rs;
+    int M, I, K;
+    int y_pair;              /* y 4-byte aligned with an even row stride:
+                                two adjacent outputs in one store          */
+};
+
+#endif

@@ -1,0 +1,135 @@
+/* decode.cuh - sf_gemm_swiglu for few rows of x (decode, M <= 16), and the
+ * fallback for any shape the TMA kernel cannot map: bound by the weight
+ * bytes (2 I K, 235 MB at Llama-8B sizes), so each block streams 8 rows of
+ * w_gate and the same 8 rows of w_up with 16-byte loads, many in flight,
+ * and multiplies them by x on the tensor cores (mma.sync m16n8k16: 16 rows
+ * of x by the 8 outputs; FMA units would cost 2 M I K / 67 TFLOP/s, more
+ * than the weight stream at M = 16).
+ *
+ * Block = WK warps splitting K into 32-element chunks (a contiguous range
+ * per warp, or every WK-th chunk: CC below).  Lane (g = lane / 4, q = lane
+ * % 4) loads 8 consecutive elements
+ * k0 + 8q .. k0 + 8q + 7 of weight row g (one 16-byte load; 4 lanes cover a
+ * chunk) and the same 8 elements of x rows g and g + 8.  A dot product is
+ * the same under any permutation of K applied to both operands, so these
+ * 8 elements feed two mma k16 steps as if they were the fragment's k
+ * columns 2q, 2q + 1, 2q + 8, 2q + 9 (elements 0-3) and the next (4-7):
+ * no shuffles, no shared memory in the main loop.  The warps' partial sums
+ * meet in shared memory; silu(g) * u is formed there.  x rows past 16 take
+ * further passes over the weights (L2 holds them only for small I K). */
+#ifndef SF_GEMM_SWIGLU_DECODE_CUH
+#define SF_GEMM_SWIGLU_DECODE_CUH
+
+#include "common/ptx.cuh"
+#include "gemm_swiglu/args.h"
+#include "gemm_swiglu/ws.cuh"
+
+namespace sf_gs {
+
+/* Elements k .. k + 7 of row p (zeros past K or when !ok).  VEC: one
+ * 16-byte load (p 16-byte aligned, K a multiple of 8); else eight 2-byte
+ * loads.  STREAM (the weights, read once): kept out of L1 so that x stays
+ * there; PF adds a 256-byte L2 prefetch, which brings in the chunks the
+ * block's other warps read next (each request is 64 bytes of a row). */
+template <bool VEC, bool STREAM = false, bool PF = false>
+__device__ __forceinline__ uint4 dec_ld8(const uint16_t *p, int k, int K, bool ok) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (VEC) {
+        if (ok && k < K) {
+            if (STREAM && PF)
+                asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                    : "l"(p + k));
+            else if (STREAM)
+                asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                    : "l"(p + k));
+            else
+                v = __ldg((const uint4 *)(p + k));
+        }
+    } else if (ok) {
+        uint16_t e[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) e[i] = k + i < K ? __ldg(p + k + i) : (uint16_t)0;
+        v.x = e[0] | (uint32_t)e[1] << 16;
+        v.y = e[2] | (uint32_t)e[3] << 16;
+        v.z = e[4] | (uint32_t)e[5] << 16;
+        v.w = e[6] | (uint32_t)e[7] << 16;
+    }
+    return v;
+}
+
+/* MINB blocks per SM at least (the register cap that gives): the grid of
+ * I / 8 blocks then runs in fewer, fuller waves (Llama: 1792 blocks, 924 at
+ * once).  CC: each warp takes a contiguous quarter (1 / WK) of the chunks,
+ * so its U loads in flight are consecutive 64-byte pieces of each row, else
+ * every WK-th chunk (H200, M 1: 3.69 -> 3.93 TB/s with the prefetch). */
+template <typename T, int WK, int U, bool VEC, int MINB = 1, bool PF = false, bool CC = false>
+__global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const GsArgs a) {
+    __shared__ float red[WK][2][16][9]; /* [warp][gate, up][row][output], padded */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int n0 = blockIdx.x * 8, n = n0 + g;
+    const bool nok = n < a.I;
+    const uint16_t *wg = (const uint16_t *)a.wg + (int64_t)(nok ? n : 0) * a.wg_rs;
+    const uint16_t *wu = (const uint16_t *)a.wu + (int64_t)(nok ? n : 0) * a.wu_rs;
+    const int K = a.K, nch = (K + 31) / 32;
+
+    for (int mc = 0; mc < a.M; mc += 16) {
+        const bool ok0 = mc + g < a.M, ok1 = mc + g + 8 < a.M;
+        const uint16_t *x0 = (const uint16_t *)a.x + (int64_t)(ok0 ? mc + g : 0) * a.x_rs;
+        const uint16_t *x1 = (const uint16_t *)a.x + (int64_t)(ok1 ? mc + g + 8 : 0) * a.x_rs;
+        float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        /* chunks [cb, ce) stepped by cs, U at a time cstep apart */
+        const int cpw = (nch + WK - 1) / WK;
+        const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
+        const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
+        for (int c0 = cb; c0 < ce; c0 += cs) {
+            uint4 bg[U], bu[U];
+            /* every weight load of the U chunks first: U * 32 bytes in flight per lane */
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * cstep, k = c * 32 + 8 * q;
+                bg[u] = dec_ld8<VEC, true, PF>(wg, k, K, nok && c < ce);
+                bu[u] = dec_ld8<VEC, true, PF>(wu, k, K, nok && c < ce);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * cstep, k = c * 32 + 8 * q;
+                const uint4 xa = dec_ld8<VEC>(x0, k, K, ok0 && c < ce);
+                const uint4 xb = dec_ld8<VEC>(x1, k, K, ok1 && c < ce);
+                const uint32_t a1[4] = {xa.x, xb.x, xa.y, xb.y}, a2[4] = {xa.z, xb.z, xa.w, xb.w};
+                sf_mma16<T>::run(cg, a1, bg[u].x, bg[u].y);
+                sf_mma16<T>::run(cu, a1, bu[u].x, bu[u].y);
+                sf_mma16<T>::run(cg, a2, bg[u].z, bg[u].w);
+                sf_mma16<T>::run(cu, a2, bu[u].z, bu[u].w);
+            }
+        }
+        /* C fragment: rows g, g + 8 (x rows), columns 2q, 2q + 1 (outputs) */
+        red[w][0][g][2 * q] = cg[0];
+        red[w][0][g][2 * q + 1] = cg[1];
+        red[w][0][g + 8][2 * q] = cg[2];
+        red[w][0][g + 8][2 * q + 1] = cg[3];
+        red[w][1][g][2 * q] = cu[0];
+        red[w][1][g][2 * q + 1] = cu[1];
+        red[w][1][g + 8][2 * q] = cu[2];
+        red[w][1][g + 8][2 * q + 1] = cu[3];
+        __syncthreads();
+        for (int e = threadIdx.x; e < 128; e += WK * 32) {
+            const int m = e >> 3, o = e & 7;
+            if (mc + m < a.M && n0 + o < a.I) {
+                float sg = 0.0f, su = 0.0f;
+#pragma unroll
+                for (int v = 0; v < WK; v++) {
+                    sg += red[v][0][m][o];
+                    su += red[v][1][m][o];
+                }
+                ((uint16_t *)a.y)[(int64_t)(mc + m) * a.y_rs + n0 + o] = GsOut<T>::one(sf_silu_sfu(sg) * su);
+            }
+        }
+        __syncthreads(); /* red is rewritten by the next pass */
+    }
+}
+
+} /* namespace sf_gs */
+
+#endif
