@@ -1108,6 +1108,180 @@ SF_API int64_t sf_kv_cache_free_pages(const sf_kv_cache *c);
  * them). */
 SF_API sf_status sf_kv_cache_tables(sf_kv_cache *c, sf_tensor *block_table, sf_tensor *seqlens);
 
+/* ------------------------------------------------------------------ */
+/* Dense matrix product (Linear layers)                                */
+/* ------------------------------------------------------------------ */
+/*
+ * y = x W^T (+ bias) (+ beta y):
+ *   y[i, n] = sum_k x[i, k] w[n, k] + bias[n] + beta * y_old[i, n]
+ * with W in torch.nn.Linear's layout (out features x in features).
+ *   x     (M, K)  f32/f16/bf16, unit inner stride, any row stride; M >= 0
+ *                 (M = 0 is a no-op), K >= 1
+ *   w     (N, K)  f32/f16/bf16 (any of them on the host backends, x's
+ *                 dtype on the CUDA backend), unit inner stride, any row
+ *                 stride; N >= 1
+ *   bias  (N)     f32 or x's dtype, any stride; optional
+ *   y     (M, N)  x's dtype, unit inner stride, any row stride; no overlap
+ *                 with an input (SF_ERR_INVALID_ARG).  Read only when
+ *                 beta != 0 (the residual add of a layer: beta = 1).
+ * beta finite (SF_ERR_INVALID_ARG otherwise).
+ * Numerics: products and sums in f32 (f64 on the reference) from the inputs
+ * widened exactly to f32; y rounded once to its dtype.  The CPU backend
+ * calls BLAS sgemm when the library was built with one (16-bit inputs
+ * widened into the workspace a block of W rows at a time), else a blocked,
+ * threaded f32 loop.  The CUDA backend calls cuBLAS (cublasGemmEx, f32
+ * compute without TF32); its handle is made on the context's first
+ * sf_gemm call (which must therefore not be captured into a graph) and
+ * takes its workspace from the context's arena: later calls allocate and
+ * synchronise nothing (CUDA-graph capturable).  On CUDA a bias is added
+ * after the product (16-bit y rounded twice), and row strides must lie
+ * between the row length and 2^31 (SF_ERR_UNSUPPORTED otherwise).
+ */
+typedef struct sf_gemm_params {
+    sf_tensor x, w, bias;
+    sf_tensor y;
+    float beta;          /* 0: y is written only                         */
+    sf_backend backend;
+} sf_gemm_params;
+
+/* Fills defaults: every tensor absent, beta 0, backend AUTO. */
+SF_API void sf_gemm_params_init(sf_gemm_params *p);
+SF_API sf_status sf_gemm(sf_ctx *ctx, const sf_gemm_params *p);
+
+/* ------------------------------------------------------------------ */
+/* The engine: a checkpoint in, text out                               */
+/* ------------------------------------------------------------------ */
+/*
+ * An engine holds one model (a Hugging Face directory with config.json and
+ * safetensors, or a GGUF file; LlamaForCausalLM, Qwen2ForCausalLM,
+ * Mamba2ForCausalLM and the hybrid BambaForCausalLM), its
+ * tokenizer, a context on the chosen device, a paged KV cache (attention
+ * layers) and one conv and one SSM state per sequence slot (Mamba layers).
+ * sf_engine_generate runs prompts to completion: the prompts admitted
+ * together are prefilled in one pass (variable lengths), then every live
+ * sequence decodes one token a step; a sequence that finishes (EOS, a stop
+ * string, its token budget, or the callback) leaves at once and frees its
+ * pages, and a waiting prompt joins before the next step (at most max_seqs
+ * live at once).  Buffers are allocated at creation and when a prefill
+ * needs more rows than any before, never per token.
+ * Errors: every function returns an sf_status; the sentence is in
+ * sf_engine_last_error (or in err for sf_engine_create).  An engine is used
+ * by one thread at a time.
+ */
+typedef struct sf_engine sf_engine;
+
+typedef struct sf_engine_options {
+    int device;              /* SF_DEVICE_CPU (default) or a CUDA ordinal     */
+    int threads;             /* CPU threads; 0: the OpenMP default            */
+    int dequantize;          /* 1: GGUF Q4_0/Q4_1/Q8_0 weights expanded to f32
+                                at load; 0: kept quantised (sf_gemm_wq)      */
+    int max_seqs;            /* sequences live at once; 0: 8                  */
+    int max_seq_len;         /* tokens per sequence, prompt included; 0:
+                                min(the model's max positions, 4096)          */
+    int page_size;           /* KV page size (power of two); 0: 16            */
+    sf_dtype dtype;          /* activations and KV cache: SF_F32 (default),
+                                SF_BF16 or SF_F16; the residual stream, the
+                                Mamba states and the logits stay f32          */
+} sf_engine_options;
+
+/* Fills defaults: device SF_DEVICE_CPU, every other field 0 (the defaults
+ * above). */
+SF_API void sf_engine_options_init(sf_engine_options *o);
+/* Opens the checkpoint at `path` and builds the engine.  On failure *out
+ * stays NULL and err (errlen bytes, may be NULL) gets the reason. */
+SF_API sf_status sf_engine_create(const char *path, const sf_engine_options *o, sf_engine **out,
+                                  char *err, size_t errlen);
+SF_API void sf_engine_destroy(sf_engine *e);                /* NULL: no-op */
+SF_API const char *sf_engine_last_error(const sf_engine *e); /* "" if none */
+
+/* Model facts: vocabulary size, BOS / EOS ids (-1 when absent), hidden size,
+ * layers, and a one-line description ("llama, 30 layers, hidden 576, ..."). */
+SF_API int sf_engine_vocab_size(const sf_engine *e);
+SF_API int sf_engine_bos(const sf_engine *e);
+SF_API int sf_engine_eos(const sf_engine *e);
+SF_API const char *sf_engine_describe(const sf_engine *e);
+/* Bytes of weights, and of the KV cache, held on the engine's device. */
+SF_API int64_t sf_engine_weight_bytes(const sf_engine *e);
+SF_API int64_t sf_engine_kv_bytes(const sf_engine *e);
+
+/* Text to token ids with the model's tokenizer.  chat != 0 wraps the text in
+ * the model's chat template (one user turn, then the assistant's prompt)
+ * and parses special tokens; otherwise special tokens written in the text
+ * are plain text.  add_bos != 0 puts the model's BOS first (when it has
+ * one).
+ * Writes at most cap ids and returns the total count (call again with a
+ * larger buffer when it is larger), or -1 on an error. */
+SF_API int64_t sf_engine_tokenize(sf_engine *e, const char *text, int chat, int add_bos, int32_t *ids,
+                                  int64_t cap);
+/* The bytes of one token (*len set), NULL for a bad id or without a
+ * tokenizer.  Valid while the engine lives. */
+SF_API const char *sf_engine_token_piece(const sf_engine *e, int id, size_t *len);
+
+/* Sampling, applied in this order to the logits of each step:
+ * repetition penalty (on every token of the prompt and the output so far:
+ * positive logits divided by it, negative ones multiplied; 1 = off), then
+ * temperature 0 means greedy (argmax, the lowest id on ties); else the
+ * logits are divided by the temperature, restricted to the top_k largest
+ * (0 = all), softmaxed, restricted to the smallest set whose probability
+ * reaches top_p (1 = all), and to the tokens with probability >= min_p
+ * times the largest (0 = off), and one is drawn with a PRNG per sequence:
+ * splitmix64 seeded with seed + the prompt's index (so results do not
+ * depend on the batch), a uniform double in [0, 1) from its top 53 bits. */
+typedef struct sf_sampling {
+    float temperature;        /* default 0: greedy                           */
+    int top_k;                /* 0: off                                       */
+    float top_p;              /* 1: off                                       */
+    float min_p;              /* 0: off                                       */
+    float repetition_penalty; /* 1: off                                       */
+    uint64_t seed;
+    int max_new_tokens;       /* default 64; >= 1                             */
+    int ignore_eos;           /* 1: EOS does not end a sequence               */
+    const char *const *stop;  /* stop strings (nstop of them): a sequence ends
+                                 when its output text contains one            */
+    int nstop;
+} sf_sampling;
+
+SF_API void sf_sampling_init(sf_sampling *s);
+
+/* Why a sequence ended. */
+typedef enum sf_finish {
+    SF_FINISH_LENGTH = 0,    /* max_new_tokens, or the sequence's max length  */
+    SF_FINISH_EOS = 1,
+    SF_FINISH_STOP = 2,      /* a stop string                                  */
+    SF_FINISH_CALLBACK = 3   /* the callback asked                             */
+} sf_finish;
+
+/* Called once per generated token of prompt `seq` (its index in the call),
+ * in generation order: the token, and the logits it was sampled from
+ * (vocab floats, host memory, before the penalty and temperature; valid
+ * during the call).  Nonzero ends that sequence (SF_FINISH_CALLBACK). */
+typedef int (*sf_token_fn)(void *user, int seq, int32_t token, const float *logits, int vocab);
+
+/* Per prompt: the input ids and where the output goes. */
+typedef struct sf_generation {
+    const int32_t *prompt;    /* ids, each in [0, vocab)                      */
+    int64_t prompt_len;       /* >= 1                                          */
+    int32_t *tokens;          /* output: room for max_new_tokens ids (may be
+                                 NULL: then only the callback sees them)       */
+    int64_t ntokens;          /* output: tokens generated                      */
+    sf_finish finish;         /* output                                        */
+} sf_generation;
+
+/* Timings of the last sf_engine_generate call. */
+typedef struct sf_engine_stats {
+    int64_t prompt_tokens, generated_tokens;
+    int64_t prefill_steps, decode_steps;
+    double prefill_ms, decode_ms;   /* wall time in the model's forward passes
+                                       and sampling, per phase                */
+    int max_live;                   /* most sequences decoding together       */
+} sf_engine_stats;
+
+/* Generates for n prompts (see above).  A prompt longer than max_seq_len - 1
+ * tokens is SF_ERR_INVALID_ARG (nothing run); cb may be NULL; stats may be
+ * NULL. */
+SF_API sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_sampling *s,
+                                    sf_token_fn cb, void *user, sf_engine_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

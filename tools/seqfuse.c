@@ -17,6 +17,8 @@
 #include "cases.h"
 #include "naive.h"
 
+int cmd_generate(int argc, char **argv); /* generate.c */
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seqfuse [run] [--json] [--cpu] [--seed N] [--threads N]\n"
@@ -27,6 +29,8 @@ static void usage(FILE *f) {
             "                     [--window L,R] [--dim N] [--width W] [--group N]\n"
             "                     [--norm-before-gate] [--no-silu] [--page-size N]\n"
             "                     [--wq-n N] [--wq-k K] [--bits 4|8] [--wq-group 32|64|128] [--mins]\n"
+            "       seqfuse generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [...]\n"
+            "                        (text from a checkpoint: `seqfuse generate --help`)\n"
             "       seqfuse info\n"
             "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append,\n"
             "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
@@ -393,6 +397,7 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "info")) return cmd_info();
     if (argc >= 2 && !strcmp(argv[1], "check")) return cmd_check(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);

@@ -50,6 +50,8 @@ typedef struct sf_cuda_state {
      * first use, closed with the context */
     int power_tried;
     void *power;
+    /* sf_gemm's cuBLAS handle, made on its first call (gemm/gemm.cu) */
+    void *blas;
 } sf_cuda_state;
 
 /* board_power.cu: the board's energy counter (mJ since the driver loaded)

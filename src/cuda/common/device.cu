@@ -1,6 +1,7 @@
 /* device.cu - CUDA device plumbing for the context: device count, names,
  * allocation, per-context properties. */
 #include "common/cuda_common.h"
+#include "gemm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,7 @@ extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
 extern "C" void sf_cuda_ctx_free(sf_ctx *ctx) {
     sf_cuda_state *st = sf_cuda_st(ctx);
     if (st) sf_cuda_board_close(st);
+    sf_cuda_gemm_free(ctx);
     if (st && st->tile_ctr) {
         cudaSetDevice(ctx->device);
         cudaFree(st->tile_ctr);

@@ -1,0 +1,114 @@
+/* gemm.cu - the CUDA backend of sf_gemm: cuBLAS's cublasGemmEx.
+ *
+ * Row-major y (M, N) is column-major y^T (N, M) = W x^T: W (N, K) row-major
+ * is column-major (K, N), taken transposed; x (M, K) row-major is
+ * column-major (K, M), taken as is.  f32 compute without TF32 for every
+ * dtype (CUBLAS_COMPUTE_32F).  The bias, when given, is added by one small
+ * kernel after the product (y is then rounded twice for f16/bf16).
+ * The handle is made on the context's first call and kept in its CUDA
+ * state; every call sets the stream and points cuBLAS at the context's
+ * arena for workspace, so that a captured call allocates nothing.
+ */
+#include "common/cuda_common.h"
+#include "gemm.h"
+
+#include <cublas_v2.h>
+
+#define GEMM_WS_BYTES ((size_t)8 << 20) /* cuBLAS workspace (Hopper wants MiBs) */
+
+namespace {
+
+template <typename T> __device__ __forceinline__ float to_f(T v);
+template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+/* y[i, n] += bias[n], one thread an element, grid-stride. */
+template <typename T>
+__global__ void add_bias(T *y, int64_t y_rs, const void *bias, int64_t b_s, int bias_f32, int64_t M, int64_t N) {
+    const int64_t total = M * N;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = e / N, n = e % N;
+        const float b = bias_f32 ? ((const float *)bias)[n * b_s] : to_f<T>(((const T *)bias)[n * b_s]);
+        T *p = y + i * y_rs + n;
+        *p = from_f<T>(to_f<T>(*p) + b);
+    }
+}
+
+cudaDataType_t cuda_type(sf_dtype dt) {
+    return dt == SF_F32 ? CUDA_R_32F : dt == SF_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+} // namespace
+
+extern "C" void sf_cuda_gemm_free(sf_ctx *ctx) {
+    sf_cuda_state *st = sf_cuda_st(ctx);
+    if (st && st->blas) {
+        cudaSetDevice(ctx->device);
+        cublasDestroy((cublasHandle_t)st->blas);
+        st->blas = NULL;
+    }
+}
+
+#define SF_CUBLAS_CHECK(ctx, call)                                                          \
+    do {                                                                                    \
+        cublasStatus_t b_ = (call);                                                         \
+        if (b_ != CUBLAS_STATUS_SUCCESS)                                                    \
+            return sf_fail((ctx), SF_ERR_CUDA, "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                           cublasGetStatusString(b_));                                      \
+    } while (0)
+
+extern "C" sf_status sf_cuda_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
+    const sf_gemm_params *p = pr->p;
+    sf_cuda_state *st = sf_cuda_st(ctx);
+    if (!st->blas) {
+        if (sf_cuda_capturing(ctx))
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                           "sf_gemm: the context's first sf_gemm call makes its cuBLAS handle and "
+                           "cannot be captured into a graph: call it once before capturing");
+        cublasHandle_t h = NULL;
+        SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
+        SF_CUBLAS_CHECK(ctx, cublasCreate(&h));
+        st->blas = h;
+    }
+    cublasHandle_t h = (cublasHandle_t)st->blas;
+    void *ws = sf_ws_get(ctx, GEMM_WS_BYTES);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY;
+    SF_CUBLAS_CHECK(ctx, cublasSetStream(h, sf_cuda_stream(ctx)));
+    SF_CUBLAS_CHECK(ctx, cublasSetWorkspace(h, ws, GEMM_WS_BYTES));
+    SF_CUBLAS_CHECK(ctx, cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    const cudaDataType_t t = cuda_type(p->x.dtype);
+    /* leading dimensions: any value >= the row length serves a single row */
+    const int64_t ldx = pr->M == 1 ? pr->K : p->x.stride[0];
+    const int64_t ldw = pr->N == 1 ? pr->K : p->w.stride[0];
+    const int64_t ldy = pr->M == 1 ? pr->N : p->y.stride[0];
+    if (ldx < pr->K || ldw < pr->K || ldy < pr->N || ldx > INT32_MAX || ldw > INT32_MAX || ldy > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_gemm: the CUDA backend needs row strides between the row length and 2^31 "
+                       "(x %lld, w %lld, y %lld)",
+                       (long long)p->x.stride[0], (long long)p->w.stride[0], (long long)p->y.stride[0]);
+    const float alpha = 1.0f, beta = p->beta;
+    SF_CUBLAS_CHECK(ctx, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)pr->N, (int)pr->M, (int)pr->K, &alpha,
+                                      p->w.data, t, (int)ldw, p->x.data, t, (int)ldx, &beta, p->y.data, t,
+                                      (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (pr->has_bias) {
+        const int64_t total = pr->M * pr->N;
+        const int threads = 256;
+        const int64_t want = (total + threads - 1) / threads;
+        const int blocks = (int)(want < 65535 ? want : 65535);
+        const int bf32 = p->bias.dtype == SF_F32;
+        cudaStream_t s = sf_cuda_stream(ctx);
+        if (p->y.dtype == SF_F32)
+            add_bias<float><<<blocks, threads, 0, s>>>((float *)p->y.data, ldy, p->bias.data, p->bias.stride[0], 1, pr->M, pr->N);
+        else if (p->y.dtype == SF_F16)
+            add_bias<__half><<<blocks, threads, 0, s>>>((__half *)p->y.data, ldy, p->bias.data, p->bias.stride[0], bf32, pr->M, pr->N);
+        else
+            add_bias<__nv_bfloat16><<<blocks, threads, 0, s>>>((__nv_bfloat16 *)p->y.data, ldy, p->bias.data, p->bias.stride[0], bf32, pr->M, pr->N);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}

@@ -1,0 +1,683 @@
+/* model.c - the decoder over the public ops.
+ *
+ * Per attention layer, for T new tokens (rows) of a batch:
+ *   h = RMSNorm(x)                          (fused with the previous residual add)
+ *   q, k, v = h Wq^T (+ b), h Wk^T (+ b), h Wv^T (+ b)
+ *   RoPE on q and k at each token's position (sf_rope)
+ *   k, v appended to the sequence's pages (sf_kv_append)
+ *   prefill: causal varlen attention over the new tokens (sf_attn_fwd);
+ *   decode:  paged attention over the cache (sf_attn_paged)
+ *   t = att Wo^T;  x += t, h = RMSNorm(x)   (sf_add_rmsnorm, in place on x)
+ *   t = (silu(h Wg^T) * h Wu^T) Wd^T        (sf_gemm or sf_gemm_wq, sf_swiglu)
+ *   x += t, h = RMSNorm_next(x)             (the next layer's, or the final norm)
+ * A Mamba-2 layer (mamba.c) puts its mixer in place of the attention: alone
+ * in Mamba2ForCausalLM (no MLP: t = mixer(h), x += t, h = RMSNorm_next(x)),
+ * followed by the MLP in the Bamba hybrid.
+ * Then logits = h Wlm^T at each sequence's last row.  Activations live on the
+ * context's device in `act` (f32 on the CPU); the host only writes the
+ * embedding rows and the small index buffers (positions, cu_seqlens, block
+ * table, lengths) before the pass, and reads the logits after it.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Allocations freed with the model: device memory (sf_malloc) or host. */
+struct sfm_alloc {
+    void *p;
+    int dev;
+    sfm_alloc *next;
+};
+
+sf_status sfm_model_fail(char *err, size_t errlen, sf_status s, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+static int track(sfm_model *m, void *p, int dev) {
+    sfm_alloc *a = malloc(sizeof *a);
+    if (!a) return 0;
+    a->p = p, a->dev = dev, a->next = m->owned;
+    m->owned = a;
+    return 1;
+}
+
+static void *host_alloc(sfm_model *m, size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (p && !track(m, p, 0)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void *sfm_dev_alloc(sfm_model *m, size_t bytes) {
+    void *p = NULL;
+    if (sf_malloc(m->ctx, &p, bytes ? bytes : 1) != SF_OK) return NULL;
+    if (!track(m, p, 1)) {
+        sf_free(m->ctx, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Host bytes as device memory: on a CPU context the host pointer itself
+ * when aligned to `align` (mapped weights are read in place), else a copy. */
+static void *to_device(sfm_model *m, const void *src, size_t bytes, size_t align) {
+    m->weight_bytes += (int64_t)bytes;
+    if (sf_ctx_device(m->ctx) == SF_DEVICE_CPU && ((uintptr_t)src % align) == 0) return (void *)(uintptr_t)src;
+    void *d = sfm_dev_alloc(m, bytes);
+    if (d && sf_memcpy(m->ctx, d, src, bytes) != SF_OK) return NULL;
+    return d;
+}
+
+static float half_to_f32(uint16_t h) {
+    const int s = h >> 15, e = (h >> 10) & 31, f = h & 1023;
+    const float v = e == 0 ? ldexpf((float)f, -24) : e == 31 ? (f ? NAN : INFINITY) : ldexpf((float)(1024 + f), e - 25);
+    return s ? -v : v;
+}
+
+/* n elements of a float weight tensor to f32 (dst host). */
+static void widen(const sfm_tensor *t, float *dst, int64_t n) {
+    const uint16_t *h = (const uint16_t *)t->data;
+    if (t->type == SFM_W_F32) {
+        memcpy(dst, t->data, (size_t)n * 4);
+    } else if (t->type == SFM_W_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(&dst[i], &u, 4);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) dst[i] = half_to_f32(h[i]);
+    }
+}
+
+/* f32 to bf16 / f16 bits, rounded to nearest even (NaN kept a NaN). */
+static uint16_t to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+static uint16_t to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                                   /* a subnormal half: scale by 2^24 */
+        const float v = fabsf(f) * 16777216.0f;              /* exact: a power of two */
+        return (uint16_t)(sign | (uint32_t)nearbyintf(v));   /* default rounding: to nearest even */
+    }
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* n f32 values into dt (f32, bf16 or f16) at dst (may be src itself: the
+ * 16-bit results are written in order and never overtake the reads). */
+void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n) {
+    if (dt == SF_F32) {
+        if (dst != src) memmove(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = src[i];
+        d[i] = dt == SF_BF16 ? to_bf16(v) : to_f16(v);
+    }
+}
+
+static int is_block(sfm_wtype t) { return t == SFM_W_Q4_0 || t == SFM_W_Q4_1 || t == SFM_W_Q8_0; }
+
+/* A GGUF block tensor (n, k) repacked into a host sf_qweight (f32 scales). */
+static sf_status repack(sfm_model *m, const sfm_tensor *t, sf_qweight *q, char *err, size_t errlen) {
+    const int64_t n = t->shape[0], k = t->shape[1], G = k / 32;
+    const int int4 = t->type != SFM_W_Q8_0;
+    memset(q, 0, sizeof *q);
+    q->format = int4 ? SF_QW_INT4 : SF_QW_INT8;
+    q->n = n, q->k = k, q->group_size = 32;
+    const int64_t rb = int4 ? k / 2 : k;
+    void *d = host_alloc(m, (size_t)(n * rb)), *s = host_alloc(m, (size_t)(G * n) * 4);
+    void *mn = t->type == SFM_W_Q4_1 ? host_alloc(m, (size_t)(G * n) * 4) : NULL;
+    if (!d || !s || (t->type == SFM_W_Q4_1 && !mn)) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory repacking %s", t->name);
+    q->data = sf_tensor_contiguous(d, int4 ? SF_U8 : SF_I8, SF_DEVICE_CPU, 2, (int64_t[]){n, rb});
+    q->scales = sf_tensor_contiguous(s, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
+    if (mn) q->mins = sf_tensor_contiguous(mn, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
+    const sf_gguf_type gt = t->type == SFM_W_Q4_0 ? SF_GGUF_Q4_0 : t->type == SFM_W_Q4_1 ? SF_GGUF_Q4_1 : SF_GGUF_Q8_0;
+    sf_ctx *hc = NULL;
+    sf_status st = sf_ctx_create(&hc, SF_DEVICE_CPU);
+    if (st == SF_OK) st = sf_repack_gguf(hc, gt, t->data, (size_t)t->nbytes, q);
+    if (st != SF_OK) sfm_model_fail(err, errlen, st, "repacking %s: %s", t->name, hc ? sf_ctx_last_error(hc) : "no context");
+    sf_ctx_destroy(hc);
+    return st;
+}
+
+/* The f32 values of a (n, k) weight in host memory (owned by the model). */
+sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err, size_t errlen) {
+    const int64_t n = t->ndim == 2 ? t->shape[0] : 1, k = t->shape[t->ndim - 1];
+    if (t->type == SFM_W_F32 && ((uintptr_t)t->data % 4) == 0) {
+        *out = (float *)(uintptr_t)t->data;
+        return SF_OK;
+    }
+    float *f = host_alloc(m, (size_t)(n * k) * 4);
+    if (!f) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
+    if (is_block(t->type)) {
+        sf_qweight q;
+        sf_status st = repack(m, t, &q, err, errlen);
+        if (st != SF_OK) return st;
+        sf_ctx *hc = NULL;
+        st = sf_ctx_create(&hc, SF_DEVICE_CPU);
+        const sf_tensor w = sf_tensor_contiguous(f, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){n, k});
+        if (st == SF_OK) st = sf_dequantize_weights(hc, &q, &w);
+        if (st != SF_OK) sfm_model_fail(err, errlen, st, "dequantising %s: %s", t->name, hc ? sf_ctx_last_error(hc) : "no context");
+        sf_ctx_destroy(hc);
+        if (st != SF_OK) return st;
+    } else if (t->type == SFM_W_F32 || t->type == SFM_W_F16 || t->type == SFM_W_BF16) {
+        widen(t, f, n * k);
+    } else {
+        return sfm_model_fail(err, errlen, SF_ERR_DTYPE, "%s: type %s is not a float or GGUF block type", t->name, sfm_wtype_name(t->type));
+    }
+    *out = f;
+    return SF_OK;
+}
+
+const sfm_tensor *sfm_need(const sfm_checkpoint *ck, const char *name, char *err, size_t errlen) {
+    const sfm_tensor *t = sfm_checkpoint_find(ck, name);
+    if (!t) sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "the checkpoint has no tensor %s", name);
+    return t;
+}
+
+/* A 1-D float vector as f32 on the device. */
+sf_status sfm_load_vec(sfm_model *m, const sfm_tensor *t, int64_t n, sf_tensor *out, char *err, size_t errlen) {
+    if (t->ndim != 1 || t->shape[0] != n)
+        return sfm_model_fail(err, errlen, SF_ERR_SHAPE, "%s: want shape (%lld)", t->name, (long long)n);
+    float *f;
+    sf_status st = sfm_host_f32(m, t, &f, err, errlen);
+    if (st != SF_OK) return st;
+    void *d = to_device(m, f, (size_t)n * 4, 4);
+    if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+    *out = sf_tensor_contiguous(d, SF_F32, sf_ctx_device(m->ctx), 1, (int64_t[]){n});
+    return SF_OK;
+}
+
+sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *bias, int64_t n, int64_t k,
+                             int dequantize, sfm_linear *L, char *err, size_t errlen) {
+    memset(L, 0, sizeof *L);
+    L->n = n, L->k = k;
+    if (t->ndim != 2 || t->shape[0] != n || t->shape[1] != k)
+        return sfm_model_fail(err, errlen, SF_ERR_SHAPE, "%s: want shape (%lld, %lld)", t->name, (long long)n, (long long)k);
+    const int dev = sf_ctx_device(m->ctx);
+    sf_status st;
+    if (is_block(t->type) && !dequantize) {
+        st = repack(m, t, &L->q, err, errlen);
+        if (st != SF_OK) return st;
+        sf_tensor *parts[3] = {&L->q.data, &L->q.scales, &L->q.mins};
+        if (dev != SF_DEVICE_CPU && m->act != SF_F32) /* the CUDA kernels take scales in x's dtype */
+            for (int i = 1; i < 3; i++)
+                if (parts[i]->data) {
+                    sfm_f32_to(m->act, parts[i]->data, parts[i]->data, parts[i]->shape[0] * parts[i]->shape[1]);
+                    parts[i]->dtype = m->act;
+                }
+        for (int i = 0; i < 3; i++) {
+            if (!parts[i]->data) continue;
+            const size_t bytes = (size_t)(parts[i]->shape[0] * parts[i]->shape[1]) * sf_dtype_size(parts[i]->dtype);
+            void *d = to_device(m, parts[i]->data, bytes, 16);
+            if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+            parts[i]->data = d, parts[i]->device = dev;
+        }
+        L->quant = 1;
+    } else if (is_block(t->type)) {
+        float *f;
+        st = sfm_host_f32(m, t, &f, err, errlen);
+        if (st != SF_OK) return st;
+        /* the host backends take any weight dtype; the CUDA one x's */
+        const sf_dtype wd = dev == SF_DEVICE_CPU ? SF_F32 : m->act;
+        sfm_f32_to(wd, f, f, n * k);
+        void *d = to_device(m, f, (size_t)(n * k) * sf_dtype_size(wd), 4);
+        if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+        L->w = sf_tensor_contiguous(d, wd, dev, 2, (int64_t[]){n, k});
+    } else if (dev != SF_DEVICE_CPU && !(t->type == SFM_W_F32 && m->act == SF_F32) &&
+               !(t->type == SFM_W_F16 && m->act == SF_F16) && !(t->type == SFM_W_BF16 && m->act == SF_BF16)) {
+        /* a device weight in another dtype than the activations: converted */
+        float *f = host_alloc(m, (size_t)(n * k) * 4);
+        if (!f) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
+        widen(t, f, n * k);
+        sfm_f32_to(m->act, f, f, n * k);
+        void *d = to_device(m, f, (size_t)(n * k) * sf_dtype_size(m->act), 4);
+        if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+        L->w = sf_tensor_contiguous(d, m->act, dev, 2, (int64_t[]){n, k});
+    } else if (t->type == SFM_W_F32 || t->type == SFM_W_F16 || t->type == SFM_W_BF16) {
+        const sf_dtype dt = t->type == SFM_W_F32 ? SF_F32 : t->type == SFM_W_F16 ? SF_F16 : SF_BF16;
+        const size_t es = sf_dtype_size(dt);
+        const void *src = t->data;
+        if ((uintptr_t)src % es) { /* unaligned safetensors data: an aligned copy */
+            void *c = host_alloc(m, (size_t)t->nbytes);
+            if (!c) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory for %s", t->name);
+            memcpy(c, src, (size_t)t->nbytes);
+            src = c;
+        }
+        void *d = to_device(m, src, (size_t)t->nbytes, es);
+        if (!d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %s", t->name);
+        L->w = sf_tensor_contiguous(d, dt, dev, 2, (int64_t[]){n, k});
+    } else {
+        return sfm_model_fail(err, errlen, SF_ERR_DTYPE, "%s: type %s cannot be a Linear weight", t->name, sfm_wtype_name(t->type));
+    }
+    if (bias) return sfm_load_vec(m, bias, n, &L->bias, err, errlen);
+    return SF_OK;
+}
+
+void sfm_model_destroy(sfm_model *m) {
+    if (!m) return;
+    for (sfm_alloc *a = m->owned; a;) {
+        sfm_alloc *nx = a->next;
+        if (a->dev) sf_free(m->ctx, a->p);
+        else free(a->p);
+        free(a);
+        a = nx;
+    }
+    for (int l = 0; m->layers && l < m->cfg->num_layers; l++) free(m->layers[l].mamba);
+    free(m->layers);
+    free(m->kpool);
+    free(m->vpool);
+    free(m);
+}
+
+/* Frees one tracked allocation now (the activation buffers when they grow). */
+static void release(sfm_model *m, void *p) {
+    for (sfm_alloc **pp = &m->owned; *pp; pp = &(*pp)->next)
+        if ((*pp)->p == p) {
+            sfm_alloc *a = *pp;
+            *pp = a->next;
+            if (a->dev) sf_free(m->ctx, a->p);
+            else free(a->p);
+            free(a);
+            return;
+        }
+}
+
+/* Activation buffers for `rows` token rows (grown, never per token). */
+static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errlen) {
+    if (rows <= m->cap_rows) return SF_OK;
+    const sfm_config *c = m->cfg;
+    const int64_t D = c->hidden_size, QD = (int64_t)c->num_heads * c->head_dim;
+    const int64_t KD = (int64_t)c->num_kv_heads * c->head_dim, F = c->intermediate_size;
+    const size_t es = sf_dtype_size(m->act);
+    const int64_t E = c->ssm_inner, CD = E + 2 * (int64_t)c->ssm_groups * c->ssm_state;
+    void **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->tmp, &m->g, &m->u, &m->a,
+                     &m->zxd, &m->xbc, &m->y, &m->yn};
+    const int64_t width[] = {D, D, QD, KD, KD, QD, D > F ? D : F, F, F, F, E ? E + CD + c->ssm_heads : 0, E ? CD : 0, E, E};
+    for (int i = 0; i < 14; i++) {
+        if (*bufs[i]) release(m, *bufs[i]);
+        /* the residual stream x stays f32 (one rounding per layer less) */
+        *bufs[i] = sfm_dev_alloc(m, (size_t)(rows * width[i]) * (i == 0 ? 4 : es));
+        if (!*bufs[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for %lld activation rows", (long long)rows);
+    }
+    void **hb[] = {(void **)&m->stage, (void **)&m->pos_h};
+    const size_t hsz[] = {(size_t)(rows * D) * 4, (size_t)(rows + m->max_seqs * (m->max_pages_per_seq + 5) + 8) * 4};
+    for (int i = 0; i < 2; i++) {
+        if (*hb[i]) release(m, *hb[i]);
+        *hb[i] = host_alloc(m, hsz[i]);
+        if (!*hb[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no host memory for %lld rows", (long long)rows);
+    }
+    if (m->pos_d) release(m, m->pos_d);
+    m->pos_d = sfm_dev_alloc(m, (size_t)rows * 4);
+    if (!m->pos_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
+    m->cap_rows = rows;
+    return SF_OK;
+}
+
+sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, int dequantize, int page_size,
+                           int64_t num_pages, int max_seqs, int max_pages_per_seq, sfm_model **out,
+                           char *err, size_t errlen) {
+    *out = NULL;
+    const sfm_config *c = sfm_checkpoint_config(ck);
+    if (c->arch != SFM_ARCH_LLAMA && c->arch != SFM_ARCH_QWEN2 && c->arch != SFM_ARCH_MAMBA2 && c->arch != SFM_ARCH_HYBRID)
+        return sfm_model_fail(err, errlen, SF_ERR_UNSUPPORTED, "architecture %s is not supported by the engine", sfm_arch_name(c->arch));
+    sfm_model *m = calloc(1, sizeof *m);
+    if (!m) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
+    m->ctx = ctx, m->cfg = c, m->act = act;
+    if (act != SF_F32 && act != SF_F16 && act != SF_BF16) {
+        free(m);
+        return sfm_model_fail(err, errlen, SF_ERR_DTYPE, "activation dtype %s is not f32, f16 or bf16", sf_dtype_name(act));
+    }
+    m->page_size = page_size, m->num_pages = num_pages, m->max_seqs = max_seqs, m->max_pages_per_seq = max_pages_per_seq;
+    const int L = c->num_layers, dev = sf_ctx_device(ctx);
+    const int64_t D = c->hidden_size, V = c->vocab_size, F = c->intermediate_size, hd = c->head_dim;
+    const int64_t QD = (int64_t)c->num_heads * hd, KD = (int64_t)c->num_kv_heads * hd;
+    m->layers = calloc((size_t)L, sizeof *m->layers);
+    m->kpool = calloc((size_t)L, sizeof *m->kpool);
+    m->vpool = calloc((size_t)L, sizeof *m->vpool);
+    sf_status st = SF_OK;
+    if (!m->layers || !m->kpool || !m->vpool) {
+        st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of memory");
+        goto bad;
+    }
+#define NEED(var, name)                                      \
+    const sfm_tensor *var = sfm_need(ck, name, err, errlen);     \
+    if (!var) {                                              \
+        st = SF_ERR_INVALID_ARG;                             \
+        goto bad;                                            \
+    }
+#define TRY(call)                    \
+    if ((st = (call)) != SF_OK) goto bad
+    {
+        const int mamba2 = c->arch == SFM_ARCH_MAMBA2;
+        NEED(emb, mamba2 ? "backbone.embeddings.weight" : "model.embed_tokens.weight");
+        float *ef;
+        TRY(sfm_host_f32(m, emb, &ef, err, errlen));
+        m->embed = ef;
+        m->weight_bytes += V * D * 4;
+        NEED(fn, mamba2 ? "backbone.norm_f.weight" : c->arch == SFM_ARCH_HYBRID ? "model.final_layernorm.weight" : "model.norm.weight");
+        TRY(sfm_load_vec(m, fn, D, &m->final_norm, err, errlen));
+        if (c->tie_embeddings) {
+            if (dev == SF_DEVICE_CPU && (!is_block(emb->type) || dequantize)) {
+                /* the f32 lookup table serves as the head (quantised tables
+                 * are kept quantised for it unless asked otherwise) */
+                m->lm_head.n = V, m->lm_head.k = D;
+                m->lm_head.w = sf_tensor_contiguous((void *)ef, SF_F32, dev, 2, (int64_t[]){V, D});
+            } else {
+                TRY(sfm_load_linear(m, emb, NULL, V, D, dequantize, &m->lm_head, err, errlen));
+            }
+        } else {
+            NEED(lm, "lm_head.weight");
+            TRY(sfm_load_linear(m, lm, NULL, V, D, dequantize, &m->lm_head, err, errlen));
+        }
+    }
+    for (int l = 0; l < L; l++) {
+        sfm_layer *ly = &m->layers[l];
+        char nm[160];
+        if (c->arch == SFM_ARCH_MAMBA2) {
+            snprintf(nm, sizeof nm, "backbone.layers.%d.norm.weight", l);
+            NEED(mn, nm);
+            TRY(sfm_load_vec(m, mn, D, &ly->in_norm, err, errlen));
+            snprintf(nm, sizeof nm, "backbone.layers.%d.mixer", l);
+            TRY(sfm_mamba_load(m, ck, nm, dequantize, &ly->mamba, err, errlen));
+            continue;
+        }
+        /* Llama / Qwen2, and the hybrid (Bamba: pre_ff_layernorm, feed_forward,
+         * a Mamba-2 mixer in place of attention outside attn_layer_indices) */
+        const int hybrid = c->arch == SFM_ARCH_HYBRID, attn = !hybrid || c->layer_is_attn[l];
+#define NAME(suffix) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix), nm)
+        NEED(in, NAME("input_layernorm.weight"));
+        TRY(sfm_load_vec(m, in, D, &ly->in_norm, err, errlen));
+        NEED(post, NAME(hybrid ? "pre_ff_layernorm.weight" : "post_attention_layernorm.weight"));
+        TRY(sfm_load_vec(m, post, D, &ly->post_norm, err, errlen));
+        if (!attn) {
+            snprintf(nm, sizeof nm, "model.layers.%d.mamba", l);
+            TRY(sfm_mamba_load(m, ck, nm, dequantize, &ly->mamba, err, errlen));
+        }
+        const char *mlp = hybrid ? "feed_forward" : "mlp";
+        const char *proj[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                               "gate_proj", "up_proj", "down_proj"};
+        sfm_linear *lins[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        const int64_t ns[7] = {QD, KD, KD, D, F, F, D}, ks[7] = {D, D, D, QD, D, D, F};
+        for (int i = attn ? 0 : 4; i < 7; i++) {
+            char wn[160], bn[160];
+            snprintf(wn, sizeof wn, "model.layers.%d.%s%s%s.weight", l, i < 4 ? "" : mlp, i < 4 ? "" : ".", proj[i]);
+            snprintf(bn, sizeof bn, "model.layers.%d.%s.bias", l, proj[i]);
+            NEED(w, wn);
+            const sfm_tensor *b = i < 3 && c->attn_bias ? sfm_checkpoint_find(ck, bn) : NULL;
+            TRY(sfm_load_linear(m, w, b, ns[i], ks[i], dequantize, lins[i], err, errlen));
+        }
+#undef NAME
+    }
+    /* KV pools, f32 on the CPU */
+    {
+        const int64_t pool_elems = num_pages * page_size * KD;
+        for (int l = 0; l < L; l++) {
+            if (m->layers[l].mamba) continue; /* no KV pages in a Mamba layer */
+            void *kp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
+            void *vp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
+            if (!kp || !vp) {
+                st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the KV cache (%lld pages)", (long long)num_pages);
+                goto bad;
+            }
+            const int64_t shp[4] = {num_pages, page_size, c->num_kv_heads, hd};
+            m->kpool[l] = sf_tensor_contiguous(kp, m->act, dev, 4, shp);
+            m->vpool[l] = sf_tensor_contiguous(vp, m->act, dev, 4, shp);
+        }
+        for (int l = 0; l < L; l++)
+            if (!m->layers[l].mamba) m->kv_bytes += 2 * pool_elems * (int64_t)sf_dtype_size(m->act);
+        m->logits = sfm_dev_alloc(m, (size_t)(max_seqs * V) * sf_dtype_size(act));
+        m->logits_h = host_alloc(m, (size_t)(max_seqs * V) * sf_dtype_size(act));
+        m->slots_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
+        m->cu_d = sfm_dev_alloc(m, (size_t)(max_seqs + 1) * 4);
+        m->bt_d = sfm_dev_alloc(m, (size_t)max_seqs * max_pages_per_seq * 4);
+        m->len_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
+        m->clen_d = sfm_dev_alloc(m, (size_t)max_seqs * 4);
+        if (!m->logits || !m->logits_h || !m->slots_d || !m->cu_d || !m->bt_d || !m->len_d || !m->clen_d) {
+            st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the step buffers");
+            goto bad;
+        }
+    }
+    TRY(ensure_rows(m, 64, err, errlen));
+#undef NEED
+#undef TRY
+    *out = m;
+    return SF_OK;
+bad:
+    sfm_model_destroy(m);
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* the forward pass                                                    */
+/* ------------------------------------------------------------------ */
+
+static sf_tensor t2(void *p, sf_dtype dt, int dev, int64_t r, int64_t c) {
+    return sf_tensor_contiguous(p, dt, dev, 2, (int64_t[]){r, c});
+}
+
+/* y (M, L->n) = x (M, L->k) W^T (+ bias). */
+sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M, void *y) {
+    const int dev = sf_ctx_device(m->ctx);
+    if (L->quant) {
+        sf_gemm_wq_params p;
+        sf_gemm_wq_params_init(&p);
+        p.x = t2(x, m->act, dev, M, L->k);
+        p.w = L->q;
+        p.bias = L->bias;
+        p.y = t2(y, m->act, dev, M, L->n);
+        return sf_gemm_wq(m->ctx, &p);
+    }
+    sf_gemm_params p;
+    sf_gemm_params_init(&p);
+    p.x = t2(x, m->act, dev, M, L->k);
+    p.w = L->w;
+    p.bias = L->bias;
+    p.y = t2(y, m->act, dev, M, L->n);
+    return sf_gemm(m->ctx, &p);
+}
+
+/* x += r (x = r when first), h = RMSNorm(x) */
+static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T, int first) {
+    const int dev = sf_ctx_device(m->ctx);
+    const int64_t D = m->cfg->hidden_size;
+    sf_norm_params p;
+    sf_norm_params_init(&p);
+    p.eps = (float)m->cfg->norm_eps;
+    p.weight = *w;
+    p.out = t2(m->h, m->act, dev, T, D);
+    p.x = t2(r, m->act, dev, T, D);
+    p.residual_out = t2(m->x, SF_F32, dev, T, D);
+    if (first) return sf_add_rmsnorm(m->ctx, &p); /* x = the embeddings; the stream starts */
+    p.residual = p.residual_out;
+    return sf_add_rmsnorm(m->ctx, &p);
+}
+
+#define STEP(call)                                                                                   \
+    do {                                                                                             \
+        sf_status s_ = (call);                                                                       \
+        if (s_ != SF_OK)                                                                             \
+            return sfm_model_fail(err, errlen, s_, "layer %d: %s: %s", l, #call, sf_ctx_last_error(m->ctx));  \
+    } while (0)
+
+sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
+                            const int64_t *start, const int32_t *block_table, const int32_t *slots,
+                            float *logits, char *err, size_t errlen) {
+    const sfm_config *c = m->cfg;
+    const int dev = sf_ctx_device(m->ctx);
+    const int64_t D = c->hidden_size, V = c->vocab_size, hd = c->head_dim;
+    const int H = c->num_heads, Hkv = c->num_kv_heads;
+    const int MP = m->max_pages_per_seq;
+    if (n < 1 || n > m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "batch of %d sequences (1 to %d)", n, m->max_seqs);
+    int64_t T = 0;
+    int decode = 1;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] < 1 || start[i] < 0 || start[i] + lens[i] > (int64_t)MP * m->page_size)
+            return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "sequence %d: %lld new tokens at %lld do not fit", i, (long long)lens[i],
+                        (long long)start[i]);
+        if (lens[i] != 1) decode = 0;
+        T += lens[i];
+    }
+    if (!decode)
+        for (int i = 0; i < n; i++)
+            if (start[i] != 0) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "a prefill starts at position 0 (sequence %d at %lld)", i, (long long)start[i]);
+    sf_status st = ensure_rows(m, T, err, errlen);
+    if (st != SF_OK) return st;
+    /* host side: embedding rows and index buffers */
+    for (int64_t t = 0; t < T; t++) {
+        if (ids[t] < 0 || ids[t] >= V) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "token id %d is outside the vocabulary (%lld)", ids[t], (long long)V);
+        memcpy(m->stage + t * D, m->embed + (int64_t)ids[t] * D, (size_t)D * 4);
+    }
+    int32_t *pos = m->pos_h, *cu = pos + T, *len = cu + n + 1, *clen = len + n;
+    cu[0] = 0;
+    for (int i = 0, t = 0; i < n; i++) {
+        for (int64_t j = 0; j < lens[i]; j++) pos[t++] = (int32_t)(start[i] + j);
+        cu[i + 1] = cu[i] + (int32_t)lens[i];
+        clen[i] = (int32_t)start[i];
+        len[i] = (int32_t)(start[i] + lens[i]);
+    }
+    int l = -1;
+    sfm_f32_to(m->act, m->stage, m->stage, T * D);
+    STEP(sf_memcpy(m->ctx, m->tmp, m->stage, (size_t)(T * D) * sf_dtype_size(m->act)));
+    STEP(sf_memcpy(m->ctx, m->pos_d, pos, (size_t)T * 4));
+    STEP(sf_memcpy(m->ctx, m->cu_d, cu, (size_t)(n + 1) * 4));
+    STEP(sf_memcpy(m->ctx, m->len_d, len, (size_t)n * 4));
+    STEP(sf_memcpy(m->ctx, m->clen_d, clen, (size_t)n * 4));
+    STEP(sf_memcpy(m->ctx, m->bt_d, block_table, (size_t)n * MP * 4));
+    for (int i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "state slot %d of sequence %d", slots[i], i);
+    STEP(sf_memcpy(m->ctx, m->slots_d, slots, (size_t)n * 4));
+
+    const sf_tensor bt = t2(m->bt_d, SF_I32, dev, n, MP);
+    const sf_tensor lens_t = sf_tensor_contiguous(m->len_d, SF_I32, dev, 1, (int64_t[]){n});
+    const sf_tensor clens_t = sf_tensor_contiguous(m->clen_d, SF_I32, dev, 1, (int64_t[]){n});
+    const sf_tensor cu_t = sf_tensor_contiguous(m->cu_d, SF_I32, dev, 1, (int64_t[]){n + 1});
+    const int64_t q3[3] = {T, H, hd}, k3[3] = {T, Hkv, hd};
+    const sf_tensor qt = sf_tensor_contiguous(m->q, m->act, dev, 3, q3);
+    const sf_tensor kt = sf_tensor_contiguous(m->k, m->act, dev, 3, k3);
+    const sf_tensor vt = sf_tensor_contiguous(m->v, m->act, dev, 3, k3);
+    const sf_tensor at = sf_tensor_contiguous(m->att, m->act, dev, 3, q3);
+
+    l = 0;
+    STEP(norm(m, m->tmp, &m->layers[0].in_norm, T, 1));
+    for (l = 0; l < c->num_layers; l++) {
+        const sfm_layer *ly = &m->layers[l];
+        const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
+        if (ly->mamba) {
+            if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, decode, err, errlen)) != SF_OK) return st;
+            if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
+                STEP(norm(m, m->tmp, next_norm, T, 0));
+                continue;
+            }
+            goto mlp;
+        }
+        STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
+        STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
+        STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
+        sf_rope_params rp;
+        sf_rope_params_init(&rp);
+        rp.q = qt, rp.k = kt;
+        rp.positions = sf_tensor_contiguous(m->pos_d, SF_I32, dev, 1, (int64_t[]){T});
+        rp.rotary_dim = c->rope_dim;
+        rp.theta = (float)c->rope_theta;
+        if (c->rope_scaling == SFM_ROPE_LLAMA3) {
+            rp.scaling = SF_ROPE_LLAMA3;
+            rp.factor = (float)c->rope_factor;
+            rp.low_freq_factor = (float)c->rope_low_freq_factor;
+            rp.high_freq_factor = (float)c->rope_high_freq_factor;
+            rp.original_max_position = c->rope_original_max_position;
+        }
+        STEP(sf_rope(m->ctx, &rp));
+        sf_kv_append_params ap;
+        sf_kv_append_params_init(&ap);
+        ap.k_cache = m->kpool[l], ap.v_cache = m->vpool[l];
+        if (decode) {
+            const int64_t s4[4] = {n, 1, Hkv, hd};
+            ap.k = sf_tensor_contiguous(m->k, m->act, dev, 4, s4);
+            ap.v = sf_tensor_contiguous(m->v, m->act, dev, 4, s4);
+            ap.block_table = bt, ap.cache_seqlens = clens_t;
+            STEP(sf_kv_append(m->ctx, &ap));
+            sf_attn_paged_params pp;
+            sf_attn_paged_params_init(&pp);
+            const int64_t sq[4] = {n, 1, H, hd};
+            pp.q = sf_tensor_contiguous(m->q, m->act, dev, 4, sq);
+            pp.out = sf_tensor_contiguous(m->att, m->act, dev, 4, sq);
+            pp.k_cache = m->kpool[l], pp.v_cache = m->vpool[l];
+            pp.block_table = bt, pp.seqlens = lens_t;
+            pp.causal = 1;
+            STEP(sf_attn_paged(m->ctx, &pp));
+        } else {
+            /* each prompt's K/V into its pages (a call per sequence: lengths differ) */
+            for (int i = 0; i < n; i++) {
+                const int64_t s4[4] = {1, lens[i], Hkv, hd};
+                const size_t off = (size_t)cu[i] * (size_t)(Hkv * hd) * sf_dtype_size(m->act);
+                ap.k = sf_tensor_contiguous((char *)m->k + off, m->act, dev, 4, s4);
+                ap.v = sf_tensor_contiguous((char *)m->v + off, m->act, dev, 4, s4);
+                ap.block_table = t2((int32_t *)m->bt_d + (int64_t)i * MP, SF_I32, dev, 1, MP);
+                ap.cache_seqlens = sf_tensor_contiguous((int32_t *)m->clen_d + i, SF_I32, dev, 1, (int64_t[]){1});
+                STEP(sf_kv_append(m->ctx, &ap));
+            }
+            sf_attn_fwd_params fp;
+            sf_attn_fwd_params_init(&fp);
+            fp.q = qt, fp.k = kt, fp.v = vt, fp.out = at;
+            fp.cu_seqlens_q = cu_t, fp.cu_seqlens_k = cu_t;
+            fp.causal = 1;
+            STEP(sf_attn_fwd(m->ctx, &fp));
+        }
+        STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
+    mlp:
+        STEP(norm(m, m->tmp, &ly->post_norm, T, 0));
+        STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
+        STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
+        sf_swiglu_params sp;
+        sf_swiglu_params_init(&sp);
+        sp.gate = t2(m->g, m->act, dev, T, c->intermediate_size);
+        sp.up = t2(m->u, m->act, dev, T, c->intermediate_size);
+        sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
+        STEP(sf_swiglu(m->ctx, &sp));
+        STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
+        STEP(norm(m, m->tmp, next_norm, T, 0));
+    }
+    l = c->num_layers;
+    const size_t es = sf_dtype_size(m->act);
+    if (decode) {
+        STEP(sfm_linear_apply(m, &m->lm_head, m->h, n, m->logits));
+    } else {
+        for (int i = 0; i < n; i++)
+            STEP(sfm_linear_apply(m, &m->lm_head, (char *)m->h + (size_t)(cu[i + 1] - 1) * (size_t)D * es, 1,
+                        (char *)m->logits + (size_t)i * (size_t)V * es));
+    }
+    STEP(sf_memcpy(m->ctx, m->logits_h, m->logits, (size_t)(n * V) * es));
+    const uint16_t *lh = m->logits_h;
+    if (m->act == SF_F32) {
+        memcpy(logits, m->logits_h, (size_t)(n * V) * 4);
+    } else {
+        for (int64_t i = 0; i < n * V; i++) {
+            uint32_t u = (uint32_t)lh[i] << 16;
+            if (m->act == SF_F16) logits[i] = half_to_f32(lh[i]);
+            else memcpy(&logits[i], &u, 4);
+        }
+    }
+    return SF_OK;
+}

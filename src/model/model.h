@@ -1,0 +1,112 @@
+/* model.h - a decoder (LlamaForCausalLM, Qwen2ForCausalLM, Mamba2ForCausalLM,
+ * the hybrid BambaForCausalLM) built from the public ops: its weights on the context's device, its paged KV
+ * pools, its activation buffers, and one forward pass over a batch of
+ * sequences (a prefill of whole prompts, or one decode token each).
+ * Used by engine.c; not installed. */
+#ifndef SF_MODEL_MODEL_H
+#define SF_MODEL_MODEL_H
+
+#include "checkpoint.h"
+
+/* A Linear layer: dense weights (sf_gemm, any float dtype on the host) or
+ * integer codes (sf_gemm_wq), and an optional f32 bias. */
+typedef struct sfm_linear {
+    int quant;
+    sf_tensor w;       /* (n, k) when !quant */
+    sf_qweight q;      /* when quant */
+    sf_tensor bias;    /* (n) f32 or absent */
+    int64_t n, k;
+} sfm_linear;
+
+/* A Mamba-2 mixer (transformers' Mamba2Mixer): in_proj -> [z | xBC | dt],
+ * causal conv1d + SiLU on xBC, SSD with D, gated RMSNorm with z, out_proj. */
+typedef struct sfm_mamba {
+    sfm_linear in_proj, out_proj;
+    sf_tensor conv_w, conv_b;     /* (conv_dim, W) f32, (conv_dim) f32 or absent */
+    sf_tensor A, D, dt_bias;      /* (H) f32: A = -exp(A_log)                    */
+    sf_tensor norm;               /* (E) f32: the gated norm's weight            */
+    sf_tensor conv_state;         /* (max_seqs, conv_dim, W-1) f32, per slot     */
+    sf_tensor ssm_state;          /* (max_seqs, H, P, N) f32, per slot           */
+} sfm_mamba;
+
+typedef struct sfm_layer {
+    sf_tensor in_norm, post_norm; /* (D) f32; Mamba-2 layers: in_norm only */
+    sfm_linear q, k, v, o, gate, up, down;
+    sfm_mamba *mamba;             /* non-NULL: a Mamba-2 layer */
+} sfm_layer;
+
+typedef struct sfm_alloc sfm_alloc;
+
+typedef struct sfm_model {
+    sf_ctx *ctx;
+    const sfm_config *cfg;
+    sf_dtype act;              /* activation and KV dtype (f32 on the CPU) */
+    sfm_layer *layers;
+    sf_tensor final_norm;
+    sfm_linear lm_head;
+    const float *embed;        /* host (V, D) f32: the lookup table */
+    int64_t weight_bytes;
+    /* paged KV: per layer one K and one V pool (num_pages, page, Hkv, d) */
+    int page_size, max_pages_per_seq, max_seqs;
+    int64_t num_pages, kv_bytes;
+    sf_tensor *kpool, *vpool;
+    /* activations, cap_rows token rows */
+    int64_t cap_rows;
+    void *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *a;
+    void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */
+    int32_t *slots_h;          /* host staging of the state slots         */
+    void *slots_d;
+    void *logits;              /* (max_seqs, V) in act on the device       */
+    void *logits_h;            /* host staging of logits                   */
+    float *stage;              /* host (cap_rows, D): embedding rows      */
+    int32_t *pos_h;            /* host staging of the index buffers       */
+    void *pos_d, *cu_d, *bt_d, *len_d, *clen_d;
+    sfm_alloc *owned;
+} sfm_model;
+
+/* Builds the model of an open checkpoint on ctx's device, its activations
+ * and KV cache in act (f32, f16 or bf16; the residual stream, the Mamba
+ * states and the norms' weights stay f32).  dequantize != 0
+ * expands GGUF block weights to f32.  The KV pools hold num_pages pages of
+ * page_size tokens, max_seqs sequences of at most max_pages_per_seq pages.
+ * The checkpoint must outlive the model (weights may point into it). */
+sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, int dequantize, int page_size,
+                           int64_t num_pages, int max_seqs, int max_pages_per_seq, sfm_model **out,
+                           char *err, size_t errlen);
+void sfm_model_destroy(sfm_model *m);
+
+/* One forward pass over n sequences (n <= max_seqs): sequence i brings
+ * lens[i] new tokens (ids, concatenated in order) at positions start[i] ..
+ * start[i] + lens[i] - 1, its pages in row i of block_table (host, (n,
+ * max_pages_per_seq) i32, covering start[i] + lens[i] tokens).  Either a
+ * prefill (every start 0; lens any) or a decode step (every len 1).  The
+ * K/V of the new tokens are written to the pages; logits (host, (n, V) f32)
+ * get the logits after each sequence's last new token. */
+sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
+                            const int64_t *start, const int32_t *block_table, const int32_t *slots,
+                            float *logits, char *err, size_t errlen);
+
+/* Shared by model.c and mamba.c. */
+sf_status sfm_model_fail(char *err, size_t errlen, sf_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+void *sfm_dev_alloc(sfm_model *m, size_t bytes);
+sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err, size_t errlen);
+const sfm_tensor *sfm_need(const sfm_checkpoint *ck, const char *name, char *err, size_t errlen);
+sf_status sfm_load_vec(sfm_model *m, const sfm_tensor *t, int64_t n, sf_tensor *out, char *err, size_t errlen);
+sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *bias, int64_t n, int64_t k,
+                          int dequantize, sfm_linear *L, char *err, size_t errlen);
+sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M, void *y);
+/* n f32 values into f32 / bf16 / f16 (in place allowed), rounded to nearest even. */
+void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n);
+/* mamba.c: the weights and state slots of Mamba-2 layer l ("prefix" names
+ * its mixer), and the mixer over the batch: m->h in, m->tmp out.  cu holds
+ * the batch's row offsets (n+1, host), slots its state slots (device, n). */
+sf_status sfm_mamba_load(sfm_model *m, const sfm_checkpoint *ck, const char *prefix, int dequantize,
+                         sfm_mamba **out, char *err, size_t errlen);
+sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, const int32_t *cu,
+                          const int32_t *slots_h, int decode, char *err, size_t errlen);
+
+#endif
