@@ -17,8 +17,9 @@ static void gen_usage(FILE *f) {
                "                        [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
                "                        [--min-p P] [--repetition-penalty R] [--seed S] [--stop STR]\n"
                "                        [--no-bos] [--ignore-eos] [--dequantize] [--dtype f32|bf16|f16]\n"
-               "                        [--threads N] [--json] [--cpu]\n"
-               "--temperature 0 (the default) is greedy.  --chat wraps the prompt in the model's chat\n"
+               "                        [--threads N] [--json] [--cpu | --device N]\n"
+               "On the GPU (device 0) when there is one, with bf16 activations; --cpu runs the CPU\n"
+               "(f32 by default).  --temperature 0 (the default) is greedy.  --chat wraps the prompt in the model's chat\n"
                "template.  Text goes to stdout as it is generated; the summary to stderr.\n");
 }
 
@@ -88,8 +89,8 @@ static int64_t parse_ids(const char *s, int32_t **out) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_ids = NULL;
+    int nstop = 0, chat = 0, json = 0, no_bos = 0, want_cpu = 0, dtype_set = 0, device = -2; /* -2: auto */
     const char *stops[16];
-    int nstop = 0, chat = 0, json = 0, no_bos = 0;
     sf_engine_options eo;
     sf_engine_options_init(&eo);
     sf_sampling s;
@@ -112,6 +113,7 @@ int cmd_generate(int argc, char **argv) {
         else if (ARG("--stop")) {
             if (nstop < 16) stops[nstop++] = v;
         } else if (ARG("--dtype")) {
+            dtype_set = 1;
             if (!strcmp(v, "f32")) eo.dtype = SF_F32;
             else if (!strcmp(v, "bf16")) eo.dtype = SF_BF16;
             else if (!strcmp(v, "f16")) eo.dtype = SF_F16;
@@ -121,7 +123,8 @@ int cmd_generate(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--cpu")) eo.device = SF_DEVICE_CPU;
+        else if (!strcmp(a, "--cpu")) want_cpu = 1;
+        else if (ARG("--device")) device = atoi(v);
         else if (!strcmp(a, "--no-bos")) no_bos = 1;
         else if (!strcmp(a, "--ignore-eos")) s.ignore_eos = 1;
         else if (!strcmp(a, "--dequantize")) eo.dequantize = 1;
@@ -145,6 +148,15 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     s.stop = stops, s.nstop = nstop;
+    /* the GPU when there is one (bf16 unless --dtype says otherwise), else the CPU */
+    if (want_cpu) device = SF_DEVICE_CPU;
+    else if (device == -2) device = sf_cuda_device_count() > 0 ? 0 : SF_DEVICE_CPU;
+    if (device < SF_DEVICE_CPU) {
+        fprintf(stderr, "seqfuse generate: --device wants a CUDA ordinal >= 0\n");
+        return 2;
+    }
+    eo.device = device;
+    if (device != SF_DEVICE_CPU && !dtype_set) eo.dtype = SF_BF16;
     eo.max_seqs = 1;
     int32_t *ids = NULL;
     int64_t nids = 0;

@@ -170,3 +170,20 @@ def test_16bit_activations(tiny, dtype, tol):
                         for j, lg in enumerate(r["logits"]))
             print(f"{arch} {dtype} prompt of {len(p)}: worst relative logit error {worst:.2e}")
             assert worst < tol, (arch, dtype, worst)
+
+
+@pytest.mark.skipif(not seqfuse.has_cuda(), reason="no CUDA device (the GPU engine is checked where there is one)")
+@pytest.mark.parametrize("dtype,tol", [("bfloat16", 3e-2), ("float16", 4e-3)])
+def test_gpu_16bit_activations(tiny, dtype, tol):
+    """The engine on the GPU (device 0): every step's logits within the
+    dtype's rounding of transformers' f32 ones, teacher-forced on the tokens
+    generated, for a batch of two prompts decoding together."""
+    arch, path, model = tiny
+    with seqfuse.Engine(path, device=0, max_seqs=2, max_seq_len=128, page_size=8, dtype=dtype) as e:
+        res = e.generate([PROMPTS[0], LONG], max_new_tokens=6, return_logits=True, ignore_eos=True)
+        for p, r in zip((PROMPTS[0], LONG), res):
+            ref = hf_logits(model, p + r["tokens"])
+            worst = max(np.abs(lg - ref[len(p) - 1 + j]).max() / np.abs(ref[len(p) - 1 + j]).max()
+                        for j, lg in enumerate(r["logits"]))
+            print(f"{arch} {dtype} cuda prompt of {len(p)}: worst relative logit error {worst:.2e}")
+            assert worst < tol, (arch, dtype, worst)
