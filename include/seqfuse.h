@@ -1133,9 +1133,10 @@ SF_API sf_status sf_kv_cache_tables(sf_kv_cache *c, sf_tensor *block_table, sf_t
  * compute without TF32); its handle is made on the context's first
  * sf_gemm call (which must therefore not be captured into a graph) and
  * takes its workspace from the context's arena: later calls allocate and
- * synchronise nothing (CUDA-graph capturable).  On CUDA a bias is added
- * after the product (16-bit y rounded twice), and row strides must lie
- * between the row length and 2^31 (SF_ERR_UNSUPPORTED otherwise).
+ * synchronise nothing (CUDA-graph capturable).  On CUDA a bias takes an
+ * f32 buffer of M x N from the workspace (the product, then one pass adding
+ * the bias and beta y, y rounded once), and row strides must lie between
+ * the row length and 2^31 (SF_ERR_UNSUPPORTED otherwise).
  */
 typedef struct sf_gemm_params {
     sf_tensor x, w, bias;

@@ -536,7 +536,9 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         if (lens[i] < 1 || start[i] < 0 || start[i] + lens[i] > (int64_t)MP * m->page_size)
             return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "sequence %d: %lld new tokens at %lld do not fit", i, (long long)lens[i],
                         (long long)start[i]);
-        if (lens[i] != 1) decode = 0;
+        /* a one-token prompt (start 0) is a prefill: a decode step reads the
+         * Mamba layers' states, which a prompt's prefill writes first */
+        if (lens[i] != 1 || start[i] == 0) decode = 0;
         T += lens[i];
     }
     if (!decode)

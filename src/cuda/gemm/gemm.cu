@@ -3,8 +3,11 @@
  * Row-major y (M, N) is column-major y^T (N, M) = W x^T: W (N, K) row-major
  * is column-major (K, N), taken transposed; x (M, K) row-major is
  * column-major (K, M), taken as is.  f32 compute without TF32 for every
- * dtype (CUBLAS_COMPUTE_32F).  The bias, when given, is added by one small
- * kernel after the product (y is then rounded twice for f16/bf16).
+ * dtype (CUBLAS_COMPUTE_32F).  Without a bias cuBLAS writes y (and adds
+ * beta y) itself; with one, a 16-bit y would be rounded twice (product,
+ * then the bias: a sum that cancels keeps the first rounding's error), so
+ * the product goes to an f32 buffer in the workspace and one kernel writes
+ * y = acc + bias + beta y_old, rounded once.
  * The handle is made on the context's first call and kept in its CUDA
  * state; every call sets the stream and points cuBLAS at the context's
  * arena for workspace, so that a captured call allocates nothing.
@@ -27,15 +30,20 @@ template <> __device__ __forceinline__ float from_f<float>(float v) { return v; 
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-/* y[i, n] += bias[n], one thread an element, grid-stride. */
+/* y[i, n] = acc[i, n] + bias[n] + beta y[i, n] (y read only when beta != 0),
+ * rounded once; acc is (M, N) f32 contiguous.  One thread an element,
+ * grid-stride. */
 template <typename T>
-__global__ void add_bias(T *y, int64_t y_rs, const void *bias, int64_t b_s, int bias_f32, int64_t M, int64_t N) {
+__global__ void add_bias(T *y, int64_t y_rs, const float *acc, const void *bias, int64_t b_s, int bias_f32,
+                         float beta, int64_t M, int64_t N) {
     const int64_t total = M * N;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e / N, n = e % N;
         const float b = bias_f32 ? ((const float *)bias)[n * b_s] : to_f<T>(((const T *)bias)[n * b_s]);
         T *p = y + i * y_rs + n;
-        *p = from_f<T>(to_f<T>(*p) + b);
+        float v = acc[e] + b;
+        if (beta != 0.0f) v += beta * to_f<T>(*p);
+        *p = from_f<T>(v);
     }
 }
 
@@ -76,8 +84,17 @@ extern "C" sf_status sf_cuda_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
         st->blas = h;
     }
     cublasHandle_t h = (cublasHandle_t)st->blas;
-    void *ws = sf_ws_get(ctx, GEMM_WS_BYTES);
+    /* the f32 product buffer behind cuBLAS's workspace when a bias is added */
+    size_t acc_bytes = 0;
+    if (pr->has_bias) {
+        if ((uint64_t)pr->M > (SIZE_MAX / 4 - GEMM_WS_BYTES) / (uint64_t)pr->N)
+            return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_gemm: an f32 buffer of %lld x %lld is past the address space",
+                           (long long)pr->M, (long long)pr->N);
+        acc_bytes = (size_t)pr->M * (size_t)pr->N * 4u;
+    }
+    void *ws = sf_ws_get(ctx, GEMM_WS_BYTES + acc_bytes);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
+    float *acc = pr->has_bias ? (float *)((char *)ws + GEMM_WS_BYTES) : NULL;
     SF_CUBLAS_CHECK(ctx, cublasSetStream(h, sf_cuda_stream(ctx)));
     SF_CUBLAS_CHECK(ctx, cublasSetWorkspace(h, ws, GEMM_WS_BYTES));
     SF_CUBLAS_CHECK(ctx, cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
@@ -91,11 +108,17 @@ extern "C" sf_status sf_cuda_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
                        "sf_gemm: the CUDA backend needs row strides between the row length and 2^31 "
                        "(x %lld, w %lld, y %lld)",
                        (long long)p->x.stride[0], (long long)p->w.stride[0], (long long)p->y.stride[0]);
-    const float alpha = 1.0f, beta = p->beta;
-    SF_CUBLAS_CHECK(ctx, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)pr->N, (int)pr->M, (int)pr->K, &alpha,
-                                      p->w.data, t, (int)ldw, p->x.data, t, (int)ldx, &beta, p->y.data, t,
-                                      (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (pr->has_bias) {
+    const float alpha = 1.0f, beta = p->beta, zero = 0.0f;
+    if (!pr->has_bias) {
+        SF_CUBLAS_CHECK(ctx, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)pr->N, (int)pr->M, (int)pr->K, &alpha,
+                                          p->w.data, t, (int)ldw, p->x.data, t, (int)ldx, &beta, p->y.data, t,
+                                          (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+        if (pr->N > INT32_MAX)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_gemm: N = %lld is past the CUDA backend's 2^31", (long long)pr->N);
+        SF_CUBLAS_CHECK(ctx, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)pr->N, (int)pr->M, (int)pr->K, &alpha,
+                                          p->w.data, t, (int)ldw, p->x.data, t, (int)ldx, &zero, acc, CUDA_R_32F,
+                                          (int)pr->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         const int64_t total = pr->M * pr->N;
         const int threads = 256;
         const int64_t want = (total + threads - 1) / threads;
@@ -103,11 +126,11 @@ extern "C" sf_status sf_cuda_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
         const int bf32 = p->bias.dtype == SF_F32;
         cudaStream_t s = sf_cuda_stream(ctx);
         if (p->y.dtype == SF_F32)
-            add_bias<float><<<blocks, threads, 0, s>>>((float *)p->y.data, ldy, p->bias.data, p->bias.stride[0], 1, pr->M, pr->N);
+            add_bias<float><<<blocks, threads, 0, s>>>((float *)p->y.data, ldy, acc, p->bias.data, p->bias.stride[0], 1, beta, pr->M, pr->N);
         else if (p->y.dtype == SF_F16)
-            add_bias<__half><<<blocks, threads, 0, s>>>((__half *)p->y.data, ldy, p->bias.data, p->bias.stride[0], bf32, pr->M, pr->N);
+            add_bias<__half><<<blocks, threads, 0, s>>>((__half *)p->y.data, ldy, acc, p->bias.data, p->bias.stride[0], bf32, beta, pr->M, pr->N);
         else
-            add_bias<__nv_bfloat16><<<blocks, threads, 0, s>>>((__nv_bfloat16 *)p->y.data, ldy, p->bias.data, p->bias.stride[0], bf32, pr->M, pr->N);
+            add_bias<__nv_bfloat16><<<blocks, threads, 0, s>>>((__nv_bfloat16 *)p->y.data, ldy, acc, p->bias.data, p->bias.stride[0], bf32, beta, pr->M, pr->N);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     return SF_OK;
