@@ -75,6 +75,7 @@ sf_status sf_cpu_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
     const sf_tensor *x = &p->x, *w = &p->w;
     const int64_t M = pr->M, N = pr->N, K = pr->K, KP = sf_cpu_rup(K, 16);
     const int nt = sf_cpu_threads(ctx);
+    (void)nt; /* no OpenMP with BLAS: unused */
 #ifdef SF_WITH_BLAS
     /* BLAS takes a leading dimension in [cols, INT_MAX]: other row strides
      * (a single row may have any) go through the widening copies */
