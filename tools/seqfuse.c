@@ -18,6 +18,7 @@
 #include "naive.h"
 
 int cmd_generate(int argc, char **argv); /* generate.c */
+int cmd_bench_model(int argc, char **argv); /* bench_model.c */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -31,6 +32,8 @@ static void usage(FILE *f) {
             "                     [--wq-n N] [--wq-k K] [--bits 4|8] [--wq-group 32|64|128] [--mins]\n"
             "       seqfuse generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3) [...]\n"
             "                        (text from a checkpoint: `seqfuse generate --help`)\n"
+            "       seqfuse bench-model --model PATH [--batch 1,8] [--prompt-len 128,512] [...]\n"
+            "                        (the engine's prefill and decode speed: `seqfuse bench-model --help`)\n"
             "       seqfuse info\n"
             "OP: ssd_fwd, ssd_step, attn_fwd, conv1d_fwd, conv1d_update, rmsnorm_gated, kv_append,\n"
             "    attn_paged (paged KV cache: --Lq new tokens, --Lk cached keys per sequence,\n"
@@ -398,6 +401,7 @@ static int cmd_bench(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "bench-model")) return cmd_bench_model(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "info")) return cmd_info();
     if (argc >= 2 && !strcmp(argv[1], "check")) return cmd_check(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);

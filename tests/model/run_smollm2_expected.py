@@ -5,7 +5,8 @@ the generated tokens must equal the expected ones, with the weights kept
 quantised (sf_gemm_wq) and dequantised at load.  The expected tokens were
 checked against transformers running the same dequantised weights in f32
 (tests/model/test_engine_smollm2.py, which needs torch); this test needs
-only the standard library, so CI runs it.
+only the standard library, so CI runs it.  Also a small `seqfuse bench-model`
+sweep: every point reports positive rates.
 
 usage: run_smollm2_expected.py SEQFUSE_EXECUTABLE"""
 import json
@@ -51,6 +52,16 @@ def main():
             if not ok:
                 print(f"  got  {d['tokens']}\n  want {want}")
                 bad += 1
+    # `seqfuse bench-model`: a small sweep, every point timed
+    r = subprocess.run([exe, "bench-model", "--model", gguf, "--cpu", "--batch", "1,2", "--prompt-len", "8,16",
+                        "--new-tokens", "4", "--json"], capture_output=True, text=True, timeout=600)
+    try:
+        pts = json.loads(r.stdout)["points"] if r.returncode == 0 else []
+    except ValueError:
+        pts = []
+    ok = len(pts) == 4 and all(p["prefill_tok_s"] > 0 and p["decode_tok_s"] > 0 and p["ms_per_step"] > 0 for p in pts)
+    print(f"{'ok  ' if ok else 'FAIL'} bench-model: {r.stdout.strip()[-400:] or r.stderr.strip()[-300:]}")
+    bad += 0 if ok else 1
     return 1 if bad else 0
 
 
