@@ -11,33 +11,6 @@ void sf_attn_fwd_params_init(sf_attn_fwd_params *p) {
     p->backend = SF_BACKEND_AUTO;
 }
 
-/* alibi_slopes: absent, (H) or (batch, H) f32; finite when on the host. */
-static sf_status check_alibi(sf_ctx *ctx, const char *op, const sf_attn_fwd_params *p,
-                             sf_attn_problem *pr) {
-    const sf_tensor *a = &p->alibi_slopes;
-    if (!a->data) return SF_OK;
-    if (a->rank == 1) {
-        CHK(sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 1, (int64_t[]){pr->nheads}, SF_F32, 0));
-        pr->alibi_sh = a->stride[0];
-    } else {
-        CHK(sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 2, (int64_t[]){pr->batch, pr->nheads},
-                            SF_F32, 0));
-        pr->alibi_sb = a->stride[0];
-        pr->alibi_sh = a->stride[1];
-    }
-    pr->alibi = (const float *)a->data;
-    if (ctx->device < 0) {
-        const int64_t nb = a->rank == 1 ? 1 : pr->batch;
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t h = 0; h < pr->nheads; h++) {
-                const float s = pr->alibi[b * pr->alibi_sb + h * pr->alibi_sh];
-                if (!isfinite(s))
-                    return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: alibi_slopes[%lld, %lld] is %g",
-                                   op, (long long)b, (long long)h, (double)s);
-            }
-    }
-    return SF_OK;
-}
 
 sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
     static const char *op = "sf_attn_fwd";
@@ -121,7 +94,7 @@ sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: softcap %g; give 0 (off) or a finite positive cap",
                        op, (double)p->softcap);
     pr.softcap = p->softcap;
-    CHK(check_alibi(ctx, op, p, &pr));
+    CHK(sf_check_alibi(ctx, op, &p->alibi_slopes, pr.batch, pr.nheads, &pr.alibi, &pr.alibi_sb, &pr.alibi_sh));
 
     sf_status s;
     switch (be) {

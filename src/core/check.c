@@ -2,6 +2,7 @@
  * and a sentence naming the op, the tensor and the offending value. */
 #include "check.h"
 
+#include <math.h>
 #include <stdio.h>
 
 static void shape_str(char *buf, size_t len, int rank, const int64_t *shape) {
@@ -241,5 +242,33 @@ sf_status sf_check_state_idx(sf_ctx *ctx, const char *op, const sf_tensor *si, i
                            (long long)s);
         seen[s] = 1;
     }
+    return SF_OK;
+}
+
+sf_status sf_check_alibi(sf_ctx *ctx, const char *op, const sf_tensor *a, int64_t batch, int64_t nheads,
+                         const float **slopes, int64_t *sb, int64_t *sh) {
+    *slopes = NULL, *sb = 0, *sh = 0;
+    if (!a->data) return SF_OK;
+    sf_status st;
+    if (a->rank == 1) {
+        if ((st = sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 1, (int64_t[]){nheads}, SF_F32, 0)) != SF_OK) return st;
+        *sh = a->stride[0];
+    } else {
+        if ((st = sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 2, (int64_t[]){batch, nheads}, SF_F32, 0)) != SF_OK)
+            return st;
+        *sb = a->stride[0], *sh = a->stride[1];
+    }
+    const float *s = (const float *)a->data;
+    if (ctx->device < 0) {
+        const int64_t nb = a->rank == 1 ? 1 : batch;
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t h = 0; h < nheads; h++) {
+                const float v = s[b * *sb + h * *sh];
+                if (!isfinite(v))
+                    return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: alibi_slopes[%lld, %lld] is %g", op, (long long)b,
+                                   (long long)h, (double)v);
+            }
+    }
+    *slopes = s;
     return SF_OK;
 }

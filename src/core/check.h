@@ -39,6 +39,11 @@
  *   strides >= 0, unit innermost stride when unit_inner -> SF_ERR_STRIDE;
  *   data aligned to the element size -> SF_ERR_ALIGNMENT;
  *   extents < 2^31 and byte extent within int64 -> SF_ERR_TOO_LARGE. */
+/* alibi_slopes of an attention op: absent (*slopes = NULL), (nheads) or
+ * (batch, nheads) f32, any strides (*sb = 0 for the 1-D form); every slope
+ * finite when the context is the host's (SF_ERR_INVALID_ARG naming it). */
+sf_status sf_check_alibi(sf_ctx *ctx, const char *op, const sf_tensor *a, int64_t batch, int64_t nheads,
+                         const float **slopes, int64_t *sb, int64_t *sh);
 sf_status sf_check_tensor(sf_ctx *ctx, const char *op, const char *name, const sf_tensor *t,
                           int required, int rank, const int64_t *shape, int dtype,
                           int unit_inner);

@@ -78,33 +78,6 @@ static sf_status check_scales(sf_ctx *ctx, const char *op, const sf_tensor *kc,
     return SF_OK;
 }
 
-/* alibi_slopes: absent, (H) or (b, H) f32; finite when on the host (as
- * sf_attn_fwd's). */
-static sf_status check_alibi(sf_ctx *ctx, const char *op, const sf_tensor *a,
-                             sf_paged_problem *pr) {
-    if (!a->data) return SF_OK;
-    if (a->rank == 1) {
-        CHK(sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 1, (int64_t[]){pr->nheads}, SF_F32, 0));
-        pr->alibi_sh = a->stride[0];
-    } else {
-        CHK(sf_check_tensor(ctx, op, "alibi_slopes", a, 1, 2, (int64_t[]){pr->batch, pr->nheads},
-                            SF_F32, 0));
-        pr->alibi_sb = a->stride[0];
-        pr->alibi_sh = a->stride[1];
-    }
-    pr->alibi = (const float *)a->data;
-    if (ctx->device < 0) {
-        const int64_t nb = a->rank == 1 ? 1 : pr->batch;
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t h = 0; h < pr->nheads; h++) {
-                const float s = pr->alibi[b * pr->alibi_sb + h * pr->alibi_sh];
-                if (!isfinite(s))
-                    return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: alibi_slopes[%lld, %lld] is %g",
-                                   op, (long long)b, (long long)h, (double)s);
-            }
-    }
-    return SF_OK;
-}
 
 /* Head counts and head dim shared by both ops. */
 static sf_status check_heads(sf_ctx *ctx, const char *op, int64_t H, int64_t Hkv, int64_t d) {
@@ -358,7 +331,7 @@ sf_status sf_attn_paged(sf_ctx *ctx, const sf_attn_paged_params *p) {
     pr.wr = p->window_right < 0 ? -1 : p->window_right;
     if (p->causal) pr.wr = 0;
     pr.softcap = p->softcap;
-    CHK(check_alibi(ctx, op, &p->alibi_slopes, &pr));
+    CHK(sf_check_alibi(ctx, op, &p->alibi_slopes, pr.batch, pr.nheads, &pr.alibi, &pr.alibi_sb, &pr.alibi_sh));
     if (ctx->device < 0) {
         int64_t max_len;
         CHK(check_tables(ctx, op, "seqlens", &p->seqlens, &p->block_table, 0, 0, &pr, &max_len));
