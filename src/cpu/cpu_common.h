@@ -66,4 +66,30 @@ static inline void sf_cpu_row_out(void *data, sf_dtype dt, int64_t off, int64_t 
     }
 }
 
+/* The workspace of a product over rows of x (M, K; unit inner stride): x
+ * widened to f32 rows of KP floats (unless it is f32 already: read in
+ * place), then per_thread floats for each of nt threads (64-byte aligned
+ * after x).  Gives x's f32 rows and their stride, and the thread buffers. */
+static inline sf_status sf_cpu_x_f32(sf_ctx *ctx, const char *op, const sf_tensor *x, int64_t M, int64_t K,
+                                     int64_t KP, int nt, int64_t per_thread, const float **xf, int64_t *xrs,
+                                     float **tbufs) {
+    const int x_direct = x->dtype == SF_F32;
+    const double need = 4.0 * ((x_direct ? 0.0 : (double)M * (double)KP) + (double)nt * (double)per_thread) + 128.0;
+    if (need > (double)(SIZE_MAX / 2))
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: the CPU workspace (%.3g bytes) is past the address space", op, need);
+    void *ws = sf_ws_get(ctx, (size_t)need);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY;
+    float *xs = sf_cpu_align64(ws);
+    *tbufs = xs + (x_direct ? 0 : M * KP);
+    *xf = x_direct ? (const float *)x->data : xs;
+    *xrs = x_direct ? x->stride[0] : KP;
+    if (!x_direct) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t i = 0; i < M; i++) sf_cpu_row_in(x->data, x->dtype, i * x->stride[0], K, xs + i * KP);
+    }
+    return SF_OK;
+}
+
 #endif

@@ -37,24 +37,12 @@ sf_status sf_cpu_gemm_swiglu(sf_ctx *ctx, const sf_gemm_swiglu_problem *pr) {
     const sf_tensor *x = &p->x, *wg = &p->w_gate, *wu = &p->w_up, *y = &p->y;
     const int64_t M = pr->M, I = pr->I, K = pr->K, KP = sf_cpu_rup(K, 16);
     const int nt = sf_cpu_threads(ctx);
-    const int x_direct = x->dtype == SF_F32; /* unit inner stride: checked */
-    /* workspace: x in f32 (unless read in place), GS_NR weight rows per thread */
-    const double need = 4.0 * ((x_direct ? 0.0 : (double)M * (double)KP) + (double)nt * GS_NR * (double)KP) + 128.0;
-    if (need > (double)(SIZE_MAX / 2))
-        return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_gemm_swiglu: the CPU workspace (%.3g bytes) is past the address space",
-                       need);
-    void *ws = sf_ws_get(ctx, (size_t)need);
-    if (!ws) return SF_ERR_OUT_OF_MEMORY;
-    float *xs = sf_cpu_align64(ws);
-    float *wbufs = xs + (x_direct ? 0 : M * KP);
-    const float *xf = x_direct ? (const float *)x->data : xs;
-    const int64_t xrs = x_direct ? x->stride[0] : KP;
-    if (!x_direct) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#endif
-        for (int64_t m = 0; m < M; m++) sf_cpu_row_in(x->data, x->dtype, m * x->stride[0], K, xs + m * KP);
-    }
+    /* x in f32 (unless read in place), GS_NR rows of W per thread */
+    const float *xf = NULL;
+    int64_t xrs = 0;
+    float *wbufs = NULL;
+    sf_status st = sf_cpu_x_f32(ctx, "sf_gemm_swiglu", x, M, K, KP, nt, (int64_t)GS_NR * KP, &xf, &xrs, &wbufs);
+    if (st != SF_OK) return st;
     const int64_t nblk = (I + GS_RB - 1) / GS_RB;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
