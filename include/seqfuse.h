@@ -201,6 +201,31 @@ SF_API sf_status sf_free(sf_ctx *ctx, void *p);
 SF_API sf_status sf_memcpy(sf_ctx *ctx, void *dst, const void *src, size_t bytes);
 SF_API sf_status sf_ctx_synchronize(sf_ctx *ctx);
 
+/* Pinned host memory and asynchronous copies, for inputs that change
+ * between replays of a captured graph.  sf_malloc_host gives page-locked
+ * memory on a CUDA context (plain memory on a CPU context); sf_memcpy_async
+ * copies on the context's stream without waiting (synchronously on a CPU
+ * context) and may be captured into a graph when the host side came from
+ * sf_malloc_host.  The host buffer must stay untouched until the stream
+ * has passed the copy. */
+SF_API sf_status sf_malloc_host(sf_ctx *ctx, void **p, size_t bytes);
+SF_API sf_status sf_free_host(sf_ctx *ctx, void *p);
+SF_API sf_status sf_memcpy_async(sf_ctx *ctx, void *dst, const void *src, size_t bytes);
+
+/* CUDA graphs of a sequence of calls on one context.  sf_graph_begin starts
+ * capturing the context's stream: the calls that follow are recorded, not
+ * run, until sf_graph_end instantiates them into *g (on failure of any
+ * captured call the capture is abandoned by sf_graph_end with that call's
+ * status).  sf_graph_launch replays *g on the context's stream, reading
+ * the same device buffers it was captured with (change their contents, not
+ * the pointers).  CPU contexts: SF_ERR_UNSUPPORTED.  sf_graph_destroy(NULL)
+ * is a no-op. */
+typedef struct sf_graph sf_graph;
+SF_API sf_status sf_graph_begin(sf_ctx *ctx);
+SF_API sf_status sf_graph_end(sf_ctx *ctx, sf_graph **g);
+SF_API sf_status sf_graph_launch(sf_ctx *ctx, sf_graph *g);
+SF_API void sf_graph_destroy(sf_graph *g);
+
 /* Build features and devices. */
 SF_API int sf_has_cuda_build(void);         /* 1 if compiled with CUDA    */
 SF_API int sf_has_openmp(void);              /* 1 if compiled with OpenMP  */
@@ -287,6 +312,36 @@ typedef struct sf_ssd_fwd_params {
  * dt_max INFINITY, backend AUTO. */
 SF_API void sf_ssd_fwd_params_init(sf_ssd_fwd_params *p);
 SF_API sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p);
+
+/* ------------------------------------------------------------------ */
+/* Mamba-2 SSD backward, mamba_chunk_scan_combined's backward          */
+/* ------------------------------------------------------------------ */
+/*
+ * Gradients of sf_ssd_fwd with respect to every input, given the forward's
+ * description in fwd (its inputs; fwd.out and fwd.final_states are
+ * ignored), dout (like out) and optionally dfinal_states (like
+ * final_states, f32).  Outputs (absent = not wanted):
+ *   dx (like x), ddt (like dt, the gradient with respect to the raw dt
+ *   before bias, softplus and clamp; 0 where the clamp is active), dB and
+ *   dC (like B and C, summed over the heads of each group), dz (like z),
+ *   dA (H) f32, dD (like D) f32, ddt_bias (H) f32, dinitial_states (like
+ *   initial_states) f32.
+ * Reductions over tokens (dA, dD, ddt_bias) accumulate in f32 (f64 in the
+ * reference); deterministic != 0 makes every output bit-identical from run
+ * to run.  What is cheap to recompute (C B^T, the chunk states) is
+ * recomputed from the inputs; workspace from the context's arena.
+ */
+typedef struct sf_ssd_bwd_params {
+    sf_ssd_fwd_params fwd;     /* fwd.backend is ignored          */
+    sf_tensor dout;
+    sf_tensor dfinal_states;
+    sf_tensor dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states;
+    int deterministic;
+    sf_backend backend;
+} sf_ssd_bwd_params;
+
+SF_API void sf_ssd_bwd_params_init(sf_ssd_bwd_params *p);
+SF_API sf_status sf_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_params *p);
 
 /* ------------------------------------------------------------------ */
 /* Mamba-2 decode step, selective_state_update                         */
@@ -784,6 +839,36 @@ SF_API void sf_attn_fwd_params_init(sf_attn_fwd_params *p);
 SF_API sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p);
 
 /* ------------------------------------------------------------------ */
+/* Attention backward                                                   */
+/* ------------------------------------------------------------------ */
+/*
+ * Gradients of sf_attn_fwd: given the forward's description in fwd (q, k,
+ * v, out and lse as the forward wrote them -- out and lse are required
+ * inputs here --, the masks, scale and modifiers) and dout (like out),
+ * writes dq (like q), dk and dv (like k and v; for GQA/MQA summed over the
+ * query heads of each KV group).  The probabilities are recomputed tile by
+ * tile from lse (no Lq x Lk matrix in memory):
+ *     P = exp(S - lse), dV = P^T dO, dP = dO V^T, D = rowsum(dO * O),
+ *     dS = P * (dP - D), dQ = dS K scale, dK = dS^T Q scale
+ * (softcap scales dS by 1 - tanh^2).  Rows that see no key contribute
+ * nothing.  dq, dk, dv: the dtype of q, unit inner stride; they must not
+ * alias any input.  deterministic != 0 makes the result bit-identical
+ * from run to run (a fixed summation order of the dQ partials); the
+ * default may sum them in any order.  Workspace from the context's arena
+ * (f32 dQ accumulators and rowsum(dO * O)).
+ */
+typedef struct sf_attn_bwd_params {
+    sf_attn_fwd_params fwd;    /* fwd.backend is ignored          */
+    sf_tensor dout;
+    sf_tensor dq, dk, dv;
+    int deterministic;
+    sf_backend backend;
+} sf_attn_bwd_params;
+
+SF_API void sf_attn_bwd_params_init(sf_attn_bwd_params *p);
+SF_API sf_status sf_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_params *p);
+
+/* ------------------------------------------------------------------ */
 /* Context parallelism: one sequence split across ranks (GPUs)          */
 /* ------------------------------------------------------------------ */
 /*
@@ -1243,6 +1328,44 @@ typedef struct sf_sampling {
 } sf_sampling;
 
 SF_API void sf_sampling_init(sf_sampling *s);
+
+/* ------------------------------------------------------------------ */
+/* Embedding lookup and token sampling (the ends of a decode step)      */
+/* ------------------------------------------------------------------ */
+/*
+ * out[i, :] = table[ids[i], :].  table (V, D) f32/f16/bf16 with unit inner
+ * stride, ids (n) i32, out (n, D) f32/f16/bf16 (converted, rounded to
+ * nearest even).  An id outside [0, V) is SF_ERR_INDEX on a CPU context; on
+ * a GPU (ids are not read back) its row of out is zeros.  No workspace
+ * (CUDA-graph capturable).
+ */
+SF_API sf_status sf_embed(sf_ctx *ctx, const sf_tensor *table, const sf_tensor *ids, const sf_tensor *out);
+
+/*
+ * One token per row of logits, with the rules of sf_engine_generate (the
+ * fields temperature .. repetition_penalty of *s; the rest is ignored):
+ * repetition penalty over the tokens marked in seen (a positive logit
+ * divided by it, a negative one multiplied), then greedy when temperature
+ * is 0 (the largest logit, the lowest id among equals), else logits /
+ * temperature, top-k, top-p (the smallest most-likely prefix whose mass
+ * reaches top_p), min-p (probability >= min_p times the largest) and one
+ * draw u = (splitmix64(state) >> 11) * 2^-53 from the row's RNG state
+ * over the kept candidates in descending order.
+ *   logits (n, V) f32/f16/bf16, unit inner stride
+ *   slots  (n) i32 or absent: row i's slot in seen and rng (absent: i)
+ *   seen   (S, V) u8 or absent (no penalty): nonzero marks a token of the
+ *          slot's history; the call marks each row's sampled token
+ *   rng    (S) i64: each slot's splitmix64 state, advanced by one draw per
+ *          sampled row (greedy rows draw nothing)
+ *   tokens (n) i32 output
+ * Slots must be distinct within a call.  The reference, CPU and CUDA
+ * backends take the same draws: tokens differ only where two candidates'
+ * probabilities are within rounding of a boundary.  On a GPU, slots
+ * outside [0, S) are clamped (header rule for device index tensors).
+ * No workspace (CUDA-graph capturable).
+ */
+SF_API sf_status sf_sample(sf_ctx *ctx, const sf_tensor *logits, const sf_sampling *s, const sf_tensor *slots,
+                           const sf_tensor *seen, const sf_tensor *rng, const sf_tensor *tokens);
 
 /* Why a sequence ended. */
 typedef enum sf_finish {
