@@ -111,6 +111,7 @@ def main():
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="M = 1 and 4096 only")
+    ap.add_argument("--ms", default=None, help="comma-separated rows of x (default 1,4,16,64,512,4096)")
     a = ap.parse_args()
     if torch is None or not torch.cuda.is_available():
         print("gpu_gemm_wq.py: needs torch with CUDA, triton and seqfuse", file=sys.stderr)
@@ -118,7 +119,7 @@ def main():
     gpu = torch.cuda.get_device_name()
     import datetime
     date = datetime.date.today().isoformat()
-    ms = [1, 4096] if a.quick else MS
+    ms = [int(v) for v in a.ms.split(",")] if a.ms else [1, 4096] if a.quick else MS
     g = torch.Generator(device="cuda").manual_seed(1)
     rows = []
     print(f"{gpu}, torch {torch.__version__}, commit {commit()}, bf16, group {GROUP}")

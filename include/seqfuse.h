@@ -697,8 +697,8 @@ typedef struct sf_qweight {
 
 /*
  * y = x W^T (+ bias):  y[i, n] = sum_k x[i, k] * w[n, k] (+ bias[n]), with
- * w the dequantised weights above, never written to memory: each backend
- * expands the codes inside its product.
+ * w the dequantised weights above, expanded inside the product (the CUDA
+ * backend's many-row path excepted, below).
  *   x     (M, K)  f16 or bf16 (f32 on the host backends), unit inner stride,
  *                 any row stride; M >= 0 (M = 0 is a no-op)
  *   w     an sf_qweight with w.k = K and N = w.n; scales and mins f16, bf16
@@ -715,6 +715,11 @@ typedef struct sf_qweight {
  * accumulation, one group at a time, and applies the group's scale (and min
  * times the group's sum of x) in f32: the only differences from the
  * reference come from the order of the f32 sums and y's final rounding.
+ * Except for many rows without a bias (M >= 128 by default; the
+ * configuration "slab"), where the product is compute-bound: there W is
+ * dequantised to x's dtype (w = s * v + m in f32, rounded once) a slab of
+ * rows at a time into a 16 MiB workspace buffer that stays in L2, and
+ * each slab multiplied by cuBLAS (tensor cores, f32 accumulation).
  * CUDA backend: f16 / bf16 x with scales (and mins) in x's dtype, w.data
  * 16-byte aligned (SF_ERR_ALIGNMENT), x 16-byte aligned with a row stride
  * that is a multiple of 8 elements (SF_ERR_UNSUPPORTED otherwise).  M <= 16
@@ -723,8 +728,9 @@ typedef struct sf_qweight {
  * whose K split over a thread-block cluster is summed in a fixed order
  * (deterministic), other groups through decode tiles; larger M taller
  * tensor-core tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=
- * gemm_wq:NAME pins one).  No workspace, no synchronisation: graph
- * capturable.
+ * gemm_wq:NAME pins one).  No synchronisation: graph capturable; no
+ * workspace except on the slab path (cuBLAS's 8 MiB and the slab; its
+ * first call on a context makes the cuBLAS handle and cannot be captured).
  */
 typedef struct sf_gemm_wq_params {
     sf_tensor x;

@@ -378,6 +378,10 @@ const sfc_case sfc_cases[] = {
     {GWQ("gwq8_g32_m17_str", 17, 65, 64, 8, 32), .strided = 1},
     {GWQ("gwq8_g128_min_m64_bias", 64, 96, 512, 8, 128), .wq_min = 1, .bias = 1},
     {GWQ("gwq8_g64_m200", 200, 133, 192, 8, 64)},
+    /* many rows without a bias: the slab path (dequantised slabs + cuBLAS) */
+    {GWQ("gwq4_g128_min_m300_str", 300, 257, 1024, 4, 128), .wq_min = 1, .strided = 1},
+    {GWQ("gwq4_g32_m64", 64, 96, 320, 4, 32)},
+    {GWQ("gwq8_g128_min_m129", 129, 40, 256, 8, 128), .wq_min = 1},
 };
 const int sfc_ncases = (int)(sizeof sfc_cases / sizeof sfc_cases[0]);
 

@@ -17,7 +17,6 @@
 
 #include <cublas_v2.h>
 
-#define GEMM_WS_BYTES ((size_t)8 << 20) /* cuBLAS workspace (Hopper wants MiBs) */
 
 namespace {
 
@@ -70,34 +69,44 @@ extern "C" void sf_cuda_gemm_free(sf_ctx *ctx) {
                            cublasGetStatusString(b_));                                      \
     } while (0)
 
-extern "C" sf_status sf_cuda_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
-    const sf_gemm_params *p = pr->p;
+extern "C" sf_status sf_cuda_blas(sf_ctx *ctx, const char *op, void *ws, size_t ws_bytes, void **handle) {
     sf_cuda_state *st = sf_cuda_st(ctx);
     if (!st->blas) {
         if (sf_cuda_capturing(ctx))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                           "sf_gemm: the context's first sf_gemm call makes its cuBLAS handle and "
-                           "cannot be captured into a graph: call it once before capturing");
+                           "%s: the context's first cuBLAS call makes its handle and cannot be captured into "
+                           "a graph: call it once before capturing",
+                           op);
         cublasHandle_t h = NULL;
         SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
         SF_CUBLAS_CHECK(ctx, cublasCreate(&h));
         st->blas = h;
     }
     cublasHandle_t h = (cublasHandle_t)st->blas;
+    SF_CUBLAS_CHECK(ctx, cublasSetStream(h, sf_cuda_stream(ctx)));
+    SF_CUBLAS_CHECK(ctx, cublasSetWorkspace(h, ws, ws_bytes));
+    SF_CUBLAS_CHECK(ctx, cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    *handle = h;
+    return SF_OK;
+}
+
+extern "C" sf_status sf_cuda_gemm(sf_ctx *ctx, const sf_gemm_problem *pr) {
+    const sf_gemm_params *p = pr->p;
     /* the f32 product buffer behind cuBLAS's workspace when a bias is added */
     size_t acc_bytes = 0;
     if (pr->has_bias) {
-        if ((uint64_t)pr->M > (SIZE_MAX / 4 - GEMM_WS_BYTES) / (uint64_t)pr->N)
+        if ((uint64_t)pr->M > (SIZE_MAX / 4 - SF_CUBLAS_WS_BYTES) / (uint64_t)pr->N)
             return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_gemm: an f32 buffer of %lld x %lld is past the address space",
                            (long long)pr->M, (long long)pr->N);
         acc_bytes = (size_t)pr->M * (size_t)pr->N * 4u;
     }
-    void *ws = sf_ws_get(ctx, GEMM_WS_BYTES + acc_bytes);
+    void *ws = sf_ws_get(ctx, SF_CUBLAS_WS_BYTES + acc_bytes);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
-    float *acc = pr->has_bias ? (float *)((char *)ws + GEMM_WS_BYTES) : NULL;
-    SF_CUBLAS_CHECK(ctx, cublasSetStream(h, sf_cuda_stream(ctx)));
-    SF_CUBLAS_CHECK(ctx, cublasSetWorkspace(h, ws, GEMM_WS_BYTES));
-    SF_CUBLAS_CHECK(ctx, cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    float *acc = pr->has_bias ? (float *)((char *)ws + SF_CUBLAS_WS_BYTES) : NULL;
+    void *hv = NULL;
+    const sf_status hs = sf_cuda_blas(ctx, "sf_gemm", ws, SF_CUBLAS_WS_BYTES, &hv);
+    if (hs != SF_OK) return hs;
+    cublasHandle_t h = (cublasHandle_t)hv;
     const cudaDataType_t t = cuda_type(p->x.dtype);
     /* leading dimensions: any value >= the row length serves a single row */
     const int64_t ldx = pr->M == 1 ? pr->K : p->x.stride[0];

@@ -1,14 +1,18 @@
-/* configs.h - the configurations of sf_gemm_wq's CUDA kernels, two kinds:
- *   tiled rows (stream 0), one kernel template (gemm_wq.cu): {name, 0, BM
+/* configs.h - the configurations of sf_gemm_wq's CUDA kernels, three kinds:
+ *   tiled rows (kind 0), one kernel template (gemm_wq.cu): {name, 0, BM
  *     rows of x, BN rows of W, warps along M, along N, along K, BK elements
  *     of K per stage, stages, about}.  Warps along K split each stage's K
  *     range (128 elements each, so a group of up to 128 never straddles two
  *     warps) and add their partial sums in the epilogue.
- *   streaming decode rows (stream 1, decode.cuh): {name, 1, most rows of x,
+ *   streaming decode rows (kind 1, decode.cuh): {name, 1, most rows of x,
  *     rows of W per block, m16 tiles per warp, warps, 1, 0, chunks of codes
  *     held in registers ahead, about}; they serve a group_size that is a
  *     multiple of a chunk (128 int4, 64 int8 codes) and split K across a
  *     cluster of blocks.
+ *   the slab row (kind 2, slab.cuh): {name, 2, fewest rows of x, 0...}: W
+ *     dequantised a slab of rows at a time into an L2-sized workspace
+ *     buffer, each slab multiplied by cuBLAS; for many rows of x, where the
+ *     product is compute-bound and the codes' bandwidth saving is moot.
  * wq_pick is the one selector; SF_AUTOTUNE_FORCE=gemm_wq:name pins a row
  * (tests/CMakeLists.txt runs the case table once per row; a row that cannot
  * serve a case answers SF_ERR_UNSUPPORTED and the case is skipped). */
@@ -19,10 +23,12 @@
 
 typedef struct wq_config {
     const char *name;
-    int stream;
+    int kind;              /* WQ_TILED, WQ_STREAM or WQ_SLAB */
     int bm, bn, wm, wn, wk, bk, stages;
     const char *about;
 } wq_config;
+
+enum { WQ_TILED = 0, WQ_STREAM = 1, WQ_SLAB = 2 };
 
 /* one row a line (tools/configs.py and tests/CMakeLists.txt read them) */
 static const wq_config wq_configs[] = {
@@ -31,24 +37,37 @@ static const wq_config wq_configs[] = {
     {"dec16", 0, 16, 32, 1, 1, 4, 512, 3, "M <= 16: 32 rows of W x 16 rows of x, 4 warps split K, 3 stages of 512"},
     {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
     {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
+    {"slab", 2, 64, 0, 0, 0, 0, 0, 0, "M >= 64, no bias: W dequantised to x's dtype in slabs of at most 16 MiB (L2-resident), each slab a cuBLAS product; the weights are rounded to x's dtype"},
 };
 #define WQ_NCONFIGS ((int)(sizeof wq_configs / sizeof wq_configs[0]))
 
 /* Whether row `cfg` serves M rows of x with these codes (the tiled rows
  * serve every shape, slowly past their M). */
-static inline int wq_supports(int cfg, int64_t M, int int4, int group) {
+static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_bias) {
     const wq_config *c = &wq_configs[cfg];
-    if (!c->stream) return 1;
+    if (c->kind == WQ_TILED) return 1;
+    if (c->kind == WQ_SLAB) return M >= c->bm && !has_bias;
     return M <= c->bm && group % (int4 ? 128 : 64) == 0;
 }
+
+static inline int wq_slab_row(void) {
+    for (int i = 0; i < WQ_NCONFIGS; i++)
+        if (wq_configs[i].kind == WQ_SLAB) return i;
+    return 0;
+}
+
+/* Rows of x from which the slab row beats the tiles (H200). */
+#define WQ_SLAB_FROM 128
 
 /* The untuned choice: the streaming decode kernel where it serves, the
  * decode tiles while x fits one tile of rows (the weights streamed once per
  * 8 or 16 rows), then taller tiles. */
-static inline int wq_pick(int64_t M, int int4, int group) {
-    if (wq_supports(0, M, int4, group)) return 0;
+static inline int wq_pick(int64_t M, int int4, int group, int has_bias) {
+    if (wq_supports(0, M, int4, group, has_bias)) return 0;
     if (M <= 8) return 1;
     if (M <= 16) return 2;
+    const int slab = wq_slab_row();
+    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, int4, group, has_bias)) return slab;
     if (M <= 256) return 3;
     return 4;
 }

@@ -28,7 +28,8 @@
  * No workspace, no host synchronisation: graph capturable.  Offsets are
  * 64-bit; blocks beyond grid.y's 65535 loop over row tiles.
  * Decode steps (M <= 16) with groups of whole chunks run the streaming
- * kernel of decode.cuh instead (launch_stream below).
+ * kernel of decode.cuh instead (launch_stream below), and many rows of x
+ * without a bias the slabs of slab.cuh with cuBLAS (launch_slab).
  */
 #include "common/config_table.h"
 #include "common/cuda_common.h"
@@ -37,7 +38,11 @@
 #include "gemm_wq/configs.h"
 #include "gemm_wq/decode.cuh"
 #include "gemm_wq/dequant.cuh"
+#include "gemm_wq/slab.cuh"
 #include "autotune.h"
+#include "gemm.h"
+
+#include <cublas_v2.h>
 
 #include <stdint.h>
 
@@ -422,15 +427,68 @@ sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, boo
 #undef WQD_GO
 }
 
+/* The slab row: for each slab of W's rows, dequantise it into the
+ * workspace (behind cuBLAS's own), then y[:, n0 .. n0 + ns) = x slab^T by
+ * cublasGemmEx (column-major view as in src/cuda/gemm/gemm.cu). */
+template <typename T>
+sf_status launch_slab(sf_ctx *ctx, const WqArgs &a, int int4, int has_min) {
+    const int64_t M = a.M, N = a.N, K = a.K;
+    int64_t ns = (int64_t)(WQ_SLAB_BYTES / ((size_t)K * sizeof(T)));
+    ns = ns >= 128 ? ns / 128 * 128 : ns < 1 ? 1 : ns;
+    if (ns > N) ns = N;
+    if (K > INT32_MAX || a.x_rs > INT32_MAX || a.y_rs > INT32_MAX || a.x_rs < K || a.y_rs < N)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_gemm_wq: configuration 'slab' needs row strides between the row length and 2^31 (x %lld, y %lld)",
+                       (long long)a.x_rs, (long long)a.y_rs);
+    const size_t slab_bytes = (size_t)ns * (size_t)K * sizeof(T);
+    char *ws = (char *)sf_ws_get(ctx, SF_CUBLAS_WS_BYTES + slab_bytes);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY;
+    T *slab = (T *)(ws + SF_CUBLAS_WS_BYTES);
+    void *hv = NULL;
+    const sf_status hs = sf_cuda_blas(ctx, "sf_gemm_wq", ws, SF_CUBLAS_WS_BYTES, &hv);
+    if (hs != SF_OK) return hs;
+    cublasHandle_t h = (cublasHandle_t)hv;
+    const cudaDataType_t t = wqs_cuda_type<T>::value;
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
+    const float one = 1.0f, zero = 0.0f;
+    const int64_t ldx = M == 1 ? K : a.x_rs;
+    for (int64_t n0 = 0; n0 < N; n0 += ns) {
+        const int64_t nr = N - n0 < ns ? N - n0 : ns;
+        const int64_t pieces = nr * (K / 8);
+        const int64_t want = (pieces + 255) / 256, cap = (int64_t)sms * 8;
+        const unsigned blocks = (unsigned)(want < cap ? want : cap);
+        cudaStream_t s = sf_cuda_stream(ctx);
+#define WQS_GO(I4, MN) \
+    wq_slab_dequant<T, I4, MN><<<blocks, 256, 0, s>>>(a.w, a.w_rb, a.scales, a.mins, N, K, a.group, n0, nr, slab)
+        if (int4) {
+            if (has_min) WQS_GO(true, true);
+            else WQS_GO(true, false);
+        } else {
+            if (has_min) WQS_GO(false, true);
+            else WQS_GO(false, false);
+        }
+#undef WQS_GO
+        SF_CUDA_CHECK_LAUNCH(ctx);
+        const cublasStatus_t b = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)M, (int)K, &one, slab, t,
+                                              (int)K, a.x, t, (int)ldx, &zero, (T *)a.y + n0, t,
+                                              (int)(M == 1 ? N : a.y_rs), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (b != CUBLAS_STATUS_SUCCESS)
+            return sf_fail(ctx, SF_ERR_CUDA, "sf_gemm_wq: slab: cublasGemmEx: %s", cublasGetStatusString(b));
+    }
+    return SF_OK;
+}
+
 /* The instantiations above follow the table. */
 static bool rows_match() {
     static const int want[][8] = {{1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U},
                                   {0, 8, 16, 1, 1, 4, 512, 4}, {0, 16, 32, 1, 1, 4, 512, 3},
-                                  {0, 64, 32, 2, 1, 2, 256, 4}, {0, 128, 128, 4, 2, 1, 64, 4}};
+                                  {0, 64, 32, 2, 1, 2, 256, 4}, {0, 128, 128, 4, 2, 1, 64, 4},
+                                  {2, 64, 0, 0, 0, 0, 0, 0}};
     if ((int)(sizeof want / sizeof want[0]) != WQ_NCONFIGS) return false;
     for (int i = 0; i < WQ_NCONFIGS; i++) {
         const wq_config &c = wq_configs[i];
-        const int got[8] = {c.stream, c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages};
+        const int got[8] = {c.kind, c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages};
         for (int f = 0; f < 8; f++)
             if (got[f] != want[i][f]) return false;
     }
@@ -475,7 +533,7 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
     a.M = pr->M, a.N = pr->N, a.K = pr->K, a.G = pr->G;
     a.group = pr->group;
 
-    int cfg = wq_pick(pr->M, pr->int4, pr->group);
+    int cfg = wq_pick(pr->M, pr->int4, pr->group, pr->has_bias);
     char fb[64];
     const bool forced = sf_autotune_forced_name("gemm_wq", fb, sizeof fb);
     if (forced) {
@@ -485,13 +543,20 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
         if (cfg < 0)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
                            op, fb);
-        if (!wq_supports(cfg, pr->M, pr->int4, pr->group))
+        if (!wq_supports(cfg, pr->M, pr->int4, pr->group, pr->has_bias)) {
+            if (wq_configs[cfg].kind == WQ_SLAB)
+                return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration 'slab' serves M >= %d without a bias, not M = %lld%s",
+                               op, wq_configs[cfg].bm, (long long)pr->M, pr->has_bias ? " with one" : "");
             return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                            "%s: configuration '%s' serves M <= %d with groups of whole chunks (128 int4 / 64 int8 codes), "
                            "not M = %lld with group_size %d",
                            op, fb, wq_configs[cfg].bm, (long long)pr->M, pr->group);
+        }
     }
-    if (wq_configs[cfg].stream) {
+    if (wq_configs[cfg].kind == WQ_SLAB)
+        return dt == SF_F16 ? launch_slab<__half>(ctx, a, pr->int4, pr->has_min)
+                            : launch_slab<__nv_bfloat16>(ctx, a, pr->int4, pr->has_min);
+    if (wq_configs[cfg].kind == WQ_STREAM) {
         bool fits = false;
         const sf_status s = dt == SF_F16 ? launch_stream<__half>(ctx, a, pr->int4, pr->has_min, &fits)
                                          : launch_stream<__nv_bfloat16>(ctx, a, pr->int4, pr->has_min, &fits);
