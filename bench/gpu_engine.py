@@ -44,7 +44,14 @@ cache) is recorded with its error and the run goes on.
         a model in several files: the last one wins)
 
 A device call is limited to 10 minutes: run the models in pieces (--models,
---batches, --json-out per piece), then --from-json over the pieces.
+--batches, --json-out per piece), then --from-json over the pieces, which
+merges them point by point.  The full run, one piece a call (each compiles
+transformers' static decode once a batch size):
+
+    for M in smollm2-135m llama-1b mamba2-1.3b mamba2-2.7b bamba-1b:
+        python3 bench/gpu_engine.py --models $M --batches 1,32 --json-out $OUT/$M-a.json
+        python3 bench/gpu_engine.py --models $M --batches 128 --no-prefill --json-out $OUT/$M-b.json
+    python3 bench/gpu_engine.py --from-json $OUT/*.json --results bench/RESULTS.md --plot bench/engine_h200.png
 """
 import argparse
 import datetime
