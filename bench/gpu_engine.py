@@ -29,7 +29,7 @@ kept in --cache and reused).  Each model is then timed by:
 transformers' decode step: CUDA events recorded by a stopping criterion after
 every token (no synchronisation added), (last - first) / steps; its prefill:
 one forward over the prompt (use_cache, logits of the last token), median of
-3 after a warm-up.  Decode: batch --batches (1, 32, 128) with a 128-token
+5 (--quick: 3) after a warm-up.  Decode: batch --batches (1, 32, 128) with a 128-token
 prompt, --new-tokens greedy tokens (min_new_tokens too, so no early EOS);
 prefill: batch 1, prompts of --prefill-lens (512, 4096) tokens.  Prompt ids
 are seeded random ids.  A peer that fails (out of memory, an unsupported
@@ -40,8 +40,8 @@ cache) is recorded with its error and the run goes on.
         [--quick] [--build build-dev] [--cache DIR] [--json-out run.json] \\
         [--results RESULTS.md] [--plot engine.png]
     python3 bench/gpu_engine.py --from-json a.json b.json --results RESULTS.md --plot engine.png
-        (no GPU: the section and the plot from the JSON of earlier runs, one model each or more;
-        a model in several files: the last one wins)
+        (no GPU: the section and the plot from the JSON of earlier runs; a model in several
+        files merged point by point, a later measured value replacing an earlier one)
 
 A device call is limited to 10 minutes: run the models in pieces (--models,
 --batches, --json-out per piece), then --from-json over the pieces, which
