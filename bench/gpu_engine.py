@@ -290,14 +290,15 @@ def decode_rows(name, m):
     rows = []
     for d in m.get("decode", []):
         o = d.get("ours")
-        rows.append([name, d["batch"], fmt(o), fmt(d.get("ours_nog")), fmt(d.get("eager")), fmt(d.get("static")),
+        tok_s = 1e3 * d["batch"] / o if o else None
+        rows.append([name, d["batch"], fmt(o), fmt(tok_s, 0), fmt(d.get("ours_nog")), fmt(d.get("eager")), fmt(d.get("static")),
                      fx(ratio(d.get("eager"), o)), fx(ratio(d.get("static"), o)),
                      fmt(m.get("floor_ms")) if d["batch"] == 1 else "",
                      fx(ratio(o, m.get("floor_ms"))) if d["batch"] == 1 else ""])
     return rows
 
 
-DECODE_HDR = ["model", "batch", "ours ms", "ours no-graphs ms", "eager ms", "static ms", "eager / ours",
+DECODE_HDR = ["model", "batch", "ours ms", "ours tok/s", "ours no-graphs ms", "eager ms", "static ms", "eager / ours",
               "static / ours", "floor ms", "ours / floor"]
 PREFILL_HDR = ["model", "prompt", "ours tok/s", "eager tok/s", "ours / eager", "ours ms", "GEMMs alone ms",
                "GEMM TFLOP/s", "ours / GEMMs"]

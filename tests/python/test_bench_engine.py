@@ -103,8 +103,9 @@ def _result():
 def test_section_and_plot(tmp_path):
     res = _result()
     rows = ge.decode_rows("llama-1b", res["models"]["llama-1b"])
-    assert rows[0][2:] == ["2.000", "3.000", "10.000", "4.000", "5.00x", "2.00x", "1.000", "2.00x"]
-    assert rows[1][5] == "" and rows[1][7] == "" and rows[1][8] == ""  # a failed peer: empty, not a number
+    assert rows[0][2:] == ["2.000", "500", "3.000", "10.000", "4.000", "5.00x", "2.00x", "1.000", "2.00x"]
+    assert rows[1][3] == "6400"  # 32 tokens a 5 ms step
+    assert rows[1][6] == "" and rows[1][8] == "" and rows[1][9] == ""  # a failed peer: empty, not a number
     pre = ge.prefill_rows("llama-1b", res["models"]["llama-1b"])[0]
     assert pre[4] == "2.00x" and pre[5] == "10.000" and pre[8] == "1.25x"  # 512 / 51200 s = 10 ms vs 8 ms
     copy = tmp_path / "RESULTS.md"
