@@ -291,7 +291,8 @@ def decode_rows(name, m):
     for d in m.get("decode", []):
         o = d.get("ours")
         tok_s = 1e3 * d["batch"] / o if o else None
-        rows.append([name, d["batch"], fmt(o), fmt(tok_s, 0), fmt(d.get("ours_nog")), fmt(d.get("eager")), fmt(d.get("static")),
+        rows.append([name, d["batch"], fmt(o), fmt(tok_s, 0), fmt(d.get("ours_nog")), fmt(d.get("eager")),
+                     fmt(d.get("static")),
                      fx(ratio(d.get("eager"), o)), fx(ratio(d.get("static"), o)),
                      fmt(m.get("floor_ms")) if d["batch"] == 1 else "",
                      fx(ratio(o, m.get("floor_ms"))) if d["batch"] == 1 else ""])
