@@ -142,3 +142,19 @@ def test_merge_pieces(tmp_path):
     assert dec[32]["ours"] == 5.0 and dec[32]["static"] == 6.0  # a later None keeps the measured value
     assert dec[128]["ours"] == 9.0 and dec[1]["static"] == 4.0
     assert len(m["prefill"]) == 1 and len(m["errors"]) == 2
+
+
+@pytest.mark.parametrize("name", list(ge.MODELS))
+def test_benchmark_configs(name):
+    """The benchmark's own configs build (on the meta device: no memory), at
+    the sizes they claim, with the products the GEMM timing lists."""
+    spec = ge.MODELS[name]
+    cfg = getattr(transformers, spec["config_cls"])(**spec["config"])
+    with torch.device("meta"):
+        model = getattr(transformers, spec["cls"])(cfg)
+    lin = sorted(tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear))
+    shapes = ge.linear_shapes(dict(cfg.to_dict(), architectures=[spec["cls"]]))
+    assert sorted((N, K) for _, N, K in shapes) == lin
+    billions = sum(p.numel() for p in model.parameters()) / 1e9
+    want = {"smollm2-135m": 0.135, "llama-1b": 1.236, "mamba2-1.3b": 1.344, "mamba2-2.7b": 2.703, "bamba-1b": 1.033}
+    assert abs(billions - want[name]) < 0.005, billions
