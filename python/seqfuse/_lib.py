@@ -381,6 +381,16 @@ sf_swiglu_params_init = _decl("sf_swiglu_params_init", None, _P(sf_swiglu_params
 sf_swiglu = _decl("sf_swiglu", _c.c_int, _c.c_void_p, _P(sf_swiglu_params))
 sf_gemm_swiglu_params_init = _decl("sf_gemm_swiglu_params_init", None, _P(sf_gemm_swiglu_params))
 sf_gemm_swiglu = _decl("sf_gemm_swiglu", _c.c_int, _c.c_void_p, _P(sf_gemm_swiglu_params))
+
+
+# the dense matrix product (Linear layers): bench/gpu_engine.py times the engine's products alone
+class sf_gemm_params(ctypes.Structure):
+    _fields_ = [("x", sf_tensor), ("w", sf_tensor), ("bias", sf_tensor), ("y", sf_tensor),
+                ("beta", ctypes.c_float), ("backend", ctypes.c_int)]
+
+
+sf_gemm_params_init = _decl("sf_gemm_params_init", None, _P(sf_gemm_params))
+sf_gemm = _decl("sf_gemm", _c.c_int, _c.c_void_p, _P(sf_gemm_params))
 sf_rope_params_init = _decl("sf_rope_params_init", None, _P(sf_rope_params))
 sf_rope = _decl("sf_rope", _c.c_int, _c.c_void_p, _P(sf_rope_params))
 
