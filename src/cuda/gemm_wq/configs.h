@@ -37,7 +37,7 @@ static const wq_config wq_configs[] = {
     {"dec16", 0, 16, 32, 1, 1, 4, 512, 3, "M <= 16: 32 rows of W x 16 rows of x, 4 warps split K, 3 stages of 512"},
     {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
     {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
-    {"slab", 2, 64, 0, 0, 0, 0, 0, 0, "M >= 64, no bias: W dequantised to x's dtype in slabs of at most 16 MiB (L2-resident), each slab a cuBLAS product; the weights are rounded to x's dtype"},
+    {"slab", 2, 17, 0, 0, 0, 0, 0, 0, "M > 16, no bias: W dequantised to x's dtype in slabs of 16 MiB or 2048 rows, each slab a cuBLAS product; the weights are rounded to x's dtype"},
 };
 #define WQ_NCONFIGS ((int)(sizeof wq_configs / sizeof wq_configs[0]))
 
@@ -57,7 +57,7 @@ static inline int wq_slab_row(void) {
 }
 
 /* Rows of x from which the slab row beats the tiles (H200). */
-#define WQ_SLAB_FROM 128
+#define WQ_SLAB_FROM 17
 
 /* The untuned choice: the streaming decode kernel where it serves, the
  * decode tiles while x fits one tile of rows (the weights streamed once per

@@ -434,7 +434,7 @@ template <typename T>
 sf_status launch_slab(sf_ctx *ctx, const WqArgs &a, int int4, int has_min) {
     const int64_t M = a.M, N = a.N, K = a.K;
     int64_t ns = (int64_t)(WQ_SLAB_BYTES / ((size_t)K * sizeof(T)));
-    ns = ns >= 128 ? ns / 128 * 128 : ns < 1 ? 1 : ns;
+    ns = ns < WQ_SLAB_MIN_ROWS ? WQ_SLAB_MIN_ROWS : ns / 128 * 128;
     if (ns > N) ns = N;
     if (K > INT32_MAX || a.x_rs > INT32_MAX || a.y_rs > INT32_MAX || a.x_rs < K || a.y_rs < N)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED,
@@ -449,18 +449,16 @@ sf_status launch_slab(sf_ctx *ctx, const WqArgs &a, int int4, int has_min) {
     if (hs != SF_OK) return hs;
     cublasHandle_t h = (cublasHandle_t)hv;
     const cudaDataType_t t = wqs_cuda_type<T>::value;
-    const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
+    const int glog = a.group == 32 ? 5 : a.group == 64 ? 6 : 7;
     const float one = 1.0f, zero = 0.0f;
     const int64_t ldx = M == 1 ? K : a.x_rs;
     for (int64_t n0 = 0; n0 < N; n0 += ns) {
         const int64_t nr = N - n0 < ns ? N - n0 : ns;
-        const int64_t pieces = nr * (K / 8);
-        const int64_t want = (pieces + 255) / 256, cap = (int64_t)sms * 8;
-        const unsigned blocks = (unsigned)(want < cap ? want : cap);
+        const int64_t per_row = (K / 8 + 255) / 256;
+        const dim3 grid((unsigned)per_row, (unsigned)(nr < 65535 ? nr : 65535));
         cudaStream_t s = sf_cuda_stream(ctx);
 #define WQS_GO(I4, MN) \
-    wq_slab_dequant<T, I4, MN><<<blocks, 256, 0, s>>>(a.w, a.w_rb, a.scales, a.mins, N, K, a.group, n0, nr, slab)
+    wq_slab_dequant<T, I4, MN><<<grid, 256, 0, s>>>(a.w, a.w_rb, a.scales, a.mins, N, (int)K, glog, n0, nr, slab)
         if (int4) {
             if (has_min) WQS_GO(true, true);
             else WQS_GO(true, false);
@@ -484,7 +482,7 @@ static bool rows_match() {
     static const int want[][8] = {{1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U},
                                   {0, 8, 16, 1, 1, 4, 512, 4}, {0, 16, 32, 1, 1, 4, 512, 3},
                                   {0, 64, 32, 2, 1, 2, 256, 4}, {0, 128, 128, 4, 2, 1, 64, 4},
-                                  {2, 64, 0, 0, 0, 0, 0, 0}};
+                                  {2, 17, 0, 0, 0, 0, 0, 0}};
     if ((int)(sizeof want / sizeof want[0]) != WQ_NCONFIGS) return false;
     for (int i = 0; i < WQ_NCONFIGS; i++) {
         const wq_config &c = wq_configs[i];
