@@ -186,7 +186,7 @@ static int32_t sample_row(row *r, scratch *w, uint64_t *state) {
         const int b = sf_smp_bin(v, mx);
         const uint64_t ms = sf_smp_mass(v, mx);
         w->hc[b]++, w->hm[b] += ms;
-        if (pr->min_p > 0.0f && (v == mx ? 1.0f : expf(v - mx)) >= pr->min_p) M++;
+        if (pr->min_p > 0.0f && sf_smp_minp_keep(v, mx, pr->min_p)) M++;
     }
     uint64_t Z = 0;
     for (int b = 0; b < SF_SMP_BINS; b++) Z += w->hm[b];
