@@ -403,6 +403,26 @@ static void rules(sf_ctx *ctx) {
         EXPECT(run_sample(ctx, NULL, be, lp, SF_F32, 2, 2, &s, NULL, NULL, 2, rp, tp) == SF_OK, "top_k 1");
         EXPECT(tp[0] == 0 && tp[1] == 0 && rp[0] == (int64_t)splitmix(5) && rp[1] == (int64_t)splitmix(6),
                "%s top_k 1: %d %d", sf_backend_name(be), tp[0], tp[1]);
+        /* a row stride past V (a view of wider rows) samples as the copy */
+        {
+            float wide[3 * 9], tight[3 * 6];
+            for (int i = 0; i < 27; i++) wide[i] = (float)((i * 7) % 11) * 0.37f;
+            for (int r = 0; r < 3; r++)
+                for (int j = 0; j < 6; j++) tight[r * 6 + j] = wide[r * 9 + j];
+            int64_t ra[3] = {1, 2, 3}, rb[3] = {1, 2, 3};
+            int32_t ta[3], tb[3];
+            sf_sampling sv;
+            sf_sampling_init(&sv);
+            sv.temperature = 1.0f, sv.top_p = 0.9f;
+            sf_ctx_set_backend(ctx, be);
+            sf_tensor Lw = t2(wide, SF_F32, -1, 3, 6);
+            Lw.stride[0] = 9;
+            const sf_tensor Ra = t1(ra, SF_I64, -1, 3), Ta = t1(ta, SF_I32, -1, 3);
+            EXPECT(sf_sample(ctx, &Lw, &sv, NULL, NULL, &Ra, &Ta) == SF_OK, "strided logits");
+            EXPECT(run_sample(ctx, NULL, be, tight, SF_F32, 3, 6, &sv, NULL, NULL, 3, rb, tb) == SF_OK, "tight");
+            EXPECT(ta[0] == tb[0] && ta[1] == tb[1] && ta[2] == tb[2] && ra[2] == rb[2],
+                   "%s: a strided view samples differently from its copy", sf_backend_name(be));
+        }
         /* V = 1 and an all-NaN sampled row: token 0, one draw */
         s.top_k = 0;
         float l1[2] = {NAN, 0.25f};
