@@ -33,10 +33,12 @@ def _runner(fn, *args):
 
 
 def _empty(call, shape, dtype):
-    """An output of the call's kind: dtype is a numpy dtype name."""
+    """An output of the call's kind; dtype: a numpy dtype or its name (a
+    torch dtype passes through for torch calls)."""
     if call.kind == "torch":
         import torch
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=call.primary.device)
+        dt = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np.dtype(dtype).name)
+        return torch.empty(shape, dtype=dt, device=call.primary.device)
     if call.kind == "numpy":
         return np.empty(shape, dtype=dtype)
     fail(L.SF_ERR_UNSUPPORTED, "%s: pass numpy arrays or torch tensors" % call.op)
@@ -52,10 +54,9 @@ def embed(table, ids, out_dtype=None, backend="auto"):
     idx = call.as_i32(ids, "ids")
     shp = tuple(idx.shape)
     flat = idx.reshape(-1)
-    if call.kind == "torch":
-        dt = str(out_dtype if out_dtype is not None else table.dtype).replace("torch.", "")
-    else:
-        dt = np.dtype(out_dtype if out_dtype is not None else table.dtype).name
+    dt = out_dtype if out_dtype is not None else table.dtype
+    if call.kind == "numpy":
+        dt = np.dtype(dt)
     out = _empty(call, (flat.shape[0], table.shape[-1]), dt)
     tt, ti, to = call.tensor(table, "table"), call.tensor(flat, "ids"), call.tensor(out, "out")
     call.run(_runner(_embed, ctypes.byref(tt), ctypes.byref(ti), ctypes.byref(to)), _Backend(), backend)
