@@ -1,40 +1,54 @@
 /* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
  *
- * Three launches per call (bwd_simt.cuh): attn_bwd_pre (D = rowsum(dO * O)
- * into the workspace), attn_bwd_dkdv (dK, dV; in the fast mode also the dQ
- * partials, atomically added to a zeroed f32 accumulator), then either
- * attn_bwd_dq_out (fast: the accumulator converted to dq) or attn_bwd_dq
- * (deterministic: dQ recomputed per query tile in a fixed key order, no
- * atomics, bit-identical from run to run).
+ * Three launches per call: attn_bwd_pre (D = rowsum(dO * O) into the
+ * workspace), the dK/dV kernel of the configuration (attn_bwd_dkdv_mma of
+ * bwd_mma.cuh on tensor cores, or attn_bwd_dkdv of bwd_simt.cuh on f32
+ * FMAs; in the fast mode also the dQ partials, atomically added to a zeroed
+ * f32 accumulator), then either attn_bwd_dq_out (fast: the accumulator
+ * converted to dq) or attn_bwd_dq (deterministic: dQ recomputed per query
+ * tile in a fixed key order, no atomics, bit-identical from run to run).
+ * The configuration is the first row of the table that supports the call,
+ * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
  * mode, the dQ accumulator (rows x H x d f32).
  */
 #include "common/cuda_common.h"
+#include "attn/bwd_mma.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn_bwd.h"
+#include "autotune.h"
 
 #include <string.h>
+
+#include <type_traits>
 
 using namespace sf_attn;
 
 namespace {
 
-/* The configurations, as data: the largest head dim each instance holds
- * (its dK/dV registers and shared tiles are sized for it). */
+/* The configurations, as data, in order of preference: the kernel of the
+ * dK/dV pass and the largest head dim it holds (its dK/dV registers and
+ * shared tiles are sized for it). */
+enum class BwdKernel { mma, simt };
 struct BwdConfig {
     const char *name;
+    BwdKernel kernel;
     int dmax;
     const char *about;
 };
 const BwdConfig bwd_configs[] = {
-    {"simt64", 64, "f32 FMAs, tiles 32 x 32, d <= 64"},
-    {"simt128", 128, "f32 FMAs, tiles 32 x 32, d <= 128"},
-    {"simt256", 256, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
+    {"mma64", BwdKernel::mma, 64, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
+    {"mma128", BwdKernel::mma, 128, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
+    {"simt64", BwdKernel::simt, 64, "f32 FMAs, tiles 32 x 32, d <= 64"},
+    {"simt128", BwdKernel::simt, 128, "f32 FMAs, tiles 32 x 32, d <= 128"},
+    {"simt256", BwdKernel::simt, 256, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
 };
 
-/* NULL when configuration c can serve head dim d, else the reason. */
-const char *bwd_config_supports(const BwdConfig &c, int d) {
-    return d <= c.dmax ? nullptr : "head dim larger than the configuration's";
+/* NULL when configuration c can serve head dim d in dtype dt, else the reason. */
+const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt) {
+    if (d > c.dmax) return "head dim larger than the configuration's";
+    if (c.kernel == BwdKernel::mma && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
+    return nullptr;
 }
 
 void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t &sh) {
@@ -49,16 +63,34 @@ void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t 
     }
 }
 
+template <typename T, int DM, bool DQ>
+sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
+    const dim3 grid((unsigned)((max_lk + BWDM_T - 1) / BWDM_T), (unsigned)(p.nheads / p.heads_per_kv),
+                    (unsigned)p.batch);
+    const size_t ms = BwdMmaSmem<DM>::bytes;
+    auto kern = attn_bwd_dkdv_mma<T, DM, DQ>;
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+    kern<<<grid, BWD_NT, ms, sf_cuda_stream(ctx)>>>(p);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
 template <typename T, int DM>
-sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, int64_t kv_tiles, int64_t q_tiles) {
+sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max_lk, int64_t q_tiles) {
     cudaStream_t st = sf_cuda_stream(ctx);
     const size_t smem = BwdSmem<DM>::bytes;
+    const int64_t kv_tiles = (max_lk + BWD_T - 1) / BWD_T;
     if (p.rows_q > 0) {
         const int64_t warps = p.rows_q * p.nheads;
         attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (kv_tiles > 0) {
+    if (mma && max_lk > 0) {
+        if constexpr (!std::is_same<T, float>::value && DM <= 128) { /* the instances that exist */
+            const sf_status s = det ? launch_mma<T, DM, false>(ctx, p, max_lk) : launch_mma<T, DM, true>(ctx, p, max_lk);
+            if (s != SF_OK) return s;
+        }
+    } else if (kv_tiles > 0) {
         const dim3 grid((unsigned)kv_tiles, (unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch);
         if (det) {
             auto kern = attn_bwd_dkdv<T, DM, false>;
@@ -89,12 +121,15 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, int64_t kv_tiles, int
     return SF_OK;
 }
 
+/* The instances: mma rows exist for 16-bit T and DM <= 128 only
+ * (bwd_config_supports keeps f32 off them). */
 template <typename T>
-sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t kt, int64_t qt) {
+sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt) {
+    const bool mma = c.kernel == BwdKernel::mma;
     switch (c.dmax) {
-    case 64: return launch<T, 64>(ctx, p, det, kt, qt);
-    case 128: return launch<T, 128>(ctx, p, det, kt, qt);
-    default: return launch<T, 256>(ctx, p, det, kt, qt);
+    case 64: return launch<T, 64>(ctx, p, det, mma, lk, qt);
+    case 128: return launch<T, 128>(ctx, p, det, mma, lk, qt);
+    default: return launch<T, 256>(ctx, p, det, false, lk, qt);
     }
 }
 
@@ -110,11 +145,22 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         return sf_fail(ctx, SF_ERR_DTYPE, "%s: CUDA backend: dtype %s not supported", op, sf_dtype_name(dt));
     const int d = (int)pr->headdim;
     const BwdConfig *cfg = nullptr;
-    for (const BwdConfig &c : bwd_configs)
-        if (!bwd_config_supports(c, d)) {
-            cfg = &c;
-            break;
-        }
+    char forced[64];
+    if (sf_autotune_forced_name("attn_bwd", forced, sizeof forced)) {
+        for (const BwdConfig &c : bwd_configs)
+            if (!strcmp(c.name, forced)) cfg = &c;
+        if (!cfg)
+            return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: SF_AUTOTUNE_FORCE names configuration %s, which "
+                           "attn_bwd does not have", op, forced);
+        const char *why = bwd_config_supports(*cfg, d, dt);
+        if (why) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration %s: %s", op, cfg->name, why);
+    } else {
+        for (const BwdConfig &c : bwd_configs)
+            if (!bwd_config_supports(c, d, dt)) {
+                cfg = &c;
+                break;
+            }
+    }
     if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA backend: head dim %d (at most 256)", op, d);
     if (pr->batch > 65535 || pr->nheads > 65535)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA backend: %lld sequences x %lld heads (at most 65535 each)",
@@ -173,10 +219,10 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     p.dqacc = det ? nullptr : (float *)(ws + dbytes);
     if (abytes) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
 
-    const int64_t kv_tiles = (pr->max_lk + BWD_T - 1) / BWD_T, q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;
+    const int64_t q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;
     switch (dt) {
-    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, kv_tiles, q_tiles);
-    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, kv_tiles, q_tiles);
-    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, kv_tiles, q_tiles);
+    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
     }
 }
