@@ -5,8 +5,10 @@
  * bwd_mma.cuh on tensor cores, or attn_bwd_dkdv of bwd_simt.cuh on f32
  * FMAs; in the fast mode also the dQ partials, atomically added to a zeroed
  * f32 accumulator), then either attn_bwd_dq_out (fast: the accumulator
- * converted to dq) or attn_bwd_dq (deterministic: dQ recomputed per query
- * tile in a fixed key order, no atomics, bit-identical from run to run).
+ * converted to dq) or the deterministic mode's dQ pass (attn_bwd_dq_mma or
+ * attn_bwd_dq: dQ recomputed per query tile in a fixed key order, no
+ * atomics, bit-identical from run to run; it recomputes S and dP once more,
+ * the price of the fixed order).
  * The configuration is the first row of the table that supports the call,
  * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
@@ -104,6 +106,18 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
             kern<<<grid, BWD_NT, smem, st>>>(p);
         }
         SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if constexpr (!std::is_same<T, float>::value && DM <= 128) {
+        if (mma && p.rows_q > 0 && det) {
+            const size_t ms = BwdMmaDqSmem<DM>::bytes;
+            auto kern = attn_bwd_dq_mma<T, DM>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)ms));
+            kern<<<dim3((unsigned)((q_tiles + 1) / 2), (unsigned)p.nheads, (unsigned)p.batch), /* 64-row tiles */
+                   BWD_NT, ms, st>>>(p);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+            return SF_OK;
+        }
     }
     if (p.rows_q > 0 && det && q_tiles > 0) {
         auto kern = attn_bwd_dq<T, DM>;

@@ -17,6 +17,7 @@
  * register pair, rows padded by 8 elements (4g + t: no bank conflicts).
  * P and dS are rounded to the operand type before their products, as in
  * FlashAttention-2.  Dims past d are zero in the tiles and never stored.
+ * attn_bwd_dq_mma is the deterministic mode's dQ pass on the same fragments.
  */
 #ifndef SF_ATTN_BWD_MMA_CUH
 #define SF_ATTN_BWD_MMA_CUH
@@ -242,6 +243,151 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
                 gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
                 gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
             }
+        }
+    }
+#endif
+}
+
+/* Deterministic mode's dQ on tensor cores: one CTA of 4 warps per (query
+ * tile of 64, head, sequence); warp w owns query rows 16w..16w+15 and their
+ * dQ in registers, and walks the key tiles of the tile's band in key order
+ * (a fixed summation order, no atomics):
+ *     S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp), P, dS as in
+ *     attn_bwd_dkdv_mma, dQ += dS K (dS from the accumulators, K^T shared).
+ * Shared: Q and dO of the tile (row-major), K, V and K^T of the key tile. */
+template <int DM> struct BwdMmaDqSmem {
+    static constexpr int LDR = DM + 8;
+    static constexpr size_t bytes = (size_t)(4 * BWDM_T * LDR + DM * BWDM_LDT) * 2;
+};
+
+template <typename T, int DM>
+__global__ void __launch_bounds__(BWD_NT) attn_bwd_dq_mma(const BwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int LDR = DM + 8, KD = DM / 16, ND = DM / 8, NK = BWDM_T / 8;
+    using MMA = sf_mma16<T>;
+    T *sQ = reinterpret_cast<T *>(smem_raw), *sdO = sQ + BWDM_T * LDR, *sK = sdO + BWDM_T * LDR;
+    T *sV = sK + BWDM_T * LDR, *sKt = sV + BWDM_T * LDR;
+
+    const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * BWDM_T;
+    int64_t q0, k0;
+    int lq, lk;
+    bwd_seq(p, b, q0, lq, k0, lk);
+    if (i0 >= lq) return;
+    const int nq = min(BWDM_T, lq - i0), d = p.d, kvh = h / p.heads_per_kv;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int qr = 16 * warp;
+    const float slope = bwd_slope(p, b, h);
+    bwdm_load<T, DM>(sQ, (T *)nullptr,
+                     (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh, p.q_sr, nq, d);
+    bwdm_load<T, DM>(sdO, (T *)nullptr,
+                     (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh, p.do_sr,
+                     nq, d);
+    /* lse and D of this thread's rows qr + g and qr + g + 8 */
+    float lr[2], Dr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int ql = qr + g + 8 * hr;
+        const bool in = ql < nq;
+        lr[hr] = in ? p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + ql) * p.l_sr] : -INFINITY;
+        Dr[hr] = in ? p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + ql)] : 0.f;
+    }
+    float dq[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dq[n][e] = 0.f;
+    int lo0, hi0, lo1, hi1;
+    key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
+    key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
+    for (int j0 = lo0 / BWDM_T * BWDM_T; j0 < hi1; j0 += BWDM_T) {
+        const int nk = min(BWDM_T, lk - j0);
+        __syncthreads(); /* the previous key tile's readers are done */
+        bwdm_load<T, DM>(sK, sKt,
+                         (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh, p.k_sr,
+                         nk, d);
+        bwdm_load<T, DM>(sV, (T *)nullptr,
+                         (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh, p.v_sr,
+                         nk, d);
+        __syncthreads();
+        float s[NK][4], dp[NK][4];
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+        for (int kb = 0; kb < KD; kb++) {
+            const int c0 = 16 * kb + 2 * t;
+            uint32_t aq[4], ao[4];
+            aq[0] = bwdm_ld32(sQ + (qr + g) * LDR + c0);
+            aq[1] = bwdm_ld32(sQ + (qr + g + 8) * LDR + c0);
+            aq[2] = bwdm_ld32(sQ + (qr + g) * LDR + c0 + 8);
+            aq[3] = bwdm_ld32(sQ + (qr + g + 8) * LDR + c0 + 8);
+            ao[0] = bwdm_ld32(sdO + (qr + g) * LDR + c0);
+            ao[1] = bwdm_ld32(sdO + (qr + g + 8) * LDR + c0);
+            ao[2] = bwdm_ld32(sdO + (qr + g) * LDR + c0 + 8);
+            ao[3] = bwdm_ld32(sdO + (qr + g + 8) * LDR + c0 + 8);
+#pragma unroll
+            for (int n = 0; n < NK; n++) {
+                const T *kr = sK + (8 * n + g) * LDR + c0, *vr = sV + (8 * n + g) * LDR + c0;
+                MMA::run(s[n], aq, bwdm_ld32(kr), bwdm_ld32(kr + 8));
+                MMA::run(dp[n], ao, bwdm_ld32(vr), bwdm_ld32(vr + 8));
+            }
+        }
+        /* dS (element e: query qr + g + 8 (e >> 1), key 8n + 2t + (e & 1)) */
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hr = e >> 1, ql = qr + g + 8 * hr, kl = 8 * n + 2 * t + (e & 1);
+                const int key = j0 + kl, i = i0 + ql;
+                float dS = 0.f;
+                if (kl < nk && ql < nq) {
+                    int lo, hi;
+                    key_range(i, lq, lk, p.wl, p.wr, lo, hi);
+                    if (key >= lo && key < hi && lr[hr] != -INFINITY) {
+                        const float tt = s[n][e] * p.scale;
+                        float sm = tt, dmod = 1.f;
+                        if (p.softcap > 0.f) {
+                            const float th = tanhf(tt / p.softcap);
+                            sm = p.softcap * th;
+                            dmod = 1.f - th * th;
+                        }
+                        if (p.alibi) {
+                            const int64_t dist = (int64_t)i + lk - lq - key;
+                            sm -= slope * (float)(dist < 0 ? -dist : dist);
+                        }
+                        const float P = expf(sm - lr[hr]);
+                        dS = P * (dp[n][e] - Dr[hr]) * dmod * p.scale;
+                    }
+                }
+                dp[n][e] = dS;
+            }
+        /* dQ += dS K */
+#pragma unroll
+        for (int kb = 0; kb < BWDM_T / 16; kb++) {
+            uint32_t ad[4];
+            ad[0] = MMA::pack(dp[2 * kb][0], dp[2 * kb][1]);
+            ad[1] = MMA::pack(dp[2 * kb][2], dp[2 * kb][3]);
+            ad[2] = MMA::pack(dp[2 * kb + 1][0], dp[2 * kb + 1][1]);
+            ad[3] = MMA::pack(dp[2 * kb + 1][2], dp[2 * kb + 1][3]);
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const T *krow = sKt + (8 * n + g) * BWDM_LDT + 16 * kb + 2 * t;
+                MMA::run(dq[n], ad, bwdm_ld32(krow), bwdm_ld32(krow + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int ql = qr + g + 8 * hr;
+        if (ql >= nq) continue;
+        T *gq = (T *)p.dq + (int64_t)b * p.dq_sb + (q0 + i0 + ql) * p.dq_sr + (int64_t)h * p.dq_sh;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            const int col = 8 * n + 2 * t;
+            if (col < d) gq[col] = sf_elem<T>::from_f(dq[n][2 * hr]);
+            if (col + 1 < d) gq[col + 1] = sf_elem<T>::from_f(dq[n][2 * hr + 1]);
         }
     }
 #endif
