@@ -15,6 +15,7 @@
  * mode, the dQ accumulator (rows x H x d f32).
  */
 #include "common/cuda_common.h"
+#include "attn/bwd_configs.h"
 #include "attn/bwd_mma.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn_bwd.h"
@@ -27,31 +28,6 @@
 using namespace sf_attn;
 
 namespace {
-
-/* The configurations, as data, in order of preference: the kernel of the
- * dK/dV pass and the largest head dim it holds (its dK/dV registers and
- * shared tiles are sized for it). */
-enum class BwdKernel { mma, simt };
-struct BwdConfig {
-    const char *name;
-    BwdKernel kernel;
-    int dmax;
-    const char *about;
-};
-const BwdConfig bwd_configs[] = {
-    {"mma64", BwdKernel::mma, 64, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
-    {"mma128", BwdKernel::mma, 128, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
-    {"simt64", BwdKernel::simt, 64, "f32 FMAs, tiles 32 x 32, d <= 64"},
-    {"simt128", BwdKernel::simt, 128, "f32 FMAs, tiles 32 x 32, d <= 128"},
-    {"simt256", BwdKernel::simt, 256, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
-};
-
-/* NULL when configuration c can serve head dim d in dtype dt, else the reason. */
-const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt) {
-    if (d > c.dmax) return "head dim larger than the configuration's";
-    if (c.kernel == BwdKernel::mma && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
-    return nullptr;
-}
 
 void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t &sh) {
     if (varlen) {
