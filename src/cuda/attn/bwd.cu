@@ -183,6 +183,17 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         p.rows_q = pr->batch * pr->max_lq;
     }
     p.varlen = vl;
+    /* 16-byte loads of q, k, v and dout rows (the mma kernels): d and every
+     * stride a multiple of 8 elements and the data 16-byte aligned */
+    {
+        const sf_tensor *ts[] = {&f->q, &f->k, &f->v, &a->dout};
+        int ok = d % 8 == 0;
+        for (const sf_tensor *x : ts) {
+            ok = ok && ((uintptr_t)x->data % 16 == 0);
+            for (int i = 0; i < x->rank - 1; i++) ok = ok && x->stride[i] % 8 == 0;
+        }
+        p.vec16 = ok;
+    }
     p.batch = (int)pr->batch;
     p.nheads = (int)pr->nheads;
     p.heads_per_kv = (int)(pr->nheads / pr->nheads_kv);

@@ -37,10 +37,27 @@ template <int DM> struct BwdMmaSmem {
 
 /* n rows (of 64) of a tensor into the row-major tile X (stride LDR) and,
  * when Xt is given, its transpose Xt[c][r] (stride BWDM_LDT); rows past n
- * and dims past d are zero. */
+ * and dims past d are zero.  With p.vec16 (d % 8 == 0, every row start 16-
+ * byte aligned) 8 elements a thread and load, lanes along rows: the 16-byte
+ * row-major stores and the 2-byte transposed ones are free of bank conflicts
+ * (rows LDR = DM + 8 elements apart, transposed rows 72). */
 template <typename T, int DM>
-__device__ __forceinline__ void bwdm_load(T *X, T *Xt, const T *base, int64_t sr, int n, int d) {
+__device__ __forceinline__ void bwdm_load(T *X, T *Xt, const T *base, int64_t sr, int n, int d, int vec16) {
     constexpr int LDR = DM + 8;
+    if (vec16) {
+        for (int idx = threadIdx.x; idx < BWDM_T * (DM / 8); idx += BWD_NT) {
+            const int r = idx % BWDM_T, c = 8 * (idx / BWDM_T);
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (r < n && c < d) v = *reinterpret_cast<const uint4 *>(base + (int64_t)r * sr + c);
+            *reinterpret_cast<uint4 *>(X + r * LDR + c) = v;
+            if (Xt) {
+                const T *e = reinterpret_cast<const T *>(&v);
+#pragma unroll
+                for (int k = 0; k < 8; k++) Xt[(c + k) * BWDM_LDT + r] = e[k];
+            }
+        }
+        return;
+    }
     const T zero = sf_elem<T>::from_f(0.f);
     for (int idx = threadIdx.x; idx < BWDM_T * DM; idx += BWD_NT) {
         const int r = idx / DM, c = idx - r * DM;
@@ -73,10 +90,10 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
     const int nk = min(BWDM_T, lk - j0), d = p.d;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     bwdm_load<T, DM>(sK, sKt, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
-                     p.k_sr, nk, d);
+                     p.k_sr, nk, d, p.vec16);
     bwdm_load<T, DM>(sV, (T *)nullptr,
                      (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh, p.v_sr, nk,
-                     d);
+                     d, p.vec16);
     float dk[ND][4], dv[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -96,10 +113,10 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
             __syncthreads();                           /* the previous tile's readers are done */
             bwdm_load<T, DM>(sQ, sQt,
                              (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh, p.q_sr,
-                             nq, d);
+                             nq, d, p.vec16);
             bwdm_load<T, DM>(sdO, sdOt,
                              (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
-                             p.do_sr, nq, d);
+                             p.do_sr, nq, d, p.vec16);
             for (int r = threadIdx.x; r < BWDM_T; r += BWD_NT) {
                 const bool in = r < nq;
                 sL[r] = in ? p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] : -INFINITY;
@@ -279,10 +296,11 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dq_mma(const BwdParams p) {
     const int qr = 16 * warp;
     const float slope = bwd_slope(p, b, h);
     bwdm_load<T, DM>(sQ, (T *)nullptr,
-                     (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh, p.q_sr, nq, d);
+                     (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh, p.q_sr, nq, d,
+                     p.vec16);
     bwdm_load<T, DM>(sdO, (T *)nullptr,
                      (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh, p.do_sr,
-                     nq, d);
+                     nq, d, p.vec16);
     /* lse and D of this thread's rows qr + g and qr + g + 8 */
     float lr[2], Dr[2];
 #pragma unroll
@@ -305,10 +323,10 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dq_mma(const BwdParams p) {
         __syncthreads(); /* the previous key tile's readers are done */
         bwdm_load<T, DM>(sK, sKt,
                          (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh, p.k_sr,
-                         nk, d);
+                         nk, d, p.vec16);
         bwdm_load<T, DM>(sV, (T *)nullptr,
                          (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh, p.v_sr,
-                         nk, d);
+                         nk, d, p.vec16);
         __syncthreads();
         float s[NK][4], dp[NK][4];
 #pragma unroll

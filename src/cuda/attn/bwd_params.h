@@ -29,6 +29,7 @@ struct BwdParams {
     const void *cu_q, *cu_k;
     int64_t cu_q_s, cu_k_s;
     int cu_i64, varlen;
+    int vec16;                    /* d % 8 == 0 and q, k, v, dout rows 16-byte aligned */
     int batch, nheads, heads_per_kv, d;
     int lq, lk;                   /* dense lengths; varlen: the packed totals    */
     int wl, wr;                   /* -1 unbounded; causal folded into wr = 0     */
