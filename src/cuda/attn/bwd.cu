@@ -41,19 +41,19 @@ void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t 
     }
 }
 
-template <typename T, int DM, bool DQ>
+template <typename T, int DM, bool DQ, bool LD>
 sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
     const dim3 grid((unsigned)((max_lk + BWDM_T - 1) / BWDM_T), (unsigned)(p.nheads / p.heads_per_kv),
                     (unsigned)p.batch);
-    const size_t ms = BwdMmaSmem<DM>::bytes;
-    auto kern = attn_bwd_dkdv_mma<T, DM, DQ>;
+    const size_t ms = BwdMmaSmem<DM, LD>::bytes;
+    auto kern = attn_bwd_dkdv_mma<T, DM, DQ, LD>;
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
     kern<<<grid, BWD_NT, ms, sf_cuda_stream(ctx)>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
     return SF_OK;
 }
 
-template <typename T, int DM>
+template <typename T, int DM, bool LD>
 sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max_lk, int64_t q_tiles) {
     cudaStream_t st = sf_cuda_stream(ctx);
     const size_t smem = BwdSmem<DM>::bytes;
@@ -65,7 +65,8 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
     }
     if (mma && max_lk > 0) {
         if constexpr (!std::is_same<T, float>::value && DM <= 128) { /* the instances that exist */
-            const sf_status s = det ? launch_mma<T, DM, false>(ctx, p, max_lk) : launch_mma<T, DM, true>(ctx, p, max_lk);
+            const sf_status s = det ? launch_mma<T, DM, false, LD>(ctx, p, max_lk)
+                                    : launch_mma<T, DM, true, LD>(ctx, p, max_lk);
             if (s != SF_OK) return s;
         }
     } else if (kv_tiles > 0) {
@@ -85,8 +86,8 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
     }
     if constexpr (!std::is_same<T, float>::value && DM <= 128) {
         if (mma && p.rows_q > 0 && det) {
-            const size_t ms = BwdMmaDqSmem<DM>::bytes;
-            auto kern = attn_bwd_dq_mma<T, DM>;
+            const size_t ms = BwdMmaDqSmem<DM, LD>::bytes;
+            auto kern = attn_bwd_dq_mma<T, DM, LD>;
             SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     (int)ms));
             kern<<<dim3((unsigned)((q_tiles + 1) / 2), (unsigned)p.nheads, (unsigned)p.batch), /* 64-row tiles */
@@ -115,11 +116,12 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
  * (bwd_config_supports keeps f32 off them). */
 template <typename T>
 sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt) {
-    const bool mma = c.kernel == BwdKernel::mma;
+    const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
     switch (c.dmax) {
-    case 64: return launch<T, 64>(ctx, p, det, mma, lk, qt);
-    case 128: return launch<T, 128>(ctx, p, det, mma, lk, qt);
-    default: return launch<T, 256>(ctx, p, det, false, lk, qt);
+    case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
+    case 128:
+        return ld ? launch<T, 128, true>(ctx, p, det, mma, lk, qt) : launch<T, 128, false>(ctx, p, det, mma, lk, qt);
+    default: return launch<T, 256, false>(ctx, p, det, false, lk, qt);
     }
 }
 

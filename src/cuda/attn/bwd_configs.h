@@ -15,7 +15,7 @@ namespace sf_attn {
 /* The configurations, as data, in order of preference: the kernel of the
  * dK/dV pass and the largest head dim it holds (its dK/dV registers and
  * shared tiles are sized for it). */
-enum class BwdKernel { mma, simt };
+enum class BwdKernel { mma, mma_ldsm, simt };
 struct BwdConfig {
     const char *name;
     BwdKernel kernel;
@@ -25,6 +25,8 @@ struct BwdConfig {
 inline const BwdConfig bwd_configs[] = {
     {"mma64", BwdKernel::mma, 64, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
     {"mma128", BwdKernel::mma, 128, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
+    {"mmal64", BwdKernel::mma_ldsm, 64, "mma64 with B operands by ldmatrix.trans (no transposed copies in shared memory)"},
+    {"mmal128", BwdKernel::mma_ldsm, 128, "mma128 with B operands by ldmatrix.trans (80 KB of shared memory: 2 CTAs an SM)"},
     {"simt64", BwdKernel::simt, 64, "f32 FMAs, tiles 32 x 32, d <= 64"},
     {"simt128", BwdKernel::simt, 128, "f32 FMAs, tiles 32 x 32, d <= 128"},
     {"simt256", BwdKernel::simt, 256, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
@@ -33,7 +35,7 @@ inline const BwdConfig bwd_configs[] = {
 /* NULL when configuration c can serve head dim d in dtype dt, else the reason. */
 inline const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt) {
     if (d > c.dmax) return "head dim larger than the configuration's";
-    if (c.kernel == BwdKernel::mma && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
+    if (c.kernel != BwdKernel::simt && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
     return nullptr;
 }
 

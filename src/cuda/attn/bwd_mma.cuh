@@ -18,6 +18,8 @@
  * P and dS are rounded to the operand type before their products, as in
  * FlashAttention-2.  Dims past d are zero in the tiles and never stored.
  * attn_bwd_dq_mma is the deterministic mode's dQ pass on the same fragments.
+ * LD (configurations mmal64 / mmal128): the B operands of dV, dK and dQ by
+ * ldmatrix.trans from the row-major tiles instead of the transposed copies.
  */
 #ifndef SF_ATTN_BWD_MMA_CUH
 #define SF_ATTN_BWD_MMA_CUH
@@ -29,9 +31,11 @@ namespace sf_attn {
 constexpr int BWDM_T = 64;             /* keys and query rows per tile */
 constexpr int BWDM_LDT = BWDM_T + 8;   /* row of a transposed tile     */
 
-template <int DM> struct BwdMmaSmem {
+/* LD: B operands by ldmatrix.trans from the row-major tiles (no transposed
+ * copies: 55 KB less shared memory at d 128, two CTAs an SM). */
+template <int DM, bool LD> struct BwdMmaSmem {
     static constexpr int LDR = DM + 8; /* row of a row-major tile */
-    static constexpr size_t elems = 4 * BWDM_T * LDR + 3 * DM * BWDM_LDT + BWDM_T * BWDM_LDT;
+    static constexpr size_t elems = 4 * BWDM_T * LDR + (LD ? 0 : 3 * DM * BWDM_LDT) + BWDM_T * BWDM_LDT;
     static constexpr size_t bytes = elems * 2 + 2 * BWDM_T * sizeof(float);
 };
 
@@ -71,15 +75,28 @@ template <typename T> __device__ __forceinline__ uint32_t bwdm_ld32(const T *p) 
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
-template <typename T, int DM, bool DQ>
+/* B fragments of n-tiles n0 / 8 and n0 / 8 + 1 for the k rows k0..k0+15 of a
+ * row-major tile X[k][n] (stride LDR) by ldmatrix.x4.trans: lanes 8m..8m+7
+ * address rows k0 + 8 (m & 1) + 0..7 at column n0 + 8 (m >> 1); b[0], b[1]
+ * are the first n-tile's registers, b[2], b[3] the second's.  Rows LDR
+ * elements apart (4 banks of offset each): no conflicts. */
+template <typename T, int LDR>
+__device__ __forceinline__ void bwdm_ldsm_b2(uint32_t b[4], const T *X, int k0, int n0, int lane) {
+    const int m = lane >> 3, rr = lane & 7;
+    sf_ldsm_x4_t(b, X + (k0 + rr + 8 * (m & 1)) * LDR + n0 + 8 * (m >> 1));
+}
+
+template <typename T, int DM, bool DQ, bool LD>
 __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int LDR = DM + 8, KD = DM / 16, ND = DM / 8, NQ = BWDM_T / 8;
     using MMA = sf_mma16<T>;
     T *sK = reinterpret_cast<T *>(smem_raw), *sV = sK + BWDM_T * LDR, *sQ = sV + BWDM_T * LDR;
-    T *sdO = sQ + BWDM_T * LDR, *sKt = sdO + BWDM_T * LDR, *sQt = sKt + DM * BWDM_LDT;
-    T *sdOt = sQt + DM * BWDM_LDT, *sdS = sdOt + DM * BWDM_LDT;
+    constexpr int TT = LD ? 0 : DM * BWDM_LDT; /* a transposed copy, none with LD */
+    T *sdO = sQ + BWDM_T * LDR, *sKt = sdO + BWDM_T * LDR, *sQt = sKt + TT;
+    T *sdOt = sQt + TT, *sdS = sdOt + TT;
+    if (LD) sKt = sQt = sdOt = nullptr;
     float *sL = reinterpret_cast<float *>(sdS + BWDM_T * BWDM_LDT), *sD = sL + BWDM_T;
 
     const int kvh = blockIdx.y, b = blockIdx.z, j0 = blockIdx.x * BWDM_T;
@@ -184,6 +201,7 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
 #pragma unroll
             for (int kb = 0; kb < BWDM_T / 16; kb++) {
                 uint32_t ap[4], ad[4];
+                (void)ap, (void)ad;
                 ap[0] = MMA::pack(s[2 * kb][0], s[2 * kb][1]);
                 ap[1] = MMA::pack(s[2 * kb][2], s[2 * kb][3]);
                 ap[2] = MMA::pack(s[2 * kb + 1][0], s[2 * kb + 1][1]);
@@ -192,12 +210,25 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
                 ad[1] = MMA::pack(dp[2 * kb][2], dp[2 * kb][3]);
                 ad[2] = MMA::pack(dp[2 * kb + 1][0], dp[2 * kb + 1][1]);
                 ad[3] = MMA::pack(dp[2 * kb + 1][2], dp[2 * kb + 1][3]);
-                const int r0 = 16 * kb + 2 * t;
+                if constexpr (LD) {
 #pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    const T *orow = sdOt + (8 * n + g) * BWDM_LDT + r0, *qrow = sQt + (8 * n + g) * BWDM_LDT + r0;
-                    MMA::run(dv[n], ap, bwdm_ld32(orow), bwdm_ld32(orow + 8));
-                    MMA::run(dk[n], ad, bwdm_ld32(qrow), bwdm_ld32(qrow + 8));
+                    for (int n = 0; n < ND; n += 2) {
+                        uint32_t bo[4], bq[4];
+                        bwdm_ldsm_b2<T, LDR>(bo, sdO, 16 * kb, 8 * n, lane);
+                        bwdm_ldsm_b2<T, LDR>(bq, sQ, 16 * kb, 8 * n, lane);
+                        MMA::run(dv[n], ap, bo[0], bo[1]);
+                        MMA::run(dv[n + 1], ap, bo[2], bo[3]);
+                        MMA::run(dk[n], ad, bq[0], bq[1]);
+                        MMA::run(dk[n + 1], ad, bq[2], bq[3]);
+                    }
+                } else {
+                    const int r0 = 16 * kb + 2 * t;
+#pragma unroll
+                    for (int n = 0; n < ND; n++) {
+                        const T *orow = sdOt + (8 * n + g) * BWDM_LDT + r0, *qrow = sQt + (8 * n + g) * BWDM_LDT + r0;
+                        MMA::run(dv[n], ap, bwdm_ld32(orow), bwdm_ld32(orow + 8));
+                        MMA::run(dk[n], ad, bwdm_ld32(qrow), bwdm_ld32(qrow + 8));
+                    }
                 }
             }
             if (DQ) {
@@ -222,21 +253,34 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
                 float *acc1 = acc0 + (int64_t)8 * p.nheads * d; /* row + 8: rows are consecutive here */
                 const bool in0 = qr + g < nq, in1 = qr + g + 8 < nq;
 #pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    float c[4] = {0.f, 0.f, 0.f, 0.f};
+                for (int n = 0; n < ND; n += 2) {
+                    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
                     for (int kb = 0; kb < BWDM_T / 16; kb++) {
-                        const T *krow = sKt + (8 * n + g) * BWDM_LDT + 16 * kb + 2 * t;
-                        MMA::run(c, as[kb], bwdm_ld32(krow), bwdm_ld32(krow + 8));
+                        if constexpr (LD) {
+                            uint32_t bk[4];
+                            bwdm_ldsm_b2<T, LDR>(bk, sK, 16 * kb, 8 * n, lane);
+                            MMA::run(c[0], as[kb], bk[0], bk[1]);
+                            MMA::run(c[1], as[kb], bk[2], bk[3]);
+                        } else {
+#pragma unroll
+                            for (int u = 0; u < 2; u++) {
+                                const T *krow = sKt + (8 * (n + u) + g) * BWDM_LDT + 16 * kb + 2 * t;
+                                MMA::run(c[u], as[kb], bwdm_ld32(krow), bwdm_ld32(krow + 8));
+                            }
+                        }
                     }
-                    const int col = 8 * n + 2 * t;
-                    if (col < d) {
-                        if (in0 && c[0] != 0.f) atomicAdd(acc0 + col, c[0]);
-                        if (in1 && c[2] != 0.f) atomicAdd(acc1 + col, c[2]);
-                    }
-                    if (col + 1 < d) {
-                        if (in0 && c[1] != 0.f) atomicAdd(acc0 + col + 1, c[1]);
-                        if (in1 && c[3] != 0.f) atomicAdd(acc1 + col + 1, c[3]);
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const int col = 8 * (n + u) + 2 * t;
+                        if (col < d) {
+                            if (in0 && c[u][0] != 0.f) atomicAdd(acc0 + col, c[u][0]);
+                            if (in1 && c[u][2] != 0.f) atomicAdd(acc1 + col, c[u][2]);
+                        }
+                        if (col + 1 < d) {
+                            if (in0 && c[u][1] != 0.f) atomicAdd(acc0 + col + 1, c[u][1]);
+                            if (in1 && c[u][3] != 0.f) atomicAdd(acc1 + col + 1, c[u][3]);
+                        }
                     }
                 }
             }
@@ -272,19 +316,19 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dkdv_mma(const BwdParams p) {
  *     S = Q K^T, dP = dO V^T (16 queries x 64 keys per warp), P, dS as in
  *     attn_bwd_dkdv_mma, dQ += dS K (dS from the accumulators, K^T shared).
  * Shared: Q and dO of the tile (row-major), K, V and K^T of the key tile. */
-template <int DM> struct BwdMmaDqSmem {
+template <int DM, bool LD> struct BwdMmaDqSmem {
     static constexpr int LDR = DM + 8;
-    static constexpr size_t bytes = (size_t)(4 * BWDM_T * LDR + DM * BWDM_LDT) * 2;
+    static constexpr size_t bytes = (size_t)(4 * BWDM_T * LDR + (LD ? 0 : DM * BWDM_LDT)) * 2;
 };
 
-template <typename T, int DM>
+template <typename T, int DM, bool LD>
 __global__ void __launch_bounds__(BWD_NT) attn_bwd_dq_mma(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int LDR = DM + 8, KD = DM / 16, ND = DM / 8, NK = BWDM_T / 8;
     using MMA = sf_mma16<T>;
     T *sQ = reinterpret_cast<T *>(smem_raw), *sdO = sQ + BWDM_T * LDR, *sK = sdO + BWDM_T * LDR;
-    T *sV = sK + BWDM_T * LDR, *sKt = sV + BWDM_T * LDR;
+    T *sV = sK + BWDM_T * LDR, *sKt = LD ? nullptr : sV + BWDM_T * LDR;
 
     const int h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * BWDM_T;
     int64_t q0, k0;
@@ -389,10 +433,20 @@ __global__ void __launch_bounds__(BWD_NT) attn_bwd_dq_mma(const BwdParams p) {
             ad[1] = MMA::pack(dp[2 * kb][2], dp[2 * kb][3]);
             ad[2] = MMA::pack(dp[2 * kb + 1][0], dp[2 * kb + 1][1]);
             ad[3] = MMA::pack(dp[2 * kb + 1][2], dp[2 * kb + 1][3]);
+            if constexpr (LD) {
 #pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const T *krow = sKt + (8 * n + g) * BWDM_LDT + 16 * kb + 2 * t;
-                MMA::run(dq[n], ad, bwdm_ld32(krow), bwdm_ld32(krow + 8));
+                for (int n = 0; n < ND; n += 2) {
+                    uint32_t bk[4];
+                    bwdm_ldsm_b2<T, LDR>(bk, sK, 16 * kb, 8 * n, lane);
+                    MMA::run(dq[n], ad, bk[0], bk[1]);
+                    MMA::run(dq[n + 1], ad, bk[2], bk[3]);
+                }
+            } else {
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const T *krow = sKt + (8 * n + g) * BWDM_LDT + 16 * kb + 2 * t;
+                    MMA::run(dq[n], ad, bwdm_ld32(krow), bwdm_ld32(krow + 8));
+                }
             }
         }
     }
