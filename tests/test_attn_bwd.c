@@ -12,8 +12,8 @@
  *   --backend cuda  the same on the GPU (77, skipped, without a device),
  *                   fast and deterministic modes; the deterministic mode
  *                   three times, bit-identical.
- * --case S runs only the table's cases whose name contains S (the
- * sanitizer runs of the device script).
+ * --case S runs only the table's cases whose name contains S, --dtype only
+ * one dtype (the sanitizer runs of the device script).
  * Inputs are fresh seeded random values (the seed is printed; --seed N
  * repeats a run); the reference gets f32 copies of exactly the values the
  * backend under test reads (q, k, v, out, lse, dout), so its result is the
@@ -612,13 +612,18 @@ static void backend_case(sf_ctx *cpu, sf_ctx *ctx, const bcase *c, sf_dtype dt, 
 
 int main(int argc, char **argv) {
     const char *backend = "cpu", *only = NULL;
+    int only_dt = -1;
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            ++i;
+            only_dt = !strcmp(argv[i], "f32") ? SF_F32 : !strcmp(argv[i], "f16") ? SF_F16 : SF_BF16;
+        }
         else {
-            printf("usage: test_attn_bwd [--backend ref|cpu|cuda] [--seed N] [--case SUBSTRING]\n");
+            printf("usage: test_attn_bwd [--backend ref|cpu|cuda] [--seed N] [--case SUBSTRING] [--dtype f32|f16|bf16]\n");
             return 1;
         }
     }
@@ -637,7 +642,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(backend, "cpu")) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             for (int t = 0; t < 3 && (!only || strstr(cases[i].name, only)); t++)
-                backend_case(cpu, cpu, &cases[i], dts[t], SF_BACKEND_CPU, -1);
+                if (only_dt < 0 || (int)dts[t] == only_dt) backend_case(cpu, cpu, &cases[i], dts[t], SF_BACKEND_CPU, -1);
     } else if (!strcmp(backend, "cuda")) {
         sf_ctx *gpu = NULL;
         if (sf_cuda_device_count() < 1 || sf_ctx_create(&gpu, 0) != SF_OK) {
@@ -647,7 +652,7 @@ int main(int argc, char **argv) {
         }
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             for (int t = 0; t < 3 && (!only || strstr(cases[i].name, only)); t++)
-                backend_case(cpu, gpu, &cases[i], dts[t], SF_BACKEND_CUDA, 0);
+                if (only_dt < 0 || (int)dts[t] == only_dt) backend_case(cpu, gpu, &cases[i], dts[t], SF_BACKEND_CUDA, 0);
         sf_ctx_destroy(gpu);
     } else {
         printf("unknown backend %s\n", backend);
