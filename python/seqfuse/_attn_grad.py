@@ -171,9 +171,11 @@ def flash_attn_autograd(q, k, v, cu_q, cu_k, dropout_p, softmax_scale, causal, w
     if softmax_scale is not None and scale == 0.0:
         fail(L.SF_ERR_INVALID_ARG, "flash_attn_func: softmax_scale 0; give a finite nonzero scale or None")
     wl, wr = (int(w) for w in window_size)
-    if cu_q is not None:
-        import torch
-        cu_q = cu_q.to(torch.int32)
-        cu_k = cu_k.to(torch.int32)
+    import torch
+    if cu_q is not None:  # the ops take tensors: lists become int32 tensors beside q
+        cu_q = torch.as_tensor(cu_q, device=q.device).to(torch.int32)
+        cu_k = torch.as_tensor(cu_k, device=q.device).to(torch.int32)
+    if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
+        alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
     return _ops[0](q, k, v, cu_q, cu_k, scale, bool(causal), wl, wr, float(softcap), alibi_slopes,
                    bool(deterministic), str(backend))
