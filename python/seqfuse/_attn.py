@@ -9,6 +9,7 @@ import numpy as np
 from ._core import Call, as_flag, as_int, fail, kind_of
 from ._lib import SF_ERR_INVALID_ARG, SF_ERR_NULL_POINTER, SF_ERR_SHAPE, SF_ERR_UNSUPPORTED
 from ._common import _shape
+from . import _attn_grad
 
 
 # ------------------------------------------------------------------ attention
@@ -62,7 +63,7 @@ def _attn_result(out, lse, return_lse, return_attn_probs):
     return (out, lse) if return_lse else out
 
 
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+def _flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                     return_lse=False, backend="auto"):
     """softmax(q k^T * scale + mask) v, with flash_attn's flash_attn_func signature.
@@ -74,10 +75,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     be 0 (inference only).  softcap > 0 caps the scaled scores at
     softcap * tanh(s / softcap); alibi_slopes (H,) or (b, H) float32 adds
     -slope * |i + Lk - Lq - j| to the score of query i and key j (after the
-    cap), as flash_attn does.  deterministic is accepted (the forward always
-    is).  Returns out (b, Lq, H,
+    cap), as flash_attn does.  deterministic goes to the backward (the
+    forward always is).  Returns out (b, Lq, H,
     d); with return_attn_probs (out, lse, None) as flash_attn does, with
     return_lse (out, lse); lse (b, H, Lq) float32.
+
+    Differentiable on torch tensors that require grad: sf_attn_bwd in the
+    backward, an opaque op pair under torch.compile (_attn_grad.py).
     """
     op = "flash_attn_func"
     call = Call(op, q, "q")
@@ -94,7 +98,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return _attn_result(out, lse, return_lse, return_attn_probs)
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
+def _flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
                            max_seqlen_k=None, dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None, *, return_lse=False,
@@ -106,6 +110,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     and not needed (the library derives them).  block_table (paged K/V) is not
     supported here.  Returns out (total_q, H, d); with return_attn_probs
     (out, lse, None), with return_lse (out, lse); lse (H, total_q) float32.
+    Differentiable on torch tensors, as flash_attn_func.
     """
     op = "flash_attn_varlen_func"
     call = Call(op, q, "q")
@@ -129,6 +134,49 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     want_lse = as_flag(op, "return_lse", return_lse) or as_flag(op, "return_attn_probs", return_attn_probs)
     out, lse = _attn_run(call, L.sf_attn_fwd, p, backend, qs, q, (qs[1], qs[0]) if want_lse else None)
     return _attn_result(out, lse, return_lse, return_attn_probs)
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                    return_lse=False, backend="auto"):
+    if _attn_grad.wants_autograd(q, k, v):
+        out, lse = _attn_grad.flash_attn_autograd(q, k, v, None, None, dropout_p, softmax_scale, causal,
+                                                  window_size, softcap, alibi_slopes, deterministic,
+                                                  backend)
+        return _attn_result(out, lse, return_lse, return_attn_probs)
+    return _flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                            deterministic, return_attn_probs, return_lse=return_lse, backend=backend)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
+                           max_seqlen_k=None, dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, return_lse=False,
+                           backend="auto"):
+    if block_table is None and cu_seqlens_q is not None and cu_seqlens_k is not None \
+            and _attn_grad.wants_autograd(q, k, v):
+        out, lse = _attn_grad.flash_attn_autograd(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p,
+                                                  softmax_scale, causal, window_size, softcap,
+                                                  alibi_slopes, deterministic, backend)
+        return _attn_result(out, lse, return_lse, return_attn_probs)
+    return _flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                   dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                   deterministic, return_attn_probs, block_table, return_lse=return_lse,
+                                   backend=backend)
+
+
+flash_attn_func.__doc__ = _flash_attn_func.__doc__
+flash_attn_varlen_func.__doc__ = _flash_attn_varlen_func.__doc__
+
+
+def _flash_fwd_plain(q, k, v, cu_q, cu_k, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                     backend):
+    """(out, lse) of the forward alone (the differentiable ops' forward)."""
+    kw = dict(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+              alibi_slopes=alibi_slopes, return_lse=True, backend=backend)
+    if cu_q is None:
+        return _flash_attn_func(q, k, v, **kw)
+    return _flash_attn_varlen_func(q, k, v, cu_q, cu_k, **kw)
 
 
 def _kvcache_rope(call, cos, sin, interleaved):

@@ -1,5 +1,6 @@
 /* attn.c - front end of sf_attn_fwd: validate, derive the problem,
  * dispatch. */
+#include "attn_bwd.h"
 #include "check.h"
 
 void sf_attn_fwd_params_init(sf_attn_fwd_params *p) {
@@ -12,11 +13,11 @@ void sf_attn_fwd_params_init(sf_attn_fwd_params *p) {
 }
 
 
-sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
-    static const char *op = "sf_attn_fwd";
-    sf_backend be;
-    SF_OP_BEGIN(ctx, op, p, &be);
-
+/* Validates the forward's description p (every tensor, mask and modifier)
+ * and derives the problem *out; errors are reported under the name `op`
+ * (sf_attn_bwd validates its embedded forward description through here). */
+sf_status sf_attn_problem_build(sf_ctx *ctx, const char *op, const sf_attn_fwd_params *p,
+                                sf_attn_problem *out) {
     sf_attn_problem pr;
     memset(&pr, 0, sizeof pr);
     pr.p = p;
@@ -95,6 +96,16 @@ sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
                        op, (double)p->softcap);
     pr.softcap = p->softcap;
     CHK(sf_check_alibi(ctx, op, &p->alibi_slopes, pr.batch, pr.nheads, &pr.alibi, &pr.alibi_sb, &pr.alibi_sh));
+    *out = pr;
+    return SF_OK;
+}
+
+sf_status sf_attn_fwd(sf_ctx *ctx, const sf_attn_fwd_params *p) {
+    static const char *op = "sf_attn_fwd";
+    sf_backend be;
+    SF_OP_BEGIN(ctx, op, p, &be);
+    sf_attn_problem pr;
+    CHK(sf_attn_problem_build(ctx, op, p, &pr));
 
     sf_status s;
     switch (be) {

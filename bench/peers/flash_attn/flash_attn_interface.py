@@ -8,19 +8,18 @@ whatever seqfuse does not support it refuses itself with SeqfuseError
 SF_ERR_UNSUPPORTED.  The packed variants pass q / k / v as views of the packed
 tensor (qkv[:, :, 0], ...), as flash-attention does.
 
-Backward: seqfuse's attention is forward-only.  The outputs come out of an
-autograd.Function whose backward recomputes the attention in float32 with
-PyTorch (flash_attn/_grad.py) — the gradients are PyTorch's, the forward is
-ours; the peers' tests, which also assert on gradients, count as checks of the
-forward.  return_attn_probs gives (out, softmax_lse, None): seqfuse keeps no
-probabilities (the tests read them only with dropout, which is refused).
+Backward: seqfuse's own (sf_attn_bwd): seqfuse.flash_attn_func and
+flash_attn_varlen_func are differentiable on torch tensors, so the peers'
+gradient asserts check our backward too.  return_attn_probs gives (out,
+softmax_lse, None): seqfuse keeps no probabilities (the tests read them only
+with dropout, which is refused).
 """
 import torch
 
 import seqfuse
 from seqfuse import SF_ERR_UNSUPPORTED, SeqfuseError
 
-from . import _grad
+from . import _grad  # noqa: F401 (selfcheck_cpu.py reads its float32 attention)
 
 USE_TRITON_ROCM = False  # read by the tests at import time: this is the CUDA path
 
@@ -40,40 +39,14 @@ def _window(window_size):
     return tuple(_grad._int(w) for w in window_size)
 
 
-class _Attn(torch.autograd.Function):
-    """out, lse = seqfuse attention of (q, k, v), dense (cu_q None) or packed."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, scale, causal, window_size,
-                softcap, alibi_slopes, deterministic):
-        kw = dict(dropout_p=dropout_p, softmax_scale=scale, causal=causal, window_size=window_size,
-                  softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
-                  return_lse=True)
-        if cu_q is None:
-            out, lse = seqfuse.flash_attn_func(q, k, v, **kw)
-        else:
-            out, lse = seqfuse.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
-        ctx.save_for_backward(q, k, v, cu_q, cu_k, alibi_slopes)
-        ctx.args = (scale, causal, window_size, softcap)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        q, k, v, cu_q, cu_k, alibi = ctx.saved_tensors
-        if cu_q is None:
-            dq, dk, dv = _grad.grads(_grad.dense_f32, dout, (q, k, v), *ctx.args, alibi)
-        else:
-            dq, dk, dv = _grad.grads(_grad.varlen_f32, dout, (q, k, v), cu_q, cu_k, *ctx.args,
-                                     alibi)
-        return (dq, dk, dv) + (None,) * 11
-
-
 def _run(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, softmax_scale, causal, window_size, softcap,
          alibi_slopes, deterministic, return_attn_probs):
-    out, lse = _Attn.apply(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, softmax_scale, causal,
-                           _window(window_size), softcap, alibi_slopes, deterministic)
-    return (out, lse, None) if return_attn_probs else out
+    kw = dict(dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+              window_size=_window(window_size), softcap=softcap, alibi_slopes=alibi_slopes,
+              deterministic=deterministic, return_attn_probs=return_attn_probs)
+    if cu_q is None:
+        return seqfuse.flash_attn_func(q, k, v, **kw)
+    return seqfuse.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

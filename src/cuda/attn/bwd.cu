@@ -1,0 +1,231 @@
+/* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
+ *
+ * Three launches per call: attn_bwd_pre (D = rowsum(dO * O) into the
+ * workspace), the dK/dV kernel of the configuration (attn_bwd_dkdv_mma of
+ * bwd_mma.cuh on tensor cores, or attn_bwd_dkdv of bwd_simt.cuh on f32
+ * FMAs; in the fast mode also the dQ partials, atomically added to a zeroed
+ * f32 accumulator), then either attn_bwd_dq_out (fast: the accumulator
+ * converted to dq) or the deterministic mode's dQ pass (attn_bwd_dq_mma or
+ * attn_bwd_dq: dQ recomputed per query tile in a fixed key order, no
+ * atomics, bit-identical from run to run; it recomputes S and dP once more,
+ * the price of the fixed order).
+ * The configuration is the first row of the table that supports the call,
+ * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
+ * Workspace from the context's arena: D (H x rows f32) and, in the fast
+ * mode, the dQ accumulator (rows x H x d f32).
+ */
+#include "common/cuda_common.h"
+#include "attn/bwd_configs.h"
+#include "attn/bwd_mma.cuh"
+#include "attn/bwd_simt.cuh"
+#include "attn_bwd.h"
+#include "autotune.h"
+
+#include <string.h>
+
+#include <type_traits>
+
+using namespace sf_attn;
+
+namespace {
+
+void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t &sh) {
+    if (varlen) {
+        sb = 0;
+        sr = t->stride[0];
+        sh = t->stride[1];
+    } else {
+        sb = t->stride[0];
+        sr = t->stride[1];
+        sh = t->stride[2];
+    }
+}
+
+template <typename T, int DM, bool DQ, bool LD>
+sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
+    const dim3 grid((unsigned)((max_lk + BWDM_T - 1) / BWDM_T), (unsigned)(p.nheads / p.heads_per_kv),
+                    (unsigned)p.batch);
+    const size_t ms = BwdMmaSmem<DM, LD>::bytes;
+    auto kern = attn_bwd_dkdv_mma<T, DM, DQ, LD>;
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+    kern<<<grid, BWD_NT, ms, sf_cuda_stream(ctx)>>>(p);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+template <typename T, int DM, bool LD>
+sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max_lk, int64_t q_tiles) {
+    cudaStream_t st = sf_cuda_stream(ctx);
+    const size_t smem = BwdSmem<DM>::bytes;
+    const int64_t kv_tiles = (max_lk + BWD_T - 1) / BWD_T;
+    if (p.rows_q > 0) {
+        const int64_t warps = p.rows_q * p.nheads;
+        attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (mma && max_lk > 0) {
+        if constexpr (!std::is_same<T, float>::value && DM <= 128) { /* the instances that exist */
+            const sf_status s = det ? launch_mma<T, DM, false, LD>(ctx, p, max_lk)
+                                    : launch_mma<T, DM, true, LD>(ctx, p, max_lk);
+            if (s != SF_OK) return s;
+        }
+    } else if (kv_tiles > 0) {
+        const dim3 grid((unsigned)kv_tiles, (unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch);
+        if (det) {
+            auto kern = attn_bwd_dkdv<T, DM, false>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)smem));
+            kern<<<grid, BWD_NT, smem, st>>>(p);
+        } else {
+            auto kern = attn_bwd_dkdv<T, DM, true>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)smem));
+            kern<<<grid, BWD_NT, smem, st>>>(p);
+        }
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if constexpr (!std::is_same<T, float>::value && DM <= 128) {
+        if (mma && p.rows_q > 0 && det) {
+            const size_t ms = BwdMmaDqSmem<DM, LD>::bytes;
+            auto kern = attn_bwd_dq_mma<T, DM, LD>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)ms));
+            kern<<<dim3((unsigned)((q_tiles + 1) / 2), (unsigned)p.nheads, (unsigned)p.batch), /* 64-row tiles */
+                   BWD_NT, ms, st>>>(p);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+            return SF_OK;
+        }
+    }
+    if (p.rows_q > 0 && det && q_tiles > 0) {
+        auto kern = attn_bwd_dq<T, DM>;
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)smem));
+        kern<<<dim3((unsigned)q_tiles, (unsigned)p.nheads, (unsigned)p.batch), BWD_NT, smem, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0 && !det) {
+        const int64_t n = p.rows_q * p.nheads * p.d;
+        int64_t blocks = (n + 255) / 256;
+        if (blocks > 65535 * 16) blocks = 65535 * 16;
+        attn_bwd_dq_out<T><<<(unsigned)blocks, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
+
+/* The instances: mma rows exist for 16-bit T and DM <= 128 only
+ * (bwd_config_supports keeps f32 off them). */
+template <typename T>
+sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt) {
+    const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
+    switch (c.dmax) {
+    case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
+    case 128:
+        return ld ? launch<T, 128, true>(ctx, p, det, mma, lk, qt) : launch<T, 128, false>(ctx, p, det, mma, lk, qt);
+    default: return launch<T, 256, false>(ctx, p, det, false, lk, qt);
+    }
+}
+
+} /* namespace */
+
+extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp) {
+    static const char *op = "sf_attn_bwd";
+    const sf_attn_problem *pr = &bp->f;
+    const sf_attn_fwd_params *f = pr->p;
+    const sf_attn_bwd_params *a = bp->p;
+    const sf_dtype dt = f->q.dtype;
+    if (dt != SF_F32 && dt != SF_F16 && dt != SF_BF16)
+        return sf_fail(ctx, SF_ERR_DTYPE, "%s: CUDA backend: dtype %s not supported", op, sf_dtype_name(dt));
+    const int d = (int)pr->headdim;
+    const BwdConfig *cfg = nullptr;
+    char forced[64];
+    if (sf_autotune_forced_name("attn_bwd", forced, sizeof forced)) {
+        for (const BwdConfig &c : bwd_configs)
+            if (!strcmp(c.name, forced)) cfg = &c;
+        if (!cfg)
+            return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: SF_AUTOTUNE_FORCE names configuration %s, which "
+                           "attn_bwd does not have", op, forced);
+        const char *why = bwd_config_supports(*cfg, d, dt);
+        if (why) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration %s: %s", op, cfg->name, why);
+    } else {
+        for (const BwdConfig &c : bwd_configs)
+            if (!bwd_config_supports(c, d, dt)) {
+                cfg = &c;
+                break;
+            }
+    }
+    if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA backend: head dim %d (at most 256)", op, d);
+    if (pr->batch > 65535 || pr->nheads > 65535)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA backend: %lld sequences x %lld heads (at most 65535 each)",
+                       op, (long long)pr->batch, (long long)pr->nheads);
+
+    BwdParams p;
+    memset(&p, 0, sizeof p);
+    const int vl = pr->varlen;
+    p.q = f->q.data, p.k = f->k.data, p.v = f->v.data, p.o = f->out.data, p.dout = a->dout.data;
+    p.dq = a->dq.data, p.dk = a->dk.data, p.dv = a->dv.data;
+    p.lse = (const float *)f->lse.data;
+    strides3(&f->q, vl, p.q_sb, p.q_sr, p.q_sh);
+    strides3(&f->k, vl, p.k_sb, p.k_sr, p.k_sh);
+    strides3(&f->v, vl, p.v_sb, p.v_sr, p.v_sh);
+    strides3(&f->out, vl, p.o_sb, p.o_sr, p.o_sh);
+    strides3(&a->dout, vl, p.do_sb, p.do_sr, p.do_sh);
+    strides3(&a->dq, vl, p.dq_sb, p.dq_sr, p.dq_sh);
+    strides3(&a->dk, vl, p.dk_sb, p.dk_sr, p.dk_sh);
+    strides3(&a->dv, vl, p.dv_sb, p.dv_sr, p.dv_sh);
+    if (vl) {
+        p.l_sb = 0, p.l_sh = f->lse.stride[0], p.l_sr = f->lse.stride[1];
+        p.cu_q = f->cu_seqlens_q.data, p.cu_k = f->cu_seqlens_k.data;
+        p.cu_q_s = f->cu_seqlens_q.stride[0], p.cu_k_s = f->cu_seqlens_k.stride[0];
+        p.cu_i64 = f->cu_seqlens_q.dtype == SF_I64;
+        p.rows_q = f->q.shape[0];
+        if (f->cu_seqlens_k.dtype != f->cu_seqlens_q.dtype)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA backend: cu_seqlens_q and cu_seqlens_k of one dtype", op);
+    } else {
+        p.l_sb = f->lse.stride[0], p.l_sh = f->lse.stride[1], p.l_sr = f->lse.stride[2];
+        p.rows_q = pr->batch * pr->max_lq;
+    }
+    p.varlen = vl;
+    /* 16-byte loads of q, k, v and dout rows (the mma kernels): d and every
+     * stride a multiple of 8 elements and the data 16-byte aligned */
+    {
+        const sf_tensor *ts[] = {&f->q, &f->k, &f->v, &a->dout};
+        int ok = d % 8 == 0;
+        for (const sf_tensor *x : ts) {
+            ok = ok && ((uintptr_t)x->data % 16 == 0);
+            for (int i = 0; i < x->rank - 1; i++) ok = ok && x->stride[i] % 8 == 0;
+        }
+        p.vec16 = ok;
+    }
+    p.batch = (int)pr->batch;
+    p.nheads = (int)pr->nheads;
+    p.heads_per_kv = (int)(pr->nheads / pr->nheads_kv);
+    p.d = d;
+    p.lq = (int)pr->max_lq;
+    p.lk = (int)pr->max_lk;
+    p.wl = (int)pr->wl;
+    p.wr = (int)pr->wr;
+    p.scale = pr->scale;
+    p.softcap = pr->softcap;
+    p.alibi = pr->alibi;
+    p.alibi_sb = pr->alibi_sb;
+    p.alibi_sh = pr->alibi_sh;
+
+    /* workspace: D, then (fast mode) the dQ accumulator */
+    const int det = bp->deterministic;
+    const double nD = (double)p.rows_q * p.nheads, nA = det ? 0.0 : nD * d;
+    if (4.0 * (nD + nA) + 256.0 > (double)(SIZE_MAX / 2))
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: the workspace (%.3g bytes) is too large", op, 4.0 * (nD + nA));
+    const size_t dbytes = ((size_t)nD * 4 + 255) / 256 * 256, abytes = (size_t)nA * 4;
+    char *ws = (char *)sf_ws_get(ctx, dbytes + abytes + 4);
+    if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
+    p.dsum = (float *)ws;
+    p.dqacc = det ? nullptr : (float *)(ws + dbytes);
+    if (abytes) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
+
+    const int64_t q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;
+    switch (dt) {
+    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    }
+}

@@ -1,0 +1,44 @@
+/* bwd_configs.h - the attention backward's configurations (sf_attn_bwd on
+ * CUDA), as data: one row a line, {"name", kernel, dmax, "about"}, read by
+ * the launcher (bwd.cu), tools/configs.py (README.md) and the pinned tests
+ * (tests/CMakeLists.txt).  In order of preference: the first row whose
+ * supports() passes serves a call unless SF_AUTOTUNE_FORCE=attn_bwd:<name>
+ * names another.
+ */
+#ifndef SF_ATTN_BWD_CONFIGS_H
+#define SF_ATTN_BWD_CONFIGS_H
+
+#include "internal.h"
+
+namespace sf_attn {
+
+/* The configurations, as data, in order of preference: the kernel of the
+ * dK/dV pass and the largest head dim it holds (its dK/dV registers and
+ * shared tiles are sized for it). */
+enum class BwdKernel { mma, mma_ldsm, simt };
+struct BwdConfig {
+    const char *name;
+    BwdKernel kernel;
+    int dmax;
+    const char *about;
+};
+inline const BwdConfig bwd_configs[] = {
+    {"mma64", BwdKernel::mma, 64, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
+    {"mma128", BwdKernel::mma, 128, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
+    {"mmal64", BwdKernel::mma_ldsm, 64, "mma64 with B operands by ldmatrix.trans (no transposed copies in shared memory)"},
+    {"mmal128", BwdKernel::mma_ldsm, 128, "mma128 with B operands by ldmatrix.trans (80 KB of shared memory: 2 CTAs an SM)"},
+    {"simt64", BwdKernel::simt, 64, "f32 FMAs, tiles 32 x 32, d <= 64"},
+    {"simt128", BwdKernel::simt, 128, "f32 FMAs, tiles 32 x 32, d <= 128"},
+    {"simt256", BwdKernel::simt, 256, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
+};
+
+/* NULL when configuration c can serve head dim d in dtype dt, else the reason. */
+inline const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt) {
+    if (d > c.dmax) return "head dim larger than the configuration's";
+    if (c.kernel != BwdKernel::simt && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
+    return nullptr;
+}
+
+} /* namespace sf_attn */
+
+#endif
