@@ -347,8 +347,9 @@ static void set_params(const sfc_case *c, tspec *t, int ref, int device, sf_back
  * backends accumulate in f32 (the reference in f64) and store the
  * gradients of x, dt, B, C and z in their dtype. */
 static double tolerance(sf_dtype dt, int gpu) {
-    if (dt == SF_F32) return gpu ? 1e-3 : 1e-4;
-    return dt == SF_F16 ? 5e-3 : 2e-2;
+    if (dt == SF_F32) return gpu ? 1e-3 : 2e-5;
+    if (dt == SF_F16) return gpu ? 2e-3 : 1e-3;
+    return gpu ? 1e-2 : 5e-3;
 }
 
 static int verbose;
