@@ -7,6 +7,10 @@
 
 #include "internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Every check of sf_ssd_fwd on p (op names the caller in messages; out and
  * final_states are named out_name and final_name; sf_check_io of out and
  * final_states against the inputs only when check_io), filling *pr (no
@@ -30,5 +34,9 @@ sf_status sf_ref_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *pr);
 sf_status sf_cpu_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *pr);
 /* CUDA backend (src/cuda/ssd/bwd.cu); SF_ERR_UNSUPPORTED without CUDA. */
 sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *pr);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

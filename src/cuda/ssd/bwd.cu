@@ -1,0 +1,110 @@
+/* bwd.cu - launcher of the CUDA SSD backward (sf_ssd_bwd): fills the
+ * argument block, carves the workspace, runs the sequential stage
+ * (bwd_seq.cuh) and the fixed-order reductions.  Every output is
+ * bit-identical from run to run whatever p->deterministic says. */
+#include "common/cuda_common.h"
+#include "ssd_bwd.h"
+
+#include "ssd/bwd_seq.cuh"
+
+static void fill3(int64_t *d, const sf_tensor *t) { sf_cuda_copy_strides(d, t, t->data ? 3 : 0); }
+
+extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) {
+    static const char *op = "sf_ssd_bwd";
+    const sf_ssd_problem *pr = &bp->f;
+    const sf_ssd_bwd_params *q = bp->p;
+    const sf_ssd_fwd_params *p = &q->fwd;
+    ssd_bwd_args a;
+    memset(&a, 0, sizeof(a));
+    if (pr->dstate > 256)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend takes dstate <= 256, got %lld", op,
+                       (long long)pr->dstate);
+    a.x = p->x.data; a.dt = p->dt.data; a.B = p->B.data; a.C = p->C.data; a.z = p->z.data;
+    a.dout = q->dout.data;
+    a.A = (const float *)p->A.data; a.D = (const float *)p->D.data;
+    a.dt_bias = (const float *)p->dt_bias.data; a.init = (const float *)p->initial_states.data;
+    a.dfin = (const float *)q->dfinal_states.data;
+    a.cu = p->cu_seqlens.data; a.seq_idx = (const int *)p->seq_idx.data;
+    a.xdt = (int)p->x.dtype; a.dtdt = (int)p->dt.dtype; a.Bdt = (int)p->B.dtype; a.Cdt = (int)p->C.dtype;
+    fill3(a.xs, &p->x); fill3(a.dts, &p->dt); fill3(a.Bs, &p->B); fill3(a.Cs, &p->C);
+    fill3(a.zs, &p->z); fill3(a.dos, &q->dout);
+    a.As = p->A.stride[0];
+    sf_cuda_copy_strides(a.Ds, &p->D, pr->has_D ? p->D.rank : 0);
+    a.biass = pr->has_dt_bias ? p->dt_bias.stride[0] : 0;
+    sf_cuda_copy_strides(a.ins, &p->initial_states, pr->has_init ? 4 : 0);
+    sf_cuda_copy_strides(a.dfs, &q->dfinal_states, pr->has_final ? 4 : 0);
+    sf_cuda_copy_strides(a.sis, &p->seq_idx, p->seq_idx.data ? 2 : 0);
+    a.cus = p->cu_seqlens.data ? p->cu_seqlens.stride[0] : 0;
+    a.cu64 = p->cu_seqlens.data && p->cu_seqlens.dtype == SF_I64;
+    a.dx = q->dx.data; a.ddt = q->ddt.data; a.dB = q->dB.data; a.dC = q->dC.data; a.dz = q->dz.data;
+    a.dA = (float *)q->dA.data; a.dD = (float *)q->dD.data; a.ddt_bias = (float *)q->ddt_bias.data;
+    a.dinit = (float *)q->dinitial_states.data;
+    fill3(a.dxs, &q->dx); fill3(a.ddts, &q->ddt); fill3(a.dBs, &q->dB); fill3(a.dCs, &q->dC);
+    fill3(a.dzs, &q->dz);
+    a.dAs = q->dA.data ? q->dA.stride[0] : 0;
+    sf_cuda_copy_strides(a.dDs, &q->dD, q->dD.data ? q->dD.rank : 0);
+    a.dbs = q->ddt_bias.data ? q->ddt_bias.stride[0] : 0;
+    sf_cuda_copy_strides(a.dis, &q->dinitial_states, q->dinitial_states.data ? 4 : 0);
+    a.batch = (int)pr->batch; a.L = (int)pr->seqlen; a.H = (int)pr->nheads; a.P = (int)pr->headdim;
+    a.N = (int)pr->dstate; a.hpg = (int)pr->heads_per_group; a.G = (int)pr->ngroups; a.Q = pr->chunk;
+    a.nseq = (int)pr->nseq;
+    a.has_D = pr->has_D; a.D_pc = pr->D_per_channel; a.has_z = pr->has_z; a.has_bias = pr->has_dt_bias;
+    a.softplus = p->dt_softplus; a.has_init = pr->has_init; a.has_final = pr->has_final; a.varlen = pr->varlen;
+    a.dt_min = p->dt_min; a.dt_max = p->dt_max;
+    if (a.H == 0) return SF_OK;
+
+    const int64_t nseq = pr->varlen == 2 ? pr->nseq : pr->batch;
+    const int64_t ntask = nseq * pr->nheads;
+    if (ntask > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: sequences x nheads too large", op);
+    a.ntask = (int)ntask;
+    const int64_t PN = (int64_t)a.P * a.N;
+    a.nck = (int)((pr->seqlen + a.Q - 1) / a.Q); /* a sequence is at most L tokens */
+    a.scratch_per_cta = ((int64_t)a.nck + a.Q + 1) * PN;
+    a.scratch_per_cta = (a.scratch_per_cta + 31) / 32 * 32;
+
+    /* shared memory: G, B/C rows, x/dy/gb/dD rows, warp column sums, reductions */
+    const size_t smem = sizeof(float) * ((size_t)PN + 2 * (size_t)a.N + 4 * (size_t)a.P +
+                                         2 * SSD_BWD_WARPS * (size_t)a.N + SSD_BWD_WARPS);
+    sf_cuda_state *cs = sf_cuda_st(ctx);
+    if (smem > cs->smem_optin)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "%s: the CUDA backend keeps the P x N adjoint in shared memory; headdim %d x dstate %d "
+                       "needs %zu bytes, the GPU gives %zu",
+                       op, a.P, a.N, smem, cs->smem_optin);
+    int grid = cs->sm_count * 2;
+    if (grid > a.ntask) grid = a.ntask;
+
+    /* workspace: per-CTA scratch, per-task partials, per-head dB/dC rows */
+    const bool per_head_bc = a.hpg > 1 && (a.dB || a.dC);
+    const int64_t npart = ntask * (2 + (int64_t)a.P);
+    const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * a.H * a.N : 0;
+    const int64_t total = (int64_t)grid * a.scratch_per_cta + (npart + 31) / 32 * 32 + 2 * nbc;
+    if (total > (int64_t)(SIZE_MAX / sizeof(float)))
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
+    float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
+    if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
+    a.scratch = ws;
+    a.part = ws + (int64_t)grid * a.scratch_per_cta;
+    a.pdB = per_head_bc ? a.part + (npart + 31) / 32 * 32 : NULL;
+    a.pdC = per_head_bc ? a.pdB + nbc : NULL;
+
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    if (grid > 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_seq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)smem));
+        ssd_bwd_seq_kernel<<<grid, SSD_BWD_THREADS, smem, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (per_head_bc) {
+        const int64_t n = (int64_t)a.batch * a.L * a.G * a.N;
+        if (n > 0) {
+            ssd_bwd_bc_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+    }
+    if (a.dA || a.dD || a.ddt_bias) {
+        ssd_bwd_param_kernel<<<a.H, 128, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
