@@ -236,15 +236,21 @@ sf_status sf_cpu_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) {
     s.pdC = nbc ? s.pdB + nbc : NULL;
     if (!want_bc) s.direct_bc = 1; /* no rows to keep: the task writes nothing */
 
+#ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
     for (int64_t k = 0; k < ntask; k++) bwd_task(&s, k / H, k % H, base + (int64_t)sf_cpu_tid() * tf);
 
     if (nbc) { /* dB, dC: each group's heads summed in head order */
         const int64_t hpg = pr->heads_per_group;
+#ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
+#endif
         {
             float *row = base + (int64_t)sf_cpu_tid() * tf; /* thread region reused: N floats */
+#ifdef _OPENMP
 #pragma omp for schedule(static)
+#endif
             for (int64_t bt = 0; bt < nb * L; bt++) {
                 const int64_t b = bt / L, t = bt % L;
                 for (int64_t g = 0; g < G; g++) {
