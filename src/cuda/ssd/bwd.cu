@@ -1,24 +1,26 @@
 /* bwd.cu - launcher of the CUDA SSD backward (sf_ssd_bwd): fills the
- * argument block, carves the workspace, runs the sequential stage
- * (bwd_seq.cuh) and the fixed-order reductions.  Every output is
- * bit-identical from run to run whatever p->deterministic says. */
+ * argument block, picks a configuration (bwd_configs.h), carves the
+ * workspace, runs its kernels and the fixed-order reductions.  Every output
+ * is bit-identical from run to run whatever p->deterministic says (no
+ * atomics anywhere). */
 #include "common/cuda_common.h"
 #include "ssd_bwd.h"
 
+#include "autotune.h"
+#include "ssd/bwd_configs.h"
+#include "ssd/bwd_cpar.cuh"
+#include "ssd/bwd_reduce.cuh"
 #include "ssd/bwd_seq.cuh"
 
 static void fill3(int64_t *d, const sf_tensor *t) { sf_cuda_copy_strides(d, t, t->data ? 3 : 0); }
 
-extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) {
-    static const char *op = "sf_ssd_bwd";
+static int64_t rup32(int64_t v) { return (v + 31) / 32 * 32; }
+
+static void fill_args(const sf_ssd_bwd_problem *bp, ssd_bwd_args &a) {
     const sf_ssd_problem *pr = &bp->f;
     const sf_ssd_bwd_params *q = bp->p;
     const sf_ssd_fwd_params *p = &q->fwd;
-    ssd_bwd_args a;
     memset(&a, 0, sizeof(a));
-    if (pr->dstate > 256)
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend takes dstate <= 256, got %lld", op,
-                       (long long)pr->dstate);
     a.x = p->x.data; a.dt = p->dt.data; a.B = p->B.data; a.C = p->C.data; a.z = p->z.data;
     a.dout = q->dout.data;
     a.A = (const float *)p->A.data; a.D = (const float *)p->D.data;
@@ -51,48 +53,93 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     a.has_D = pr->has_D; a.D_pc = pr->D_per_channel; a.has_z = pr->has_z; a.has_bias = pr->has_dt_bias;
     a.softplus = p->dt_softplus; a.has_init = pr->has_init; a.has_final = pr->has_final; a.varlen = pr->varlen;
     a.dt_min = p->dt_min; a.dt_max = p->dt_max;
+}
+
+extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) {
+    static const char *op = "sf_ssd_bwd";
+    const sf_ssd_problem *pr = &bp->f;
+    ssd_bwd_args a;
+    fill_args(bp, a);
     if (a.H == 0) return SF_OK;
+    sf_cuda_state *cs = sf_cuda_st(ctx);
+    const size_t smem = bwd_smem_bytes(a.P, a.N);
+
+    /* the configuration: a forced one, else the first that serves */
+    char forced[48];
+    const char *fname = sf_autotune_forced_name("ssd_bwd", forced, sizeof forced);
+    const SsdBwdConfig *cfg = NULL;
+    for (int i = 0; i < SSD_BWD_NCONFIG && !cfg; i++) {
+        const SsdBwdConfig &c = ssd_bwd_configs[i];
+        if (fname && strcmp(fname, c.name) != 0) continue;
+        const char *why = ssd_bwd_supports(c, a.P, a.N, smem, cs->smem_optin);
+        if (why)
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA configuration %s: %s (headdim %d, dstate %d)", op,
+                           c.name, why, a.P, a.N);
+        cfg = &c;
+    }
+    if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no CUDA configuration named %s", op, fname ? fname : "?");
+    const bool cpar = cfg->path == SsdBwdPath::cpar;
 
     const int64_t nseq = pr->varlen == 2 ? pr->nseq : pr->batch;
     const int64_t ntask = nseq * pr->nheads;
-    if (ntask > INT32_MAX) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: sequences x nheads too large", op);
+    a.nck = (int)((pr->seqlen + a.Q - 1) / a.Q); /* a sequence has at most L tokens */
+    const int64_t nitems = ntask * a.nck;
+    if (ntask > INT32_MAX || nitems > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: sequences x nheads x chunks too large", op);
     a.ntask = (int)ntask;
+    a.npt = cpar ? a.nck : 1;
     const int64_t PN = (int64_t)a.P * a.N;
-    a.nck = (int)((pr->seqlen + a.Q - 1) / a.Q); /* a sequence is at most L tokens */
-    a.scratch_per_cta = ((int64_t)a.nck + a.Q + 1) * PN;
-    a.scratch_per_cta = (a.scratch_per_cta + 31) / 32 * 32;
+    a.scratch_per_cta = rup32(((cpar ? 0 : (int64_t)a.nck) + a.Q + 1) * PN);
 
-    /* shared memory: G, B/C rows, x/dy/gb/dD rows, warp column sums, reductions */
-    const size_t smem = sizeof(float) * ((size_t)PN + 2 * (size_t)a.N + 4 * (size_t)a.P +
-                                         2 * SSD_BWD_WARPS * (size_t)a.N + SSD_BWD_WARPS);
-    sf_cuda_state *cs = sf_cuda_st(ctx);
-    if (smem > cs->smem_optin)
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                       "%s: the CUDA backend keeps the P x N adjoint in shared memory; headdim %d x dstate %d "
-                       "needs %zu bytes, the GPU gives %zu",
-                       op, a.P, a.N, smem, cs->smem_optin);
-    int grid = cs->sm_count * 2;
-    if (grid > a.ntask) grid = a.ntask;
+    /* CTAs on the persistent grids: two an SM.  Each holds Q + 1 states of
+     * scratch (8 MB at P 64, N 128, Q 256), so the grid is bounded by
+     * memory; the count is not tuned. */
+    int64_t grid = (int64_t)cs->sm_count * 2;
+    const int64_t work = cpar ? nitems : ntask;
+    if (grid > work) grid = work;
 
-    /* workspace: per-CTA scratch, per-task partials, per-head dB/dC rows */
+    /* workspace: per-CTA scratch, partials, cpar's maps, per-head dB/dC rows */
     const bool per_head_bc = a.hpg > 1 && (a.dB || a.dC);
-    const int64_t npart = ntask * (2 + (int64_t)a.P);
+    const int64_t npart = rup32(ntask * a.npt * (2 + (int64_t)a.P));
+    const int64_t nmap = cpar ? nitems * PN : 0;
+    const int64_t ndc = cpar ? rup32(nitems) : 0;
     const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * a.H * a.N : 0;
-    const int64_t total = (int64_t)grid * a.scratch_per_cta + (npart + 31) / 32 * 32 + 2 * nbc;
-    if (total > (int64_t)(SIZE_MAX / sizeof(float)))
-        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
+    const double total_d = (double)grid * a.scratch_per_cta + npart + 2.0 * nmap + ndc + 2.0 * nbc;
+    if (total_d * sizeof(float) > 9.0e18) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
+    const int64_t total = grid * a.scratch_per_cta + npart + 2 * nmap + ndc + 2 * nbc;
     float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.scratch = ws;
-    a.part = ws + (int64_t)grid * a.scratch_per_cta;
-    a.pdB = per_head_bc ? a.part + (npart + 31) / 32 * 32 : NULL;
+    a.part = ws + grid * a.scratch_per_cta;
+    a.X = cpar ? a.part + npart : NULL;
+    a.R = cpar ? a.X + nmap : NULL;
+    a.Dc = cpar ? a.R + nmap : NULL;
+    a.pdB = per_head_bc ? a.part + npart + 2 * nmap + ndc : NULL;
     a.pdC = per_head_bc ? a.pdB + nbc : NULL;
 
     cudaStream_t stream = sf_cuda_stream(ctx);
-    if (grid > 0) {
+    if (cpar) {
+        if (nitems > 0) {
+            const size_t lsm = 2 * (size_t)PN * sizeof(float);
+            if (lsm > cs->smem_optin)
+                return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: cpar: 2 P x N states exceed shared memory", op);
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_local_kernel,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lsm));
+            ssd_bwd_local_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, lsm, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+        ssd_bwd_scan_kernel<<<(unsigned)ntask, SSD_BWD_THREADS, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+        if (grid > 0) {
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_chunk_kernel,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            ssd_bwd_chunk_kernel<<<(unsigned)grid, SSD_BWD_THREADS, smem, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+    } else if (grid > 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_seq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)smem));
-        ssd_bwd_seq_kernel<<<grid, SSD_BWD_THREADS, smem, stream>>>(a);
+        ssd_bwd_seq_kernel<<<(unsigned)grid, SSD_BWD_THREADS, smem, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (per_head_bc) {
@@ -103,7 +150,7 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
         }
     }
     if (a.dA || a.dD || a.ddt_bias) {
-        ssd_bwd_param_kernel<<<a.H, 128, 0, stream>>>(a);
+        ssd_bwd_param_kernel<<<a.H, 256, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     return SF_OK;

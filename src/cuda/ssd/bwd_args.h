@@ -22,9 +22,12 @@ struct ssd_bwd_args {
     int has_D, D_pc, has_z, has_bias, softplus, has_init, has_final, varlen, cu64;
     float dt_min, dt_max;
     /* workspace */
-    float *scratch;   /* per CTA: nck checkpoints + (Q + 1) chunk states, P x N each */
+    float *scratch;   /* per CTA: (seq: nck checkpoints +) Q + 1 chunk states, P x N each */
     int64_t scratch_per_cta;
-    float *part;      /* per task (seq, h): dA, ddt_bias, dD[P]               */
+    float *part;      /* npt per task (seq, h): dA, ddt_bias, dD[P]           */
+    int npt;          /* partials per task: 1 (seq) or nck (cpar)              */
+    float *X, *R;     /* cpar: per (task, chunk) P x N state and adjoint maps  */
+    float *Dc;        /* cpar: per (task, chunk) decay product                 */
     float *pdB, *pdC; /* (b, L, H, N) per-head rows when a group has several heads */
 };
 

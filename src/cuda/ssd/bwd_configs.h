@@ -1,0 +1,33 @@
+/* bwd_configs.h - the SSD backward's CUDA configurations, as data.  Row
+ * order is the default: the first row whose supports() accepts the shape
+ * runs; SF_AUTOTUNE_FORCE=ssd_bwd:<name> pins one (the tests run each). */
+#ifndef SF_SSD_BWD_CONFIGS_H
+#define SF_SSD_BWD_CONFIGS_H
+
+enum class SsdBwdPath {
+    cpar, /* chunk-parallel: local chunk maps, a scan, chunks in parallel */
+    seq,  /* one CTA per (sequence, head) walking all its chunks          */
+};
+
+struct SsdBwdConfig {
+    const char *name;
+    SsdBwdPath path;
+    const char *about;
+};
+
+static const SsdBwdConfig ssd_bwd_configs[] = {
+    {"cpar", SsdBwdPath::cpar, "any GPU: chunks of every (sequence, head) in parallel, joined by a scan of the chunks' linear state and adjoint maps"},
+    {"seq", SsdBwdPath::seq, "any GPU: one CTA per (sequence, head) walking its chunks in order (the reference point of cpar)"},
+};
+static const int SSD_BWD_NCONFIG = (int)(sizeof ssd_bwd_configs / sizeof ssd_bwd_configs[0]);
+
+/* NULL when configuration c serves the shape, else the reason. */
+static inline const char *ssd_bwd_supports(const SsdBwdConfig &c, int P, int N, size_t smem, size_t smem_optin) {
+    (void)c;
+    (void)P;
+    if (N > 256) return "dstate > 256";
+    if (smem > smem_optin) return "the P x N adjoint does not fit in shared memory";
+    return nullptr;
+}
+
+#endif
