@@ -128,8 +128,10 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
             ssd_bwd_local_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, lsm, stream>>>(a);
             SF_CUDA_CHECK_LAUNCH(ctx);
         }
-        ssd_bwd_scan_kernel<<<(unsigned)ntask, SSD_BWD_THREADS, 0, stream>>>(a);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+        if (ntask > 0) {
+            ssd_bwd_scan_kernel<<<(unsigned)ntask, SSD_BWD_THREADS, 0, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
         if (grid > 0) {
             SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_chunk_kernel,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
