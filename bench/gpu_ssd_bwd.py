@@ -12,13 +12,15 @@ both against a float64 chunked reference (torch autograd, written here) on a sma
 of the same heads (--err-shape), relative Frobenius.
 
     PYTHONPATH=python:bench:.peer SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_ssd_bwd.py \
-        [--shapes 8x4096,1x16384] [--dtypes bfloat16,float32] [--results bench/RESULTS.md]
+        [--shapes 8x4096,1x16384] [--dtypes bfloat16,float32] [--configs cpar,cpar4,seq]
+        [--results bench/RESULTS.md]
 
 --results PATH writes the run as the ssd_bwd section of PATH (between <!-- BEGIN ssd_bwd -->
 and <!-- END ssd_bwd -->).
 """
 import argparse
 import datetime
+import os
 
 from benchutil import commit, md_table, replace_section
 
@@ -124,19 +126,26 @@ def errors(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256):
     return res
 
 
-def time_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256):
+def time_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256, configs=()):
+    """Times of ours (the default configuration, then each of `configs`
+    pinned through SF_AUTOTUNE_FORCE) and the peer's."""
     t, dout = inputs(b, L, H, P, G, N, dtype)
     row = {}
-    for name, fn in (("ours", ours_scan), ("peer", peer_fn if peer_scan else None)):
+    runs = [("ours", ours_scan), ("peer", peer_fn if peer_scan else None)]
+    runs += [("cfg:" + c, ours_scan) for c in configs]
+    for name, fn in runs:
         if fn is None:
             row[name + "_bwd"] = row[name + "_fb"] = float("nan")
             continue
+        if name.startswith("cfg:"):
+            os.environ["SF_AUTOTUNE_FORCE"] = "ssd_bwd:" + name[4:]
         leaves = {k: v.detach().requires_grad_(True) for k, v in t.items()}
         lv = [leaves[k] for k in NAMES]
         out = fn(leaves, chunk)
         row[name + "_bwd"] = bench(lambda: torch.autograd.grad(out, lv, dout, retain_graph=True))
         row[name + "_fb"] = bench(lambda: torch.autograd.grad(fn(leaves, chunk), lv, dout))
         del out
+        os.environ.pop("SF_AUTOTUNE_FORCE", None)
         torch.cuda.empty_cache()
     return row
 
@@ -171,6 +180,8 @@ def main():
     ap.add_argument("--shapes", default="8x4096,1x16384")
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--err-shape", default="2x2048", help="bxL of the float64 error check ('' skips it)")
+    ap.add_argument("--configs", default="", help="also time ours with each of these CUDA "
+                    "configurations pinned (src/cuda/ssd/bwd_configs.h), e.g. cpar,cpar4,seq")
     ap.add_argument("--results", default=None, metavar="PATH")
     a = ap.parse_args()
     if torch is None or not torch.cuda.is_available():
@@ -187,9 +198,13 @@ def main():
                 print(f"errors b{b} L{L} {dname} {name}: " + " ".join(f"d{k} {v:.1e}" for k, v in d.items()))
         for s in a.shapes.split(","):
             b, L = (int(v) for v in s.split("x"))
-            r = time_point(b, L, dtype)
+            cfgs = [c for c in a.configs.split(",") if c]
+            r = time_point(b, L, dtype, configs=cfgs)
             r["shape"] = f"b{b} L{L} {dname}"
             rows.append(r)
+            for c in cfgs:
+                print(f"{r['shape']}: ours pinned to {c}: bwd {r['cfg:' + c + '_bwd']:.3f} ms, "
+                      f"fwd+bwd {r['cfg:' + c + '_fb']:.3f} ms", flush=True)
             print(f"{r['shape']}: bwd ours {r['ours_bwd']:.3f} ms peer {r['peer_bwd']:.3f} ms "
                   f"(peer/ours {r['peer_bwd'] / r['ours_bwd']:.2f}x); fwd+bwd ours {r['ours_fb']:.3f} ms "
                   f"peer {r['peer_fb']:.3f} ms (peer/ours {r['peer_fb'] / r['ours_fb']:.2f}x)", flush=True)

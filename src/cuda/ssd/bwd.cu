@@ -91,10 +91,8 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     const int64_t PN = (int64_t)a.P * a.N;
     a.scratch_per_cta = rup32(((cpar ? 0 : (int64_t)a.nck) + a.Q + 1) * PN);
 
-    /* CTAs on the persistent grids: two an SM.  Each holds Q + 1 states of
-     * scratch (8 MB at P 64, N 128, Q 256), so the grid is bounded by
-     * memory; the count is not tuned. */
-    int64_t grid = (int64_t)cs->sm_count * 2;
+    /* CTAs on the persistent grids: the configuration's count an SM */
+    int64_t grid = (int64_t)cs->sm_count * cfg->ctas_per_sm;
     const int64_t work = cpar ? nitems : ntask;
     if (grid > work) grid = work;
 

@@ -12,12 +12,16 @@ enum class SsdBwdPath {
 struct SsdBwdConfig {
     const char *name;
     SsdBwdPath path;
+    int ctas_per_sm;     /* persistent grid: CTAs an SM, each with its own
+                            Q + 1 states of scratch (8 MB at P 64, N 128,
+                            Q 256): memory for latency hiding; not tuned */
     const char *about;
 };
 
 static const SsdBwdConfig ssd_bwd_configs[] = {
-    {"cpar", SsdBwdPath::cpar, "any GPU: chunks of every (sequence, head) in parallel, joined by a scan of the chunks' linear state and adjoint maps"},
-    {"seq", SsdBwdPath::seq, "any GPU: one CTA per (sequence, head) walking its chunks in order (the reference point of cpar)"},
+    {"cpar", SsdBwdPath::cpar, 2, "any GPU: chunks of every (sequence, head) in parallel, joined by a scan of the chunks' linear state and adjoint maps"},
+    {"cpar4", SsdBwdPath::cpar, 4, "cpar with 4 CTAs an SM on the chunk walk (twice the scratch)"},
+    {"seq", SsdBwdPath::seq, 2, "any GPU: one CTA per (sequence, head) walking its chunks in order (the reference point of cpar)"},
 };
 static const int SSD_BWD_NCONFIG = (int)(sizeof ssd_bwd_configs / sizeof ssd_bwd_configs[0]);
 
