@@ -30,4 +30,9 @@ g++ -std=c++20 -O1 -pthread -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
   "$BC"/CMakeFiles/seqfuse_obj.dir/src/{core,ref,cpu}/*.o ${BLAS} -lm -fopenmp -o "$W/emu"
 rc=0
 for cfg in cpar seq; do SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" ${2:-} || rc=1; done
+# cpars with room for 4 states of the P 8, N 16 cases beside the adjoint
+# (sub-blocks of 3 tokens; 10 at N 8); the odd case's adjoint would not fit
+for c in ${2:-all_opts seq_idx cu_seqlens emptyL emptyb all_bf16}; do
+  EMU_SMEM_OPTIN=3872 SF_AUTOTUNE_FORCE=ssd_bwd:cpars "$W/emu" $c || rc=1
+done
 exit $rc

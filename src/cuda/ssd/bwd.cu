@@ -71,14 +71,16 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     for (int i = 0; i < SSD_BWD_NCONFIG && !cfg; i++) {
         const SsdBwdConfig &c = ssd_bwd_configs[i];
         if (fname && strcmp(fname, c.name) != 0) continue;
-        const char *why = ssd_bwd_supports(c, a.P, a.N, smem, cs->smem_optin);
+        const char *why = ssd_bwd_supports(c, a.P, a.N, a.Q, smem, cs->smem_optin);
         if (why)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA configuration %s: %s (headdim %d, dstate %d)", op,
                            c.name, why, a.P, a.N);
         cfg = &c;
     }
     if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no CUDA configuration named %s", op, fname ? fname : "?");
-    const bool cpar = cfg->path == SsdBwdPath::cpar;
+    const bool cpars = cfg->path == SsdBwdPath::cpars;
+    const bool cpar = cfg->path == SsdBwdPath::cpar || cpars;
+    a.sub = cpars ? ssd_bwd_sub(a.P, a.N, a.Q, smem, cs->smem_optin) : 0;
 
     const int64_t nseq = pr->varlen == 2 ? pr->nseq : pr->batch;
     const int64_t ntask = nseq * pr->nheads;
@@ -89,7 +91,10 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     a.ntask = (int)ntask;
     a.npt = cpar ? a.nck : 1;
     const int64_t PN = (int64_t)a.P * a.N;
-    a.scratch_per_cta = rup32(((cpar ? 0 : (int64_t)a.nck) + a.Q + 1) * PN);
+    /* per-CTA scratch: seq: nck chunk states + Q + 1; cpar: Q + 1;
+     * cpars: the states entering its ceil(Q / sub) sub-blocks */
+    a.scratch_per_cta = cpars ? rup32((int64_t)((a.Q + a.sub - 1) / a.sub) * PN)
+                              : rup32(((cpar ? 0 : (int64_t)a.nck) + a.Q + 1) * PN);
 
     /* CTAs on the persistent grids: the configuration's count an SM */
     int64_t grid = (int64_t)cs->sm_count * cfg->ctas_per_sm;
@@ -130,7 +135,13 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
             ssd_bwd_scan_kernel<<<(unsigned)ntask, SSD_BWD_THREADS, 0, stream>>>(a);
             SF_CUDA_CHECK_LAUNCH(ctx);
         }
-        if (grid > 0) {
+        if (grid > 0 && cpars) {
+            const size_t ssm = smem + (size_t)(a.sub + 1) * (size_t)PN * sizeof(float);
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_chunk_sm_kernel,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ssm));
+            ssd_bwd_chunk_sm_kernel<<<(unsigned)grid, SSD_BWD_THREADS, ssm, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        } else if (grid > 0) {
             SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_chunk_kernel,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             ssd_bwd_chunk_kernel<<<(unsigned)grid, SSD_BWD_THREADS, smem, stream>>>(a);

@@ -28,6 +28,7 @@ struct ssd_bwd_args {
     int npt;          /* partials per task: 1 (seq) or nck (cpar)              */
     float *X, *R;     /* cpar: per (task, chunk) P x N state and adjoint maps  */
     float *Dc;        /* cpar: per (task, chunk) decay product                 */
+    int sub;          /* cpars: tokens a sub-block (states in shared memory)   */
     float *pdB, *pdC; /* (b, L, H, N) per-head rows when a group has several heads */
 };
 

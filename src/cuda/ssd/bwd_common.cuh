@@ -109,9 +109,11 @@ struct bwd_smem {
     float *red;          /* warps' sums of <G, h_{t-1}> (8) */
 };
 
-static __host__ __device__ inline size_t bwd_smem_bytes(int P, int N) {
-    return sizeof(float) * ((size_t)P * N + 2 * (size_t)N + 4 * (size_t)P + 2 * SSD_BWD_WARPS * (size_t)N + SSD_BWD_WARPS);
+static __host__ __device__ inline size_t bwd_smem_floats(int P, int N) {
+    const size_t f = (size_t)P * N + 2 * (size_t)N + 4 * (size_t)P + 2 * SSD_BWD_WARPS * (size_t)N + SSD_BWD_WARPS;
+    return (f + 3) / 4 * 4; /* what follows starts 16-byte aligned */
 }
+static __host__ __device__ inline size_t bwd_smem_bytes(int P, int N) { return sizeof(float) * bwd_smem_floats(P, N); }
 
 static __device__ __forceinline__ bwd_smem bwd_smem_of(float *sm, int P, int N) {
     bwd_smem s;

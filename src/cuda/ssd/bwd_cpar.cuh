@@ -13,7 +13,11 @@
  *                  over X and R; dinitial_states = the adjoint entering;
  *   ssd_bwd_chunk: every (task, chunk) at once: the chunk's states from
  *                  h_in, its tokens backwards from G_out (bwd_chunk.cuh),
- *                  partials of dA, ddt_bias, dD per chunk. */
+ *                  partials of dA, ddt_bias, dD per chunk.  The chunk's
+ *                  Q + 1 states go to the CTA's global scratch (cpar), or
+ *                  (ssd_bwd_chunk_sm, cpars) only the state entering every
+ *                  sub-block of a.sub tokens does, and each sub-block's
+ *                  states are recomputed into shared memory. */
 #ifndef SF_SSD_BWD_CPAR_CUH
 #define SF_SSD_BWD_CPAR_CUH
 
@@ -132,6 +136,68 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_bwd_chunk_kernel(const ss
         float pdA = 0.0f, pdtb = 0.0f;
         bwd_recompute(a, k, t0, t1, st);
         bwd_tokens(a, k, t0, t1, st, s, &pdA, &pdtb);
+        __syncthreads();
+        if (tid == 0) {
+            part[0] = pdA;
+            part[1] = pdtb;
+        }
+        for (int p = tid; p < P; p += SSD_BWD_THREADS) part[2 + p] = s.sdD[p];
+        __syncthreads(); /* sdD is reset by the next item */
+    }
+}
+
+/* cpars: as ssd_bwd_chunk, the per-token states of a sub-block of a.sub
+ * tokens in shared memory after the adjoint's rows; the state entering each
+ * sub-block in the CTA's scratch (ceil(Q / sub) states). */
+__global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_bwd_chunk_sm_kernel(const ssd_bwd_args a) {
+    extern __shared__ float sm[];
+    const int P = a.P, N = a.N, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int64_t PN = (int64_t)P * N;
+    const bwd_smem s = bwd_smem_of(sm, P, N);
+    float *sst = sm + bwd_smem_floats(P, N);
+    float *ck = a.scratch + (int64_t)blockIdx.x * a.scratch_per_cta;
+    const int64_t nitems = (int64_t)a.ntask * a.nck;
+    for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
+        const bwd_task k = bwd_task_of(a, (int)(item / a.nck));
+        int64_t t0, t1;
+        float *part = a.part + item * (2 + P);
+        if (!bwd_item(a, k, (int)(item % a.nck), &t0, &t1)) {
+            for (int p = tid; p < P + 2; p += SSD_BWD_THREADS) part[p] = 0.0f;
+            continue;
+        }
+        const float *X = a.X + item * PN, *R = a.R + item * PN;
+        for (int p = w; p < P; p += SSD_BWD_WARPS)
+            for (int n = lane; n < N; n += 32) {
+                sst[(int64_t)p * N + n] = X[(int64_t)p * N + n];
+                s.G[(int64_t)p * N + n] = R[(int64_t)p * N + n];
+            }
+        /* forward through the chunk, keeping the state entering each sub-block */
+        const int64_t nsub = (t1 - t0 + a.sub - 1) / a.sub;
+        for (int64_t j = 0; j < nsub; j++) {
+            for (int p = w; p < P; p += SSD_BWD_WARPS)
+                for (int n = lane; n < N; n += 32) ck[j * PN + (int64_t)p * N + n] = sst[(int64_t)p * N + n];
+            const int64_t s0 = t0 + j * a.sub, s1 = s0 + a.sub < t1 ? s0 + a.sub : t1;
+            for (int64_t t = s0; t < s1; t++) {
+                float dtv, dec;
+                bwd_decay(a, k, t, &dtv, &dec);
+                for (int p = w; p < P; p += SSD_BWD_WARPS) {
+                    const float xd = dtv * bwd_ld(a.x, a.xdt, k.xo + t * a.xs[1] + p);
+                    for (int n = lane; n < N; n += 32) {
+                        float *c = sst + (int64_t)p * N + n;
+                        *c = dec * *c + xd * bwd_ld(a.B, a.Bdt, k.Bo + t * a.Bs[1] + n);
+                    }
+                }
+            }
+        }
+        for (int p = tid; p < P; p += SSD_BWD_THREADS) s.sdD[p] = 0.0f;
+        float pdA = 0.0f, pdtb = 0.0f;
+        for (int64_t j = nsub - 1; j >= 0; j--) {
+            const int64_t s0 = t0 + j * a.sub, s1 = s0 + a.sub < t1 ? s0 + a.sub : t1;
+            for (int p = w; p < P; p += SSD_BWD_WARPS)
+                for (int n = lane; n < N; n += 32) sst[(int64_t)p * N + n] = ck[j * PN + (int64_t)p * N + n];
+            bwd_recompute(a, k, s0, s1, sst);
+            bwd_tokens(a, k, s0, s1, sst, s, &pdA, &pdtb);
+        }
         __syncthreads();
         if (tid == 0) {
             part[0] = pdA;

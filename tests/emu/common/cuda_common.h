@@ -13,6 +13,9 @@ static inline void sf_cuda_copy_strides(int64_t *d, const sf_tensor *t, int n) {
     for (int i = 0; i < n; i++) d[i] = t->data ? t->stride[i] : 0;
 }
 typedef struct sf_cuda_state { int sm_count; size_t smem_optin; } sf_cuda_state;
-inline sf_cuda_state emu_cs = {2, 232448};
+// EMU_SMEM_OPTIN (bytes) shrinks the shared memory a CTA may have, to
+// exercise the paths that size themselves by it
+#include <cstdlib>
+inline sf_cuda_state emu_cs = {2, getenv("EMU_SMEM_OPTIN") ? (size_t)atol(getenv("EMU_SMEM_OPTIN")) : 232448};
 static inline sf_cuda_state *sf_cuda_st(sf_ctx *) { return &emu_cs; }
 static inline cudaStream_t sf_cuda_stream(sf_ctx *) { return nullptr; }
