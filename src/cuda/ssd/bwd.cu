@@ -72,10 +72,10 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
         const SsdBwdConfig &c = ssd_bwd_configs[i];
         if (fname && strcmp(fname, c.name) != 0) continue;
         const char *why = ssd_bwd_supports(c, a.P, a.N, a.Q, smem, cs->smem_optin);
-        if (why)
+        if (why && (fname || i == SSD_BWD_NCONFIG - 1))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA configuration %s: %s (headdim %d, dstate %d)", op,
                            c.name, why, a.P, a.N);
-        cfg = &c;
+        if (!why) cfg = &c;
     }
     if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no CUDA configuration named %s", op, fname ? fname : "?");
     const bool cpars = cfg->path == SsdBwdPath::cpars;
@@ -123,9 +123,7 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     cudaStream_t stream = sf_cuda_stream(ctx);
     if (cpar) {
         if (nitems > 0) {
-            const size_t lsm = 2 * (size_t)PN * sizeof(float);
-            if (lsm > cs->smem_optin)
-                return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: cpar: 2 P x N states exceed shared memory", op);
+            const size_t lsm = 2 * (size_t)PN * sizeof(float); /* supports() checked it */
             SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_bwd_local_kernel,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lsm));
             ssd_bwd_local_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, lsm, stream>>>(a);

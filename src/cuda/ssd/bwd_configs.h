@@ -1,6 +1,9 @@
 /* bwd_configs.h - the SSD backward's CUDA configurations, as data.  Row
  * order is the default: the first row whose supports() accepts the shape
- * runs; SF_AUTOTUNE_FORCE=ssd_bwd:<name> pins one (the tests run each). */
+ * runs (seq, last, serves what the others cannot: a P x N adjoint too big
+ * for two states in shared memory); SF_AUTOTUNE_FORCE=ssd_bwd:<name> pins
+ * one (the tests run each).  None is tuned yet: the row order is a guess
+ * until bench/gpu_ssd_bwd.py --configs has measured them. */
 #ifndef SF_SSD_BWD_CONFIGS_H
 #define SF_SSD_BWD_CONFIGS_H
 
@@ -42,6 +45,8 @@ static inline const char *ssd_bwd_supports(const SsdBwdConfig &c, int P, int N, 
                                            size_t smem_optin) {
     if (N > 256) return "dstate > 256";
     if (smem > smem_optin) return "the P x N adjoint does not fit in shared memory";
+    if (c.path != SsdBwdPath::seq && 2 * sizeof(float) * (size_t)P * N > smem_optin)
+        return "the chunk maps' two P x N states do not fit in shared memory";
     if (c.path == SsdBwdPath::cpars && ssd_bwd_sub(P, N, Q, smem, smem_optin) < 2)
         return "fewer than 2 states of a sub-block fit in shared memory beside the adjoint";
     return nullptr;
