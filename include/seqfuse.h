@@ -334,11 +334,11 @@ SF_API sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p);
  * exponent clamp (dt A <= 0) the decay has no gradient where dt A >= 0.
  * The forward saves nothing: the states are recomputed from the inputs (the
  * state entering every chunk of chunk_size tokens, then each chunk's
- * per-token states); workspace from the context's arena: on the CPU per
- * thread (L / chunk_size + chunk_size + 1) P N floats, on a GPU
- * (chunk_size + 1) P N floats for each of 2 CTAs an SM plus two P N maps
- * per (sequence, head, chunk); both add b L H N floats twice when a group
- * has several heads and dB or dC is asked.
+ * per-token states); workspace from the context's arena: on the CPU
+ * (L / chunk_size + chunk_size + 1) P N floats a thread; on a GPU, by
+ * configuration, up to that much for each of a few CTAs an SM, plus two
+ * P N f32 maps per (sequence, head, chunk); both add b L H N floats twice
+ * when a group has several heads and dB or dC is asked.
  * Reductions (dA, dD, ddt_bias over tokens, dB and dC over a group's heads)
  * accumulate in f32 (f64 in the reference) in a fixed order on every
  * backend, without atomics: every output is bit-identical from run to run
