@@ -318,18 +318,34 @@ SF_API sf_status sf_ssd_fwd(sf_ctx *ctx, const sf_ssd_fwd_params *p);
 /* ------------------------------------------------------------------ */
 /*
  * Gradients of sf_ssd_fwd with respect to every input, given the forward's
- * description in fwd (its inputs; fwd.out and fwd.final_states are
- * ignored), dout (like out) and optionally dfinal_states (like
- * final_states, f32).  Outputs (absent = not wanted):
+ * description in fwd (its inputs, checked as sf_ssd_fwd checks them;
+ * fwd.out, fwd.final_states and fwd.backend are ignored), dout (like out)
+ * and optionally dfinal_states (like final_states, f32).  Outputs (absent =
+ * not wanted):
  *   dx (like x), ddt (like dt, the gradient with respect to the raw dt
  *   before bias, softplus and clamp; 0 where the clamp is active), dB and
  *   dC (like B and C, summed over the heads of each group), dz (like z),
  *   dA (H) f32, dD (like D) f32, ddt_bias (H) f32, dinitial_states (like
  *   initial_states) f32.
- * Reductions over tokens (dA, dD, ddt_bias) accumulate in f32 (f64 in the
- * reference); deterministic != 0 makes every output bit-identical from run
- * to run.  What is cheap to recompute (C B^T, the chunk states) is
- * recomputed from the inputs; workspace from the context's arena.
+ * The gradient of an optional input needs that input (dz: z, dD: D,
+ * ddt_bias: dt_bias, dinitial_states: initial_states), else
+ * SF_ERR_INVALID_ARG naming it.  No output may share memory with an input
+ * (dout and dfinal_states included) or another output.  Through the
+ * exponent clamp (dt A <= 0) the decay has no gradient where dt A >= 0.
+ * The forward saves nothing: the states are recomputed from the inputs (the
+ * state entering every chunk of chunk_size tokens, then each chunk's
+ * per-token states); workspace from the context's arena: on the CPU
+ * (L / chunk_size + chunk_size + 1) P N floats a thread; on a GPU, by
+ * configuration, up to that much for each of a few CTAs an SM, plus two
+ * P N f32 maps per (sequence, head, chunk); both add b L H N floats twice
+ * when a group has several heads and dB or dC is asked.
+ * Reductions (dA, dD, ddt_bias over tokens, dB and dC over a group's heads)
+ * accumulate in f32 (f64 in the reference) in a fixed order on every
+ * backend, without atomics: every output is bit-identical from run to run
+ * (deterministic, 0 or 1, is accepted and changes nothing today).
+ * CUDA backend: N <= 256 and the P x N f32 adjoint in shared memory
+ * (SF_ERR_UNSUPPORTED beyond), f32 arithmetic on CUDA cores; initial_states
+ * and the varlen forms as in sf_ssd_fwd.
  */
 typedef struct sf_ssd_bwd_params {
     sf_ssd_fwd_params fwd;     /* fwd.backend is ignored          */

@@ -337,6 +337,21 @@ sf_version_string = _decl("sf_version_string", _c.c_char_p)
 
 sf_ssd_fwd_params_init = _decl("sf_ssd_fwd_params_init", None, _P(sf_ssd_fwd_params))
 sf_ssd_fwd = _decl("sf_ssd_fwd", _c.c_int, _c.c_void_p, _P(sf_ssd_fwd_params))
+# Mamba-2 SSD backward (sf_ssd_bwd)
+class sf_ssd_bwd_params(ctypes.Structure):
+    _fields_ = [
+        ("fwd", sf_ssd_fwd_params),
+        ("dout", sf_tensor), ("dfinal_states", sf_tensor),
+        ("dx", sf_tensor), ("ddt", sf_tensor), ("dA", sf_tensor), ("dB", sf_tensor),
+        ("dC", sf_tensor), ("dD", sf_tensor), ("dz", sf_tensor), ("ddt_bias", sf_tensor),
+        ("dinitial_states", sf_tensor),
+        ("deterministic", ctypes.c_int),
+        ("backend", ctypes.c_int),
+    ]
+
+
+sf_ssd_bwd_params_init = _decl("sf_ssd_bwd_params_init", None, _P(sf_ssd_bwd_params))
+sf_ssd_bwd = _decl("sf_ssd_bwd", _c.c_int, _c.c_void_p, _P(sf_ssd_bwd_params))
 sf_ssd_step_params_init = _decl("sf_ssd_step_params_init", None, _P(sf_ssd_step_params))
 sf_ssd_step = _decl("sf_ssd_step", _c.c_int, _c.c_void_p, _P(sf_ssd_step_params))
 sf_attn_fwd_params_init = _decl("sf_attn_fwd_params_init", None, _P(sf_attn_fwd_params))

@@ -48,7 +48,14 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     Given both seq_idx and cu_seqlens (as mamba_ssm callers do), cu_seqlens
     defines the sequences; for host arrays seq_idx is checked to change
     exactly at the cu_seqlens boundaries.
+    Differentiable under torch autograd (sf_ssd_bwd) when grad mode is on and
+    any of x, dt, A, B, C, D, z, dt_bias, initial_states requires grad.
     """
+    if _wants_grad(x, dt, A, B, C, D, z, dt_bias, initial_states):
+        from ._mamba_autograd import chunk_scan_autograd
+        return chunk_scan_autograd(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                   cu_seqlens, dt_softplus, dt_limit, return_final_states,
+                                   return_varlen_states, backend)
     op = "mamba_chunk_scan_combined"
     call = Call(op, x, "x")
     xs = _shape(call, x, "x", 4, "(batch, seqlen, nheads, headdim)")
@@ -90,6 +97,65 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     if return_final_states:
         return out, states
     return out
+
+
+def _wants_grad(*ts):
+    """torch grad mode on and some input tensor requires grad."""
+    for t in ts:
+        if t is not None and getattr(t, "requires_grad", False):
+            import torch
+            return torch.is_grad_enabled()
+    return False
+
+
+def mamba_chunk_scan_combined_bwd(dout, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
+                                  initial_states=None, seq_idx=None, cu_seqlens=None,
+                                  dt_softplus=False, dt_limit=(0.0, float("inf")),
+                                  dfinal_states=None, deterministic=False, backend="auto"):
+    """Gradients of mamba_chunk_scan_combined (sf_ssd_bwd) given dout (like
+    out) and optionally dfinal_states (like its final states: (b, H, P, N),
+    or (nseq, H, P, N) with cu_seqlens; float32).  Returns a dict with dx,
+    ddt (with respect to the raw dt), dA, dB, dC (summed over each group's
+    heads) and, for the inputs given, dD, dz, ddt_bias, dinitial_states.
+    dx, ddt, dB, dC, dz take their inputs' dtypes; dA, dD, ddt_bias and
+    dinitial_states are float32."""
+    op = "mamba_chunk_scan_combined_bwd"
+    call = Call(op, x, "x")
+    xs = _shape(call, x, "x", 4, "(batch, seqlen, nheads, headdim)")
+    Ln = xs[1]
+    q = L.sf_ssd_bwd_params()
+    L.sf_ssd_bwd_params_init(ctypes.byref(q))
+    p = q.fwd
+    _set_ssd_inputs(call, p, x, dt, A, B, C, D, z, dt_bias)
+    p.initial_states = call.tensor(initial_states, "initial_states")
+    if cu_seqlens is not None:
+        cu = call.as_index(cu_seqlens, "cu_seqlens")
+        if seq_idx is not None:
+            _check_seq_idx_matches(call, call.as_i32(seq_idx, "seq_idx"), cu, Ln)
+        p.cu_seqlens = call.tensor(cu, "cu_seqlens")
+    elif seq_idx is not None:
+        p.seq_idx = call.tensor(call.as_i32(seq_idx, "seq_idx"), "seq_idx")
+    p.chunk_size = as_int(op, "chunk_size", chunk_size)
+    p.dt_softplus = as_flag(op, "dt_softplus", dt_softplus)
+    p.dt_min, p.dt_max = _dt_limit(call, dt_limit)
+    q.dout = call.tensor(dout, "dout")
+    q.dfinal_states = call.tensor(dfinal_states, "dfinal_states")
+    g = {"dx": call.empty(xs, like=x), "ddt": call.empty(tuple(dt.shape), like=dt),
+         "dA": call.empty(tuple(A.shape[:1])),
+         "dB": call.empty(tuple(B.shape), like=B), "dC": call.empty(tuple(C.shape), like=C)}
+    if D is not None:
+        g["dD"] = call.empty(tuple(D.shape))
+    if z is not None:
+        g["dz"] = call.empty(tuple(z.shape), like=z)
+    if dt_bias is not None:
+        g["ddt_bias"] = call.empty(tuple(dt_bias.shape))
+    if initial_states is not None:
+        g["dinitial_states"] = call.empty(tuple(initial_states.shape))
+    for k, v in g.items():
+        setattr(q, k, call.tensor(v, k))
+    q.deterministic = as_flag(op, "deterministic", deterministic)
+    call.run(L.sf_ssd_bwd, q, backend)
+    return g
 
 
 def _check_seq_idx_matches(call, si, cu, Ln):

@@ -2,6 +2,7 @@
  * descriptor, derive the problem (and, for host tensors, the list of
  * segments through which the state flows), dispatch to a backend. */
 #include "check.h"
+#include "ssd_bwd.h"
 
 #include <stdio.h>
 
@@ -55,7 +56,7 @@ static sf_status check_finite_params(sf_ctx *ctx, const char *op, const sf_tenso
 
 /* Cuts the host problem into segments: rows, cu_seqlens sequences, or
  * runs of equal seq_idx. */
-static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
+sf_status sf_ssd_build_segments(sf_ctx *ctx, const char *op, sf_ssd_problem *pr) {
     const sf_ssd_fwd_params *p = pr->p;
     int64_t cap = pr->varlen == 2 ? pr->nseq : pr->batch;
     if (pr->varlen == 1) { /* count the runs first */
@@ -68,9 +69,9 @@ static sf_status build_segments(sf_ctx *ctx, sf_ssd_problem *pr) {
                 int64_t prev = sf_ldi(si->data, si->dtype, sf_off2(si, b, t - 1));
                 if (cur < prev)
                     return sf_fail(ctx, SF_ERR_INDEX,
-                                   "sf_ssd_fwd: seq_idx[%lld, %lld] = %lld is less than the "
+                                   "%s: seq_idx[%lld, %lld] = %lld is less than the "
                                    "previous %lld (seq_idx must not decrease along L)",
-                                   (long long)b, (long long)t, (long long)cur, (long long)prev);
+                                   op, (long long)b, (long long)t, (long long)cur, (long long)prev);
                 if (cur != prev) cap++;
             }
         }
@@ -125,13 +126,11 @@ static void ssd_fwd_empty_host(const sf_ssd_fwd_params *p, int64_t ns, int64_t H
                 }
 }
 
-static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const char *op, int states_only) {
-    sf_backend be;
-    SF_OP_BEGIN(ctx, op, p, &be);
-
-    CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 4, NULL, SF_DT_FLOAT, 1));
+sf_status sf_ssd_validate(sf_ctx *ctx, const sf_ssd_fwd_params *p, const char *op, const char *out_name,
+                          const char *final_name, int check_io, sf_ssd_problem *prp) {
     sf_ssd_problem pr;
     memset(&pr, 0, sizeof pr);
+    CHK(sf_check_tensor(ctx, op, "x", &p->x, 1, 4, NULL, SF_DT_FLOAT, 1));
     pr.p = p;
     pr.batch = p->x.shape[0];
     pr.seqlen = p->x.shape[1];
@@ -157,7 +156,7 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     CHK(sf_check_tensor(ctx, op, "C", &p->C, 1, 4, (int64_t[]){b, L, G, N}, dt_bc, 1));
     CHK(sf_check_tensor(ctx, op, "dt", &p->dt, 1, 3, (int64_t[]){b, L, H}, dt_bc, 0));
     CHK(sf_check_tensor(ctx, op, "A", &p->A, 1, 1, (int64_t[]){H}, SF_F32, 0));
-    CHK(sf_check_tensor(ctx, op, "out", &p->out, 1, 4, (int64_t[]){b, L, H, P}, dt, 1));
+    CHK(sf_check_tensor(ctx, op, out_name, &p->out, 1, 4, (int64_t[]){b, L, H, P}, dt, 1));
     if (p->D.data) {
         if (p->D.rank == 1)
             CHK(sf_check_tensor(ctx, op, "D", &p->D, 1, 1, (int64_t[]){H}, SF_F32, 0));
@@ -195,18 +194,18 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     int64_t ns = pr.varlen == 2 ? pr.nseq : b;
     CHK(sf_check_tensor(ctx, op, "initial_states", &p->initial_states, 0, 4,
                         (int64_t[]){ns, H, P, N}, SF_F32, 0));
-    CHK(sf_check_tensor(ctx, op, "final_states", &p->final_states, 0, 4,
+    CHK(sf_check_tensor(ctx, op, final_name, &p->final_states, 0, 4,
                         (int64_t[]){ns, H, P, N}, SF_F32, 0));
     pr.has_init = p->initial_states.data != NULL;
     pr.has_final = p->final_states.data != NULL;
 
-    const sf_named_tensor outs[] = {SF_NT("out", &p->out), SF_NT("final_states", &p->final_states)};
+    const sf_named_tensor outs[] = {SF_NT(out_name, &p->out), SF_NT(final_name, &p->final_states)};
     const sf_named_tensor ins[] = {SF_NT("x", &p->x), SF_NT("dt", &p->dt), SF_NT("A", &p->A),
                                    SF_NT("B", &p->B), SF_NT("C", &p->C), SF_NT("D", &p->D),
                                    SF_NT("z", &p->z), SF_NT("dt_bias", &p->dt_bias),
                                    SF_NT("initial_states", &p->initial_states),
                                    SF_NT("seq_idx", &p->seq_idx), SF_NT("cu_seqlens", &p->cu_seqlens)};
-    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
+    if (check_io) CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
     if (p->chunk_size != 64 && p->chunk_size != 128 && p->chunk_size != 256)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: chunk_size %d; supported: 64, 128, 256", op,
                        p->chunk_size);
@@ -214,6 +213,17 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     CHK(check_dt_limits(ctx, op, p->dt_min, p->dt_max));
     CHK(sf_check_flag(ctx, op, "dt_softplus", p->dt_softplus));
     CHK(check_finite_params(ctx, op, &p->A, &p->D, &p->dt_bias));
+    *prp = pr;
+    return SF_OK;
+}
+
+static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const char *op, int states_only) {
+    sf_backend be;
+    SF_OP_BEGIN(ctx, op, p, &be);
+    sf_ssd_problem pr;
+    CHK(sf_ssd_validate(ctx, p, op, "out", "final_states", 1, &pr));
+    const int64_t b = pr.batch, L = pr.seqlen, H = pr.nheads, P = pr.headdim, N = pr.dstate;
+    const int64_t ns = pr.varlen == 2 ? pr.nseq : b;
     pr.states_only = states_only;
     if (states_only && (be != SF_BACKEND_CUDA || !pr.has_final))
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend and final_states are needed", op);
@@ -226,11 +236,11 @@ static sf_status ssd_fwd_impl(sf_ctx *ctx, const sf_ssd_fwd_params *p, const cha
     sf_status s;
     switch (be) {
     case SF_BACKEND_REF:
-        CHK(build_segments(ctx, &pr));
+        CHK(sf_ssd_build_segments(ctx, op, &pr));
         s = sf_ref_ssd_fwd(ctx, &pr);
         break;
     case SF_BACKEND_CPU:
-        CHK(build_segments(ctx, &pr));
+        CHK(sf_ssd_build_segments(ctx, op, &pr));
         s = sf_cpu_ssd_fwd(ctx, &pr);
         break;
     default:

@@ -1,0 +1,35 @@
+/* bwd_args.h - the argument block of the CUDA SSD backward kernels
+ * (ssd_bwd_args, filled by bwd.cu).  Plain C++, no device code. */
+#ifndef SF_SSD_BWD_ARGS_H
+#define SF_SSD_BWD_ARGS_H
+
+#include <stdint.h>
+
+struct ssd_bwd_args {
+    /* forward inputs; dtypes are seqfuse sf_dtype codes */
+    const void *x, *dt, *B, *C, *z, *dout;
+    const float *A, *D, *dt_bias, *init, *dfin;
+    const void *cu;
+    const int *seq_idx;
+    int xdt, dtdt, Bdt, Cdt;   /* x (also z, dout, dx, dz), dt, B, C dtypes */
+    int64_t xs[3], dts[3], Bs[3], Cs[3], zs[3], dos[3];
+    int64_t As, Ds[2], biass, ins[4], dfs[4], sis[2], cus;
+    /* gradients (NULL: not wanted) */
+    void *dx, *ddt, *dB, *dC, *dz;
+    float *dA, *dD, *ddt_bias, *dinit;
+    int64_t dxs[3], ddts[3], dBs[3], dCs[3], dzs[3], dAs, dDs[2], dbs, dis[4];
+    int batch, L, H, P, N, hpg, G, Q, nseq, ntask, nck;
+    int has_D, D_pc, has_z, has_bias, softplus, has_init, has_final, varlen, cu64;
+    float dt_min, dt_max;
+    /* workspace */
+    float *scratch;   /* per CTA: (seq: nck checkpoints +) Q + 1 chunk states, P x N each */
+    int64_t scratch_per_cta;
+    float *part;      /* npt per task (seq, h): dA, ddt_bias, dD[P]           */
+    int npt;          /* partials per task: 1 (seq) or nck (cpar)              */
+    float *X, *R;     /* cpar: per (task, chunk) P x N state and adjoint maps  */
+    float *Dc;        /* cpar: per (task, chunk) decay product                 */
+    int sub;          /* cpars: tokens a sub-block (states in shared memory)   */
+    float *pdB, *pdC; /* (b, L, H, N) per-head rows when a group has several heads */
+};
+
+#endif
