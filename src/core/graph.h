@@ -23,6 +23,10 @@ sf_status sf_cuda_graph_begin(sf_ctx *ctx);
 sf_status sf_cuda_graph_end(sf_ctx *ctx, sf_graph **g, int abandon);
 sf_status sf_cuda_graph_launch(sf_ctx *ctx, sf_graph *g);
 void sf_cuda_graph_destroy(sf_graph *g);
+/* A non-blocking stream on the context's device (for sf_ctx_set_stream: a
+ * capture needs a stream other than the legacy one), and its release. */
+sf_status sf_cuda_stream_new(sf_ctx *ctx, void **stream);
+void sf_cuda_stream_delete(void *stream);
 
 #ifdef __cplusplus
 }

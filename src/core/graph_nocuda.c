@@ -30,3 +30,8 @@ sf_status sf_cuda_graph_launch(sf_ctx *ctx, sf_graph *g) {
     return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_graph_launch: " SF_NO_CUDA_MSG);
 }
 void sf_cuda_graph_destroy(sf_graph *g) { (void)g; }
+sf_status sf_cuda_stream_new(sf_ctx *ctx, void **stream) {
+    *stream = NULL;
+    return sf_fail(ctx, SF_ERR_UNSUPPORTED, "a CUDA stream: " SF_NO_CUDA_MSG);
+}
+void sf_cuda_stream_delete(void *stream) { (void)stream; }

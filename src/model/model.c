@@ -277,6 +277,7 @@ sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *b
 
 void sfm_model_destroy(sfm_model *m) {
     if (!m) return;
+    sfm_step_destroy(m);
     for (sfm_alloc *a = m->owned; a;) {
         sfm_alloc *nx = a->next;
         if (a->dev) sf_free(m->ctx, a->p);
@@ -332,6 +333,7 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
     m->pos_d = sfm_dev_alloc(m, (size_t)rows * 4);
     if (!m->pos_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
     m->cap_rows = rows;
+    m->rows_gen++;
     return SF_OK;
 }
 
@@ -432,7 +434,9 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
     }
     /* KV pools, f32 on the CPU */
     {
-        const int64_t pool_elems = num_pages * page_size * KD;
+        /* one page past num_pages: the scratch page of padding rows (step.c) */
+        const int64_t pool_elems = (num_pages + 1) * page_size * KD;
+        m->scratch_page = (int32_t)num_pages;
         for (int l = 0; l < L; l++) {
             if (m->layers[l].mamba) continue; /* no KV pages in a Mamba layer */
             void *kp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
@@ -441,7 +445,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
                 st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the KV cache (%lld pages)", (long long)num_pages);
                 goto bad;
             }
-            const int64_t shp[4] = {num_pages, page_size, c->num_kv_heads, hd};
+            const int64_t shp[4] = {num_pages + 1, page_size, c->num_kv_heads, hd};
             m->kpool[l] = sf_tensor_contiguous(kp, m->act, dev, 4, shp);
             m->vpool[l] = sf_tensor_contiguous(vp, m->act, dev, 4, shp);
         }
@@ -459,7 +463,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
             goto bad;
         }
     }
-    TRY(ensure_rows(m, 64, err, errlen));
+    TRY(ensure_rows(m, max_seqs > 64 ? max_seqs : 64, err, errlen)); /* a decode step's rows at least */
 #undef NEED
 #undef TRY
     *out = m;
@@ -521,13 +525,118 @@ static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T, int 
             return sfm_model_fail(err, errlen, s_, "layer %d: %s: %s", l, #call, sf_ctx_last_error(m->ctx));  \
     } while (0)
 
+/* The layers over T rows of n sequences (m->tmp holds the embeddings), up
+ * to the final norm's output in m->h; the index tensors are in ix (device),
+ * cu and slots on the host too (a prefill's per-sequence calls).  Nothing
+ * here allocates, synchronises or reads back: the decode step is
+ * capturable. */
+sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm_index *ix, const int32_t *cu,
+                           const int32_t *slots, char *err, size_t errlen) {
+    const sfm_config *c = m->cfg;
+    const int dev = sf_ctx_device(m->ctx);
+    const int64_t hd = c->head_dim;
+    const int H = c->num_heads, Hkv = c->num_kv_heads;
+    const int MP = m->max_pages_per_seq;
+    sf_status st;
+    int l = 0;
+    const sf_tensor bt = t2(ix->bt, SF_I32, dev, n, MP);
+    const sf_tensor lens_t = sf_tensor_contiguous(ix->len, SF_I32, dev, 1, (int64_t[]){n});
+    const sf_tensor clens_t = sf_tensor_contiguous(ix->clen, SF_I32, dev, 1, (int64_t[]){n});
+    const sf_tensor cu_t = sf_tensor_contiguous(ix->cu, SF_I32, dev, 1, (int64_t[]){n + 1});
+    const int64_t q3[3] = {T, H, hd}, k3[3] = {T, Hkv, hd};
+    const sf_tensor qt = sf_tensor_contiguous(m->q, m->act, dev, 3, q3);
+    const sf_tensor kt = sf_tensor_contiguous(m->k, m->act, dev, 3, k3);
+    const sf_tensor vt = sf_tensor_contiguous(m->v, m->act, dev, 3, k3);
+    const sf_tensor at = sf_tensor_contiguous(m->att, m->act, dev, 3, q3);
+
+    l = 0;
+    STEP(norm(m, m->tmp, &m->layers[0].in_norm, T, 1));
+    for (l = 0; l < c->num_layers; l++) {
+        const sfm_layer *ly = &m->layers[l];
+        const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
+        if (ly->mamba) {
+            if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, ix->slots, decode, err, errlen)) != SF_OK) return st;
+            if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
+                STEP(norm(m, m->tmp, next_norm, T, 0));
+                continue;
+            }
+            goto mlp;
+        }
+        STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
+        STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
+        STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
+        sf_rope_params rp;
+        sf_rope_params_init(&rp);
+        rp.q = qt, rp.k = kt;
+        rp.positions = sf_tensor_contiguous(ix->pos, SF_I32, dev, 1, (int64_t[]){T});
+        rp.rotary_dim = c->rope_dim;
+        rp.theta = (float)c->rope_theta;
+        if (c->rope_scaling == SFM_ROPE_LLAMA3) {
+            rp.scaling = SF_ROPE_LLAMA3;
+            rp.factor = (float)c->rope_factor;
+            rp.low_freq_factor = (float)c->rope_low_freq_factor;
+            rp.high_freq_factor = (float)c->rope_high_freq_factor;
+            rp.original_max_position = c->rope_original_max_position;
+        }
+        STEP(sf_rope(m->ctx, &rp));
+        sf_kv_append_params ap;
+        sf_kv_append_params_init(&ap);
+        ap.k_cache = m->kpool[l], ap.v_cache = m->vpool[l];
+        if (decode) {
+            const int64_t s4[4] = {n, 1, Hkv, hd};
+            ap.k = sf_tensor_contiguous(m->k, m->act, dev, 4, s4);
+            ap.v = sf_tensor_contiguous(m->v, m->act, dev, 4, s4);
+            ap.block_table = bt, ap.cache_seqlens = clens_t;
+            STEP(sf_kv_append(m->ctx, &ap));
+            sf_attn_paged_params pp;
+            sf_attn_paged_params_init(&pp);
+            const int64_t sq[4] = {n, 1, H, hd};
+            pp.q = sf_tensor_contiguous(m->q, m->act, dev, 4, sq);
+            pp.out = sf_tensor_contiguous(m->att, m->act, dev, 4, sq);
+            pp.k_cache = m->kpool[l], pp.v_cache = m->vpool[l];
+            pp.block_table = bt, pp.seqlens = lens_t;
+            pp.causal = 1;
+            STEP(sf_attn_paged(m->ctx, &pp));
+        } else {
+            /* each prompt's K/V into its pages (a call per sequence: lengths differ) */
+            for (int i = 0; i < n; i++) {
+                const int64_t s4[4] = {1, cu[i + 1] - cu[i], Hkv, hd};
+                const size_t off = (size_t)cu[i] * (size_t)(Hkv * hd) * sf_dtype_size(m->act);
+                ap.k = sf_tensor_contiguous((char *)m->k + off, m->act, dev, 4, s4);
+                ap.v = sf_tensor_contiguous((char *)m->v + off, m->act, dev, 4, s4);
+                ap.block_table = t2((int32_t *)ix->bt + (int64_t)i * MP, SF_I32, dev, 1, MP);
+                ap.cache_seqlens = sf_tensor_contiguous((int32_t *)ix->clen + i, SF_I32, dev, 1, (int64_t[]){1});
+                STEP(sf_kv_append(m->ctx, &ap));
+            }
+            sf_attn_fwd_params fp;
+            sf_attn_fwd_params_init(&fp);
+            fp.q = qt, fp.k = kt, fp.v = vt, fp.out = at;
+            fp.cu_seqlens_q = cu_t, fp.cu_seqlens_k = cu_t;
+            fp.causal = 1;
+            STEP(sf_attn_fwd(m->ctx, &fp));
+        }
+        STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
+    mlp:
+        STEP(norm(m, m->tmp, &ly->post_norm, T, 0));
+        STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
+        STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
+        sf_swiglu_params sp;
+        sf_swiglu_params_init(&sp);
+        sp.gate = t2(m->g, m->act, dev, T, c->intermediate_size);
+        sp.up = t2(m->u, m->act, dev, T, c->intermediate_size);
+        sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
+        STEP(sf_swiglu(m->ctx, &sp));
+        STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
+        STEP(norm(m, m->tmp, next_norm, T, 0));
+    }
+    return SF_OK;
+}
+
 sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
                             const int64_t *start, const int32_t *block_table, const int32_t *slots,
                             float *logits, char *err, size_t errlen) {
     const sfm_config *c = m->cfg;
-    const int dev = sf_ctx_device(m->ctx);
-    const int64_t D = c->hidden_size, V = c->vocab_size, hd = c->head_dim;
-    const int H = c->num_heads, Hkv = c->num_kv_heads;
+    const int64_t D = c->hidden_size, V = c->vocab_size;
     const int MP = m->max_pages_per_seq;
     if (n < 1 || n > m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "batch of %d sequences (1 to %d)", n, m->max_seqs);
     int64_t T = 0;
@@ -571,96 +680,8 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         if (slots[i] < 0 || slots[i] >= m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "state slot %d of sequence %d", slots[i], i);
     STEP(sf_memcpy(m->ctx, m->slots_d, slots, (size_t)n * 4));
 
-    const sf_tensor bt = t2(m->bt_d, SF_I32, dev, n, MP);
-    const sf_tensor lens_t = sf_tensor_contiguous(m->len_d, SF_I32, dev, 1, (int64_t[]){n});
-    const sf_tensor clens_t = sf_tensor_contiguous(m->clen_d, SF_I32, dev, 1, (int64_t[]){n});
-    const sf_tensor cu_t = sf_tensor_contiguous(m->cu_d, SF_I32, dev, 1, (int64_t[]){n + 1});
-    const int64_t q3[3] = {T, H, hd}, k3[3] = {T, Hkv, hd};
-    const sf_tensor qt = sf_tensor_contiguous(m->q, m->act, dev, 3, q3);
-    const sf_tensor kt = sf_tensor_contiguous(m->k, m->act, dev, 3, k3);
-    const sf_tensor vt = sf_tensor_contiguous(m->v, m->act, dev, 3, k3);
-    const sf_tensor at = sf_tensor_contiguous(m->att, m->act, dev, 3, q3);
-
-    l = 0;
-    STEP(norm(m, m->tmp, &m->layers[0].in_norm, T, 1));
-    for (l = 0; l < c->num_layers; l++) {
-        const sfm_layer *ly = &m->layers[l];
-        const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
-        if (ly->mamba) {
-            if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, decode, err, errlen)) != SF_OK) return st;
-            if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
-                STEP(norm(m, m->tmp, next_norm, T, 0));
-                continue;
-            }
-            goto mlp;
-        }
-        STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
-        STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
-        STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
-        sf_rope_params rp;
-        sf_rope_params_init(&rp);
-        rp.q = qt, rp.k = kt;
-        rp.positions = sf_tensor_contiguous(m->pos_d, SF_I32, dev, 1, (int64_t[]){T});
-        rp.rotary_dim = c->rope_dim;
-        rp.theta = (float)c->rope_theta;
-        if (c->rope_scaling == SFM_ROPE_LLAMA3) {
-            rp.scaling = SF_ROPE_LLAMA3;
-            rp.factor = (float)c->rope_factor;
-            rp.low_freq_factor = (float)c->rope_low_freq_factor;
-            rp.high_freq_factor = (float)c->rope_high_freq_factor;
-            rp.original_max_position = c->rope_original_max_position;
-        }
-        STEP(sf_rope(m->ctx, &rp));
-        sf_kv_append_params ap;
-        sf_kv_append_params_init(&ap);
-        ap.k_cache = m->kpool[l], ap.v_cache = m->vpool[l];
-        if (decode) {
-            const int64_t s4[4] = {n, 1, Hkv, hd};
-            ap.k = sf_tensor_contiguous(m->k, m->act, dev, 4, s4);
-            ap.v = sf_tensor_contiguous(m->v, m->act, dev, 4, s4);
-            ap.block_table = bt, ap.cache_seqlens = clens_t;
-            STEP(sf_kv_append(m->ctx, &ap));
-            sf_attn_paged_params pp;
-            sf_attn_paged_params_init(&pp);
-            const int64_t sq[4] = {n, 1, H, hd};
-            pp.q = sf_tensor_contiguous(m->q, m->act, dev, 4, sq);
-            pp.out = sf_tensor_contiguous(m->att, m->act, dev, 4, sq);
-            pp.k_cache = m->kpool[l], pp.v_cache = m->vpool[l];
-            pp.block_table = bt, pp.seqlens = lens_t;
-            pp.causal = 1;
-            STEP(sf_attn_paged(m->ctx, &pp));
-        } else {
-            /* each prompt's K/V into its pages (a call per sequence: lengths differ) */
-            for (int i = 0; i < n; i++) {
-                const int64_t s4[4] = {1, lens[i], Hkv, hd};
-                const size_t off = (size_t)cu[i] * (size_t)(Hkv * hd) * sf_dtype_size(m->act);
-                ap.k = sf_tensor_contiguous((char *)m->k + off, m->act, dev, 4, s4);
-                ap.v = sf_tensor_contiguous((char *)m->v + off, m->act, dev, 4, s4);
-                ap.block_table = t2((int32_t *)m->bt_d + (int64_t)i * MP, SF_I32, dev, 1, MP);
-                ap.cache_seqlens = sf_tensor_contiguous((int32_t *)m->clen_d + i, SF_I32, dev, 1, (int64_t[]){1});
-                STEP(sf_kv_append(m->ctx, &ap));
-            }
-            sf_attn_fwd_params fp;
-            sf_attn_fwd_params_init(&fp);
-            fp.q = qt, fp.k = kt, fp.v = vt, fp.out = at;
-            fp.cu_seqlens_q = cu_t, fp.cu_seqlens_k = cu_t;
-            fp.causal = 1;
-            STEP(sf_attn_fwd(m->ctx, &fp));
-        }
-        STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
-    mlp:
-        STEP(norm(m, m->tmp, &ly->post_norm, T, 0));
-        STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
-        STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
-        sf_swiglu_params sp;
-        sf_swiglu_params_init(&sp);
-        sp.gate = t2(m->g, m->act, dev, T, c->intermediate_size);
-        sp.up = t2(m->u, m->act, dev, T, c->intermediate_size);
-        sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
-        STEP(sf_swiglu(m->ctx, &sp));
-        STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
-        STEP(norm(m, m->tmp, next_norm, T, 0));
-    }
+    const sfm_index ix = {m->pos_d, m->cu_d, m->len_d, m->clen_d, m->slots_d, m->bt_d};
+    if ((st = sfm_model_layers(m, n, T, decode, &ix, cu, slots, err, errlen)) != SF_OK) return st;
     l = c->num_layers;
     const size_t es = sf_dtype_size(m->act);
     if (decode) {
@@ -670,6 +691,14 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
             STEP(sfm_linear_apply(m, &m->lm_head, (char *)m->h + (size_t)(cu[i + 1] - 1) * (size_t)D * es, 1,
                         (char *)m->logits + (size_t)i * (size_t)V * es));
     }
+    if (!logits) return SF_OK; /* the caller samples on the device */
+    return sfm_model_logits_host(m, n, logits, err, errlen);
+}
+
+sf_status sfm_model_logits_host(sfm_model *m, int n, float *logits, char *err, size_t errlen) {
+    const int64_t V = m->cfg->vocab_size;
+    const size_t es = sf_dtype_size(m->act);
+    int l = m->cfg->num_layers;
     STEP(sf_memcpy(m->ctx, m->logits_h, m->logits, (size_t)(n * V) * es));
     const uint16_t *lh = m->logits_h;
     if (m->act == SF_F32) {

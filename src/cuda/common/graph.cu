@@ -115,3 +115,16 @@ extern "C" void sf_cuda_graph_destroy(sf_graph *g) {
     if (cur >= 0 && cur != g->device) cudaSetDevice(cur);
     free(g);
 }
+
+extern "C" sf_status sf_cuda_stream_new(sf_ctx *ctx, void **stream) {
+    *stream = NULL;
+    SF_CUDA_CHECK(ctx, cudaSetDevice(ctx->device));
+    cudaStream_t s = NULL;
+    SF_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = (void *)s;
+    return SF_OK;
+}
+
+extern "C" void sf_cuda_stream_delete(void *stream) {
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
