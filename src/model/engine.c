@@ -18,7 +18,9 @@
  * With use_graphs, each bucket's step is captured into a CUDA graph the
  * second time the bucket runs (the first, direct run makes cuBLAS's handle,
  * sizes the workspace and settles the autotuner's choices) and replayed
- * after.  Elsewhere the logits come back and the host samples.
+ * after.  The CPU runs the same step unpadded and without graphs.  Where
+ * sf_embed / sf_sample cannot serve (sfm_step_create says so) the host
+ * looks the embeddings up and samples from the logits copied back.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdarg.h>
@@ -169,7 +171,7 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
         st = SF_ERR_OUT_OF_MEMORY;
         goto bad;
     }
-    if (o->device >= 0) {
+    {
         st = sfm_step_create(e->m, err, errlen);
         if (st == SF_ERR_UNSUPPORTED) { /* sf_embed / sf_sample cannot serve here: the host path */
             err[0] = 0;
@@ -312,6 +314,8 @@ static int emit(sf_engine *e, seq *q, sf_generation *g, int i, int32_t t, const 
     return 0;
 }
 
+static int o_cpu(const sf_engine *e) { return e->o.device == SF_DEVICE_CPU; }
+
 /* One decode step of the nb live sequences batch[] on the device: the step
  * arrays of the live rows, then padding rows up to the bucket (token 0 at
  * length 0 in the scratch page, each in a distinct free state slot: what
@@ -324,7 +328,7 @@ static sf_status decode_device(sf_engine *e, seq *qs, const int *batch, int nb, 
     const int MS = e->o.max_seqs, MP = e->max_pages;
     int k = 0;
     while ((1 << k) < nb) k++;
-    const int rows = (1 << k) < MS ? (1 << k) : MS;
+    const int rows = o_cpu(e) ? nb : (1 << k) < MS ? (1 << k) : MS; /* the CPU pads nothing */
     int32_t *ids = sfm_step_ids(m), *pos = sfm_step_pos(m), *len = sfm_step_len(m), *clen = sfm_step_clen(m);
     int32_t *sl = sfm_step_slots(m), *bt = sfm_step_bt(m);
     for (int b = 0; b < nb; b++) {
@@ -342,7 +346,7 @@ static sf_status decode_device(sf_engine *e, seq *qs, const int *batch, int nb, 
         for (int j = 0; j < MP; j++) bt[(size_t)b * MP + j] = m->scratch_page;
     }
     sf_graph **g = NULL;
-    if (e->o.use_graphs) {
+    if (e->o.use_graphs && !o_cpu(e)) {
         if (e->graphs_gen != m->rows_gen) { /* the activations moved: the graphs point at freed buffers */
             drop_graphs(e);
             e->graphs_gen = m->rows_gen;

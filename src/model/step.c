@@ -1,5 +1,5 @@
-/* step.c - the engine's decode step resident on the device (CUDA
- * contexts).
+/* step.c - the engine's decode step resident on the device (on a CPU
+ * context the same calls run on the host, unpadded and without graphs).
  *
  * Everything that changes between steps lives in device buffers at fixed
  * addresses: the host packs the step's token ids, positions, lengths, state
@@ -43,7 +43,9 @@ sf_status sfm_step_create(sfm_model *m, char *err, size_t errlen) {
     m->rng_d = sfm_dev_alloc(m, (size_t)MS * 8);
     if (!m->step_d || !m->tok_d || !m->seen_d || !m->rng_d)
         return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the decode step's buffers");
-    if (c->tie_embeddings && !m->lm_head.quant && m->lm_head.w.dtype == m->act) {
+    if (dev == SF_DEVICE_CPU) {
+        m->table = sf_tensor_contiguous((void *)(uintptr_t)m->embed, SF_F32, dev, 2, (int64_t[]){V, D});
+    } else if (c->tie_embeddings && !m->lm_head.quant && m->lm_head.w.dtype == m->act) {
         m->table = m->lm_head.w; /* the head's weight is the table */
     } else {
         /* the lookup table once more on the device, in the activation dtype */
