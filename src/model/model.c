@@ -330,8 +330,10 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
         if (!*hb[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no host memory for %lld rows", (long long)rows);
     }
     if (m->pos_d) release(m, m->pos_d);
+    if (m->ids_d) release(m, m->ids_d);
     m->pos_d = sfm_dev_alloc(m, (size_t)rows * 4);
-    if (!m->pos_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
+    m->ids_d = sfm_dev_alloc(m, (size_t)rows * 4);
+    if (!m->pos_d || !m->ids_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
     m->cap_rows = rows;
     m->rows_gen++;
     return SF_OK;
@@ -658,7 +660,7 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
     /* host side: embedding rows and index buffers */
     for (int64_t t = 0; t < T; t++) {
         if (ids[t] < 0 || ids[t] >= V) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "token id %d is outside the vocabulary (%lld)", ids[t], (long long)V);
-        memcpy(m->stage + t * D, m->embed + (int64_t)ids[t] * D, (size_t)D * 4);
+        if (!m->table.data) memcpy(m->stage + t * D, m->embed + (int64_t)ids[t] * D, (size_t)D * 4);
     }
     int32_t *pos = m->pos_h, *cu = pos + T, *len = cu + n + 1, *clen = len + n;
     cu[0] = 0;
@@ -669,8 +671,15 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         len[i] = (int32_t)(start[i] + lens[i]);
     }
     int l = -1;
-    sfm_f32_to(m->act, m->stage, m->stage, T * D);
-    STEP(sf_memcpy(m->ctx, m->tmp, m->stage, (size_t)(T * D) * sf_dtype_size(m->act)));
+    if (m->table.data) { /* the lookup on the device (step.c made the table) */
+        STEP(sf_memcpy(m->ctx, m->ids_d, ids, (size_t)T * 4));
+        const sf_tensor it = sf_tensor_contiguous(m->ids_d, SF_I32, sf_ctx_device(m->ctx), 1, (int64_t[]){T});
+        const sf_tensor ot = sf_tensor_contiguous(m->tmp, m->act, sf_ctx_device(m->ctx), 2, (int64_t[]){T, D});
+        STEP(sf_embed(m->ctx, &m->table, &it, &ot));
+    } else {
+        sfm_f32_to(m->act, m->stage, m->stage, T * D);
+        STEP(sf_memcpy(m->ctx, m->tmp, m->stage, (size_t)(T * D) * sf_dtype_size(m->act)));
+    }
     STEP(sf_memcpy(m->ctx, m->pos_d, pos, (size_t)T * 4));
     STEP(sf_memcpy(m->ctx, m->cu_d, cu, (size_t)(n + 1) * 4));
     STEP(sf_memcpy(m->ctx, m->len_d, len, (size_t)n * 4));

@@ -61,6 +61,7 @@ typedef struct sfm_model {
     float *stage;              /* host (cap_rows, D): embedding rows      */
     int32_t *pos_h;            /* host staging of the index buffers       */
     void *pos_d, *cu_d, *bt_d, *len_d, *clen_d;
+    void *ids_d;               /* a prefill's token ids (cap_rows), for sf_embed */
     /* the device-resident decode step (step.c; CUDA contexts): the step's
      * index arrays packed in one pinned host buffer and its device twin,
      * (5 + max_pages_per_seq) * max_seqs i32: ids | pos | len | clen |

@@ -67,7 +67,9 @@ sf_status sfm_step_create(sfm_model *m, char *err, size_t errlen) {
     const sf_tensor ids = sf_tensor_contiguous(m->step_d, SF_I32, dev, 1, (int64_t[]){1});
     const sf_tensor out = sf_tensor_contiguous(m->tmp, m->act, dev, 2, (int64_t[]){1, D});
     sf_status s = sf_embed(ctx, &m->table, &ids, &out);
-    if (s == SF_OK) {
+    if (s != SF_OK) {
+        m->table = (sf_tensor){0}; /* the host looks the rows up (model.c) */
+    } else {
         void *z = calloc((size_t)V, es);
         if (!z) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory");
         s = sf_memcpy(ctx, m->logits, z, (size_t)V * es);
