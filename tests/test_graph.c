@@ -192,7 +192,7 @@ static int api_tests(void) {
                sf_status_string(es), sf_ctx_last_error(gpu), (void *)g2);
         failures++;
     }
-    cudaStreamCaptureStatus cs;
+    enum cudaStreamCaptureStatus cs;
     CU(cudaStreamIsCapturing(s, &cs));
     if (cs != cudaStreamCaptureStatusNone) {
         printf("FAIL the stream is still captured after an abandoned capture\n");
