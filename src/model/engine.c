@@ -19,8 +19,9 @@
  * second time the bucket runs (the first, direct run makes cuBLAS's handle,
  * sizes the workspace and settles the autotuner's choices) and replayed
  * after.  The CPU runs the same step unpadded and without graphs.  Where
- * sf_embed / sf_sample cannot serve (sfm_step_create says so) the host
- * looks the embeddings up and samples from the logits copied back.
+ * sf_embed cannot serve (sfm_step_create says so) the host looks the
+ * embeddings up; where sf_sample cannot, the host samples from the logits
+ * copied back (src/model/sample.c).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdarg.h>
@@ -48,6 +49,7 @@ struct sf_engine {
     float *logits;               /* host (max_seqs, V) */
     sfm_sampler sm;
     int dev_step;                /* the decode step on the device (step.c)   */
+    int dev_sample;              /* ... its sampling too (else on the host)  */
     void *stream;                /* the context's stream on CUDA (owned)     */
     sf_graph *graphs[32];        /* per bucket min(2^k, max_seqs)             */
     unsigned char warmed[32];    /* the bucket ran once directly              */
@@ -180,6 +182,7 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
             goto bad;
         } else {
             e->dev_step = 1;
+            e->dev_sample = e->m->dev_sample;
         }
     }
     for (int64_t i = 0; i < e->num_pages; i++) e->free_pages[i] = (int32_t)(e->num_pages - 1 - i);
@@ -321,7 +324,8 @@ static int o_cpu(const sf_engine *e) { return e->o.device == SF_DEVICE_CPU; }
  * length 0 in the scratch page, each in a distinct free state slot: what
  * they append and update nobody reads), the step directly or through the
  * bucket's graph, and the live rows' tokens into m->tok_h (with
- * want_logits, their logits into e->logits first). */
+ * want_logits, their logits into e->logits first; without dev_sample only
+ * those, for the host's sampler). */
 static sf_status decode_device(sf_engine *e, seq *qs, const int *batch, int nb, const int *slot_used,
                                const sf_sampling *s, int want_logits) {
     sfm_model *m = e->m;
@@ -356,7 +360,8 @@ static sf_status decode_device(sf_engine *e, seq *qs, const int *batch, int nb, 
     }
     sf_status st = sfm_step_decode(m, rows, g, e->err, sizeof e->err);
     if (st == SF_OK && want_logits) st = sfm_model_logits_host(m, nb, e->logits, e->err, sizeof e->err);
-    if (st == SF_OK) st = sfm_step_sample(m, nb, (char *)m->step_d + 4 * (size_t)MS * 4, s, e->err, sizeof e->err);
+    if (st == SF_OK && e->dev_sample)
+        st = sfm_step_sample(m, nb, (char *)m->step_d + 4 * (size_t)MS * 4, s, e->err, sizeof e->err);
     return st;
 }
 
@@ -444,15 +449,15 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
                 seq *q = &qs[batch[b]];
                 for (int k = 0; k < MP; k++) bt[b * MP + k] = k < q->npages ? q->pages[k] : 0;
                 slots[b] = q->slot;
-                if (e->dev_step &&
+                if (e->dev_sample &&
                     (st = sfm_step_admit(e->m, q->slot, q->rng, q->hist, q->nhist, s.repetition_penalty != 1.0f,
                                          e->err, sizeof e->err)) != SF_OK)
                     goto done;
             }
             const double t0 = now_ms();
-            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->dev_step ? NULL : e->logits, e->err,
+            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->dev_sample ? NULL : e->logits, e->err,
                                    sizeof e->err);
-            if (st == SF_OK && e->dev_step) {
+            if (st == SF_OK && e->dev_sample) {
                 if (cb) st = sfm_model_logits_host(e->m, nb, e->logits, e->err, sizeof e->err);
                 if (st == SF_OK) st = sfm_step_sample(e->m, nb, e->m->slots_d, &s, e->err, sizeof e->err);
             }
@@ -462,7 +467,7 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
                 seq *q = &qs[i];
                 q->cached = q->nhist;
                 const float *lg = e->logits + (size_t)b * e->V;
-                const int32_t t = e->dev_step ? e->m->tok_h[b] : sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
+                const int32_t t = e->dev_sample ? e->m->tok_h[b] : sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
                 emit(e, q, &gens[i], i, t, lg, &s, cb, user, slot_used);
             }
             stx.prefill_ms += now_ms() - t0;
@@ -497,7 +502,7 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
         if (nb > stx.max_live) stx.max_live = nb;
         const double t0 = now_ms();
         if (e->dev_step)
-            st = decode_device(e, qs, batch, nb, slot_used, &s, cb != NULL);
+            st = decode_device(e, qs, batch, nb, slot_used, &s, cb != NULL || !e->dev_sample);
         else
             st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->logits, e->err, sizeof e->err);
         if (st != SF_OK) goto done;
@@ -506,7 +511,7 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
             seq *q = &qs[i];
             q->cached++;
             const float *lg = e->logits + (size_t)b * e->V;
-            const int32_t t = e->dev_step ? e->m->tok_h[b] : sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
+            const int32_t t = e->dev_sample ? e->m->tok_h[b] : sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
             emit(e, q, &gens[i], i, t, lg, &s, cb, user, slot_used);
         }
         stx.decode_ms += now_ms() - t0;

@@ -71,6 +71,7 @@ typedef struct sfm_model {
     void *step_d, *tok_d, *seen_d, *rng_d;
     sf_tensor table;
     int32_t scratch_page;      /* a KV page no sequence owns: padding rows */
+    int dev_sample;            /* sf_sample serves this context           */
     int rows_gen;              /* counts the activation buffers' regrowths
                                   (a captured graph holds their addresses) */
     sfm_alloc *owned;
@@ -114,8 +115,9 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
 sf_status sfm_model_logits_host(sfm_model *m, int n, float *logits, char *err, size_t errlen);
 
 /* step.c: the device-resident decode step.  sfm_step_create allocates its
- * buffers (m->step_h ...) and checks that sf_embed and sf_sample serve this
- * context (SF_ERR_UNSUPPORTED: the engine keeps the host path).
+ * buffers (m->step_h ...) and checks that sf_embed serves this context
+ * (SF_ERR_UNSUPPORTED: the engine keeps the host path) and whether
+ * sf_sample does (m->dev_sample; else the host samples).
  * sfm_step_admit sets a slot's RNG state and seen marks (the prompt's
  * tokens when penalty != 0).  sfm_step_decode runs one step over the first
  * n rows of m->step_h (live rows then padding rows), directly or through

@@ -77,7 +77,10 @@ sf_status sfm_step_create(sfm_model *m, char *err, size_t errlen) {
         if (s == SF_OK) {
             sf_sampling sp;
             sf_sampling_init(&sp);
-            s = sfm_step_sample(m, 1, (char *)m->step_d + 4 * (size_t)MS * 4, &sp, err, errlen);
+            const sf_status ss = sfm_step_sample(m, 1, (char *)m->step_d + 4 * (size_t)MS * 4, &sp, err, errlen);
+            if (ss != SF_OK && ss != SF_ERR_UNSUPPORTED) return ss;
+            m->dev_sample = ss == SF_OK;
+            err[0] = 0;
         }
     }
     if (s != SF_OK)
