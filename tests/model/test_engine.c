@@ -78,7 +78,7 @@ static void test_model(const char *path, const char *what) {
     char err[512];
     sf_engine_options o;
     sf_engine_options_init(&o);
-    EXPECT(o.device == SF_DEVICE_CPU && o.max_seqs == 0, "options_init defaults");
+    EXPECT(o.device == SF_DEVICE_CPU && o.max_seqs == 0 && o.use_graphs == 1, "options_init defaults");
     o.max_seqs = 2, o.max_seq_len = 24, o.page_size = 4;
     sf_engine *e = NULL;
     sf_status st = sf_engine_create(path, &o, &e, err, sizeof err);
