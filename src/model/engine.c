@@ -483,10 +483,12 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
                 continue;
             }
             batch[nb] = i;
-            lens[nb] = 1, start[nb] = q->cached;
-            ids[nb] = q->hist[q->nhist - 1];
-            for (int k = 0; k < MP; k++) bt[nb * MP + k] = k < q->npages ? q->pages[k] : 0;
-            slots[nb] = q->slot;
+            if (!e->dev_step) { /* the host path's arrays (decode_device packs its own) */
+                lens[nb] = 1, start[nb] = q->cached;
+                ids[nb] = q->hist[q->nhist - 1];
+                for (int k = 0; k < MP; k++) bt[nb * MP + k] = k < q->npages ? q->pages[k] : 0;
+                slots[nb] = q->slot;
+            }
             nb++;
         }
         if (nb == 0) {
