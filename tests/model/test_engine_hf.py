@@ -13,7 +13,9 @@ rope scaling, Qwen2 (q/k/v biases, tied head), Mamba-2, and the Bamba hybrid
     with the gguf package) match transformers over the dequantised weights,
     quantised and dequantised in the engine.
 Mamba-2 (transformers' Mamba2ForCausalLM, its torch path) is checked the
-same way.  Skipped when torch or transformers is missing."""
+same way.  On a GPU: bf16 / f16 logits against the CPU engine's, and the
+decode step replayed from CUDA graphs against direct launches (identical
+tokens and logits).  Skipped when torch or transformers is missing."""
 import os
 import sys
 
