@@ -1271,8 +1271,8 @@ typedef struct sf_engine_options {
                                 Mamba states and the logits stay f32          */
     int use_graphs;          /* CUDA devices: 1 (default) replays each decode
                                 step as a CUDA graph, one per batch-size
-                                bucket (1, 2, 4, ... max_seqs), captured on
-                                first use; 0 launches every op each step.
+                                bucket (1, 2, 4, ... max_seqs), captured after
+                                its first run; 0: every op launched each step.
                                 Ignored on the CPU                            */
 } sf_engine_options;
 
