@@ -68,6 +68,7 @@ typedef struct sfm_model {
      * slots | block table; the sampled tokens; the embedding table in act;
      * per slot the sampler's seen marks (max_seqs, V) u8 and RNG state */
     int32_t *step_h, *tok_h;
+    uint64_t *rng_h;           /* pinned: the RNG state a slot starts from */
     void *step_d, *tok_d, *seen_d, *rng_d;
     sf_tensor table;
     int32_t scratch_page;      /* a KV page no sequence owns: padding rows */

@@ -36,6 +36,7 @@ sf_status sfm_step_create(sfm_model *m, char *err, size_t errlen) {
     const size_t es = sf_dtype_size(m->act);
     TRYS(sf_malloc_host(ctx, (void **)&m->step_h, step_bytes(m, MS)), "the step's pinned buffer");
     TRYS(sf_malloc_host(ctx, (void **)&m->tok_h, (size_t)MS * 4), "the step's pinned tokens");
+    TRYS(sf_malloc_host(ctx, (void **)&m->rng_h, (size_t)MS * 8), "the slots' pinned RNG states");
     memset(m->step_h, 0, step_bytes(m, MS));
     m->step_d = sfm_dev_alloc(m, step_bytes(m, MS));
     m->tok_d = sfm_dev_alloc(m, (size_t)MS * 4);
@@ -91,13 +92,18 @@ sf_status sfm_step_create(sfm_model *m, char *err, size_t errlen) {
 void sfm_step_destroy(sfm_model *m) {
     if (m->step_h) sf_free_host(m->ctx, m->step_h);
     if (m->tok_h) sf_free_host(m->ctx, m->tok_h);
+    if (m->rng_h) sf_free_host(m->ctx, m->rng_h);
     m->step_h = m->tok_h = NULL;
+    m->rng_h = NULL;
 }
 
 sf_status sfm_step_admit(sfm_model *m, int slot, uint64_t rng, const int32_t *hist, int64_t nhist, int penalty,
                          char *err, size_t errlen) {
     const int64_t V = m->cfg->vocab_size;
-    TRYS(sf_memcpy(m->ctx, (char *)m->rng_d + (size_t)slot * 8, &rng, 8), "a slot's RNG state");
+    /* asynchronous: the slot's pinned word is not written again before the
+     * step that samples it has synchronised */
+    m->rng_h[slot] = rng;
+    TRYS(sf_memcpy_async(m->ctx, (char *)m->rng_d + (size_t)slot * 8, &m->rng_h[slot], 8), "a slot's RNG state");
     if (!penalty) return SF_OK;
     unsigned char *row = calloc((size_t)V, 1);
     if (!row) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory");
