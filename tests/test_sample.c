@@ -253,12 +253,21 @@ static long agree_rows, agree_diff;
 /* Random logits through the reference and a backend (cpu or gpu): same
  * tokens except near-boundary draws (counted), the same RNG states (one
  * draw per sampled row, none for greedy), seen = before | the tokens. */
-static void agree_case(sf_ctx *ctx, sf_ctx *gpu, int64_t V, int64_t n, int d, const setting *c) {
+/* dist 0: uniform in [-6, 6); 1: in [0, 0.02) (one histogram bin: the
+ * searches refine by key bits); 2: nine in ten exactly 0.5 (ties ordered
+ * by id inside one bin). */
+static float draw_logit(int dist) {
+    if (dist == 1) return (float)(ur() * 0.02);
+    if (dist == 2 && xr() % 10 != 0) return 0.5f;
+    return (float)(ur() * 12.0 - 6.0);
+}
+
+static void agree_case(sf_ctx *ctx, sf_ctx *gpu, int64_t V, int64_t n, int d, const setting *c, int dist) {
     const sf_dtype dt = fdt[d];
     const int64_t S = n + 3;
     const size_t es = dt == SF_F32 ? 4 : 2;
     void *lg = xmalloc((size_t)(n * V) * es);
-    for (int64_t i = 0; i < n * V; i++) st(lg, dt, i, (float)(ur() * 12.0 - 6.0));
+    for (int64_t i = 0; i < n * V; i++) st(lg, dt, i, draw_logit(dist));
     if (V >= 7) {
         st(lg, dt, 1, NAN);
         if (n > 1) st(lg, dt, V + 2, -INFINITY);
@@ -335,8 +344,18 @@ static void agree_all(sf_ctx *ctx, sf_ctx *gpu) {
         for (int d = 0; d < 3; d++)
             for (int c = 0; c < NSET; c++) {
                 const int64_t n = Vs[v] <= 1000 ? 64 : Vs[v] <= 49152 ? 6 : 3;
-                agree_case(ctx, gpu, Vs[v], n, d, &settings[c]);
+                agree_case(ctx, gpu, Vs[v], n, d, &settings[c], 0);
             }
+    /* crowded bins at the large vocabularies */
+    static const setting dense[] = {{"temperature", 1.0f, 0, 1.0f, 0.0f, 1.0f},
+                                    {"top_p0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f},
+                                    {"top_k20000", 1.0f, 20000, 1.0f, 0.0f, 1.0f},
+                                    {"min_p0.99", 1.0f, 0, 1.0f, 0.99f, 1.3f},
+                                    {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f}};
+    for (int dist = 1; dist <= 2; dist++)
+        for (int v = 3; v < 5; v++)
+            for (int d = 0; d < 3; d += 2)
+                for (int c = 0; c < 5; c++) agree_case(ctx, gpu, Vs[v], 3, d, &dense[c], dist);
     /* a draw within rounding of a boundary may go either way; with random
      * f32 logits that is rare (about 1e-6 of a row's mass per boundary) */
     printf("%s against the reference: %ld of %ld sampled rows differ\n", gpu ? "cuda" : "cpu", agree_diff, agree_rows);

@@ -32,7 +32,7 @@ __all__ = [
     "cuda_device_count", "cuda_device_name", "set_num_threads", "get_num_threads",
     "last_backend", "library_path", "rms_norm", "add_rms_norm", "layer_norm", "swiglu",
     "apply_rotary_emb", "gemm_swiglu", "KVCache", "gemm_wq", "quantize_weights", "repack_gguf", "QWeight",
-    "Engine",
+    "Engine", "embed", "sample",
 ]
 
 from ._fused import rms_norm, add_rms_norm, layer_norm, swiglu, apply_rotary_emb  # noqa: E402
@@ -44,6 +44,7 @@ from ._layer import _permute, _rows_view  # noqa: E402,F401 (the binding's tests
 from ._paged import KVCache  # noqa: E402
 from ._gemm_wq import gemm_wq, quantize_weights, repack_gguf, QWeight  # noqa: E402
 from ._engine import Engine  # noqa: E402
+from ._sample import embed, sample  # noqa: E402
 
 library_path = L.lib_path
 __version__ = L.sf_version_string().decode()

@@ -114,7 +114,9 @@ static found search(const row *r, scratch *w, int kind, int64_t rank, double mas
         }
     }
     while (cnt > CAP) {
-        const int nb = 64 - __builtin_clzll(lo ^ hi);
+        /* digits of the range's width (> 0: it holds more than one key), so a
+         * level always narrows it by 11 bits */
+        const int nb = 64 - __builtin_clzll(hi - lo);
         const int sh = nb > 11 ? nb - 11 : 0;
         memset(w->sc, 0, sizeof w->sc);
         memset(w->sm, 0, sizeof w->sm);
