@@ -1356,17 +1356,24 @@ SF_API sf_status sf_embed(sf_ctx *ctx, const sf_tensor *table, const sf_tensor *
  * temperature, top-k, top-p (the smallest most-likely prefix whose mass
  * reaches top_p), min-p (probability >= min_p times the largest) and one
  * draw u = (splitmix64(state) >> 11) * 2^-53 from the row's RNG state
- * over the kept candidates in descending order.
+ * over the kept candidates in descending order.  A setting out of its
+ * range is off, as in the engine (temperature <= 0 or NaN: greedy; top_k
+ * <= 0; top_p outside (0, 1); min_p <= 0; a penalty <= 0, NaN or without
+ * seen).  NaN logits are never candidates (a row of NaN gives token 0);
+ * a logit equal to the row's largest has weight 1, even when infinite.
  *   logits (n, V) f32/f16/bf16, unit inner stride
  *   slots  (n) i32 or absent: row i's slot in seen and rng (absent: i)
  *   seen   (S, V) u8 or absent (no penalty): nonzero marks a token of the
  *          slot's history; the call marks each row's sampled token
  *   rng    (S) i64: each slot's splitmix64 state, advanced by one draw per
- *          sampled row (greedy rows draw nothing)
+ *          sampled row, also one without candidates (greedy rows draw
+ *          nothing)
  *   tokens (n) i32 output
  * Slots must be distinct within a call.  The reference, CPU and CUDA
  * backends take the same draws: tokens differ only where two candidates'
- * probabilities are within rounding of a boundary.  On a GPU, slots
+ * probabilities are within rounding of a boundary (the CPU and CUDA
+ * backends add f32 weights in fixed point: about 1e-6 of the row's mass;
+ * their tokens do not depend on the thread count).  On a GPU, slots
  * outside [0, S) are clamped (header rule for device index tensors).
  * No workspace (CUDA-graph capturable).
  */

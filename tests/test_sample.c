@@ -5,7 +5,8 @@
  * f32/f16/bf16), a chi-square test of the reference's draws against the
  * probabilities computed here, and every validation error.  The CUDA part
  * runs when a device is present and says SKIP otherwise.
- * Seed: SF_TEST_SEED, else the clock (printed).  Public API only. */
+ * Seed: SF_TEST_SEED, else the clock (printed).  SF_SAMPLE_QUICK=1: small
+ * cases only (the compute-sanitizer runs).  Public API only. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -337,13 +338,15 @@ static void agree_case(sf_ctx *ctx, sf_ctx *gpu, int64_t V, int64_t n, int d, co
     free(lg), free(perm), free(seen0), free(seen_r), free(seen_b);
 }
 
-static void agree_all(sf_ctx *ctx, sf_ctx *gpu) {
+/* quick (SF_SAMPLE_QUICK=1, for the sanitizers): small vocabularies, and
+ * crowded bins at V = 5000 (still past the search's 2048-element gather) */
+static void agree_all(sf_ctx *ctx, sf_ctx *gpu, int quick) {
     static const int64_t Vs[] = {1, 7, 1000, 49152, 151936};
     agree_rows = agree_diff = 0;
-    for (int v = 0; v < 5; v++)
+    for (int v = 0; v < (quick ? 3 : 5); v++)
         for (int d = 0; d < 3; d++)
             for (int c = 0; c < NSET; c++) {
-                const int64_t n = Vs[v] <= 1000 ? 64 : Vs[v] <= 49152 ? 6 : 3;
+                const int64_t n = quick ? 4 : Vs[v] <= 1000 ? 64 : Vs[v] <= 49152 ? 6 : 3;
                 agree_case(ctx, gpu, Vs[v], n, d, &settings[c], 0);
             }
     /* crowded bins at the large vocabularies */
@@ -353,9 +356,10 @@ static void agree_all(sf_ctx *ctx, sf_ctx *gpu) {
                                     {"min_p0.99", 1.0f, 0, 1.0f, 0.99f, 1.3f},
                                     {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f}};
     for (int dist = 1; dist <= 2; dist++)
-        for (int v = 3; v < 5; v++)
+        for (int v = quick ? 4 : 3; v < 5; v++)
             for (int d = 0; d < 3; d += 2)
-                for (int c = 0; c < 5; c++) agree_case(ctx, gpu, Vs[v], 3, d, &dense[c], dist);
+                for (int c = 0; c < 5; c++)
+                    agree_case(ctx, gpu, quick ? 5000 : Vs[v], quick ? 2 : 3, d, &dense[c], dist);
     /* a draw within rounding of a boundary may go either way; with random
      * f32 logits that is rare (about 1e-6 of a row's mass per boundary) */
     printf("%s against the reference: %ld of %ld sampled rows differ\n", gpu ? "cuda" : "cpu", agree_diff, agree_rows);
@@ -556,13 +560,14 @@ int main(void) {
     sample_errors(ctx);
     rules(ctx);
     chi_square(ctx);
-    agree_all(ctx, NULL);
+    const int quick = getenv("SF_SAMPLE_QUICK") != NULL;
+    agree_all(ctx, NULL, quick);
 
     sf_ctx *gpu = NULL;
     if (sf_cuda_device_count() > 0 && sf_ctx_create(&gpu, 0) == SF_OK) {
         embed_case(ctx, gpu, SF_BACKEND_CUDA, 37, 19, 11);
         embed_case(ctx, gpu, SF_BACKEND_CUDA, 50, 64, 9);
-        agree_all(ctx, gpu);
+        agree_all(ctx, gpu, quick);
         sf_ctx_destroy(gpu);
     } else {
         printf("SKIP the CUDA backend of sf_embed and sf_sample: no CUDA device\n");

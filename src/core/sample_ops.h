@@ -78,6 +78,17 @@ SF_SMP_FN uint64_t sf_smp_mass(float v, float mx) {
     return (uint64_t)((double)w * SF_SMP_FIX);
 }
 
+/* min-p's test of a candidate, weight >= min_p, as the reference decides it:
+ * in f32 where the f32 weight is clearly on one side, in double within
+ * 1e-5 of the threshold (a few elements a row), so the fast backends keep
+ * the reference's min-p count. */
+SF_SMP_FN int sf_smp_minp_keep(float v, float mx, float min_p) {
+    if (v == mx) return 1;
+    const float w = expf(v - mx);
+    if (fabsf(w - min_p) > 1e-5f * min_p) return w >= min_p;
+    return exp((double)v - (double)mx) >= (double)min_p;
+}
+
 /* The fast backends' first-level histogram: bins of 1/32 in v - mx (natural
  * log of the weight), SF_SMP_BINS of them, the last one open-ended.  Bin
  * order is candidate order (bin 0 holds the largest values). */

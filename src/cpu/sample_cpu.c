@@ -27,7 +27,9 @@ sf_status sf_cpu_embed(sf_ctx *ctx, const sf_embed_problem *pr) {
     const int64_t n = pr->n, D = pr->D, es = (int64_t)sf_dtype_size(tb->dtype);
     const int same = tb->dtype == o->dtype && o->stride[1] == 1;
     (void)ctx; /* the thread count only, unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(sf_cpu_threads(ctx))
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(sf_cpu_threads(ctx)) if (n * D > 32768)
+#endif
     for (int64_t i = 0; i < n; i++) {
         const int64_t r = ids[i * pr->ids->stride[0]];
         if (same) {
@@ -184,7 +186,7 @@ static int32_t sample_row(row *r, scratch *w, uint64_t *state) {
         const int b = sf_smp_bin(v, mx);
         const uint64_t ms = sf_smp_mass(v, mx);
         w->hc[b]++, w->hm[b] += ms;
-        if (pr->min_p > 0.0f && (v == mx ? 1.0f : expf(v - mx)) >= pr->min_p) M++;
+        if (pr->min_p > 0.0f && sf_smp_minp_keep(v, mx, pr->min_p)) M++;
     }
     uint64_t Z = 0;
     for (int b = 0; b < SF_SMP_BINS; b++) Z += w->hm[b];
@@ -210,10 +212,14 @@ sf_status sf_cpu_sample(sf_ctx *ctx, const sf_sample_problem *pr) {
     int32_t *tok = (int32_t *)pr->tokens->data;
     const int64_t es = (int64_t)sf_dtype_size(lg->dtype);
     (void)ctx;
-#pragma omp parallel num_threads(sf_cpu_threads(ctx))
+#ifdef _OPENMP
+#pragma omp parallel num_threads(sf_cpu_threads(ctx)) if (pr->n > 1)
+#endif
     {
         scratch w; /* 80 KB of stack a thread: no allocation in the call */
+#ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
+#endif
         for (int64_t i = 0; i < pr->n; i++) {
             const int64_t slot = sl->data ? ((const int32_t *)sl->data)[i * sl->stride[0]] : i;
             row r;

@@ -157,3 +157,27 @@ def test_torch_cuda_sample(cfg, dt):
     assert diff <= 1, "%d of %d rows differ between CUDA and CPU" % (diff, n)
     if diff == 0:
         assert torch.equal(sg.cpu(), sc)
+
+
+@needs_gpu
+def test_torch_cuda_sample_graph_capture():
+    """sample captured in a CUDA graph (no allocation or sync inside the
+    call): each replay advances the RNG states once and marks seen."""
+    n, V = 4, 1000
+    logits = torch.randn(n, V, device="cuda")
+    seen = torch.zeros(n, V, dtype=torch.uint8, device="cuda")
+    rng = torch.arange(n, dtype=torch.int64, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        seqfuse.sample(logits, temperature=1.0, top_p=0.9, seen=seen, rng=rng)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        tok = seqfuse.sample(logits, temperature=1.0, top_p=0.9, seen=seen, rng=rng)
+    before = rng.clone()
+    g.replay()
+    torch.cuda.synchronize()
+    want = [(int(x) + 0x9e3779b97f4a7c15) & M64 for x in before.cpu().tolist()]
+    assert [int(x) & M64 for x in rng.cpu().tolist()] == want
+    assert all(seen[i, int(tok[i])] == 1 for i in range(n))

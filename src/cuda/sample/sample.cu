@@ -367,7 +367,7 @@ template <typename T> __global__ void __launch_bounds__(NT) sample_kernel(const 
             atomicAdd(&hc[b], 1u);
             atomicAdd(&hm[b], w);
             z += w;
-            if (minp && (v == mx ? 1.0f : expf(v - mx)) >= a.min_p) mc++;
+            if (minp && sf_smp_minp_keep(v, mx, a.min_p)) mc++;
         });
         const unsigned long long Z = block_sum_u64(z, sh.red);
         unsigned long long M = minp ? block_sum_u64(mc, sh.red) : 0;
