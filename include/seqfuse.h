@@ -218,8 +218,9 @@ SF_API sf_status sf_memcpy_async(sf_ctx *ctx, void *dst, const void *src, size_t
  * captured call the capture is abandoned by sf_graph_end with that call's
  * status).  sf_graph_launch replays *g on the context's stream, reading
  * the same device buffers it was captured with (change their contents, not
- * the pointers).  CPU contexts: SF_ERR_UNSUPPORTED.  sf_graph_destroy(NULL)
- * is a no-op. */
+ * the pointers).  CPU contexts: SF_ERR_UNSUPPORTED; so is a context on
+ * the legacy default stream (it cannot be captured: give the context a
+ * stream with sf_ctx_set_stream).  sf_graph_destroy(NULL) is a no-op. */
 typedef struct sf_graph sf_graph;
 SF_API sf_status sf_graph_begin(sf_ctx *ctx);
 SF_API sf_status sf_graph_end(sf_ctx *ctx, sf_graph **g);
@@ -1290,10 +1291,15 @@ typedef struct sf_engine_options {
     sf_dtype dtype;          /* activations and KV cache: SF_F32 (default),
                                 SF_BF16 or SF_F16; the residual stream, the
                                 Mamba states and the logits stay f32          */
+    int use_graphs;          /* CUDA devices: 1 (default) replays each decode
+                                step as a CUDA graph, one per batch-size
+                                bucket (1, 2, 4, ... max_seqs), captured after
+                                its first run; 0: every op launched each step.
+                                Ignored on the CPU                            */
 } sf_engine_options;
 
-/* Fills defaults: device SF_DEVICE_CPU, every other field 0 (the defaults
- * above). */
+/* Fills defaults: device SF_DEVICE_CPU, use_graphs 1, every other field 0
+ * (the defaults above). */
 SF_API void sf_engine_options_init(sf_engine_options *o);
 /* Opens the checkpoint at `path` and builds the engine.  On failure *out
  * stays NULL and err (errlen bytes, may be NULL) gets the reason. */

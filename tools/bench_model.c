@@ -15,8 +15,9 @@ int cmd_bench_model(int argc, char **argv);
 static void bm_usage(FILE *f) {
     fprintf(f, "usage: seqfuse bench-model --model PATH [--batch 1,8,32] [--prompt-len 128,512]\n"
                "                           [--new-tokens N] [--seed S] [--dtype f32|bf16|f16] [--dequantize]\n"
-               "                           [--threads N] [--json] [--cpu | --device N]\n"
-               "Defaults: batch 1, prompt length 128, 32 new tokens; the GPU (bf16) when there is one.\n");
+               "                           [--threads N] [--json] [--cpu | --device N] [--no-graphs]\n"
+               "Defaults: batch 1, prompt length 128, 32 new tokens; the GPU (bf16) when there is one,\n"
+               "each decode step a CUDA graph replay (--no-graphs: every op launched).\n");
 }
 
 /* "1,8,32" -> up to cap positive ints; the count, or -1 for a bad list. */
@@ -67,6 +68,7 @@ int cmd_bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--cpu")) want_cpu = 1;
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--dequantize")) eo.dequantize = 1;
+        else if (!strcmp(a, "--no-graphs")) eo.use_graphs = 0;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bm_usage(stdout);
             return 0;

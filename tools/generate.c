@@ -17,8 +17,9 @@ static void gen_usage(FILE *f) {
                "                        [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
                "                        [--min-p P] [--repetition-penalty R] [--seed S] [--stop STR]\n"
                "                        [--no-bos] [--ignore-eos] [--dequantize] [--dtype f32|bf16|f16]\n"
-               "                        [--threads N] [--json] [--cpu | --device N]\n"
-               "On the GPU (device 0) when there is one, with bf16 activations; --cpu runs the CPU\n"
+               "                        [--threads N] [--json] [--cpu | --device N] [--no-graphs]\n"
+               "On the GPU (device 0) when there is one, with bf16 activations, each decode step a CUDA\n"
+               "graph replay (--no-graphs: every op launched); --cpu runs the CPU\n"
                "(f32 by default).  --temperature 0 (the default) is greedy.  --chat wraps the prompt in the model's chat\n"
                "template.  Text goes to stdout as it is generated; the summary to stderr.\n");
 }
@@ -128,6 +129,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--no-bos")) no_bos = 1;
         else if (!strcmp(a, "--ignore-eos")) s.ignore_eos = 1;
         else if (!strcmp(a, "--dequantize")) eo.dequantize = 1;
+        else if (!strcmp(a, "--no-graphs")) eo.use_graphs = 0;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage(stdout);
             return 0;

@@ -13,7 +13,7 @@ _P = ctypes.POINTER
 class _Options(_c.Structure):
     _fields_ = [("device", _c.c_int), ("threads", _c.c_int), ("dequantize", _c.c_int),
                 ("max_seqs", _c.c_int), ("max_seq_len", _c.c_int), ("page_size", _c.c_int),
-                ("dtype", _c.c_int)]
+                ("dtype", _c.c_int), ("use_graphs", _c.c_int)]
 
 
 class _Sampling(_c.Structure):
@@ -57,11 +57,13 @@ FINISH = {0: "length", 1: "eos", 2: "stop", 3: "callback"}
 
 class Engine:
     """Engine(path, device=-1 (CPU), threads=0, dequantize=False, max_seqs=8,
-    max_seq_len=0, page_size=0, dtype="float32"): a checkpoint (HF directory
-    or GGUF file) ready to generate; dtype is the activations' and KV cache's.  Close with .close() or a with block."""
+    max_seq_len=0, page_size=0, dtype="float32", use_graphs=True): a
+    checkpoint (HF directory or GGUF file) ready to generate; dtype is the
+    activations' and KV cache's; use_graphs replays each decode step as a CUDA
+    graph on a GPU (ignored on the CPU).  Close with .close() or a with block."""
 
     def __init__(self, path, device=-1, threads=0, dequantize=False, max_seqs=8, max_seq_len=0,
-                 page_size=0, dtype="float32"):
+                 page_size=0, dtype="float32", use_graphs=True):
         o = _Options()
         _opts_init(_c.byref(o))
         o.device, o.threads, o.dequantize = int(device), int(threads), int(bool(dequantize))
@@ -70,6 +72,7 @@ class Engine:
         if dtype not in dts:
             raise SeqfuseError(L.SF_ERR_DTYPE, "Engine: dtype must be float32, float16 or bfloat16")
         o.dtype = dts[dtype]
+        o.use_graphs = int(bool(use_graphs))
         h = _c.c_void_p()
         err = _c.create_string_buffer(512)
         st = _create(str(path).encode(), _c.byref(o), _c.byref(h), err, len(err))

@@ -43,6 +43,12 @@ struct sf_ctx {
     void *cuda_state;    /* owned by src/cuda (device properties, handles)  */
     struct sf_tune_table *tune; /* autotuner choices (src/core/autotune.c) */
     long fail_alloc_in;  /* fault injection (tests): the n-th allocation fails */
+    /* CUDA graph capture (src/core/graph.c): set between sf_graph_begin and
+     * sf_graph_end; sf_fail records there the latest failure of a captured
+     * call (status and sentence), which sf_graph_end reports */
+    int graph_active;
+    sf_status graph_status;
+    char graph_err[SF_ERRMSG_LEN];
     char err[SF_ERRMSG_LEN];
 };
 

@@ -8,8 +8,20 @@
  *   2. decode every live sequence one token (one forward pass), a page
  *      taken whenever a sequence crosses into a new one.
  * A sequence that finishes gives back its slot and pages at once, so a
- * waiting prompt joins at the next step (continuous batching).  Sampling
- * runs on the host from the logits the pass copies back.
+ * waiting prompt joins at the next step (continuous batching).
+ *
+ * On a CUDA device the decode step stays on the device (step.c): the batch
+ * is padded to a bucket (1, 2, 4, ... max_seqs) with harmless rows (length
+ * 0, a scratch page, a free state slot; their tokens are not sampled), the
+ * step's arrays go up in one copy, sampling runs there too (sf_sample with
+ * each slot's RNG state and seen marks), and only the tokens come back.
+ * With use_graphs, each bucket's step is captured into a CUDA graph the
+ * second time the bucket runs (the first, direct run makes cuBLAS's handle,
+ * sizes the workspace and settles the autotuner's choices) and replayed
+ * after.  The CPU runs the same step unpadded and without graphs.  Where
+ * sf_embed cannot serve (sfm_step_create says so) the host looks the
+ * embeddings up; where sf_sample cannot, the host samples from the logits
+ * copied back (src/model/sample.c).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdarg.h>
@@ -19,6 +31,7 @@
 #include <time.h>
 
 #include "checkpoint.h"
+#include "graph.h"
 #include "model.h"
 #include "sample.h"
 #include "tokenizer.h"
@@ -35,6 +48,12 @@ struct sf_engine {
     int64_t nfree;
     float *logits;               /* host (max_seqs, V) */
     sfm_sampler sm;
+    int dev_step;                /* the decode step on the device (step.c)   */
+    int dev_sample;              /* ... its sampling too (else on the host)  */
+    void *stream;                /* the context's stream on CUDA (owned)     */
+    sf_graph *graphs[32];        /* per bucket min(2^k, max_seqs)             */
+    unsigned char warmed[32];    /* the bucket ran once directly              */
+    int graphs_gen;              /* the model's rows_gen they were captured at */
     char desc[256];
     char err[512];
 };
@@ -51,6 +70,7 @@ void sf_engine_options_init(sf_engine_options *o) {
     if (!o) return;
     memset(o, 0, sizeof *o);
     o->device = SF_DEVICE_CPU;
+    o->use_graphs = 1;
 }
 
 void sf_sampling_init(sf_sampling *s) {
@@ -61,12 +81,23 @@ void sf_sampling_init(sf_sampling *s) {
     s->max_new_tokens = 64;
 }
 
+static void drop_graphs(sf_engine *e) {
+    for (int k = 0; k < 32; k++) {
+        sf_graph_destroy(e->graphs[k]);
+        e->graphs[k] = NULL;
+        e->warmed[k] = 0;
+    }
+}
+
 void sf_engine_destroy(sf_engine *e) {
     if (!e) return;
+    drop_graphs(e);
     sfm_model_destroy(e->m);
     sfm_tokenizer_free(e->tok);
     sfm_checkpoint_close(e->ck);
+    if (e->ctx && e->stream) sf_ctx_synchronize(e->ctx);
     sf_ctx_destroy(e->ctx);
+    sf_cuda_stream_delete(e->stream);
     sfm_sampler_free(&e->sm);
     free(e->free_pages);
     free(e->logits);
@@ -104,6 +135,12 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
         snprintf(err, errlen, "sf_engine_create: %s", sf_ctx_last_error(e->ctx));
         goto bad;
     }
+    /* a stream of its own: the legacy one cannot be captured into a graph */
+    if (o->device >= 0 && ((st = sf_cuda_stream_new(e->ctx, &e->stream)) != SF_OK ||
+                           (st = sf_ctx_set_stream(e->ctx, e->stream)) != SF_OK)) {
+        snprintf(err, errlen, "sf_engine_create: %s", sf_ctx_last_error(e->ctx));
+        goto bad;
+    }
     if ((st = sfm_checkpoint_open(path, &e->ck, err, errlen)) != SF_OK) goto bad;
     const sfm_config *c = sfm_checkpoint_config(e->ck);
     e->V = c->vocab_size;
@@ -135,6 +172,18 @@ sf_status sf_engine_create(const char *path, const sf_engine_options *opts, sf_e
         snprintf(err, errlen, "sf_engine_create: out of host memory");
         st = SF_ERR_OUT_OF_MEMORY;
         goto bad;
+    }
+    {
+        st = sfm_step_create(e->m, err, errlen);
+        if (st == SF_ERR_UNSUPPORTED) { /* sf_embed / sf_sample cannot serve here: the host path */
+            err[0] = 0;
+            st = SF_OK;
+        } else if (st != SF_OK) {
+            goto bad;
+        } else {
+            e->dev_step = 1;
+            e->dev_sample = e->m->dev_sample;
+        }
     }
     for (int64_t i = 0; i < e->num_pages; i++) e->free_pages[i] = (int32_t)(e->num_pages - 1 - i);
     e->nfree = e->num_pages;
@@ -268,6 +317,54 @@ static int emit(sf_engine *e, seq *q, sf_generation *g, int i, int32_t t, const 
     return 0;
 }
 
+static int o_cpu(const sf_engine *e) { return e->o.device == SF_DEVICE_CPU; }
+
+/* One decode step of the nb live sequences batch[] on the device: the step
+ * arrays of the live rows, then padding rows up to the bucket (token 0 at
+ * length 0 in the scratch page, each in a distinct free state slot: what
+ * they append and update nobody reads), the step directly or through the
+ * bucket's graph, and the live rows' tokens into m->tok_h (with
+ * want_logits, their logits into e->logits first; without dev_sample only
+ * those, for the host's sampler). */
+static sf_status decode_device(sf_engine *e, seq *qs, const int *batch, int nb, const int *slot_used,
+                               const sf_sampling *s, int want_logits) {
+    sfm_model *m = e->m;
+    const int MS = e->o.max_seqs, MP = e->max_pages;
+    int k = 0;
+    while ((1 << k) < nb) k++;
+    const int rows = o_cpu(e) ? nb : (1 << k) < MS ? (1 << k) : MS; /* the CPU pads nothing */
+    int32_t *ids = sfm_step_ids(m), *pos = sfm_step_pos(m), *len = sfm_step_len(m), *clen = sfm_step_clen(m);
+    int32_t *sl = sfm_step_slots(m), *bt = sfm_step_bt(m);
+    for (int b = 0; b < nb; b++) {
+        const seq *q = &qs[batch[b]];
+        ids[b] = q->hist[q->nhist - 1];
+        pos[b] = clen[b] = (int32_t)q->cached;
+        len[b] = (int32_t)q->cached + 1;
+        sl[b] = q->slot;
+        for (int j = 0; j < MP; j++) bt[(size_t)b * MP + j] = j < q->npages ? q->pages[j] : m->scratch_page;
+    }
+    for (int b = nb, free_slot = 0; b < rows; b++) {
+        while (slot_used[free_slot]) free_slot++; /* rows <= MS: enough free slots */
+        ids[b] = pos[b] = len[b] = clen[b] = 0;
+        sl[b] = free_slot++;
+        for (int j = 0; j < MP; j++) bt[(size_t)b * MP + j] = m->scratch_page;
+    }
+    sf_graph **g = NULL;
+    if (e->o.use_graphs && !o_cpu(e)) {
+        if (e->graphs_gen != m->rows_gen) { /* the activations moved: the graphs point at freed buffers */
+            drop_graphs(e);
+            e->graphs_gen = m->rows_gen;
+        }
+        if (e->warmed[k]) g = &e->graphs[k];
+        e->warmed[k] = 1;
+    }
+    sf_status st = sfm_step_decode(m, rows, g, e->err, sizeof e->err);
+    if (st == SF_OK && want_logits) st = sfm_model_logits_host(m, nb, e->logits, e->err, sizeof e->err);
+    if (st == SF_OK && e->dev_sample)
+        st = sfm_step_sample(m, nb, (char *)m->step_d + 4 * (size_t)MS * 4, s, e->err, sizeof e->err);
+    return st;
+}
+
 sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_sampling *sp, sf_token_fn cb,
                              void *user, sf_engine_stats *stats) {
     if (!e) return SF_ERR_NULL_POINTER;
@@ -352,16 +449,25 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
                 seq *q = &qs[batch[b]];
                 for (int k = 0; k < MP; k++) bt[b * MP + k] = k < q->npages ? q->pages[k] : 0;
                 slots[b] = q->slot;
+                if (e->dev_sample &&
+                    (st = sfm_step_admit(e->m, q->slot, q->rng, q->hist, q->nhist, s.repetition_penalty != 1.0f,
+                                         e->err, sizeof e->err)) != SF_OK)
+                    goto done;
             }
             const double t0 = now_ms();
-            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->logits, e->err, sizeof e->err);
+            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->dev_sample ? NULL : e->logits, e->err,
+                                   sizeof e->err);
+            if (st == SF_OK && e->dev_sample) {
+                if (cb) st = sfm_model_logits_host(e->m, nb, e->logits, e->err, sizeof e->err);
+                if (st == SF_OK) st = sfm_step_sample(e->m, nb, e->m->slots_d, &s, e->err, sizeof e->err);
+            }
             if (st != SF_OK) goto done;
             for (int b = 0; b < nb; b++) {
                 const int i = batch[b];
                 seq *q = &qs[i];
                 q->cached = q->nhist;
                 const float *lg = e->logits + (size_t)b * e->V;
-                const int32_t t = sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
+                const int32_t t = e->dev_sample ? e->m->tok_h[b] : sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
                 emit(e, q, &gens[i], i, t, lg, &s, cb, user, slot_used);
             }
             stx.prefill_ms += now_ms() - t0;
@@ -377,10 +483,12 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
                 continue;
             }
             batch[nb] = i;
-            lens[nb] = 1, start[nb] = q->cached;
-            ids[nb] = q->hist[q->nhist - 1];
-            for (int k = 0; k < MP; k++) bt[nb * MP + k] = k < q->npages ? q->pages[k] : 0;
-            slots[nb] = q->slot;
+            if (!e->dev_step) { /* the host path's arrays (decode_device packs its own) */
+                lens[nb] = 1, start[nb] = q->cached;
+                ids[nb] = q->hist[q->nhist - 1];
+                for (int k = 0; k < MP; k++) bt[nb * MP + k] = k < q->npages ? q->pages[k] : 0;
+                slots[nb] = q->slot;
+            }
             nb++;
         }
         if (nb == 0) {
@@ -395,14 +503,17 @@ sf_status sf_engine_generate(sf_engine *e, sf_generation *gens, int n, const sf_
         }
         if (nb > stx.max_live) stx.max_live = nb;
         const double t0 = now_ms();
-        st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->logits, e->err, sizeof e->err);
+        if (e->dev_step)
+            st = decode_device(e, qs, batch, nb, slot_used, &s, cb != NULL || !e->dev_sample);
+        else
+            st = sfm_model_forward(e->m, nb, ids, lens, start, bt, slots, e->logits, e->err, sizeof e->err);
         if (st != SF_OK) goto done;
         for (int b = 0; b < nb; b++) {
             const int i = batch[b];
             seq *q = &qs[i];
             q->cached++;
             const float *lg = e->logits + (size_t)b * e->V;
-            const int32_t t = sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
+            const int32_t t = e->dev_sample ? e->m->tok_h[b] : sfm_sample(&e->sm, lg, &s, q->hist, q->nhist, &q->rng);
             emit(e, q, &gens[i], i, t, lg, &s, cb, user, slot_used);
         }
         stx.decode_ms += now_ms() - t0;

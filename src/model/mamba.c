@@ -88,7 +88,7 @@ sf_status sfm_mamba_load(sfm_model *m, const sfm_checkpoint *ck, const char *pre
     } while (0)
 
 sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, const int32_t *cu,
-                          const int32_t *slots_h, int decode, char *err, size_t errlen) {
+                          const int32_t *slots_h, void *slots_d, int decode, char *err, size_t errlen) {
     const sfm_config *c = m->cfg;
     const int dev = sf_ctx_device(m->ctx);
     const int64_t E = c->ssm_inner, H = c->ssm_heads, P = c->ssm_head_dim, G = c->ssm_groups, N = c->ssm_state;
@@ -98,7 +98,7 @@ sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, c
 #define AT(buf, off) ((char *)(buf) + (size_t)(off) * es)
     STEP(sfm_linear_apply(m, &mb->in_proj, m->h, T, m->zxd));
     if (decode) {
-        const sf_tensor si = sf_tensor_contiguous(m->slots_d, SF_I32, dev, 1, (int64_t[]){n});
+        const sf_tensor si = sf_tensor_contiguous(slots_d, SF_I32, dev, 1, (int64_t[]){n});
         sf_conv1d_update_params cp;
         sf_conv1d_update_params_init(&cp);
         cp.conv_state = mb->conv_state;

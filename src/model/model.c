@@ -277,6 +277,7 @@ sf_status sfm_load_linear(sfm_model *m, const sfm_tensor *t, const sfm_tensor *b
 
 void sfm_model_destroy(sfm_model *m) {
     if (!m) return;
+    sfm_step_destroy(m);
     for (sfm_alloc *a = m->owned; a;) {
         sfm_alloc *nx = a->next;
         if (a->dev) sf_free(m->ctx, a->p);
@@ -329,9 +330,12 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
         if (!*hb[i]) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no host memory for %lld rows", (long long)rows);
     }
     if (m->pos_d) release(m, m->pos_d);
+    if (m->ids_d) release(m, m->ids_d);
     m->pos_d = sfm_dev_alloc(m, (size_t)rows * 4);
-    if (!m->pos_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
+    m->ids_d = sfm_dev_alloc(m, (size_t)rows * 4);
+    if (!m->pos_d || !m->ids_d) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for positions");
     m->cap_rows = rows;
+    m->rows_gen++;
     return SF_OK;
 }
 
@@ -432,7 +436,9 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
     }
     /* KV pools, f32 on the CPU */
     {
-        const int64_t pool_elems = num_pages * page_size * KD;
+        /* one page past num_pages: the scratch page of padding rows (step.c) */
+        const int64_t pool_elems = (num_pages + 1) * page_size * KD;
+        m->scratch_page = (int32_t)num_pages;
         for (int l = 0; l < L; l++) {
             if (m->layers[l].mamba) continue; /* no KV pages in a Mamba layer */
             void *kp = sfm_dev_alloc(m, (size_t)pool_elems * sf_dtype_size(m->act));
@@ -441,7 +447,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
                 st = sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "no device memory for the KV cache (%lld pages)", (long long)num_pages);
                 goto bad;
             }
-            const int64_t shp[4] = {num_pages, page_size, c->num_kv_heads, hd};
+            const int64_t shp[4] = {num_pages + 1, page_size, c->num_kv_heads, hd};
             m->kpool[l] = sf_tensor_contiguous(kp, m->act, dev, 4, shp);
             m->vpool[l] = sf_tensor_contiguous(vp, m->act, dev, 4, shp);
         }
@@ -459,7 +465,7 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
             goto bad;
         }
     }
-    TRY(ensure_rows(m, 64, err, errlen));
+    TRY(ensure_rows(m, max_seqs > 64 ? max_seqs : 64, err, errlen)); /* a decode step's rows at least */
 #undef NEED
 #undef TRY
     *out = m;
@@ -521,60 +527,24 @@ static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T, int 
             return sfm_model_fail(err, errlen, s_, "layer %d: %s: %s", l, #call, sf_ctx_last_error(m->ctx));  \
     } while (0)
 
-sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
-                            const int64_t *start, const int32_t *block_table, const int32_t *slots,
-                            float *logits, char *err, size_t errlen) {
+/* The layers over T rows of n sequences (m->tmp holds the embeddings), up
+ * to the final norm's output in m->h; the index tensors are in ix (device),
+ * cu and slots on the host too (a prefill's per-sequence calls).  Nothing
+ * here allocates, synchronises or reads back: the decode step is
+ * capturable. */
+sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm_index *ix, const int32_t *cu,
+                           const int32_t *slots, char *err, size_t errlen) {
     const sfm_config *c = m->cfg;
     const int dev = sf_ctx_device(m->ctx);
-    const int64_t D = c->hidden_size, V = c->vocab_size, hd = c->head_dim;
+    const int64_t hd = c->head_dim;
     const int H = c->num_heads, Hkv = c->num_kv_heads;
     const int MP = m->max_pages_per_seq;
-    if (n < 1 || n > m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "batch of %d sequences (1 to %d)", n, m->max_seqs);
-    int64_t T = 0;
-    int decode = 1;
-    for (int i = 0; i < n; i++) {
-        if (lens[i] < 1 || start[i] < 0 || start[i] + lens[i] > (int64_t)MP * m->page_size)
-            return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "sequence %d: %lld new tokens at %lld do not fit", i, (long long)lens[i],
-                        (long long)start[i]);
-        /* a one-token prompt (start 0) is a prefill: a decode step reads the
-         * Mamba layers' states, which a prompt's prefill writes first */
-        if (lens[i] != 1 || start[i] == 0) decode = 0;
-        T += lens[i];
-    }
-    if (!decode)
-        for (int i = 0; i < n; i++)
-            if (start[i] != 0) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "a prefill starts at position 0 (sequence %d at %lld)", i, (long long)start[i]);
-    sf_status st = ensure_rows(m, T, err, errlen);
-    if (st != SF_OK) return st;
-    /* host side: embedding rows and index buffers */
-    for (int64_t t = 0; t < T; t++) {
-        if (ids[t] < 0 || ids[t] >= V) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "token id %d is outside the vocabulary (%lld)", ids[t], (long long)V);
-        memcpy(m->stage + t * D, m->embed + (int64_t)ids[t] * D, (size_t)D * 4);
-    }
-    int32_t *pos = m->pos_h, *cu = pos + T, *len = cu + n + 1, *clen = len + n;
-    cu[0] = 0;
-    for (int i = 0, t = 0; i < n; i++) {
-        for (int64_t j = 0; j < lens[i]; j++) pos[t++] = (int32_t)(start[i] + j);
-        cu[i + 1] = cu[i] + (int32_t)lens[i];
-        clen[i] = (int32_t)start[i];
-        len[i] = (int32_t)(start[i] + lens[i]);
-    }
-    int l = -1;
-    sfm_f32_to(m->act, m->stage, m->stage, T * D);
-    STEP(sf_memcpy(m->ctx, m->tmp, m->stage, (size_t)(T * D) * sf_dtype_size(m->act)));
-    STEP(sf_memcpy(m->ctx, m->pos_d, pos, (size_t)T * 4));
-    STEP(sf_memcpy(m->ctx, m->cu_d, cu, (size_t)(n + 1) * 4));
-    STEP(sf_memcpy(m->ctx, m->len_d, len, (size_t)n * 4));
-    STEP(sf_memcpy(m->ctx, m->clen_d, clen, (size_t)n * 4));
-    STEP(sf_memcpy(m->ctx, m->bt_d, block_table, (size_t)n * MP * 4));
-    for (int i = 0; i < n; i++)
-        if (slots[i] < 0 || slots[i] >= m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "state slot %d of sequence %d", slots[i], i);
-    STEP(sf_memcpy(m->ctx, m->slots_d, slots, (size_t)n * 4));
-
-    const sf_tensor bt = t2(m->bt_d, SF_I32, dev, n, MP);
-    const sf_tensor lens_t = sf_tensor_contiguous(m->len_d, SF_I32, dev, 1, (int64_t[]){n});
-    const sf_tensor clens_t = sf_tensor_contiguous(m->clen_d, SF_I32, dev, 1, (int64_t[]){n});
-    const sf_tensor cu_t = sf_tensor_contiguous(m->cu_d, SF_I32, dev, 1, (int64_t[]){n + 1});
+    sf_status st;
+    int l = 0;
+    const sf_tensor bt = t2(ix->bt, SF_I32, dev, n, MP);
+    const sf_tensor lens_t = sf_tensor_contiguous(ix->len, SF_I32, dev, 1, (int64_t[]){n});
+    const sf_tensor clens_t = sf_tensor_contiguous(ix->clen, SF_I32, dev, 1, (int64_t[]){n});
+    const sf_tensor cu_t = sf_tensor_contiguous(ix->cu, SF_I32, dev, 1, (int64_t[]){n + 1});
     const int64_t q3[3] = {T, H, hd}, k3[3] = {T, Hkv, hd};
     const sf_tensor qt = sf_tensor_contiguous(m->q, m->act, dev, 3, q3);
     const sf_tensor kt = sf_tensor_contiguous(m->k, m->act, dev, 3, k3);
@@ -587,7 +557,7 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         const sfm_layer *ly = &m->layers[l];
         const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
         if (ly->mamba) {
-            if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, decode, err, errlen)) != SF_OK) return st;
+            if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, ix->slots, decode, err, errlen)) != SF_OK) return st;
             if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
                 STEP(norm(m, m->tmp, next_norm, T, 0));
                 continue;
@@ -600,7 +570,7 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         sf_rope_params rp;
         sf_rope_params_init(&rp);
         rp.q = qt, rp.k = kt;
-        rp.positions = sf_tensor_contiguous(m->pos_d, SF_I32, dev, 1, (int64_t[]){T});
+        rp.positions = sf_tensor_contiguous(ix->pos, SF_I32, dev, 1, (int64_t[]){T});
         rp.rotary_dim = c->rope_dim;
         rp.theta = (float)c->rope_theta;
         if (c->rope_scaling == SFM_ROPE_LLAMA3) {
@@ -632,12 +602,12 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         } else {
             /* each prompt's K/V into its pages (a call per sequence: lengths differ) */
             for (int i = 0; i < n; i++) {
-                const int64_t s4[4] = {1, lens[i], Hkv, hd};
+                const int64_t s4[4] = {1, cu[i + 1] - cu[i], Hkv, hd};
                 const size_t off = (size_t)cu[i] * (size_t)(Hkv * hd) * sf_dtype_size(m->act);
                 ap.k = sf_tensor_contiguous((char *)m->k + off, m->act, dev, 4, s4);
                 ap.v = sf_tensor_contiguous((char *)m->v + off, m->act, dev, 4, s4);
-                ap.block_table = t2((int32_t *)m->bt_d + (int64_t)i * MP, SF_I32, dev, 1, MP);
-                ap.cache_seqlens = sf_tensor_contiguous((int32_t *)m->clen_d + i, SF_I32, dev, 1, (int64_t[]){1});
+                ap.block_table = t2((int32_t *)ix->bt + (int64_t)i * MP, SF_I32, dev, 1, MP);
+                ap.cache_seqlens = sf_tensor_contiguous((int32_t *)ix->clen + i, SF_I32, dev, 1, (int64_t[]){1});
                 STEP(sf_kv_append(m->ctx, &ap));
             }
             sf_attn_fwd_params fp;
@@ -661,6 +631,66 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
         STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
         STEP(norm(m, m->tmp, next_norm, T, 0));
     }
+    return SF_OK;
+}
+
+sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64_t *lens,
+                            const int64_t *start, const int32_t *block_table, const int32_t *slots,
+                            float *logits, char *err, size_t errlen) {
+    const sfm_config *c = m->cfg;
+    const int64_t D = c->hidden_size, V = c->vocab_size;
+    const int MP = m->max_pages_per_seq;
+    if (n < 1 || n > m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "batch of %d sequences (1 to %d)", n, m->max_seqs);
+    int64_t T = 0;
+    int decode = 1;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] < 1 || start[i] < 0 || start[i] + lens[i] > (int64_t)MP * m->page_size)
+            return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "sequence %d: %lld new tokens at %lld do not fit", i, (long long)lens[i],
+                        (long long)start[i]);
+        /* a one-token prompt (start 0) is a prefill: a decode step reads the
+         * Mamba layers' states, which a prompt's prefill writes first */
+        if (lens[i] != 1 || start[i] == 0) decode = 0;
+        T += lens[i];
+    }
+    if (!decode)
+        for (int i = 0; i < n; i++)
+            if (start[i] != 0) return sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "a prefill starts at position 0 (sequence %d at %lld)", i, (long long)start[i]);
+    sf_status st = ensure_rows(m, T, err, errlen);
+    if (st != SF_OK) return st;
+    /* host side: embedding rows and index buffers */
+    for (int64_t t = 0; t < T; t++) {
+        if (ids[t] < 0 || ids[t] >= V) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "token id %d is outside the vocabulary (%lld)", ids[t], (long long)V);
+        if (!m->table.data) memcpy(m->stage + t * D, m->embed + (int64_t)ids[t] * D, (size_t)D * 4);
+    }
+    int32_t *pos = m->pos_h, *cu = pos + T, *len = cu + n + 1, *clen = len + n;
+    cu[0] = 0;
+    for (int i = 0, t = 0; i < n; i++) {
+        for (int64_t j = 0; j < lens[i]; j++) pos[t++] = (int32_t)(start[i] + j);
+        cu[i + 1] = cu[i] + (int32_t)lens[i];
+        clen[i] = (int32_t)start[i];
+        len[i] = (int32_t)(start[i] + lens[i]);
+    }
+    int l = -1;
+    if (m->table.data) { /* the lookup on the device (step.c made the table) */
+        STEP(sf_memcpy(m->ctx, m->ids_d, ids, (size_t)T * 4));
+        const sf_tensor it = sf_tensor_contiguous(m->ids_d, SF_I32, sf_ctx_device(m->ctx), 1, (int64_t[]){T});
+        const sf_tensor ot = sf_tensor_contiguous(m->tmp, m->act, sf_ctx_device(m->ctx), 2, (int64_t[]){T, D});
+        STEP(sf_embed(m->ctx, &m->table, &it, &ot));
+    } else {
+        sfm_f32_to(m->act, m->stage, m->stage, T * D);
+        STEP(sf_memcpy(m->ctx, m->tmp, m->stage, (size_t)(T * D) * sf_dtype_size(m->act)));
+    }
+    STEP(sf_memcpy(m->ctx, m->pos_d, pos, (size_t)T * 4));
+    STEP(sf_memcpy(m->ctx, m->cu_d, cu, (size_t)(n + 1) * 4));
+    STEP(sf_memcpy(m->ctx, m->len_d, len, (size_t)n * 4));
+    STEP(sf_memcpy(m->ctx, m->clen_d, clen, (size_t)n * 4));
+    STEP(sf_memcpy(m->ctx, m->bt_d, block_table, (size_t)n * MP * 4));
+    for (int i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= m->max_seqs) return sfm_model_fail(err, errlen, SF_ERR_INDEX, "state slot %d of sequence %d", slots[i], i);
+    STEP(sf_memcpy(m->ctx, m->slots_d, slots, (size_t)n * 4));
+
+    const sfm_index ix = {m->pos_d, m->cu_d, m->len_d, m->clen_d, m->slots_d, m->bt_d};
+    if ((st = sfm_model_layers(m, n, T, decode, &ix, cu, slots, err, errlen)) != SF_OK) return st;
     l = c->num_layers;
     const size_t es = sf_dtype_size(m->act);
     if (decode) {
@@ -670,6 +700,14 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
             STEP(sfm_linear_apply(m, &m->lm_head, (char *)m->h + (size_t)(cu[i + 1] - 1) * (size_t)D * es, 1,
                         (char *)m->logits + (size_t)i * (size_t)V * es));
     }
+    if (!logits) return SF_OK; /* the caller samples on the device */
+    return sfm_model_logits_host(m, n, logits, err, errlen);
+}
+
+sf_status sfm_model_logits_host(sfm_model *m, int n, float *logits, char *err, size_t errlen) {
+    const int64_t V = m->cfg->vocab_size;
+    const size_t es = sf_dtype_size(m->act);
+    int l = m->cfg->num_layers;
     STEP(sf_memcpy(m->ctx, m->logits_h, m->logits, (size_t)(n * V) * es));
     const uint16_t *lh = m->logits_h;
     if (m->act == SF_F32) {

@@ -61,8 +61,29 @@ typedef struct sfm_model {
     float *stage;              /* host (cap_rows, D): embedding rows      */
     int32_t *pos_h;            /* host staging of the index buffers       */
     void *pos_d, *cu_d, *bt_d, *len_d, *clen_d;
+    void *ids_d;               /* a prefill's token ids (cap_rows), for sf_embed */
+    /* the device-resident decode step (step.c; CUDA contexts): the step's
+     * index arrays packed in one pinned host buffer and its device twin,
+     * (5 + max_pages_per_seq) * max_seqs i32: ids | pos | len | clen |
+     * slots | block table; the sampled tokens; the embedding table in act;
+     * per slot the sampler's seen marks (max_seqs, V) u8 and RNG state */
+    int32_t *step_h, *tok_h;
+    uint64_t *rng_h;           /* pinned: the RNG state a slot starts from */
+    void *step_d, *tok_d, *seen_d, *rng_d;
+    sf_tensor table;
+    int32_t scratch_page;      /* a KV page no sequence owns: padding rows */
+    int dev_sample;            /* sf_sample serves this context           */
+    int rows_gen;              /* counts the activation buffers' regrowths
+                                  (a captured graph holds their addresses) */
     sfm_alloc *owned;
 } sfm_model;
+
+/* The device index tensors of a pass: positions (T), cu_seqlens (n+1),
+ * lengths after the pass and before it (n), state slots (n), block table
+ * (n, max_pages_per_seq); all i32. */
+typedef struct sfm_index {
+    void *pos, *cu, *len, *clen, *slots, *bt;
+} sfm_index;
 
 /* Builds the model of an open checkpoint on ctx's device, its activations
  * and KV cache in act (f32, f16 or bf16; the residual stream, the Mamba
@@ -86,6 +107,38 @@ sf_status sfm_model_forward(sfm_model *m, int n, const int32_t *ids, const int64
                             const int64_t *start, const int32_t *block_table, const int32_t *slots,
                             float *logits, char *err, size_t errlen);
 
+/* The layers of a pass over T rows of n sequences, m->tmp (the embeddings)
+ * to m->h (the final norm's output); cu and slots on the host are read by a
+ * prefill only.  Capturable when decode != 0. */
+sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm_index *ix, const int32_t *cu,
+                           const int32_t *slots, char *err, size_t errlen);
+/* The first n rows of the last pass's logits to the host as f32 (synchronous). */
+sf_status sfm_model_logits_host(sfm_model *m, int n, float *logits, char *err, size_t errlen);
+
+/* step.c: the device-resident decode step.  sfm_step_create allocates its
+ * buffers (m->step_h ...) and checks that sf_embed serves this context
+ * (SF_ERR_UNSUPPORTED: the engine keeps the host path) and whether
+ * sf_sample does (m->dev_sample; else the host samples).
+ * sfm_step_admit sets a slot's RNG state and seen marks (the prompt's
+ * tokens when penalty != 0).  sfm_step_decode runs one step over the first
+ * n rows of m->step_h (live rows then padding rows), directly or through
+ * *graph (captured into it when NULL; graph NULL: direct).  sfm_step_sample
+ * samples rows 0 .. n-1 of m->logits with the slots at `slots_d` (device)
+ * into m->tok_h and waits for them: the step's only synchronisation. */
+sf_status sfm_step_create(sfm_model *m, char *err, size_t errlen);
+void sfm_step_destroy(sfm_model *m); /* by sfm_model_destroy */
+sf_status sfm_step_admit(sfm_model *m, int slot, uint64_t rng, const int32_t *hist, int64_t nhist, int penalty,
+                         char *err, size_t errlen);
+sf_status sfm_step_decode(sfm_model *m, int n, sf_graph **graph, char *err, size_t errlen);
+sf_status sfm_step_sample(sfm_model *m, int n, const void *slots_d, const sf_sampling *s, char *err, size_t errlen);
+/* The packed step arrays (host side; the device twin has the same layout). */
+static inline int32_t *sfm_step_ids(sfm_model *m) { return m->step_h; }
+static inline int32_t *sfm_step_pos(sfm_model *m) { return m->step_h + m->max_seqs; }
+static inline int32_t *sfm_step_len(sfm_model *m) { return m->step_h + 2 * m->max_seqs; }
+static inline int32_t *sfm_step_clen(sfm_model *m) { return m->step_h + 3 * m->max_seqs; }
+static inline int32_t *sfm_step_slots(sfm_model *m) { return m->step_h + 4 * m->max_seqs; }
+static inline int32_t *sfm_step_bt(sfm_model *m) { return m->step_h + 5 * m->max_seqs; }
+
 /* Shared by model.c and mamba.c. */
 sf_status sfm_model_fail(char *err, size_t errlen, sf_status s, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -103,10 +156,11 @@ sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M
 void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n);
 /* mamba.c: the weights and state slots of Mamba-2 layer l ("prefix" names
  * its mixer), and the mixer over the batch: m->h in, m->tmp out.  cu holds
- * the batch's row offsets (n+1, host), slots its state slots (device, n). */
+ * the batch's row offsets (n+1, host) and slots_h its state slots (host, a
+ * prefill's), slots_d the state slots on the device (n, a decode's). */
 sf_status sfm_mamba_load(sfm_model *m, const sfm_checkpoint *ck, const char *prefix, int dequantize,
                          sfm_mamba **out, char *err, size_t errlen);
 sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, const int32_t *cu,
-                          const int32_t *slots_h, int decode, char *err, size_t errlen);
+                          const int32_t *slots_h, void *slots_d, int decode, char *err, size_t errlen);
 
 #endif

@@ -8,6 +8,8 @@
  *   - GGUF images with every tensor type load (quantised and dequantised)
  *     and generate;
  *   - seeded sampling is reproducible, top_k = 1 is greedy;
+ *   - on a GPU, CUDA graph replays of the decode step give the tokens and
+ *     logits of direct launches (skipped, visibly, without one);
  *   - every validation error, with its message.
  * The transformers comparison is tests/model/test_engine_hf.py. */
 #define _POSIX_C_SOURCE 200809L
@@ -78,7 +80,7 @@ static void test_model(const char *path, const char *what) {
     char err[512];
     sf_engine_options o;
     sf_engine_options_init(&o);
-    EXPECT(o.device == SF_DEVICE_CPU && o.max_seqs == 0, "options_init defaults");
+    EXPECT(o.device == SF_DEVICE_CPU && o.max_seqs == 0 && o.use_graphs == 1, "options_init defaults");
     o.max_seqs = 2, o.max_seq_len = 24, o.page_size = 4;
     sf_engine *e = NULL;
     sf_status st = sf_engine_create(path, &o, &e, err, sizeof err);
@@ -166,6 +168,68 @@ static void test_model(const char *path, const char *what) {
     sf_engine_destroy(e);
 }
 
+/* The GPU engine (device 0, bf16): each decode step replayed from a CUDA
+ * graph against the same step launched op by op: the same tokens (greedy,
+ * then sampled with a seed and a penalty) and logits, three prompts through
+ * two slots with prompt 0 ended by the callback after 2 tokens (buckets 2
+ * and 1, a prompt joining).  Skipped, visibly, without a CUDA device. */
+static void test_gpu_graphs(const char *path) {
+    if (sf_cuda_device_count() < 1) {
+        printf("SKIP gpu graphs: no CUDA device\n");
+        return;
+    }
+    static rec r[2][2];
+    static int32_t out[2][2][NP][NEW];
+    int64_t ntok[2][2][NP];
+    for (int ug = 0; ug < 2; ug++) {
+        sf_engine_options o;
+        sf_engine_options_init(&o);
+        o.device = 0, o.dtype = SF_BF16, o.use_graphs = ug;
+        o.max_seqs = 2, o.max_seq_len = 24, o.page_size = 4;
+        sf_engine *e = NULL;
+        char err[512];
+        const sf_status st = sf_engine_create(path, &o, &e, err, sizeof err);
+        EXPECT(st == SF_OK, "gpu (use_graphs %d): create: %s", ug, err);
+        if (!e) return;
+        sf_sampling s;
+        sf_sampling_init(&s);
+        s.max_new_tokens = NEW, s.ignore_eos = 1;
+        for (int k = 0; k < 2; k++) {
+            if (k == 1) s.temperature = 0.9f, s.top_k = 8, s.top_p = 0.95f, s.repetition_penalty = 1.3f, s.seed = 7;
+            sf_generation g[NP];
+            memset(&r[ug][k], 0, sizeof r[ug][k]);
+            r[ug][k].stop_seq = 0, r[ug][k].stop_after = 2;
+            for (int i = 0; i < NP; i++) {
+                memset(&g[i], 0, sizeof g[i]);
+                g[i].prompt = PROMPTS[i], g[i].prompt_len = PLEN[i], g[i].tokens = out[ug][k][i];
+            }
+            const sf_status gs = sf_engine_generate(e, g, NP, &s, on_token, &r[ug][k], NULL);
+            EXPECT(gs == SF_OK && r[ug][k].bad == 0 && g[0].ntokens == 2 && g[1].ntokens == NEW && g[2].ntokens == NEW,
+                   "gpu (use_graphs %d, %s): %s (%s), %lld/%lld/%lld tokens", ug, k ? "sampled" : "greedy",
+                   sf_status_string(gs), sf_engine_last_error(e), (long long)g[0].ntokens, (long long)g[1].ntokens,
+                   (long long)g[2].ntokens);
+            for (int i = 0; i < NP; i++) ntok[ug][k][i] = g[i].ntokens;
+        }
+        sf_engine_destroy(e);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < NP; i++) {
+            const int64_t nt = ntok[1][k][i] < ntok[0][k][i] ? ntok[1][k][i] : ntok[0][k][i];
+            EXPECT(ntok[1][k][i] == ntok[0][k][i] && !memcmp(out[1][k][i], out[0][k][i], (size_t)nt * sizeof(int32_t)),
+                   "gpu %s prompt %d: graphs and direct launches chose different tokens", k ? "sampled" : "greedy", i);
+            double worst = 0, scale = 0;
+            for (int64_t j = 0; j < nt; j++)
+                for (int v = 0; v < TM_VOCAB; v++) {
+                    const double a = r[1][k].logits[i][j][v], b = r[0][k].logits[i][j][v];
+                    worst = fabs(a - b) > worst ? fabs(a - b) : worst;
+                    scale = fabs(b) > scale ? fabs(b) : scale;
+                }
+            EXPECT(worst <= 1e-2 * scale, "gpu %s prompt %d: logits of graphs and direct launches differ by %.3g (scale %.3g)",
+                   k ? "sampled" : "greedy", i, worst, scale);
+        }
+    printf("gpu graphs: tokens and logits of graph replays equal direct launches (greedy, sampled)\n");
+}
+
 static int write_file(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return 0;
@@ -225,6 +289,7 @@ int main(void) {
     EXPECT(ok, "writing the tiny checkpoints under %s", dir);
     if (ok) {
         test_model(hf, "safetensors llama");
+        test_gpu_graphs(hf);
         test_gguf_runs(g1);
         test_gguf_runs(g2);
     }
