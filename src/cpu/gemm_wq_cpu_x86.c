@@ -1,0 +1,274 @@
+/* gemm_wq_cpu_x86.c - AVX-512 and AVX2 row kernels of the CPU quantised
+ * product (the contract is in gemm_wq_cpu.h).
+ *
+ * Built for baseline x86-64: each kernel carries its own target attribute
+ * and gemm_wq_cpu.c calls it only when __builtin_cpu_supports says the CPU
+ * has the instructions.  A group of codes is widened to 32-bit lanes
+ * (vpmovzxbd / vpmovsxbd), an int4 byte split into its two nibbles (and 15,
+ * shift by 4), converted to f32 and multiplied into the group's f32 partial
+ * sums of each row of x with FMA; the group's scale then scales the partial
+ * sums into the row's accumulator (one FMA), and the min term adds the
+ * scalar m[j] * xsum[j].  The codes are decoded once for the SF_WQK_MR rows
+ * of x; x stays in L1 across the rows of W.
+ */
+#include "gemm_wq_cpu.h"
+
+#include <stddef.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define SF_X86_AI static inline __attribute__((always_inline))
+
+/* ------------------------------------------------------------------ */
+/* AVX-512F: 16 lanes                                                  */
+/* ------------------------------------------------------------------ */
+
+#define T512 __attribute__((target("avx512f")))
+
+T512 SF_X86_AI void k4_512(const sf_wqk_args *a, float *out, const int MR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    const __m512i m15 = _mm512_set1_epi32(15);
+    __m512 acc[SF_WQK_MR];
+    float mt[SF_WQK_MR];
+    for (int r = 0; r < MR; r++) acc[r] = _mm512_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t j = 0; j < G; j++) {
+        const uint8_t *c = a->codes + j * (g / 2);
+        __m512 blk[SF_WQK_MR];
+        for (int r = 0; r < MR; r++) blk[r] = _mm512_setzero_ps();
+        for (int c0 = 0; c0 < g; c0 += 32) {
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + c0 / 2)));
+            const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, m15));
+            const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+            for (int r = 0; r < MR; r++) {
+                const float *xr = a->x + r * a->xs + j * g + c0;
+                blk[r] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xr), blk[r]);
+                blk[r] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), blk[r]);
+            }
+        }
+        const __m512 sv = _mm512_set1_ps(a->s[j * a->ss]);
+        for (int r = 0; r < MR; r++) acc[r] = _mm512_fmadd_ps(sv, blk[r], acc[r]);
+        if (a->m)
+            for (int r = 0; r < MR; r++) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
+    }
+    for (int r = 0; r < MR; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + mt[r];
+}
+
+T512 SF_X86_AI void k8_512(const sf_wqk_args *a, float *out, const int MR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    __m512 acc[SF_WQK_MR];
+    float mt[SF_WQK_MR];
+    for (int r = 0; r < MR; r++) acc[r] = _mm512_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t j = 0; j < G; j++) {
+        const uint8_t *c = a->codes + j * g;
+        __m512 blk[SF_WQK_MR];
+        for (int r = 0; r < MR; r++) blk[r] = _mm512_setzero_ps();
+        for (int c0 = 0; c0 < g; c0 += 16) {
+            const __m128i raw = _mm_loadu_si128((const __m128i *)(c + c0));
+            const __m512 w = _mm512_cvtepi32_ps(a->sgn ? _mm512_cvtepi8_epi32(raw) : _mm512_cvtepu8_epi32(raw));
+            for (int r = 0; r < MR; r++)
+                blk[r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a->x + r * a->xs + j * g + c0), blk[r]);
+        }
+        const __m512 sv = _mm512_set1_ps(a->s[j * a->ss]);
+        for (int r = 0; r < MR; r++) acc[r] = _mm512_fmadd_ps(sv, blk[r], acc[r]);
+        if (a->m)
+            for (int r = 0; r < MR; r++) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
+    }
+    for (int r = 0; r < MR; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + mt[r];
+}
+
+T512 static void int4_512(const sf_wqk_args *a, float *out) {
+    switch (a->mr) {
+    case 1: k4_512(a, out, 1); break;
+    case 2: k4_512(a, out, 2); break;
+    case 3: k4_512(a, out, 3); break;
+    default: k4_512(a, out, 4); break;
+    }
+}
+
+T512 static void int8_512(const sf_wqk_args *a, float *out) {
+    switch (a->mr) {
+    case 1: k8_512(a, out, 1); break;
+    case 2: k8_512(a, out, 2); break;
+    case 3: k8_512(a, out, 3); break;
+    default: k8_512(a, out, 4); break;
+    }
+}
+
+/* NR rows of W against one row of x: NR independent accumulator chains
+ * (one FMA of the scale per group each) and one load of x for all. */
+T512 SF_X86_AI void k4r_512(const sf_wqk_args *a, float *out, const int NR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    const __m512i m15 = _mm512_set1_epi32(15);
+    __m512 acc[SF_WQK_NR];
+    float mt[SF_WQK_NR];
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t j = 0; j < G; j++) {
+        __m512 blk[SF_WQK_NR];
+        for (int r = 0; r < NR; r++) blk[r] = _mm512_setzero_ps();
+        for (int c0 = 0; c0 < g; c0 += 32) {
+            const __m512 x0 = _mm512_loadu_ps(a->x + j * g + c0), x1 = _mm512_loadu_ps(a->x + j * g + c0 + 16);
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *c = a->codes + r * a->rb + j * (g / 2) + c0 / 2;
+                const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
+                blk[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m15)), x0, blk[r]);
+                blk[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), x1, blk[r]);
+            }
+        }
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a->s[j * a->ss + r]), blk[r], acc[r]);
+        if (a->m)
+            for (int r = 0; r < NR; r++) mt[r] += a->m[j * a->ss + r] * a->xsum[j];
+    }
+    for (int r = 0; r < NR; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + mt[r];
+}
+
+T512 SF_X86_AI void k8r_512(const sf_wqk_args *a, float *out, const int NR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    __m512 acc[SF_WQK_NR];
+    float mt[SF_WQK_NR];
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t j = 0; j < G; j++) {
+        __m512 blk[SF_WQK_NR];
+        for (int r = 0; r < NR; r++) blk[r] = _mm512_setzero_ps();
+        for (int c0 = 0; c0 < g; c0 += 16) {
+            const __m512 xv = _mm512_loadu_ps(a->x + j * g + c0);
+            for (int r = 0; r < NR; r++) {
+                const __m128i raw = _mm_loadu_si128((const __m128i *)(a->codes + r * a->rb + j * g + c0));
+                const __m512 w = _mm512_cvtepi32_ps(a->sgn ? _mm512_cvtepi8_epi32(raw) : _mm512_cvtepu8_epi32(raw));
+                blk[r] = _mm512_fmadd_ps(w, xv, blk[r]);
+            }
+        }
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a->s[j * a->ss + r]), blk[r], acc[r]);
+        if (a->m)
+            for (int r = 0; r < NR; r++) mt[r] += a->m[j * a->ss + r] * a->xsum[j];
+    }
+    for (int r = 0; r < NR; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + mt[r];
+}
+
+T512 static void int4r_512(const sf_wqk_args *a, float *out) {
+    switch (a->nr) {
+    case 1: k4r_512(a, out, 1); break;
+    case 2: k4r_512(a, out, 2); break;
+    case 3: k4r_512(a, out, 3); break;
+    default: k4r_512(a, out, 4); break;
+    }
+}
+
+T512 static void int8r_512(const sf_wqk_args *a, float *out) {
+    switch (a->nr) {
+    case 1: k8r_512(a, out, 1); break;
+    case 2: k8r_512(a, out, 2); break;
+    case 3: k8r_512(a, out, 3); break;
+    default: k8r_512(a, out, 4); break;
+    }
+}
+
+static const char *supports_512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? NULL : "the CPU has no AVX-512F";
+}
+
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4r_512, int8r_512, supports_512};
+
+/* ------------------------------------------------------------------ */
+/* AVX2 + FMA: 8 lanes                                                 */
+/* ------------------------------------------------------------------ */
+
+#define T256 __attribute__((target("avx2,fma")))
+
+T256 SF_X86_AI float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+T256 SF_X86_AI void k4_256(const sf_wqk_args *a, float *out, const int MR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    const __m256i m15 = _mm256_set1_epi32(15);
+    __m256 acc[SF_WQK_MR];
+    float mt[SF_WQK_MR];
+    for (int r = 0; r < MR; r++) acc[r] = _mm256_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t j = 0; j < G; j++) {
+        const uint8_t *c = a->codes + j * (g / 2);
+        __m256 blk[SF_WQK_MR];
+        for (int r = 0; r < MR; r++) blk[r] = _mm256_setzero_ps();
+        for (int c0 = 0; c0 < g; c0 += 16) {
+            const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c + c0 / 2)));
+            const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, m15));
+            const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+            for (int r = 0; r < MR; r++) {
+                const float *xr = a->x + r * a->xs + j * g + c0;
+                blk[r] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xr), blk[r]);
+                blk[r] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xr + 8), blk[r]);
+            }
+        }
+        const __m256 sv = _mm256_set1_ps(a->s[j * a->ss]);
+        for (int r = 0; r < MR; r++) acc[r] = _mm256_fmadd_ps(sv, blk[r], acc[r]);
+        if (a->m)
+            for (int r = 0; r < MR; r++) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
+    }
+    for (int r = 0; r < MR; r++) out[r] = hsum256(acc[r]) + mt[r];
+}
+
+T256 SF_X86_AI void k8_256(const sf_wqk_args *a, float *out, const int MR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    __m256 acc[SF_WQK_MR];
+    float mt[SF_WQK_MR];
+    for (int r = 0; r < MR; r++) acc[r] = _mm256_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t j = 0; j < G; j++) {
+        const uint8_t *c = a->codes + j * g;
+        __m256 blk[SF_WQK_MR];
+        for (int r = 0; r < MR; r++) blk[r] = _mm256_setzero_ps();
+        for (int c0 = 0; c0 < g; c0 += 8) {
+            const __m128i raw = _mm_loadl_epi64((const __m128i *)(c + c0));
+            const __m256 w = _mm256_cvtepi32_ps(a->sgn ? _mm256_cvtepi8_epi32(raw) : _mm256_cvtepu8_epi32(raw));
+            for (int r = 0; r < MR; r++)
+                blk[r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(a->x + r * a->xs + j * g + c0), blk[r]);
+        }
+        const __m256 sv = _mm256_set1_ps(a->s[j * a->ss]);
+        for (int r = 0; r < MR; r++) acc[r] = _mm256_fmadd_ps(sv, blk[r], acc[r]);
+        if (a->m)
+            for (int r = 0; r < MR; r++) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
+    }
+    for (int r = 0; r < MR; r++) out[r] = hsum256(acc[r]) + mt[r];
+}
+
+T256 static void int4_256(const sf_wqk_args *a, float *out) {
+    switch (a->mr) {
+    case 1: k4_256(a, out, 1); break;
+    case 2: k4_256(a, out, 2); break;
+    case 3: k4_256(a, out, 3); break;
+    default: k4_256(a, out, 4); break;
+    }
+}
+
+T256 static void int8_256(const sf_wqk_args *a, float *out) {
+    switch (a->mr) {
+    case 1: k8_256(a, out, 1); break;
+    case 2: k8_256(a, out, 2); break;
+    case 3: k8_256(a, out, 3); break;
+    default: k8_256(a, out, 4); break;
+    }
+}
+
+static const char *supports_256(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? NULL : "the CPU has no AVX2 + FMA";
+}
+
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, NULL, NULL, supports_256};
+
+#else /* not x86-64 with GCC or clang: no SIMD kernels */
+
+static const char *supports_none(void) { return "built without x86-64 SIMD kernels"; }
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, NULL, NULL, NULL, NULL, supports_none};
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, NULL, NULL, NULL, NULL, supports_none};
+
+#endif
