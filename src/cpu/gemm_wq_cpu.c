@@ -95,7 +95,7 @@ static void int8_c(const sf_wqk_args *a, float *out) {
 }
 
 static const char *supports_c(void) { return NULL; }
-static const sf_wqk_impl wqk_c = {"c", WQ_CL, int4_c, int8_c, NULL, NULL, supports_c};
+static const sf_wqk_impl wqk_c = {"c", WQ_CL, int4_c, int8_c, NULL, NULL, NULL, supports_c};
 
 /* ------------------------------------------------------------------ */
 /* choosing the implementation                                          */
@@ -136,31 +136,32 @@ static sf_status pick_impl(sf_ctx *ctx, const sf_wqk_impl **out) {
 }
 
 /* Scales (and mins) of rows n0 .. n0 + nr of q into s[j * WQ_NB + r] (m
- * likewise); entries past nr are left alone (their kernels never run). */
-static void gather_block(const sf_qweight *q, int64_t n0, int64_t nr, int64_t G, float *s, float *m) {
-    const int64_t N = q->n;
+ * likewise); entries past nr are left alone (their kernels never run).
+ * Each group's run of nr values is contiguous, but each lies in another
+ * page: the next block's lines are asked for now, the hardware cannot guess
+ * them. */
+static void gather_one(const sf_tensor *t, const sf_wqk_impl *impl, int64_t N, int64_t n0, int64_t nr, int64_t G,
+                       float *dst) {
     const int ahead = n0 + 2 * WQ_NB <= N; /* the next block is whole */
+    const size_t es = sf_dtype_size(t->dtype);
     for (int64_t j = 0; j < G; j++) {
-        if (q->scales.dtype == SF_F32) {
-            const float *sj = (const float *)q->scales.data + j * N + n0;
-            const float *mj = m ? (const float *)q->mins.data + j * N + n0 : NULL;
-            /* each group's line sits in another page: ask for the next
-             * block's lines now, the hardware cannot guess them */
-            if (ahead)
-                for (int l = 0; l < WQ_NB; l += 16) {
-                    __builtin_prefetch(sj + WQ_NB + l);
-                    if (m) __builtin_prefetch(mj + WQ_NB + l);
-                }
-            for (int64_t r = 0; r < nr; r++) s[j * WQ_NB + r] = sj[r];
-            if (m)
-                for (int64_t r = 0; r < nr; r++) m[j * WQ_NB + r] = mj[r];
-        } else {
-            for (int64_t r = 0; r < nr; r++) {
-                s[j * WQ_NB + r] = sf_wq_scale(q, j, n0 + r);
-                if (m) m[j * WQ_NB + r] = sf_wq_min(q, j, n0 + r);
-            }
-        }
+        const char *src = (const char *)t->data + (size_t)(j * N + n0) * es;
+        if (ahead)
+            for (size_t l = 0; l < WQ_NB * es; l += 64) __builtin_prefetch(src + WQ_NB * es + l);
+        float *o = dst + j * WQ_NB;
+        if (t->dtype == SF_F32)
+            for (int64_t r = 0; r < nr; r++) o[r] = ((const float *)src)[r];
+        else if (t->dtype == SF_F16 && impl->f16_row)
+            impl->f16_row((const uint16_t *)src, nr, o);
+        else
+            for (int64_t r = 0; r < nr; r++) o[r] = sf_ldf(t->data, t->dtype, j * N + n0 + r);
     }
+}
+
+static void gather_block(const sf_qweight *q, const sf_wqk_impl *impl, int64_t n0, int64_t nr, int64_t G, float *s,
+                         float *m) {
+    gather_one(&q->scales, impl, q->n, n0, nr, G, s);
+    if (m) gather_one(&q->mins, impl, q->n, n0, nr, G, m);
 }
 
 /* Row i of x into f32 at dst (int4: in the kernels' lane order) and its
@@ -251,7 +252,7 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
 #endif
             for (int64_t bi = 0; bi < nblk; bi++) {
                 const int64_t nb0 = bi * WQ_NB, nr = sf_cpu_min(WQ_NB, N - nb0);
-                gather_block(q, nb0, nr, G, s, has_min ? m : NULL);
+                gather_block(q, impl, nb0, nr, G, s, has_min ? m : NULL);
                 if (int4 && !has_min)
                     for (int64_t e = 0; e < G * WQ_NB; e++) m[e] = -8.0f * s[e];
                 if (x1 - x0 == 1 && fn_rows) { /* one row of x: SF_WQK_NR rows of W a call */

@@ -47,6 +47,9 @@ typedef struct sf_wqk_impl {
     sf_wqk_fn int4_rows, int8_rows; /* up to SF_WQK_NR rows of W against one
                                      * row of x (independent sums: more in
                                      * flight at decode); NULL: none */
+    /* n f16 values (bits) to f32: the scales and mins of f16 checkpoints
+     * (exact); NULL: the portable conversion */
+    void (*f16_row)(const uint16_t *src, int64_t n, float *dst);
     const char *(*supports)(void);
 } sf_wqk_impl;
 

@@ -167,18 +167,29 @@ T512 static void int8r_512(const sf_wqk_args *a, float *out) {
     }
 }
 
+T512 static void f16_512(const uint16_t *src, int64_t n, float *dst) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    if (i < n) { /* the tail through a zeroed buffer (masked 16-bit loads want AVX-512BW) */
+        uint16_t t[16] = {0};
+        for (int64_t e = i; e < n; e++) t[e - i] = src[e];
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)t)));
+    }
+}
+
 static const char *supports_512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") ? NULL : "the CPU has no AVX-512F";
 }
 
-const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4r_512, int8r_512, supports_512};
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4r_512, int8r_512, f16_512, supports_512};
 
 /* ------------------------------------------------------------------ */
 /* AVX2 + FMA: 8 lanes                                                 */
 /* ------------------------------------------------------------------ */
 
-#define T256 __attribute__((target("avx2,fma")))
+#define T256 __attribute__((target("avx2,fma,f16c")))
 
 T256 SF_X86_AI float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -258,17 +269,28 @@ T256 static void int8_256(const sf_wqk_args *a, float *out) {
     }
 }
 
-static const char *supports_256(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? NULL : "the CPU has no AVX2 + FMA";
+__attribute__((target("avx2,f16c"))) static void f16_256(const uint16_t *src, int64_t n, float *dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) {
+        __m128i h = _mm_cvtsi32_si128(src[i]);
+        dst[i] = _mm_cvtss_f32(_mm_cvtph_ps(h));
+    }
 }
 
-const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, NULL, NULL, supports_256};
+static const char *supports_256(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+               ? NULL
+               : "the CPU has no AVX2 + FMA + F16C";
+}
+
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, NULL, NULL, f16_256, supports_256};
 
 #else /* not x86-64 with GCC or clang: no SIMD kernels */
 
 static const char *supports_none(void) { return "built without x86-64 SIMD kernels"; }
-const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, NULL, NULL, NULL, NULL, supports_none};
-const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, NULL, NULL, NULL, NULL, supports_none};
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, NULL, NULL, NULL, NULL, NULL, supports_none};
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, NULL, NULL, NULL, NULL, NULL, supports_none};
 
 #endif
