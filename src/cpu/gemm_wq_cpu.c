@@ -33,6 +33,11 @@
 #define WQ_XB 64 /* rows of x per cache block (64 x 4 KB at K = 1024)   */
 #define WQ_NB 32 /* rows of W per scheduling unit and per scale gather  */
 #define WQ_CL 16 /* lane width of the portable kernels                  */
+/* Products of fewer multiply-adds run on the calling thread: waking the
+ * others costs more than they save (a 192 x 576 decode projection streams
+ * ~60 KB, some microseconds; a fork and join costs about as much, far
+ * more when the cores are shared). */
+#define WQ_PAR_MIN 262144.0
 
 /* ------------------------------------------------------------------ */
 /* the portable kernels (any CPU): WQ_CL lanes the compiler vectorises  */
@@ -239,7 +244,7 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
     const int64_t row_bytes = sf_wq_row_bytes(int4, K);
     const int64_t nblk = (N + WQ_NB - 1) / WQ_NB;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if ((double)M * (double)N * (double)K >= WQ_PAR_MIN)
 #endif
     {
         float *s = tbuf + (int64_t)sf_cpu_tid() * 2 * WQ_NB * GP, *m = s + WQ_NB * GP;
