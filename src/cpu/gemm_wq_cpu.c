@@ -6,9 +6,14 @@
  * group's f32 partial sum and the min term taken from per-group sums of x:
  *   y[i, n] = sum_j s[j, n] (sum_{k in j} v[n, k] x[i, k]) + m[j, n] xsum[i, j]
  * (int4 without mins: v the nibble, m = -8 s).  At M = 1..4 (decode) this
- * reads each code byte once, bandwidth-bound; larger M (prefill) walks x in
- * blocks of WQ_XB rows that stay in cache while the thread's rows of W pass
- * over them (a row is decoded once per SF_WQK_MR rows of x).
+ * reads each code byte once, bandwidth-bound; one row of x takes SF_WQK_NR
+ * rows of W a call (independent accumulators in flight).  From WQ_PANEL_M
+ * rows of x (prefill) a block of WQ_NB rows of W is dequantised once into an
+ * f32 panel (w = s v + m, one rounding as the reference's w) that stays in
+ * the thread's cache while every row of x passes over it in 4 x 4 tiles of
+ * dot products (FMA-bound: 8 loads per 16 FMAs), about twice the rate of
+ * decoding in registers per 4 rows of x at M = 32.  Without a panel kernel
+ * (avx2, c) x is walked in blocks of WQ_XB rows instead.
  *
  * Implementations, best first (SF_AUTOTUNE_FORCE=gemm_wq_cpu:NAME pins
  * one): avx512 and avx2 (gemm_wq_cpu_x86.c, chosen at run time from the
@@ -38,6 +43,9 @@
  * ~60 KB, some microseconds; a fork and join costs about as much, far
  * more when the cores are shared). */
 #define WQ_PAR_MIN 262144.0
+/* Rows of x from which a block of W is dequantised once into an f32 panel
+ * (prefill) rather than decoded in registers for every SF_WQK_MR rows. */
+#define WQ_PANEL_M 8
 
 /* ------------------------------------------------------------------ */
 /* the portable kernels (any CPU): WQ_CL lanes the compiler vectorises  */
@@ -100,7 +108,7 @@ static void int8_c(const sf_wqk_args *a, float *out) {
 }
 
 static const char *supports_c(void) { return NULL; }
-static const sf_wqk_impl wqk_c = {"c", WQ_CL, int4_c, int8_c, NULL, NULL, NULL, supports_c};
+static const sf_wqk_impl wqk_c = {"c", WQ_CL, int4_c, int8_c, NULL, NULL, NULL, NULL, NULL, supports_c};
 
 /* ------------------------------------------------------------------ */
 /* choosing the implementation                                          */
@@ -219,27 +227,31 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
     sf_status st = pick_impl(ctx, &impl);
     if (st != SF_OK) return st;
     const sf_wqk_fn fn = int4 ? impl->int4 : impl->int8, fn_rows = int4 ? impl->int4_rows : impl->int8_rows;
-    /* the min term: the mins, or -8 s for int4 without them */
-    const int use_m = has_min || int4;
+    /* many rows of x: dequantise each block of W once into an f32 panel */
+    const int use_panel = impl->panel && M >= WQ_PANEL_M;
+    /* the min term: the mins, or -8 s for int4 without them; the row
+     * kernels take it from group sums of x */
+    const int use_m = has_min || int4, need_xsum = use_m && !use_panel;
     /* x is read in place when it is f32 and the kernel takes it as it is */
-    const int x_direct = x->dtype == SF_F32 && !int4;
-    const double need = 4.0 * ((x_direct ? 0.0 : (double)M * (double)KP) + (use_m ? (double)M * (double)GP : 0.0) +
-                               (double)nt * 2.0 * WQ_NB * (double)GP) + 128.0;
+    const int x_direct = x->dtype == SF_F32 && (!int4 || use_panel);
+    const int64_t per_thread = 2 * WQ_NB * GP + (use_panel ? WQ_NB * KP : 0);
+    const double need = 4.0 * ((x_direct ? 0.0 : (double)M * (double)KP) + (need_xsum ? (double)M * (double)GP : 0.0) +
+                               (double)nt * (double)per_thread) + 128.0;
     if (need > (double)(SIZE_MAX / 2))
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "sf_gemm_wq: the CPU workspace (%.3g bytes) is past the address space", need);
     void *ws = sf_ws_get(ctx, (size_t)need);
     if (!ws) return SF_ERR_OUT_OF_MEMORY;
     float *xw = sf_cpu_align64(ws);
     float *xsum = xw + (x_direct ? 0 : M * KP);
-    float *tbuf = xsum + (use_m ? M * GP : 0);
+    float *tbuf = xsum + (need_xsum ? M * GP : 0);
     const float *xf = x_direct ? (const float *)x->data : xw;
     const int64_t xrs = x_direct ? x->stride[0] : KP;
-    if (!x_direct || use_m) {
+    if (!x_direct || need_xsum) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (M * K > 65536)
 #endif
         for (int64_t i = 0; i < M; i++)
-            prep_row(x, i, K, g, int4, impl->lanes, xw + i * KP, use_m ? xsum + i * G : NULL);
+            prep_row(x, i, K, g, int4 && !use_panel, impl->lanes, xw + i * KP, need_xsum ? xsum + i * G : NULL);
     }
     const int64_t row_bytes = sf_wq_row_bytes(int4, K);
     const int64_t nblk = (N + WQ_NB - 1) / WQ_NB;
@@ -247,10 +259,38 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
 #pragma omp parallel num_threads(nt) if ((double)M * (double)N * (double)K >= WQ_PAR_MIN)
 #endif
     {
-        float *s = tbuf + (int64_t)sf_cpu_tid() * 2 * WQ_NB * GP, *m = s + WQ_NB * GP;
+        float *s = tbuf + (int64_t)sf_cpu_tid() * per_thread, *m = s + WQ_NB * GP, *panel = m + WQ_NB * GP;
         sf_wqk_args a;
-        a.K = K, a.g = g, a.sgn = !has_min, a.ss = WQ_NB, a.xs = xrs;
-        for (int64_t x0 = 0; x0 < M; x0 += WQ_XB) {
+        a.K = K, a.g = g, a.sgn = !has_min, a.ss = WQ_NB, a.xs = xrs, a.rb = row_bytes;
+        if (use_panel) {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t bi = 0; bi < nblk; bi++) {
+                const int64_t nb0 = bi * WQ_NB, nr = sf_cpu_min(WQ_NB, N - nb0);
+                gather_block(q, impl, nb0, nr, G, s, has_min ? m : NULL);
+                if (int4 && !has_min)
+                    for (int64_t e = 0; e < G * WQ_NB; e++) m[e] = -8.0f * s[e];
+                a.codes = (const uint8_t *)q->data.data + nb0 * row_bytes;
+                a.nr = (int)nr, a.s = s, a.m = use_m ? m : NULL;
+                impl->panel(&a, int4, panel, KP);
+                for (int64_t i = 0; i < M; i += SF_WQK_MR) {
+                    const int mr = (int)sf_cpu_min(SF_WQK_MR, M - i);
+                    for (int64_t r = 0; r < nr; r += SF_WQK_MR) {
+                        const int nc = (int)sf_cpu_min(SF_WQK_MR, nr - r);
+                        float o[SF_WQK_MR * SF_WQK_MR];
+                        impl->dot(xf + i * xrs, xrs, mr, panel + r * KP, KP, nc, K, o, SF_WQK_MR);
+                        for (int t = 0; t < mr; t++)
+                            for (int c = 0; c < nc; c++) {
+                                const int64_t n = nb0 + r + c;
+                                const float bv = pr->has_bias ? sf_ldf(bias->data, bias->dtype, n * bias->stride[0]) : 0.0f;
+                                sf_stf(y->data, y->dtype, sf_off2(y, i + t, n), o[t * SF_WQK_MR + c] + bv);
+                            }
+                    }
+                }
+            }
+        }
+        for (int64_t x0 = 0; x0 < M && !use_panel; x0 += WQ_XB) {
             const int64_t x1 = sf_cpu_min(M, x0 + WQ_XB);
 #ifdef _OPENMP
 #pragma omp for schedule(static)
@@ -261,7 +301,7 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
                 if (int4 && !has_min)
                     for (int64_t e = 0; e < G * WQ_NB; e++) m[e] = -8.0f * s[e];
                 if (x1 - x0 == 1 && fn_rows) { /* one row of x: SF_WQK_NR rows of W a call */
-                    a.x = xf + x0 * xrs, a.xsum = xsum + x0 * G, a.mr = 1, a.rb = row_bytes;
+                    a.x = xf + x0 * xrs, a.xsum = xsum + x0 * G, a.mr = 1;
                     for (int64_t r = 0; r < nr; r += SF_WQK_NR) {
                         const int64_t n = nb0 + r;
                         float o[SF_WQK_NR];

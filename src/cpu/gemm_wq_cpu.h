@@ -47,6 +47,17 @@ typedef struct sf_wqk_impl {
     sf_wqk_fn int4_rows, int8_rows; /* up to SF_WQK_NR rows of W against one
                                      * row of x (independent sums: more in
                                      * flight at decode); NULL: none */
+    /* Prefill: rows of W dequantised once into an f32 panel, then dot
+     * products of SF_WQK_MR rows of x by SF_WQK_MR rows of the panel at
+     * a time (x in its own order); NULL: none.
+     * panel: a->nr rows of W (codes at a->codes, a->rb apart; scales, mins
+     *   at a->s + r, a->m + r, a->ss apart by group) into dst, K floats
+     *   each, `dstride` apart: w = s v + m (int4 without mins: m = -8 s).
+     * dot: out[i * os + r] = sum_k x_i[k] w_r[k] for i < mr rows of x
+     *   (a->x, a->xs apart) and r < nr rows of w (w, ws apart). */
+    void (*panel)(const sf_wqk_args *a, int int4, float *dst, int64_t dstride);
+    void (*dot)(const float *x, int64_t xs, int mr, const float *w, int64_t ws, int nr, int64_t K, float *out,
+                int64_t os);
     /* n f16 values (bits) to f32: the scales and mins of f16 checkpoints
      * (exact); NULL: the portable conversion */
     void (*f16_row)(const uint16_t *src, int64_t n, float *dst);

@@ -178,12 +178,77 @@ T512 static void f16_512(const uint16_t *src, int64_t n, float *dst) {
     }
 }
 
+/* Rows of W to f32 in their own order: the two nibbles of a byte are
+ * neighbours, put back side by side with a two-source permute. */
+T512 static void panel_512(const sf_wqk_args *a, int int4, float *dst, int64_t dstride) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    const __m512i m15 = _mm512_set1_epi32(15);
+    const __m512i ilo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ihi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int r = 0; r < a->nr; r++) {
+        const uint8_t *c = a->codes + r * a->rb;
+        float *o = dst + r * dstride;
+        for (int64_t j = 0; j < G; j++) {
+            const __m512 sv = _mm512_set1_ps(a->s[j * a->ss + r]);
+            const __m512 mv = _mm512_set1_ps(a->m ? a->m[j * a->ss + r] : 0.0f);
+            if (int4) {
+                for (int c0 = 0; c0 < g; c0 += 32) {
+                    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + (j * g + c0) / 2)));
+                    const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, m15));
+                    const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+                    _mm512_storeu_ps(o + j * g + c0, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, ilo, hi), sv, mv));
+                    _mm512_storeu_ps(o + j * g + c0 + 16, _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, ihi, hi), sv, mv));
+                }
+            } else {
+                for (int c0 = 0; c0 < g; c0 += 16) {
+                    const __m128i raw = _mm_loadu_si128((const __m128i *)(c + j * g + c0));
+                    const __m512 v = _mm512_cvtepi32_ps(a->sgn ? _mm512_cvtepi8_epi32(raw) : _mm512_cvtepu8_epi32(raw));
+                    _mm512_storeu_ps(o + j * g + c0, _mm512_fmadd_ps(v, sv, mv));
+                }
+            }
+        }
+    }
+}
+
+/* MR x NR dot products over K (a multiple of 16): MR * NR accumulators,
+ * MR + NR loads per MR * NR FMAs. */
+T512 SF_X86_AI void dot_512_t(const float *x, int64_t xs, const float *w, int64_t ws, int64_t K, float *out,
+                              int64_t os, const int MR, const int NR) {
+    __m512 acc[SF_WQK_MR][SF_WQK_MR];
+    for (int i = 0; i < MR; i++)
+        for (int r = 0; r < NR; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+        __m512 wv[SF_WQK_MR];
+        for (int r = 0; r < NR; r++) wv[r] = _mm512_loadu_ps(w + r * ws + k);
+        for (int i = 0; i < MR; i++) {
+            const __m512 xv = _mm512_loadu_ps(x + i * xs + k);
+            for (int r = 0; r < NR; r++) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int r = 0; r < NR; r++) out[i * os + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+T512 static void dot_512(const float *x, int64_t xs, int mr, const float *w, int64_t ws, int nr, int64_t K,
+                         float *out, int64_t os) {
+    if (mr == 4 && nr == 4)
+        dot_512_t(x, xs, w, ws, K, out, os, 4, 4);
+    else /* edges: one row of x at a time */
+        for (int i = 0; i < mr; i++) switch (nr) {
+            case 1: dot_512_t(x + i * xs, xs, w, ws, K, out + i * os, os, 1, 1); break;
+            case 2: dot_512_t(x + i * xs, xs, w, ws, K, out + i * os, os, 1, 2); break;
+            case 3: dot_512_t(x + i * xs, xs, w, ws, K, out + i * os, os, 1, 3); break;
+            default: dot_512_t(x + i * xs, xs, w, ws, K, out + i * os, os, 1, 4); break;
+            }
+}
+
 static const char *supports_512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") ? NULL : "the CPU has no AVX-512F";
 }
 
-const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4r_512, int8r_512, f16_512, supports_512};
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4r_512, int8r_512, panel_512, dot_512, f16_512, supports_512};
 
 /* ------------------------------------------------------------------ */
 /* AVX2 + FMA: 8 lanes                                                 */
@@ -285,12 +350,12 @@ static const char *supports_256(void) {
                : "the CPU has no AVX2 + FMA + F16C";
 }
 
-const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, NULL, NULL, f16_256, supports_256};
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, NULL, NULL, NULL, NULL, f16_256, supports_256};
 
 #else /* not x86-64 with GCC or clang: no SIMD kernels */
 
 static const char *supports_none(void) { return "built without x86-64 SIMD kernels"; }
-const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, NULL, NULL, NULL, NULL, NULL, supports_none};
-const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, NULL, NULL, NULL, NULL, NULL, supports_none};
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, NULL, NULL, NULL, NULL, NULL, NULL, NULL, supports_none};
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, NULL, NULL, NULL, NULL, NULL, NULL, NULL, supports_none};
 
 #endif
