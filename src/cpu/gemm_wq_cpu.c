@@ -262,9 +262,10 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
         float *s = tbuf + (int64_t)sf_cpu_tid() * per_thread, *m = s + WQ_NB * GP, *panel = m + WQ_NB * GP;
         sf_wqk_args a;
         a.K = K, a.g = g, a.sgn = !has_min, a.ss = WQ_NB, a.xs = xrs, a.rb = row_bytes;
+        /* the blocks are independent (nowait): the region's end is the one join */
         if (use_panel) {
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
             for (int64_t bi = 0; bi < nblk; bi++) {
                 const int64_t nb0 = bi * WQ_NB, nr = sf_cpu_min(WQ_NB, N - nb0);
@@ -293,7 +294,7 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
         for (int64_t x0 = 0; x0 < M && !use_panel; x0 += WQ_XB) {
             const int64_t x1 = sf_cpu_min(M, x0 + WQ_XB);
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
 #endif
             for (int64_t bi = 0; bi < nblk; bi++) {
                 const int64_t nb0 = bi * WQ_NB, nr = sf_cpu_min(WQ_NB, N - nb0);
