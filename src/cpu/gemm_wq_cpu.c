@@ -46,6 +46,8 @@
 /* Rows of x from which a block of W is dequantised once into an f32 panel
  * (prefill) rather than decoded in registers for every SF_WQK_MR rows. */
 #define WQ_PANEL_M 8
+/* Blocks of rows ahead whose scales are prefetched */
+#define WQ_PF 2
 
 /* ------------------------------------------------------------------ */
 /* the portable kernels (any CPU): WQ_CL lanes the compiler vectorises  */
@@ -151,16 +153,16 @@ static sf_status pick_impl(sf_ctx *ctx, const sf_wqk_impl **out) {
 /* Scales (and mins) of rows n0 .. n0 + nr of q into s[j * WQ_NB + r] (m
  * likewise); entries past nr are left alone (their kernels never run).
  * Each group's run of nr values is contiguous, but each lies in another
- * page: the next block's lines are asked for now, the hardware cannot guess
+ * page: the lines of the block WQ_PF ahead are asked for now, the hardware cannot guess
  * them. */
 static void gather_one(const sf_tensor *t, const sf_wqk_impl *impl, int64_t N, int64_t n0, int64_t nr, int64_t G,
                        float *dst) {
-    const int ahead = n0 + 2 * WQ_NB <= N; /* the next block is whole */
+    const int ahead = n0 + (WQ_PF + 1) * WQ_NB <= N; /* the block WQ_PF ahead is whole */
     const size_t es = sf_dtype_size(t->dtype);
     for (int64_t j = 0; j < G; j++) {
         const char *src = (const char *)t->data + (size_t)(j * N + n0) * es;
         if (ahead)
-            for (size_t l = 0; l < WQ_NB * es; l += 64) __builtin_prefetch(src + WQ_NB * es + l);
+            for (size_t l = 0; l < WQ_NB * es; l += 64) __builtin_prefetch(src + WQ_PF * WQ_NB * es + l);
         float *o = dst + j * WQ_NB;
         if (t->dtype == SF_F32)
             for (int64_t r = 0; r < nr; r++) o[r] = ((const float *)src)[r];
