@@ -76,16 +76,24 @@ def make_llama(model, threads, n_ctx):
                            n_batch=512, logits_all=False, verbose=False)
 
 
-def run_llama(llm, ids, new_tokens):
+def last_argmax(llm):
+    """The greedy token: argmax of the logits of the last token evaluated (read from
+    llama.cpp's context: Llama.scores is not filled without logits_all)."""
+    import llama_cpp
     import numpy as np
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))))
+
+
+def run_llama(llm, ids, new_tokens):
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(ids)
     t1 = time.perf_counter()
-    toks = [int(np.argmax(llm.scores[llm.n_tokens - 1]))]
+    toks = [last_argmax(llm)]
     for _ in range(new_tokens - 1):
         llm.eval([toks[-1]])
-        toks.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        toks.append(last_argmax(llm))
     t2 = time.perf_counter()
     return {"prefill": len(ids) / (t1 - t0), "decode": (new_tokens - 1) / (t2 - t1), "tokens": toks}
 
