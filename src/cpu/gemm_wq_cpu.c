@@ -179,8 +179,9 @@ static void gather_block(const sf_qweight *q, const sf_wqk_impl *impl, int64_t n
     if (m) gather_one(&q->mins, impl, q->n, n0, nr, G, m);
 }
 
-/* Row i of x into f32 at dst (int4: in the kernels' lane order) and its
- * group sums into xs[0 .. G) when asked. */
+/* Row i of x into f32 at dst (int4: in the kernels' lane order, or with
+ * lanes = 0 in the *_rows kernels' order) and its group sums into
+ * xs[0 .. G) when asked. */
 static void prep_row(const sf_tensor *x, int64_t i, int64_t K, int g, int int4, int lanes, float *dst, float *xs) {
     float buf[2048]; /* a widened chunk of a non-f32 row */
     const int64_t G = K / g;
@@ -190,7 +191,10 @@ static void prep_row(const sf_tensor *x, int64_t i, int64_t K, int g, int int4, 
             sf_cpu_row_in(x->data, x->dtype, i * x->stride[0], K, dst);
             src = dst;
         } else if (int4) {
-            sf_wq_prep_x4(src, K, lanes, dst);
+            if (lanes)
+                sf_wq_prep_x4(src, K, lanes, dst);
+            else
+                sf_wq_prep_x8(src, K, dst);
         }
         if (xs)
             for (int64_t j = 0; j < G; j++) {
@@ -204,7 +208,10 @@ static void prep_row(const sf_tensor *x, int64_t i, int64_t K, int g, int int4, 
     for (int64_t c = 0; c < K; c += 2048) {
         const int64_t n = sf_cpu_min(2048, K - c);
         sf_cpu_row_in(x->data, x->dtype, i * x->stride[0] + c, n, buf);
-        sf_wq_prep_x4(buf, n, lanes, dst + c);
+        if (lanes)
+            sf_wq_prep_x4(buf, n, lanes, dst + c);
+        else
+            sf_wq_prep_x8(buf, n, dst + c);
         if (xs)
             for (int64_t j = 0; j < n / g; j++) {
                 float t = 0.0f;
@@ -228,7 +235,9 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
     const sf_wqk_impl *impl = NULL;
     sf_status st = pick_impl(ctx, &impl);
     if (st != SF_OK) return st;
-    const sf_wqk_fn fn = int4 ? impl->int4 : impl->int8, fn_rows = int4 ? impl->int4_rows : impl->int8_rows;
+    const sf_wqk_fn fn = int4 ? impl->int4 : impl->int8;
+    /* one row of x: the *_rows kernels (int4: with x in their own order) */
+    const sf_wqk_fn fn_rows = M != 1 ? NULL : !int4 ? impl->int8_rows : K % 64 == 0 ? impl->int4_rows : NULL;
     /* many rows of x: dequantise each block of W once into an f32 panel */
     const int use_panel = impl->panel && M >= WQ_PANEL_M;
     /* the min term: the mins, or -8 s for int4 without them; the row
@@ -253,7 +262,8 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (M * K > 65536)
 #endif
         for (int64_t i = 0; i < M; i++)
-            prep_row(x, i, K, g, int4 && !use_panel, impl->lanes, xw + i * KP, need_xsum ? xsum + i * G : NULL);
+            prep_row(x, i, K, g, int4 && !use_panel, int4 && fn_rows ? 0 : impl->lanes, xw + i * KP,
+                     need_xsum ? xsum + i * G : NULL);
     }
     const int64_t row_bytes = sf_wq_row_bytes(int4, K);
     const int64_t nblk = (N + WQ_NB - 1) / WQ_NB;
@@ -311,6 +321,12 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
                         a.nr = (int)sf_cpu_min(SF_WQK_NR, nr - r);
                         a.codes = (const uint8_t *)q->data.data + n * row_bytes;
                         a.s = s + r, a.m = use_m ? m + r : NULL;
+                        /* the same rows of the next block, asked for now: a
+                         * row is a few lines, too short a stream for the
+                         * hardware prefetcher to follow */
+                        if (n + WQ_NB + a.nr <= N)
+                            for (int64_t l = 0; l < a.nr * row_bytes; l += 64)
+                                __builtin_prefetch(a.codes + WQ_NB * row_bytes + l);
                         fn_rows(&a, o);
                         for (int t = 0; t < a.nr; t++) {
                             const float bv = pr->has_bias ? sf_ldf(bias->data, bias->dtype, (n + t) * bias->stride[0]) : 0.0f;

@@ -46,7 +46,9 @@ typedef struct sf_wqk_impl {
     sf_wqk_fn int4, int8;
     sf_wqk_fn int4_rows, int8_rows; /* up to SF_WQK_NR rows of W against one
                                      * row of x (independent sums: more in
-                                     * flight at decode); NULL: none */
+                                     * flight at decode); NULL: none.  int4:
+                                     * K a multiple of 64, x in the order of
+                                     * sf_wq_prep_x8 */
     /* Prefill: rows of W dequantised once into an f32 panel, then dot
      * products of SF_WQK_MR rows of x by SF_WQK_MR rows of the panel at
      * a time (x in its own order); NULL: none.
@@ -77,6 +79,15 @@ static inline void sf_wq_prep_x4(const float *x, int64_t K, int lanes, float *ds
             dst[c + i] = x[c + 2 * i];
             dst[c + lanes + i] = x[c + 2 * i + 1];
         }
+}
+
+/* x (K floats, K a multiple of 64) into the int4 *_rows kernels' order:
+ * in each run of 64, element 8 i + t goes to 8 t + i (a dword of codes
+ * holds elements 8 i .. 8 i + 7). */
+static inline void sf_wq_prep_x8(const float *x, int64_t K, float *dst) {
+    for (int64_t c = 0; c < K; c += 64)
+        for (int t = 0; t < 8; t++)
+            for (int i = 0; i < 8; i++) dst[c + 8 * t + i] = x[c + 8 * i + t];
 }
 
 #endif

@@ -97,34 +97,8 @@ T512 static void int8_512(const sf_wqk_args *a, float *out) {
     }
 }
 
-/* NR rows of W against one row of x: NR independent accumulator chains
- * (one FMA of the scale per group each) and one load of x for all. */
-T512 SF_X86_AI void k4r_512(const sf_wqk_args *a, float *out, const int NR) {
-    const int64_t G = a->K / a->g;
-    const int g = a->g;
-    const __m512i m15 = _mm512_set1_epi32(15);
-    __m512 acc[SF_WQK_NR];
-    float mt[SF_WQK_NR];
-    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps(), mt[r] = 0.0f;
-    for (int64_t j = 0; j < G; j++) {
-        __m512 blk[SF_WQK_NR];
-        for (int r = 0; r < NR; r++) blk[r] = _mm512_setzero_ps();
-        for (int c0 = 0; c0 < g; c0 += 32) {
-            const __m512 x0 = _mm512_loadu_ps(a->x + j * g + c0), x1 = _mm512_loadu_ps(a->x + j * g + c0 + 16);
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *c = a->codes + r * a->rb + j * (g / 2) + c0 / 2;
-                const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)c));
-                blk[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m15)), x0, blk[r]);
-                blk[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), x1, blk[r]);
-            }
-        }
-        for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a->s[j * a->ss + r]), blk[r], acc[r]);
-        if (a->m)
-            for (int r = 0; r < NR; r++) mt[r] += a->m[j * a->ss + r] * a->xsum[j];
-    }
-    for (int r = 0; r < NR; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + mt[r];
-}
-
+/* NR rows of W against one row of x (int8): NR independent accumulator
+ * chains, one load of x for all. */
 T512 SF_X86_AI void k8r_512(const sf_wqk_args *a, float *out, const int NR) {
     const int64_t G = a->K / a->g;
     const int g = a->g;
@@ -147,15 +121,6 @@ T512 SF_X86_AI void k8r_512(const sf_wqk_args *a, float *out, const int NR) {
             for (int r = 0; r < NR; r++) mt[r] += a->m[j * a->ss + r] * a->xsum[j];
     }
     for (int r = 0; r < NR; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + mt[r];
-}
-
-T512 static void int4r_512(const sf_wqk_args *a, float *out) {
-    switch (a->nr) {
-    case 1: k4r_512(a, out, 1); break;
-    case 2: k4r_512(a, out, 2); break;
-    case 3: k4r_512(a, out, 3); break;
-    default: k4r_512(a, out, 4); break;
-    }
 }
 
 T512 static void int8r_512(const sf_wqk_args *a, float *out) {
@@ -243,12 +208,14 @@ T512 static void dot_512(const float *x, int64_t xs, int mr, const float *w, int
             }
 }
 
+static void int4s_256(const sf_wqk_args *a, float *out); /* below: AVX2 serves both */
+
 static const char *supports_512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") ? NULL : "the CPU has no AVX-512F";
 }
 
-const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4r_512, int8r_512, panel_512, dot_512, f16_512, supports_512};
+const sf_wqk_impl sf_wqk_avx512 = {"avx512", 16, int4_512, int8_512, int4s_256, int8r_512, panel_512, dot_512, f16_512, supports_512};
 
 /* ------------------------------------------------------------------ */
 /* AVX2 + FMA: 8 lanes                                                 */
@@ -343,6 +310,53 @@ __attribute__((target("avx2,f16c"))) static void f16_256(const uint16_t *src, in
     }
 }
 
+/* int4, NR rows of W against one row of x, without shuffles: 32 bytes of
+ * codes (64 elements) sit in 8 dword lanes of 8 nibbles each; nibble t of
+ * every lane (shift by 4 t, and 15) is one vector of elements 8 i + t,
+ * which x prepared by sf_wq_prep_x8 holds at [8 t, 8 t + 8).  Lanes 0-3
+ * are group c / g, lanes 4-7 group (c + 32) / g: the scales go in per half.
+ * Two partial sums a row (even, odd t) and NR rows keep 2 NR FMA chains in
+ * flight; x is read from L1 as memory operands. */
+T256 SF_X86_AI void k4s_256(const sf_wqk_args *a, float *out, const int NR) {
+    const int64_t G = a->K / a->g;
+    const int g = a->g;
+    const __m256i m15 = _mm256_set1_epi32(15);
+    __m256 acc[SF_WQK_NR];
+    float mt[SF_WQK_NR];
+    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps(), mt[r] = 0.0f;
+    for (int64_t c = 0; c < a->K; c += 64) {
+        const float *xc = a->x + c;
+        const int64_t j0 = c / g, j1 = (c + 32) / g;
+        for (int r = 0; r < NR; r++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(a->codes + r * a->rb + c / 2));
+            __m256 e = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(w, m15)), _mm256_loadu_ps(xc));
+            __m256 o = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 4), m15)),
+                                     _mm256_loadu_ps(xc + 8));
+            e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 8), m15)), _mm256_loadu_ps(xc + 16), e);
+            o = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 12), m15)), _mm256_loadu_ps(xc + 24), o);
+            e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 16), m15)), _mm256_loadu_ps(xc + 32), e);
+            o = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 20), m15)), _mm256_loadu_ps(xc + 40), o);
+            e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 24), m15)), _mm256_loadu_ps(xc + 48), e);
+            o = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w, 28)), _mm256_loadu_ps(xc + 56), o);
+            const __m256 sv = _mm256_set_m128(_mm_set1_ps(a->s[j1 * a->ss + r]), _mm_set1_ps(a->s[j0 * a->ss + r]));
+            acc[r] = _mm256_fmadd_ps(sv, _mm256_add_ps(e, o), acc[r]);
+        }
+    }
+    if (a->m)
+        for (int64_t j = 0; j < G; j++)
+            for (int r = 0; r < NR; r++) mt[r] += a->m[j * a->ss + r] * a->xsum[j];
+    for (int r = 0; r < NR; r++) out[r] = hsum256(acc[r]) + mt[r];
+}
+
+T256 static void int4s_256(const sf_wqk_args *a, float *out) {
+    switch (a->nr) {
+    case 1: k4s_256(a, out, 1); break;
+    case 2: k4s_256(a, out, 2); break;
+    case 3: k4s_256(a, out, 3); break;
+    default: k4s_256(a, out, 4); break;
+    }
+}
+
 static const char *supports_256(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
@@ -350,7 +364,7 @@ static const char *supports_256(void) {
                : "the CPU has no AVX2 + FMA + F16C";
 }
 
-const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, NULL, NULL, NULL, NULL, f16_256, supports_256};
+const sf_wqk_impl sf_wqk_avx2 = {"avx2", 8, int4_256, int8_256, int4s_256, NULL, NULL, NULL, f16_256, supports_256};
 
 #else /* not x86-64 with GCC or clang: no SIMD kernels */
 
