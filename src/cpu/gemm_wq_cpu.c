@@ -162,7 +162,7 @@ static void gather_one(const sf_tensor *t, const sf_wqk_impl *impl, int64_t N, i
     for (int64_t j = 0; j < G; j++) {
         const char *src = (const char *)t->data + (size_t)(j * N + n0) * es;
         if (ahead)
-            for (size_t l = 0; l < WQ_NB * es; l += 64) __builtin_prefetch(src + WQ_PF * WQ_NB * es + l);
+            for (size_t l = 0; l < WQ_NB * es; l += 64) __builtin_prefetch(src + WQ_PF * WQ_NB * es + l, 0, 2);
         float *o = dst + j * WQ_NB;
         if (t->dtype == SF_F32)
             for (int64_t r = 0; r < nr; r++) o[r] = ((const float *)src)[r];
@@ -326,7 +326,7 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
                          * hardware prefetcher to follow */
                         if (n + WQ_NB + a.nr <= N)
                             for (int64_t l = 0; l < a.nr * row_bytes; l += 64)
-                                __builtin_prefetch(a.codes + WQ_NB * row_bytes + l);
+                                __builtin_prefetch(a.codes + WQ_NB * row_bytes + l, 0, 2);
                         fn_rows(&a, o);
                         for (int t = 0; t < a.nr; t++) {
                             const float bv = pr->has_bias ? sf_ldf(bias->data, bias->dtype, (n + t) * bias->stride[0]) : 0.0f;
