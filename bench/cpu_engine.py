@@ -106,9 +106,12 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--omp-wait-policy", default="passive",
-                    help="OMP_WAIT_POLICY for seqfuse ('' keeps the environment's): with other work on "
-                         "the cores, spinning OpenMP threads wait on descheduled ones at every op")
+    ap.add_argument("--omp-wait-policy", default="",
+                    help="OMP_WAIT_POLICY for seqfuse ('', the default, keeps the environment's: spinning "
+                         "waits, as llama.cpp's threads spin).  On a quiet machine spinning is faster "
+                         "(2 threads: 86 vs 54 tok/s); with other work on the cores spinning threads wait "
+                         "on descheduled ones at every op and both engines drop to a few tok/s: pass "
+                         "'passive' there")
     ap.add_argument("--results", default=None, help="rewrite the engine_cpu section of this markdown file")
     a = ap.parse_args()
     if a.new_tokens < 2 or a.prompt_len < 1:
@@ -157,7 +160,7 @@ def main():
                 f"alternating runs (`python3 bench/cpu_engine.py --threads {a.threads} --prompt-len "
                 f"{a.prompt_len} --new-tokens {a.new_tokens} --repeats {a.repeats} --results ...`).  "
                 f"seqfuse: f32 activations, weights kept quantised (sf_gemm_wq), OMP_WAIT_POLICY="
-                f"{a.omp_wait_policy or 'as set'}; llama.cpp: its own "
+                f"{a.omp_wait_policy or os.environ.get('OMP_WAIT_POLICY', 'unset')}; llama.cpp: its own "
                 f"quantised dot products (activations quantised to 8 bits).\n\n"
                 + benchutil.md_table(
                     ["engine", "decode tok/s", "prefill tok/s"],
