@@ -725,9 +725,9 @@ typedef struct sf_qweight {
  *   y     (M, N)  x's dtype, unit inner stride, any row stride; it may not
  *                 overlap any input (SF_ERR_INVALID_ARG).
  * Numerics: the reference sums in double over the exactly dequantised
- * weights.  The CPU backend dequantises to f32 (exact: an f16/bf16 scale
- * times a code of at most 8 bits fits f32's significand; with a min, w is
- * rounded once to f32) and sums in f32.  The CUDA backend multiplies the
+ * weights.  The CPU backend sums in f32: code times x per group, then the group's scale (and
+ * min times the group's sum of x); from 8 rows of x with AVX-512, over weights dequantised
+ * to f32 (w = s v + m rounded once).  The CUDA backend multiplies the
  * integer codes (exact in f16/bf16) with x on the tensor cores with f32
  * accumulation, one group at a time, and applies the group's scale (and min
  * times the group's sum of x) in f32: the only differences from the

@@ -373,6 +373,8 @@ const sfc_case sfc_cases[] = {
     {GWQ("gwq4_g128_m64", 64, 512, 1024, 4, 128), .wq_min = 1, .bias = 1},
     {GWQ("gwq4_g32_m200_str", 200, 255, 160, 4, 32), .bias = 1, .strided = 1},
     {GWQ("gwq8_g32_m1", 1, 131, 256, 8, 32)},
+    {GWQ("gwq4_g32_min_m1", 1, 101, 192, 4, 32), .wq_min = 1}, /* two groups in a CPU rows-kernel run of 64 */
+    {GWQ("gwq4_g32_m1_k96", 1, 37, 96, 4, 32), .bias = 1},    /* K not a multiple of 64: the CPU's other path */
     {GWQ("gwq8_g64_min_m3_str", 3, 70, 448, 8, 64), .wq_min = 1, .strided = 1},
     {GWQ("gwq8_g128_m16", 16, 33, 128, 8, 128), .bias = 1},
     {GWQ("gwq8_g32_m17_str", 17, 65, 64, 8, 32), .strided = 1},

@@ -76,7 +76,7 @@ sf_status sf_cpu_add_norm(sf_ctx *ctx, const sf_norm_problem *pr) {
     const float invD = 1.0f / (float)D, eps = pr->eps;
 
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows > 1) /* one row: no fork */
 #endif
     for (int64_t r = 0; r < rows; r++) {
         float *h = bufs + (size_t)sf_cpu_tid() * 2 * (size_t)DP, *rb = h + DP;
@@ -115,7 +115,7 @@ sf_status sf_cpu_swiglu(sf_ctx *ctx, const sf_swiglu_problem *pr) {
     const sf_tensor *g = &p->gate, *u = &p->up, *out = &p->out;
 
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows > 1) /* one row: no fork */
 #endif
     for (int64_t r = 0; r < rows; r++) {
         float *a = bufs + (size_t)sf_cpu_tid() * (size_t)sf_cpu_rup(per, FC_PAD), *b = a + NP;
@@ -196,7 +196,7 @@ sf_status sf_cpu_rope(sf_ctx *ctx, const sf_rope_problem *pr) {
     const sf_tensor *qd = pr->q_inplace ? &p->q : &p->q_out, *kd = pr->k_inplace ? &p->k : &p->k_out;
 
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (T > 1) /* one token: no fork */
 #endif
     for (int64_t t = 0; t < T; t++) {
         float *cs = bufs + (size_t)sf_cpu_tid() * (size_t)per, *sn = cs + HP, *buf = sn + HP;

@@ -138,20 +138,24 @@ void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n) {
 
 static int is_block(sfm_wtype t) { return t == SFM_W_Q4_0 || t == SFM_W_Q4_1 || t == SFM_W_Q8_0; }
 
-/* A GGUF block tensor (n, k) repacked into a host sf_qweight (f32 scales). */
+/* A GGUF block tensor (n, k) repacked into a host sf_qweight: the blocks'
+ * f16 scales copied for the CPU (half the bytes a decode step reads beside
+ * the codes), widened to f32 for the CUDA path (converted to x's dtype). */
 static sf_status repack(sfm_model *m, const sfm_tensor *t, sf_qweight *q, char *err, size_t errlen) {
     const int64_t n = t->shape[0], k = t->shape[1], G = k / 32;
     const int int4 = t->type != SFM_W_Q8_0;
+    const sf_dtype sdt = sf_ctx_device(m->ctx) == SF_DEVICE_CPU ? SF_F16 : SF_F32;
+    const size_t ss = sf_dtype_size(sdt);
     memset(q, 0, sizeof *q);
     q->format = int4 ? SF_QW_INT4 : SF_QW_INT8;
     q->n = n, q->k = k, q->group_size = 32;
     const int64_t rb = int4 ? k / 2 : k;
-    void *d = host_alloc(m, (size_t)(n * rb)), *s = host_alloc(m, (size_t)(G * n) * 4);
-    void *mn = t->type == SFM_W_Q4_1 ? host_alloc(m, (size_t)(G * n) * 4) : NULL;
+    void *d = host_alloc(m, (size_t)(n * rb)), *s = host_alloc(m, (size_t)(G * n) * ss);
+    void *mn = t->type == SFM_W_Q4_1 ? host_alloc(m, (size_t)(G * n) * ss) : NULL;
     if (!d || !s || (t->type == SFM_W_Q4_1 && !mn)) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory repacking %s", t->name);
     q->data = sf_tensor_contiguous(d, int4 ? SF_U8 : SF_I8, SF_DEVICE_CPU, 2, (int64_t[]){n, rb});
-    q->scales = sf_tensor_contiguous(s, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
-    if (mn) q->mins = sf_tensor_contiguous(mn, SF_F32, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
+    q->scales = sf_tensor_contiguous(s, sdt, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
+    if (mn) q->mins = sf_tensor_contiguous(mn, sdt, SF_DEVICE_CPU, 2, (int64_t[]){G, n});
     const sf_gguf_type gt = t->type == SFM_W_Q4_0 ? SF_GGUF_Q4_0 : t->type == SFM_W_Q4_1 ? SF_GGUF_Q4_1 : SF_GGUF_Q8_0;
     sf_ctx *hc = NULL;
     sf_status st = sf_ctx_create(&hc, SF_DEVICE_CPU);
