@@ -48,8 +48,8 @@ typedef struct sf_cuda_state {
     unsigned int *paged_err_h, *paged_err_d;
     /* the bulk paged decode's split counters (paged/decode_bulk.cuh), one
      * per (sequence, kv head, row tile): zero between launches (the last
-     * CTA of each resets its own); grown on the stream outside graph
-     * capture; NULL until first needed */
+     * CTA of each resets its own); allocated once, outside graph capture,
+     * by the first call that needs them (paged_bulk.cu), else NULL */
     unsigned int *paged_ctr;
     size_t paged_ctr_n;
     /* NVML for the autotuner's sustained runs (board_power.cu): asked on

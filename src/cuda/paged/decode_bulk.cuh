@@ -357,15 +357,18 @@ __global__ void __launch_bounds__(BulkTraits<D, KEYS, ST>::THREADS) paged_attn_b
     const bool any_bad = sflag[1] != 0;
     float *wsm = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(ring) + Tr::MERGE);
     float *lsm = wsm + 64 * 16;
+    /* the splits' lse (split s, row r at s * 16 + r), all loads in flight
+     * at once, then each row's weights */
+    for (int i = tid; i < ns * 16; i += NT) wsm[i] = __ldcg(p.lse_part + grp * p.nsplit_max * 16 + i);
+    __syncthreads();
     if (tid < 16) {
         const int r = tid;
-        const float *lp = p.lse_part + grp * p.nsplit_max * 16 + r;
         float M = -INFINITY;
-        for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(lp + s * 16));
+        for (int s = 0; s < ns; s++) M = fmaxf(M, wsm[s * 16 + r]);
         const float base = M == -INFINITY ? 0.f : M;
         float W = 0.f;
         for (int s = 0; s < ns; s++) {
-            const float w = __expf(__ldcg(lp + s * 16) - base);
+            const float w = __expf(wsm[s * 16 + r] - base);
             wsm[s * 16 + r] = w;
             W += w;
         }
@@ -381,7 +384,7 @@ __global__ void __launch_bounds__(BulkTraits<D, KEYS, ST>::THREADS) paged_attn_b
         if (rr >= nrows || c >= p.d) continue;
         const float4 *src = reinterpret_cast<const float4 *>(p.o_part + (grp * p.nsplit_max * 16 + r) * D + c);
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
+#pragma unroll 8
         for (int s = 0; s < ns; s++) {
             const float w = wsm[s * 16 + r];
             const float4 v = __ldcg(src + (size_t)s * 16 * D4);

@@ -12,32 +12,28 @@ namespace {
 using sf_paged::BulkTraits;
 using sf_paged::PagedParams;
 
-/* The counters: grown (zeroed on the stream) outside graph capture; while
- * capturing, too few of them are taken from the workspace and zeroed by a
- * memset in the graph. */
+/* The counters: PAGED_CTR of them, allocated (and zeroed on the stream)
+ * by the first call outside graph capture and kept to the context's end,
+ * never reallocated, since a captured graph holds their address.  A
+ * problem with more groups, or a capture before any eager call, takes them
+ * from the workspace, zeroed by a memset on the stream (a graph node). */
+constexpr size_t PAGED_CTR = 65536;
+
 sf_status counters(sf_ctx *ctx, size_t n, unsigned int *ws_spare, unsigned int **out) {
     sf_cuda_state *st = sf_cuda_st(ctx);
-    if (st && st->paged_ctr_n >= n) {
+    cudaStream_t s = sf_cuda_stream(ctx);
+    if (st && !st->paged_ctr && !sf_cuda_capturing(ctx)) {
+        unsigned int *c = nullptr;
+        if (cudaMalloc((void **)&c, PAGED_CTR * sizeof *c) == cudaSuccess) {
+            SF_CUDA_CHECK(ctx, cudaMemsetAsync(c, 0, PAGED_CTR * sizeof *c, s));
+            st->paged_ctr = c, st->paged_ctr_n = PAGED_CTR;
+        } else {
+            (void)cudaGetLastError();
+        }
+    }
+    if (st && st->paged_ctr && st->paged_ctr_n >= n) {
         *out = st->paged_ctr;
         return SF_OK;
-    }
-    cudaStream_t s = sf_cuda_stream(ctx);
-    if (st && !sf_cuda_capturing(ctx)) {
-        size_t want = 1024;
-        while (want < n) want <<= 1;
-        unsigned int *c = nullptr;
-        if (st->paged_ctr) {
-            SF_CUDA_CHECK(ctx, cudaStreamSynchronize(s));
-            SF_CUDA_CHECK(ctx, cudaFree(st->paged_ctr));
-            st->paged_ctr = nullptr, st->paged_ctr_n = 0;
-        }
-        if (cudaMalloc((void **)&c, want * sizeof *c) == cudaSuccess) {
-            SF_CUDA_CHECK(ctx, cudaMemsetAsync(c, 0, want * sizeof *c, s));
-            st->paged_ctr = c, st->paged_ctr_n = want;
-            *out = c;
-            return SF_OK;
-        }
-        (void)cudaGetLastError();
     }
     SF_CUDA_CHECK(ctx, cudaMemsetAsync(ws_spare, 0, n * sizeof *ws_spare, s));
     *out = ws_spare;
@@ -93,6 +89,11 @@ const char *inst(sf_ctx *ctx, PagedParams p, sf_status *st) {
         if (*st != SF_OK) return nullptr;
     }
     cudaStream_t s = sf_cuda_stream(ctx);
+    if (cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Tr::SMEM) !=
+        cudaSuccess) {
+        *st = sf_fail(ctx, SF_ERR_CUDA, "sf_attn_paged: bulk kernel: %s", cudaGetErrorString(cudaGetLastError()));
+        return nullptr;
+    }
     kern<<<dim3((unsigned)nsm, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), Tr::THREADS, Tr::SMEM, s>>>(p);
     const cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? SF_OK
