@@ -145,9 +145,10 @@ __device__ __forceinline__ void record_error(unsigned int *err, int b) {
     }
 }
 
-/* One block per sequence: length in [0, max_pages * page_size] and each
- * table entry of its pages in [0, num_pages). */
-__global__ void __launch_bounds__(256) paged_validate(const PagedParams p) {
+/* One block of NT threads per sequence: length in [0, max_pages *
+ * page_size] and each table entry of its pages in [0, num_pages).  (A
+ * template, so each file that includes this one may hold it.) */
+template <int NT> __global__ void __launch_bounds__(NT) paged_validate(const PagedParams p) {
     __shared__ int bad;
     const int b = blockIdx.x;
     if (threadIdx.x == 0) bad = 0;

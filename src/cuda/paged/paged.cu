@@ -86,7 +86,7 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)Tr::SMEM));
     cudaStream_t s = sf_cuda_stream(ctx);
-    sf_paged::paged_validate<<<p.batch, 256, 0, s>>>(p);
+    sf_paged::paged_validate<256><<<p.batch, 256, 0, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
     kern<<<dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
