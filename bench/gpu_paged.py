@@ -42,7 +42,7 @@ def bench(fn):
 GRAPH_CALLS = 20
 
 
-def run_point(b, ctx, lq, ps, peers=True):
+def run_point(b, ctx, lq, ps, peers=True, fp8=True):
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(b * 7 + ctx + ps)
     kc = torch.randn(b, ctx, HKV, D, device=dev, dtype=torch.bfloat16, generator=g)
@@ -67,7 +67,7 @@ def run_point(b, ctx, lq, ps, peers=True):
         codes = (x.float() / sc.clamp_min(1e-30)[..., None]).to(torch.float8_e4m3fn)
         return codes, sc
 
-    has_fp8 = hasattr(torch, "float8_e4m3fn")
+    has_fp8 = fp8 and hasattr(torch, "float8_e4m3fn")
     if has_fp8:
         k8, ks8 = quant(kp)
         v8, vs8 = quant(vp)
@@ -158,6 +158,10 @@ def main():
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--no-peers", action="store_true", help="time seqfuse alone (comparing its variants)")
+    ap.add_argument("--no-fp8", action="store_true",
+                    help="skip the FP8 pools (a configuration pinned by SF_AUTOTUNE_FORCE that serves 16-bit only)")
+    ap.add_argument("--points", default="", metavar="B:CTX:LQ:PS,...",
+                    help="these points instead of the default list")
     ap.add_argument("--plot", nargs="?", const=PLOT, default=None,
                     help=f"write the plot (to {PLOT} unless a path is given)")
     ap.add_argument("--from-csv", default="", metavar="CSV",
@@ -178,8 +182,9 @@ def main():
     print(f"{gpu}, torch {torch.__version__}, commit {commit()}, H {H} Hkv {HKV} d {D} bf16")
     print(f"{'b':>4s} {'ctx':>6s} {'lq':>3s} {'page':>4s}   ours TB/s   cuDNN    flash   efficient   "
           f"ours/best peer  err vs peer")
-    for b, ctx, lq, ps in POINTS:
-        r, by, err = run_point(b, ctx, lq, ps, not a.no_peers)
+    points = [tuple(int(v) for v in pt.split(":")) for pt in a.points.split(",")] if a.points else POINTS
+    for b, ctx, lq, ps in points:
+        r, by, err = run_point(b, ctx, lq, ps, not a.no_peers, not a.no_fp8)
         fp8_bytes, fp8_err = r.pop("fp8_bytes"), r.pop("fp8_err")
         tbs = {k: ((fp8_bytes if k == "fp8" else by) / (v * 1e-3) / 1e12 if v == v else float("nan"))
                for k, v in r.items()}
