@@ -46,12 +46,6 @@ typedef struct sf_cuda_state {
      * mapped into the device (paged_err_d), read and cleared by
      * sf_cuda_sync; NULL when the allocation failed (nothing recorded) */
     unsigned int *paged_err_h, *paged_err_d;
-    /* the bulk paged decode's split counters (paged/decode_bulk.cuh), one
-     * per (sequence, kv head, row tile): zero between launches (the last
-     * CTA of each resets its own); allocated once, outside graph capture,
-     * by the first call that needs them (paged_bulk.cu), else NULL */
-    unsigned int *paged_ctr;
-    size_t paged_ctr_n;
     /* NVML for the autotuner's sustained runs (board_power.cu): asked on
      * first use, closed with the context */
     int power_tried;

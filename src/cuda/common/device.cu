@@ -56,10 +56,9 @@ extern "C" void sf_cuda_ctx_free(sf_ctx *ctx) {
     sf_cuda_state *st = sf_cuda_st(ctx);
     if (st) sf_cuda_board_close(st);
     sf_cuda_gemm_free(ctx);
-    if (st && (st->tile_ctr || st->paged_ctr)) {
+    if (st && st->tile_ctr) {
         cudaSetDevice(ctx->device);
-        if (st->tile_ctr) cudaFree(st->tile_ctr);
-        if (st->paged_ctr) cudaFree(st->paged_ctr);
+        cudaFree(st->tile_ctr);
     }
     if (st && st->paged_err_h) cudaFreeHost(st->paged_err_h);
     free(ctx->cuda_state);

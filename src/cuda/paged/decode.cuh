@@ -82,7 +82,6 @@ struct PagedParams {
     int64_t ks_sp, ks_sr, ks_sh, vs_sp, vs_sr, vs_sh;
     const float *alibi;         /* slopes of (b, h) at alibi[b * sb + h * sh], or NULL */
     int64_t alibi_sb, alibi_sh;
-    unsigned int *ctr;          /* bulk kernel: split counters, one per (b, kv head, row tile) */
 };
 
 /* Score modifiers of an instance: none, softcap, or ALiBi (softcap then at
@@ -119,22 +118,6 @@ __host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max) {
     return n < nsplit_max ? n : nsplit_max;
 }
 
-/* Splits of the longest sequence the table can hold: as many as fill one
- * wave of resident blocks (the kernel's occupancy times the SMs) with the
- * b x Hkv x row-tile blocks the problem has, never a second partial wave
- * (b 32, 4k keys: 3.79 TB/s at one wave, 3.26 at 1.3), never more than the
- * table's capacity can use.  A function of shapes only, so graph replays
- * with other lengths keep it. */
-inline int64_t split_count(const PagedParams &p, int64_t sms, int per_sm) {
-    const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
-    const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
-    int64_t nsm = (int64_t)per_sm * sms / base;
-    const int64_t by_len = (cap_keys + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
-    if (nsm > by_len) nsm = by_len;
-    if (nsm > 64) nsm = 64;
-    return nsm < 1 ? 1 : nsm;
-}
-
 /* Keys of one split: a multiple of the 16-key tile. */
 __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns - 1) / ns) + 15) & ~15; }
 
@@ -145,10 +128,9 @@ __device__ __forceinline__ void record_error(unsigned int *err, int b) {
     }
 }
 
-/* One block of NT threads per sequence: length in [0, max_pages *
- * page_size] and each table entry of its pages in [0, num_pages).  (A
- * template, so each file that includes this one may hold it.) */
-template <int NT> __global__ void __launch_bounds__(NT) paged_validate(const PagedParams p) {
+/* One block per sequence: length in [0, max_pages * page_size] and each
+ * table entry of its pages in [0, num_pages). */
+__global__ void __launch_bounds__(256) paged_validate(const PagedParams p) {
     __shared__ int bad;
     const int b = blockIdx.x;
     if (threadIdx.x == 0) bad = 0;

@@ -1,21 +1,16 @@
 /* paged.cu - the paged KV cache on the GPU: sf_kv_append (append.cuh) and
- * sf_attn_paged on 16-bit or FP8 pools, by the configuration the autotuner
- * picks from configs.h: decode.cuh's mma kernel (validation, split-KV
- * attention, combine) or decode_bulk.cuh's bulk kernel (paged_bulk.cu).
+ * sf_attn_paged (decode.cuh: validation, split-KV attention, combine), on
+ * 16-bit or FP8 pools.
  * Nothing here reads a length or a table entry on the host, so both calls
  * can be captured in a CUDA graph and replayed with other lengths and
  * tables.
  */
-#include "autotune.h"
 #include "common/cuda_common.h"
 #include "paged/append.cuh"
-#include "paged/bulk.h"
-#include "paged/configs.h"
 #include "paged/decode.cuh"
 
 #include <atomic>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 namespace {
@@ -53,6 +48,22 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
     return SF_OK;
 }
 
+/* Splits of the longest sequence the table can hold: as many as fill one
+ * wave of resident blocks (the kernel's occupancy times the SMs) with the
+ * b x Hkv x row-tile blocks the problem has, never a second partial wave
+ * (b 32, 4k keys: 3.79 TB/s at one wave, 3.26 at 1.3), never more than the
+ * table's capacity can use.  A function of shapes only, so graph replays
+ * with other lengths keep it. */
+int64_t split_count(const PagedParams &p, int64_t sms, int per_sm) {
+    const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
+    const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
+    int64_t nsm = (int64_t)per_sm * sms / base;
+    const int64_t by_len = (cap_keys + sf_paged::MIN_SPLIT_KEYS - 1) / sf_paged::MIN_SPLIT_KEYS;
+    if (nsm > by_len) nsm = by_len;
+    if (nsm > 64) nsm = 64;
+    return nsm < 1 ? 1 : nsm;
+}
+
 template <typename T, int D, bool FP8, int MOD>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
@@ -70,7 +81,7 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
         per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t nsm = sf_paged::split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm);
+    const int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm);
     p.nsplit_max = (int)nsm;
 
     /* workspace: per-sequence validity, then the split partials */
@@ -86,7 +97,7 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)Tr::SMEM));
     cudaStream_t s = sf_cuda_stream(ctx);
-    sf_paged::paged_validate<256><<<p.batch, 256, 0, s>>>(p);
+    sf_paged::paged_validate<<<p.batch, 256, 0, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
     kern<<<dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
@@ -111,99 +122,6 @@ sf_status attn_dispatch(sf_ctx *ctx, const PagedParams &p, int dpad) {
     if (dpad == 64) return attn_dispatch_mod<T, 64, FP8>(ctx, p, dpad);
     if (dpad == 128) return attn_dispatch_mod<T, 128, FP8>(ctx, p, dpad);
     return attn_dispatch_mod<T, 256, FP8>(ctx, p, dpad);
-}
-
-/* What a configuration run needs: the problem, and the tuner's events. */
-struct PagedTune {
-    const PagedParams *p;
-    int dpad;
-    bool fp8;
-    sf_dtype dt;
-    cudaEvent_t ev[2];
-};
-
-sf_status mma_run(sf_ctx *ctx, const PagedTune &t) {
-    if (t.fp8)
-        return t.dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, true>(ctx, *t.p, t.dpad)
-                               : attn_dispatch<__half, true>(ctx, *t.p, t.dpad);
-    return t.dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, false>(ctx, *t.p, t.dpad)
-                           : attn_dispatch<__half, false>(ctx, *t.p, t.dpad);
-}
-
-/* Runs configuration c (status in *st) and returns NULL, or returns why it
- * cannot serve the problem, having run nothing; with st NULL only the
- * answer (the one place that says what a row supports). */
-const char *paged_config_run(sf_ctx *ctx, const PagedConfig &c, const PagedTune &t, sf_status *st) {
-    switch (c.kernel) {
-    case PagedKernel::heuristic:
-        if (!sf_paged_bulk_refusal(ctx, *t.p, t.fp8, t.dt, t.dpad, 64, 3)) {
-            if (st) *st = sf_paged_bulk_run(ctx, *t.p, t.dt, t.dpad, 64, 3);
-            return nullptr;
-        }
-        if (st) *st = mma_run(ctx, t);
-        return nullptr;
-    case PagedKernel::mma:
-        if (st) *st = mma_run(ctx, t);
-        return nullptr;
-    case PagedKernel::bulk:
-        if (const char *why = sf_paged_bulk_refusal(ctx, *t.p, t.fp8, t.dt, t.dpad, c.keys, c.stages)) return why;
-        if (st) *st = sf_paged_bulk_run(ctx, *t.p, t.dt, t.dpad, c.keys, c.stages);
-        return nullptr;
-    }
-    return "unknown kernel";
-}
-
-sf_status paged_run_config(sf_ctx *ctx, const PagedTune &t, int i) {
-    sf_status st = SF_OK;
-    if (const char *why = paged_config_run(ctx, paged_configs[i], t, &st))
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_paged: configuration %s: %s", paged_configs[i].name, why);
-    return st;
-}
-
-sf_status paged_tune_run(sf_ctx *ctx, int cand, void *arg, double *ms) {
-    PagedTune *t = (PagedTune *)arg;
-    return sf_cuda_run_timed(ctx, t->ev, ms, [&] { return paged_run_config(ctx, *t, cand); });
-}
-
-int64_t pow2_at_least(int64_t v) {
-    int64_t r = 1;
-    while (r < v) r <<= 1;
-    return r;
-}
-
-/* Autotuned launch: bucket = head-dim bucket, new tokens, GQA group,
- * sequences x kv heads and the table's capacity in keys (powers of two),
- * page size, FP8, score modifier, window. */
-sf_status paged_launch(sf_ctx *ctx, const PagedParams &p, int dpad, bool fp8, sf_dtype dt) {
-    const sf_cuda_state *cs = sf_cuda_st(ctx);
-    PagedTune t;
-    memset(&t, 0, sizeof t);
-    t.p = &p, t.dpad = dpad, t.fp8 = fp8, t.dt = dt;
-    char bucket[128];
-    snprintf(bucket, sizeof bucket, "d%d_lq%lld_g%d_bkv%lld_cap%lld_ps%d%s%s%s", dpad,
-             (long long)pow2_at_least(p.lq), p.group, (long long)pow2_at_least((int64_t)p.batch * p.nkv),
-             (long long)pow2_at_least((int64_t)p.max_pages << p.page_shift), 1 << p.page_shift, fp8 ? "_fp8" : "",
-             p.alibi ? "_alibi" : p.cap2 > 0.f ? "_cap" : "", p.wl >= 0 ? "_win" : "");
-    sf_tune_request rq;
-    memset(&rq, 0, sizeof rq);
-    rq.device = cs ? cs->name : "cuda";
-    rq.op = "attn_paged";
-    rq.dtype = dt;
-    rq.bucket = bucket;
-    rq.ncand = PAGED_NCONFIG;
-    rq.names = sf_config_names(paged_configs);
-    rq.run = paged_tune_run;
-    rq.arg = &t;
-    rq.reps = 5;
-    rq.no_timing = sf_cuda_capturing(ctx);
-    int choice = 0, ran = 0;
-    sf_status st = sf_autotune(ctx, &rq, &choice, &ran);
-    sf_cuda_events_free(t.ev);
-    if (st != SF_OK || ran) return st;
-    /* a cached choice this problem cannot take (FP8 in a bucket tuned on
-     * another GPU's build) gives way to the heuristic, which serves all */
-    if (paged_config_run(ctx, paged_configs[choice], t, nullptr)) choice = 0;
-    return paged_run_config(ctx, t, choice);
 }
 
 template <bool FP8> size_t smem_of(int dpad) {
@@ -336,5 +254,7 @@ extern "C" sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr)
     }
     p.alibi = pr->alibi, p.alibi_sb = pr->alibi_sb, p.alibi_sh = pr->alibi_sh;
 
-    return paged_launch(ctx, p, dpad, pr->fp8 != 0, dt);
+    if (pr->fp8)
+        return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, true>(ctx, p, dpad) : attn_dispatch<__half, true>(ctx, p, dpad);
+    return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, false>(ctx, p, dpad) : attn_dispatch<__half, false>(ctx, p, dpad);
 }
