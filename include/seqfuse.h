@@ -732,11 +732,11 @@ typedef struct sf_qweight {
  * accumulation, one group at a time, and applies the group's scale (and min
  * times the group's sum of x) in f32: the only differences from the
  * reference come from the order of the f32 sums and y's final rounding.
- * Except for many rows without a bias (M >= 128 by default; the
- * configuration "slab"), where the product is compute-bound: there W is
- * dequantised to x's dtype (w = s * v + m in f32, rounded once) a slab of
- * rows at a time into a 16 MiB workspace buffer that stays in L2, and
- * each slab multiplied by cuBLAS (tensor cores, f32 accumulation).
+ * Except for more than 16 rows without a bias (the configuration "slab"),
+ * where the product is compute-bound: there W is dequantised to x's dtype
+ * (w = s * v + m in f32, rounded once) a slab of rows at a time into a
+ * workspace buffer (16 MiB, or 2048 rows where that is more), and each
+ * slab multiplied by cuBLAS (tensor cores, f32 accumulation).
  * CUDA backend: f16 / bf16 x with scales (and mins) in x's dtype, w.data
  * 16-byte aligned (SF_ERR_ALIGNMENT), x 16-byte aligned with a row stride
  * that is a multiple of 8 elements (SF_ERR_UNSUPPORTED otherwise).  M <= 16
