@@ -30,6 +30,11 @@ double ct_rng_unif(uint64_t *s);
 double ct_rng_normal(uint64_t *s);
 int64_t ct_numel(const tspec *t);
 void ct_spec(tspec *t, int rank, const int64_t *shape, sf_dtype dt, int gen);
+/* The SSD forward's inputs of case c (x, dt, A, B, C, D, z, dt_bias,
+ * initial_states, seq_idx, cu_seqlens: t[0] .. t[10], in that order, the
+ * optional ones only where the case has them); dt, B and C in f32 where the
+ * case asks.  Shared by the forward's cases and the backward's. */
+void ct_ssd_inputs(const sfc_case *c, sf_dtype dt, tspec *t);
 void ct_layout(tspec *t, int strided);
 int64_t ct_offset_of(const tspec *t, int64_t i);
 float ct_f16_to_f32(uint16_t h);

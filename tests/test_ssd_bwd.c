@@ -267,23 +267,9 @@ static const char *grad_names[NGRAD] = {"dx", "ddt", "dA", "dB", "dC", "dD", "dz
 
 static void specs(const sfc_case *c, sf_dtype dt, tspec *t) {
     memset(t, 0, sizeof(tspec) * NT);
-    const int64_t b = c->b, L = c->L, H = c->H, P = c->P, G = c->G, N = c->N;
+    const int64_t b = c->b, L = c->L, H = c->H, P = c->P, N = c->N;
     const int64_t ns = c->varlen == 2 ? c->nseq : b;
-    const sf_dtype dtdt = c->f32_in & SFC_F32_DT ? SF_F32 : dt;
-    const sf_dtype bdt = c->f32_in & SFC_F32_B ? SF_F32 : dt;
-    const sf_dtype cdt = c->f32_in & SFC_F32_C ? SF_F32 : dt;
-    ct_spec(&t[X], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
-    ct_spec(&t[DT], 3, (int64_t[]){b, L, H}, dtdt, c->softplus ? GEN_DT_RAW : GEN_DT_POS);
-    ct_spec(&t[A], 1, (int64_t[]){H}, SF_F32, GEN_A);
-    ct_spec(&t[B], 4, (int64_t[]){b, L, G, N}, bdt, GEN_HALF);
-    ct_spec(&t[C], 4, (int64_t[]){b, L, G, N}, cdt, GEN_HALF);
-    if (c->D == 1) ct_spec(&t[D], 1, (int64_t[]){H}, SF_F32, GEN_NORMAL);
-    if (c->D == 2) ct_spec(&t[D], 2, (int64_t[]){H, P}, SF_F32, GEN_NORMAL);
-    if (c->z) ct_spec(&t[Z], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
-    if (c->dt_bias) ct_spec(&t[DTB], 1, (int64_t[]){H}, SF_F32, c->softplus ? GEN_DTB_SP : GEN_DTB);
-    if (c->init) ct_spec(&t[INIT], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_HALF);
-    if (c->varlen == 1) ct_spec(&t[SEQ], 2, (int64_t[]){b, L}, SF_I32, GEN_NONE);
-    if (c->varlen == 2) ct_spec(&t[CU], 1, (int64_t[]){ns + 1}, SF_I32, GEN_NONE);
+    ct_ssd_inputs(c, dt, t);
     ct_spec(&t[DOUT], 4, (int64_t[]){b, L, H, P}, dt, GEN_NORMAL);
     if (c->final) ct_spec(&t[DFIN], 4, (int64_t[]){ns, H, P, N}, SF_F32, GEN_HALF);
     /* every gradient the inputs allow */

@@ -53,6 +53,25 @@
 /* the portable kernels (any CPU): WQ_CL lanes the compiler vectorises  */
 /* ------------------------------------------------------------------ */
 
+/* End of group j: its scale times the group's partial sums into acc, and
+ * its min times the group's sum of x into mt. */
+static inline void wq_group_end(const sf_wqk_args *a, int64_t j, int64_t G, float acc[][WQ_CL],
+                                float blk[][WQ_CL], float *mt) {
+    for (int r = 0; r < a->mr; r++) {
+        for (int i = 0; i < WQ_CL; i++) acc[r][i] += a->s[j * a->ss] * blk[r][i];
+        if (a->m) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
+    }
+}
+
+/* Each row's lanes summed, plus its min term. */
+static inline void wq_finish(const sf_wqk_args *a, float acc[][WQ_CL], const float *mt, float *out) {
+    for (int r = 0; r < a->mr; r++) {
+        float t = 0.0f;
+        for (int i = 0; i < WQ_CL; i++) t += acc[r][i];
+        out[r] = t + mt[r];
+    }
+}
+
 static void int4_c(const sf_wqk_args *a, float *out) {
     const int64_t G = a->K / a->g;
     float acc[SF_WQK_MR][WQ_CL], blk[SF_WQK_MR][WQ_CL], mt[SF_WQK_MR];
@@ -69,16 +88,9 @@ static void int4_c(const sf_wqk_args *a, float *out) {
                 for (int i = 0; i < WQ_CL; i++) blk[r][i] += lo[i] * xr[i] + hi[i] * xr[WQ_CL + i];
             }
         }
-        for (int r = 0; r < a->mr; r++) {
-            for (int i = 0; i < WQ_CL; i++) acc[r][i] += a->s[j * a->ss] * blk[r][i];
-            if (a->m) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
-        }
+        wq_group_end(a, j, G, acc, blk, mt);
     }
-    for (int r = 0; r < a->mr; r++) {
-        float t = 0.0f;
-        for (int i = 0; i < WQ_CL; i++) t += acc[r][i];
-        out[r] = t + mt[r];
-    }
+    wq_finish(a, acc, mt, out);
 }
 
 static void int8_c(const sf_wqk_args *a, float *out) {
@@ -97,16 +109,9 @@ static void int8_c(const sf_wqk_args *a, float *out) {
                 for (int i = 0; i < WQ_CL; i++) blk[r][i] += w[i] * xr[i];
             }
         }
-        for (int r = 0; r < a->mr; r++) {
-            for (int i = 0; i < WQ_CL; i++) acc[r][i] += a->s[j * a->ss] * blk[r][i];
-            if (a->m) mt[r] += a->m[j * a->ss] * a->xsum[r * G + j];
-        }
+        wq_group_end(a, j, G, acc, blk, mt);
     }
-    for (int r = 0; r < a->mr; r++) {
-        float t = 0.0f;
-        for (int i = 0; i < WQ_CL; i++) t += acc[r][i];
-        out[r] = t + mt[r];
-    }
+    wq_finish(a, acc, mt, out);
 }
 
 static const char *supports_c(void) { return NULL; }
