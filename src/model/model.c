@@ -165,9 +165,13 @@ static sf_status repack(sfm_model *m, const sfm_tensor *t, sf_qweight *q, char *
     return st;
 }
 
-/* The f32 values of a (n, k) weight in host memory (owned by the model). */
+/* The f32 values of a weight in host memory (owned by the model), as (n, k):
+ * k its last extent, n the product of the others (a conv1d weight (C, 1, W)
+ * is (C, W)). */
 sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err, size_t errlen) {
-    const int64_t n = t->ndim == 2 ? t->shape[0] : 1, k = t->shape[t->ndim - 1];
+    int64_t n = 1;
+    for (int i = 0; i + 1 < t->ndim; i++) n *= t->shape[i];
+    const int64_t k = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
     if (t->type == SFM_W_F32 && ((uintptr_t)t->data % 4) == 0) {
         *out = (float *)(uintptr_t)t->data;
         return SF_OK;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+#include "model.h"
 #include "tiny_model.h"
 
 static int g_fail;
@@ -438,6 +439,36 @@ static int write_seeds(const char *dir) {
     return 0;
 }
 
+/* sfm_host_f32 widens a weight of any rank as (product of the leading
+ * extents, last extent): a bf16 conv1d weight (C, 1, W) gives all C * W
+ * values (it once read it as (1, W) and copied C * W floats out of W). */
+static void test_host_f32_rank3(void) {
+    enum { CC = 37, WW = 4 };
+    uint16_t raw[CC * WW];
+    for (int i = 0; i < CC * WW; i++) {
+        const float v = (float)(i % 29) - 7.0f; /* exact in bf16 */
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        raw[i] = (uint16_t)(u >> 16);
+    }
+    sfm_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = "conv1d.weight";
+    t.type = SFM_W_BF16;
+    t.ndim = 3;
+    t.shape[0] = CC, t.shape[1] = 1, t.shape[2] = WW;
+    t.data = raw;
+    t.nbytes = sizeof raw;
+    sfm_model *m = calloc(1, sizeof *m);
+    float *f = NULL;
+    char err[256] = "";
+    CHECK(m && sfm_host_f32(m, &t, &f, err, sizeof err) == SF_OK && f, "sfm_host_f32 of a (37, 1, 4) bf16 tensor: %s", err);
+    int bad = 0;
+    for (int i = 0; f && i < CC * WW; i++) bad += f[i] != (float)(i % 29) - 7.0f;
+    CHECK(bad == 0, "sfm_host_f32 of a (37, 1, 4) bf16 tensor: %d of %d values wrong", bad, CC * WW);
+    sfm_model_destroy(m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "--write-seeds")) return write_seeds(argv[2]);
     if (argc > 1 && !strcmp(argv[1], "--smollm2")) return test_smollm2();
@@ -449,6 +480,7 @@ int main(int argc, char **argv) {
     test_safetensors();
     test_st_corrupt();
     test_gguf();
+    test_host_f32_rank3();
     static const char *const subs[] = {"st", "sharded", "gguf"};
     for (size_t i = 0; i < 3; i++) {
         char p[512];
