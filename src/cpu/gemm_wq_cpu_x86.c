@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define SF_X86_AI static inline __attribute__((always_inline))
@@ -357,9 +358,16 @@ T256 static void int4s_256(const sf_wqk_args *a, float *out) {
     }
 }
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has
+ * no "f16c" */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 static const char *supports_256(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()
                ? NULL
                : "the CPU has no AVX2 + FMA + F16C";
 }
