@@ -19,6 +19,11 @@
         if (s_ != SF_OK) return s_;     \
     } while (0)
 
+/* Inside a CUDA graph capture: a failure recorded by sf_fail whose sentence
+ * is still in ctx->err when the next call begins was not forgiven (internal
+ * declines clear the sentence), so it stands until sf_graph_end (graph.c). */
+void sf_graph_settle(sf_ctx *ctx);
+
 /* The opening of every op's front end: a NULL context or params is
  * SF_ERR_NULL_POINTER, the context's last error is cleared, and *be_out
  * gets the backend the call runs on (sf_resolve_backend); returns from the
@@ -27,6 +32,7 @@
     do {                                                                                    \
         if (!(ctx)) return SF_ERR_NULL_POINTER;                                             \
         if (!(p)) return sf_fail((ctx), SF_ERR_NULL_POINTER, "%s: params is NULL", (op));   \
+        sf_graph_settle(ctx);                                                               \
         (ctx)->err[0] = 0;                                                                  \
         CHK(sf_resolve_backend((ctx), (op), (p)->backend, (be_out)));                       \
     } while (0)

@@ -6,8 +6,10 @@
  * sf_fail (ctx->graph_status, see status.c); sf_graph_end reports it and
  * discards the capture.  Internal declines that a call forgives (an
  * autotuner candidate that cannot serve, followed by one that can) clear
- * the context's sentence, and sf_graph_end ignores a recorded failure whose
- * sentence was cleared since. */
+ * the context's sentence, so a recorded failure stands only if its sentence
+ * is still there when the next call begins (sf_graph_settle, from
+ * SF_OP_BEGIN) or when the capture ends; the first that stands is reported,
+ * whatever the calls after it do. */
 #include "graph.h"
 
 #include <stdlib.h>
@@ -46,6 +48,10 @@ sf_status sf_memcpy_async(sf_ctx *ctx, void *dst, const void *src, size_t bytes)
     return SF_OK;
 }
 
+void sf_graph_settle(sf_ctx *ctx) {
+    if (ctx->graph_active == 1 && ctx->graph_status != SF_OK && ctx->err[0] != 0) ctx->graph_active = 2;
+}
+
 sf_status sf_graph_begin(sf_ctx *ctx) {
     if (!ctx) return SF_ERR_NULL_POINTER;
     if (ctx->device < 0)
@@ -69,7 +75,8 @@ sf_status sf_graph_end(sf_ctx *ctx, sf_graph **g) {
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "sf_graph_end: the context is not capturing (no sf_graph_begin)");
     if (g) *g = NULL;
     /* the capture ends here whatever else is wrong: the stream must not stay captured */
-    const int failed = ctx->graph_status != SF_OK && ctx->err[0] != 0;
+    sf_graph_settle(ctx);
+    const int failed = ctx->graph_active == 2;
     const sf_status fst = ctx->graph_status;
     ctx->graph_active = 0;
     ctx->graph_status = SF_OK;

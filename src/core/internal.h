@@ -43,9 +43,9 @@ struct sf_ctx {
     void *cuda_state;    /* owned by src/cuda (device properties, handles)  */
     struct sf_tune_table *tune; /* autotuner choices (src/core/autotune.c) */
     long fail_alloc_in;  /* fault injection (tests): the n-th allocation fails */
-    /* CUDA graph capture (src/core/graph.c): set between sf_graph_begin and
-     * sf_graph_end; sf_fail records there the latest failure of a captured
-     * call (status and sentence), which sf_graph_end reports */
+    /* CUDA graph capture (src/core/graph.c): graph_active 1 between sf_graph_begin
+     * and sf_graph_end, 2 once a captured call's failure stands; sf_fail records
+     * the failure (status and sentence), which sf_graph_end reports */
     int graph_active;
     sf_status graph_status;
     char graph_err[SF_ERRMSG_LEN];

@@ -90,7 +90,8 @@ sf_status sf_fail(sf_ctx *ctx, sf_status s, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
         va_end(ap);
-        if (ctx->graph_active && s != SF_OK) { /* a call inside a capture failed */
+        /* a call inside a capture failed; a failure that already stands is kept */
+        if (ctx->graph_active == 1 && s != SF_OK) {
             ctx->graph_status = s;
             memcpy(ctx->graph_err, ctx->err, sizeof ctx->graph_err);
         }
