@@ -12,6 +12,7 @@
  * whatever the calls after it do. */
 #include "graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 sf_status sf_malloc_host(sf_ctx *ctx, void **p, size_t bytes) {
@@ -48,6 +49,14 @@ sf_status sf_memcpy_async(sf_ctx *ctx, void *dst, const void *src, size_t bytes)
     return SF_OK;
 }
 
+/* A misuse of the graph API during a capture (a second begin, a launch) is
+ * reported to its caller but leaves the capture as it was: nothing was
+ * enqueued, so it is not recorded as a captured call's failure. */
+static sf_status capture_misuse(sf_ctx *ctx, const char *sentence) {
+    snprintf(ctx->err, sizeof ctx->err, "%s", sentence);
+    return SF_ERR_INVALID_ARG;
+}
+
 void sf_graph_settle(sf_ctx *ctx) {
     if (ctx->graph_active == 1 && ctx->graph_status != SF_OK && ctx->err[0] != 0) ctx->graph_active = 2;
 }
@@ -57,7 +66,7 @@ sf_status sf_graph_begin(sf_ctx *ctx) {
     if (ctx->device < 0)
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_graph_begin: a CPU context has no CUDA stream to capture");
     if (ctx->graph_active)
-        return sf_fail(ctx, SF_ERR_INVALID_ARG, "sf_graph_begin: the context is already capturing (call sf_graph_end first)");
+        return capture_misuse(ctx, "sf_graph_begin: the context is already capturing (call sf_graph_end first)");
     sf_status s = sf_cuda_graph_begin(ctx);
     if (s != SF_OK) return s;
     ctx->graph_active = 1;
@@ -95,7 +104,7 @@ sf_status sf_graph_launch(sf_ctx *ctx, sf_graph *g) {
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_graph_launch: a CPU context has no CUDA graphs");
     if (!g) return sf_fail(ctx, SF_ERR_NULL_POINTER, "sf_graph_launch: g is NULL");
     if (ctx->graph_active)
-        return sf_fail(ctx, SF_ERR_INVALID_ARG, "sf_graph_launch: the context is capturing a graph (call sf_graph_end first)");
+        return capture_misuse(ctx, "sf_graph_launch: the context is capturing a graph (call sf_graph_end first)");
     return sf_cuda_graph_launch(ctx, g);
 }
 

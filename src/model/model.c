@@ -198,6 +198,66 @@ sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err
     return SF_OK;
 }
 
+/* Weights w[0..np) stacked by rows into one linear (n = the sum of ns, k)
+ * when they are all 2-D (ns[i], k) of one type: *done = 1 and L loaded, the
+ * biases (any of them, absent ones zero) stacked into one f32 vector; else
+ * *done = 0 and nothing loaded (the caller loads them one by one, which
+ * also names any mis-shaped tensor).  GGUF block rows and float rows are
+ * whole rows, so stacking the bytes stacks the matrices.  The stacked copy
+ * is kept only where the model reads it in place (a CPU context). */
+static sf_status load_stacked(sfm_model *m, const sfm_tensor *const *w, const sfm_tensor *const *b, int np,
+                              const int64_t *ns, int64_t k, int dequantize, sfm_linear *L, int *done,
+                              char *err, size_t errlen) {
+    *done = 0;
+    int64_t n = 0;
+    uint64_t bytes = 0;
+    int any_bias = 0;
+    for (int i = 0; i < np; i++) {
+        if (w[i]->ndim != 2 || w[i]->shape[0] != ns[i] || w[i]->shape[1] != k || w[i]->type != w[0]->type) return SF_OK;
+        if (b[i] && (b[i]->ndim != 1 || b[i]->shape[0] != ns[i])) return SF_OK;
+        n += ns[i], bytes += w[i]->nbytes, any_bias |= b[i] != NULL;
+    }
+    char *cat = malloc(bytes ? (size_t)bytes : 1);
+    if (!cat) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory stacking %s", w[0]->name);
+    for (uint64_t off = 0, i = 0; i < (uint64_t)np; off += w[i]->nbytes, i++) memcpy(cat + off, w[i]->data, (size_t)w[i]->nbytes);
+    sfm_tensor t = *w[0];
+    t.shape[0] = n, t.data = cat, t.nbytes = bytes;
+    sfm_tensor bt = {0};
+    if (any_bias) {
+        float *bf = host_alloc(m, (size_t)n * 4);
+        if (!bf) {
+            free(cat);
+            return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory stacking biases");
+        }
+        for (int64_t i = 0, off = 0; i < np; off += ns[i], i++) {
+            float *f = NULL;
+            if (!b[i]) {
+                memset(bf + off, 0, (size_t)ns[i] * 4);
+                continue;
+            }
+            const sf_status st = sfm_host_f32(m, b[i], &f, err, errlen);
+            if (st != SF_OK) {
+                free(cat);
+                return st;
+            }
+            memcpy(bf + off, f, (size_t)ns[i] * 4);
+        }
+        bt.name = b[0] ? b[0]->name : w[0]->name, bt.type = SFM_W_F32, bt.ndim = 1, bt.shape[0] = n;
+        bt.data = bf, bt.nbytes = (uint64_t)n * 4;
+    }
+    const sf_status st = sfm_load_linear(m, &t, any_bias ? &bt : NULL, n, k, dequantize, L, err, errlen);
+    if (st == SF_OK && L->w.data == (void *)cat) { /* read in place: the model keeps it */
+        if (!track(m, cat, 0)) {
+            free(cat);
+            return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory");
+        }
+    } else {
+        free(cat);
+    }
+    if (st == SF_OK) *done = 1;
+    return st;
+}
+
 const sfm_tensor *sfm_need(const sfm_checkpoint *ck, const char *name, char *err, size_t errlen) {
     const sfm_tensor *t = sfm_checkpoint_find(ck, name);
     if (!t) sfm_model_fail(err, errlen, SF_ERR_INVALID_ARG, "the checkpoint has no tensor %s", name);
@@ -322,9 +382,10 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
     const size_t es = sf_dtype_size(m->act);
     const int64_t E = c->ssm_inner, CD = E + 2 * (int64_t)c->ssm_groups * c->ssm_state;
     void **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->tmp, &m->g, &m->u, &m->a,
-                     &m->zxd, &m->xbc, &m->y, &m->yn};
-    const int64_t width[] = {D, D, QD, KD, KD, QD, D > F ? D : F, F, F, F, E ? E + CD + c->ssm_heads : 0, E ? CD : 0, E, E};
-    for (int i = 0; i < 14; i++) {
+                     &m->zxd, &m->xbc, &m->y, &m->yn, &m->qkv};
+    const int64_t width[] = {D, D, QD, KD, KD, QD, D > F ? D : F, 2 * F, F, F, E ? E + CD + c->ssm_heads : 0,
+                             E ? CD : 0, E, E, QD + 2 * KD};
+    for (int i = 0; i < 15; i++) {
         if (*bufs[i]) release(m, *bufs[i]);
         /* the residual stream x stays f32 (one rounding per layer less) */
         *bufs[i] = sfm_dev_alloc(m, (size_t)(rows * width[i]) * (i == 0 ? 4 : es));
@@ -432,13 +493,21 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
                                "gate_proj", "up_proj", "down_proj"};
         sfm_linear *lins[7] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
         const int64_t ns[7] = {QD, KD, KD, D, F, F, D}, ks[7] = {D, D, D, QD, D, D, F};
+        const sfm_tensor *ws[7] = {0}, *bs[7] = {0};
         for (int i = attn ? 0 : 4; i < 7; i++) {
             char wn[160], bn[160];
             snprintf(wn, sizeof wn, "model.layers.%d.%s%s%s.weight", l, i < 4 ? "" : mlp, i < 4 ? "" : ".", proj[i]);
             snprintf(bn, sizeof bn, "model.layers.%d.%s.bias", l, proj[i]);
             NEED(w, wn);
-            const sfm_tensor *b = i < 3 && c->attn_bias ? sfm_checkpoint_find(ck, bn) : NULL;
-            TRY(sfm_load_linear(m, w, b, ns[i], ks[i], dequantize, lins[i], err, errlen));
+            ws[i] = w;
+            bs[i] = i < 3 && c->attn_bias ? sfm_checkpoint_find(ck, bn) : NULL;
+        }
+        int stacked_qkv = 0, stacked_gu = 0;
+        if (attn) TRY(load_stacked(m, ws, bs, 3, ns, D, dequantize, &ly->qkv, &stacked_qkv, err, errlen));
+        TRY(load_stacked(m, ws + 4, bs + 4, 2, ns + 4, D, dequantize, &ly->gate_up, &stacked_gu, err, errlen));
+        for (int i = attn ? 0 : 4; i < 7; i++) {
+            if ((i < 3 && stacked_qkv) || ((i == 4 || i == 5) && stacked_gu)) continue;
+            TRY(sfm_load_linear(m, ws[i], bs[i], ns[i], ks[i], dequantize, lins[i], err, errlen));
         }
 #undef NAME
     }
@@ -486,6 +555,13 @@ bad:
 /* ------------------------------------------------------------------ */
 /* the forward pass                                                    */
 /* ------------------------------------------------------------------ */
+
+/* A view of `rank` dims with the given element strides. */
+static sf_tensor strided(void *p, sf_dtype dt, int dev, int rank, const int64_t *shape, const int64_t *stride) {
+    sf_tensor t = sf_tensor_contiguous(p, dt, dev, rank, shape);
+    for (int i = 0; i < rank; i++) t.stride[i] = stride[i];
+    return t;
+}
 
 static sf_tensor t2(void *p, sf_dtype dt, int dev, int64_t r, int64_t c) {
     return sf_tensor_contiguous(p, dt, dev, 2, (int64_t[]){r, c});
@@ -572,12 +648,26 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             }
             goto mlp;
         }
-        STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
-        STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
-        STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
         sf_rope_params rp;
         sf_rope_params_init(&rp);
-        rp.q = qt, rp.k = kt;
+        /* v: its own buffer, or its columns of the stacked product */
+        sf_tensor vin = vt;
+        if (ly->qkv.n) {
+            /* one product; the rotation splits it: q and k rotated into their
+             * buffers, v read in place from its columns */
+            STEP(sfm_linear_apply(m, &ly->qkv, m->h, T, m->qkv));
+            const int64_t QD = (int64_t)H * hd, KD = (int64_t)Hkv * hd, W = QD + 2 * KD;
+            const size_t es = sf_dtype_size(m->act);
+            rp.q = strided(m->qkv, m->act, dev, 3, q3, (int64_t[]){W, hd, 1});
+            rp.k = strided((char *)m->qkv + (size_t)QD * es, m->act, dev, 3, k3, (int64_t[]){W, hd, 1});
+            vin = strided((char *)m->qkv + (size_t)(QD + KD) * es, m->act, dev, 3, k3, (int64_t[]){W, hd, 1});
+            rp.q_out = qt, rp.k_out = kt;
+        } else {
+            STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
+            STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
+            STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
+            rp.q = qt, rp.k = kt;
+        }
         rp.positions = sf_tensor_contiguous(ix->pos, SF_I32, dev, 1, (int64_t[]){T});
         rp.rotary_dim = c->rope_dim;
         rp.theta = (float)c->rope_theta;
@@ -595,7 +685,8 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
         if (decode) {
             const int64_t s4[4] = {n, 1, Hkv, hd};
             ap.k = sf_tensor_contiguous(m->k, m->act, dev, 4, s4);
-            ap.v = sf_tensor_contiguous(m->v, m->act, dev, 4, s4);
+            ap.v = strided(vin.data, m->act, dev, 4, s4,
+                                     (int64_t[]){vin.stride[0], vin.stride[0], hd, 1});
             ap.block_table = bt, ap.cache_seqlens = clens_t;
             STEP(sf_kv_append(m->ctx, &ap));
             sf_attn_paged_params pp;
@@ -611,16 +702,18 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             /* each prompt's K/V into its pages (a call per sequence: lengths differ) */
             for (int i = 0; i < n; i++) {
                 const int64_t s4[4] = {1, cu[i + 1] - cu[i], Hkv, hd};
-                const size_t off = (size_t)cu[i] * (size_t)(Hkv * hd) * sf_dtype_size(m->act);
+                const size_t es = sf_dtype_size(m->act);
+                const size_t off = (size_t)cu[i] * (size_t)(Hkv * hd) * es;
                 ap.k = sf_tensor_contiguous((char *)m->k + off, m->act, dev, 4, s4);
-                ap.v = sf_tensor_contiguous((char *)m->v + off, m->act, dev, 4, s4);
+                ap.v = strided((char *)vin.data + (size_t)cu[i] * (size_t)vin.stride[0] * es, m->act, dev, 4,
+                                         s4, (int64_t[]){s4[1] * vin.stride[0], vin.stride[0], hd, 1});
                 ap.block_table = t2((int32_t *)ix->bt + (int64_t)i * MP, SF_I32, dev, 1, MP);
                 ap.cache_seqlens = sf_tensor_contiguous((int32_t *)ix->clen + i, SF_I32, dev, 1, (int64_t[]){1});
                 STEP(sf_kv_append(m->ctx, &ap));
             }
             sf_attn_fwd_params fp;
             sf_attn_fwd_params_init(&fp);
-            fp.q = qt, fp.k = kt, fp.v = vt, fp.out = at;
+            fp.q = qt, fp.k = kt, fp.v = vin, fp.out = at;
             fp.cu_seqlens_q = cu_t, fp.cu_seqlens_k = cu_t;
             fp.causal = 1;
             STEP(sf_attn_fwd(m->ctx, &fp));
@@ -628,12 +721,18 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
         STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
     mlp:
         STEP(norm(m, m->tmp, &ly->post_norm, T, 0));
-        STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
-        STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
         sf_swiglu_params sp;
         sf_swiglu_params_init(&sp);
-        sp.gate = t2(m->g, m->act, dev, T, c->intermediate_size);
-        sp.up = t2(m->u, m->act, dev, T, c->intermediate_size);
+        if (ly->gate_up.n) { /* one product, [gate | up] a row */
+            STEP(sfm_linear_apply(m, &ly->gate_up, m->h, T, m->g));
+            sp.layout = SF_SWIGLU_CONCAT;
+            sp.gate = t2(m->g, m->act, dev, T, 2 * c->intermediate_size);
+        } else {
+            STEP(sfm_linear_apply(m, &ly->gate, m->h, T, m->g));
+            STEP(sfm_linear_apply(m, &ly->up, m->h, T, m->u));
+            sp.gate = t2(m->g, m->act, dev, T, c->intermediate_size);
+            sp.up = t2(m->u, m->act, dev, T, c->intermediate_size);
+        }
         sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
         STEP(sf_swiglu(m->ctx, &sp));
         STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));

@@ -32,6 +32,11 @@ typedef struct sfm_mamba {
 typedef struct sfm_layer {
     sf_tensor in_norm, post_norm; /* (D) f32; Mamba-2 layers: in_norm only */
     sfm_linear q, k, v, o, gate, up, down;
+    /* q, k, v (and gate, up) as one product when their weights share a type:
+     * the rows stacked [q; k; v] ([gate; up]), n > 0 when loaded so; the
+     * separate ones are then empty.  One launch instead of three (two): a
+     * decode step's small products are latency-bound. */
+    sfm_linear qkv, gate_up;
     sfm_mamba *mamba;             /* non-NULL: a Mamba-2 layer */
 } sfm_layer;
 
@@ -53,6 +58,8 @@ typedef struct sfm_model {
     /* activations, cap_rows token rows */
     int64_t cap_rows;
     void *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *a;
+    void *qkv;                 /* the stacked q/k/v product (rows, QD + 2 KD); g holds
+                                  the stacked gate/up one (rows, 2F)             */
     void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */
     int32_t *slots_h;          /* host staging of the state slots         */
     void *slots_d;
