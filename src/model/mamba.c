@@ -171,7 +171,6 @@ sf_status sfm_mamba_mixer(sfm_model *m, const sfm_mamba *mb, int n, int64_t T, c
     gp.norm_before_gate = c->ssm_norm_before_gate;
     gp.eps = (float)c->norm_eps;
     STEP(sf_rmsnorm_gated(m->ctx, &gp));
-    STEP(sfm_linear_apply(m, &mb->out_proj, m->yn, T, m->tmp));
-    return SF_OK;
+    return SF_OK; /* out_proj is the caller's, fused with the norm after it */
 #undef AT
 }

@@ -19,6 +19,7 @@
  * table, lengths) before the pass, and reads the logits after it.
  */
 #include "model.h"
+#include "layer/gemv_norm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -542,6 +543,19 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
             goto bad;
         }
     }
+#ifdef SF_WITH_CUDA
+    if (dev != SF_DEVICE_CPU) { /* the decode step's fused product + norm: its scratch, zeroed */
+        const size_t gb = sf_gemv_norm_scratch_bytes((int)D);
+        void *z = calloc(1, gb);
+        m->gn_scratch = z ? sfm_dev_alloc(m, gb) : NULL;
+        const sf_status zs = m->gn_scratch ? sf_memcpy(ctx, m->gn_scratch, z, gb) : SF_ERR_OUT_OF_MEMORY;
+        free(z);
+        if (zs != SF_OK) {
+            st = sfm_model_fail(err, errlen, zs, "no device memory for the decode scratch");
+            goto bad;
+        }
+    }
+#endif
     TRY(ensure_rows(m, max_seqs > 64 ? max_seqs : 64, err, errlen)); /* a decode step's rows at least */
 #undef NEED
 #undef TRY
@@ -604,6 +618,26 @@ static sf_status norm(sfm_model *m, void *r, const sf_tensor *w, int64_t T, int 
     return sf_add_rmsnorm(m->ctx, &p);
 }
 
+/* m->tmp = x W^T (the layer's output), then the residual add and the next
+ * RMSNorm (norm with first = 0); on the GPU at a decode step's few rows one
+ * fused launch (layer/gemv_norm.h), which adds the product to the f32
+ * stream unrounded. */
+static sf_status linear_norm(sfm_model *m, const sfm_linear *L, void *x, int64_t T, const sf_tensor *w) {
+#ifdef SF_WITH_CUDA
+    if (m->gn_scratch && !L->quant && !L->bias.data && T <= SF_GEMV_NORM_MAX_ROWS) {
+        sf_gemv_norm_args a = {0};
+        a.dt = m->act, a.x = x, a.w = L->w.data, a.res = (float *)m->x, a.nw = (const float *)w->data, a.out = m->h;
+        a.ldx = L->k, a.ldw = L->w.stride[0], a.ldr = L->n, a.ldo = L->n;
+        a.M = (int)T, a.N = (int)L->n, a.K = (int)L->k;
+        a.eps = (float)m->cfg->norm_eps, a.scratch = m->gn_scratch;
+        if (L->w.dtype == m->act && w->dtype == SF_F32 && w->stride[0] == 1 && !sf_gemv_norm_supports(&a))
+            return sf_cuda_gemv_add_rmsnorm(m->ctx, &a);
+    }
+#endif
+    const sf_status s = sfm_linear_apply(m, L, x, T, m->tmp);
+    return s != SF_OK ? s : norm(m, m->tmp, w, T, 0);
+}
+
 #define STEP(call)                                                                                   \
     do {                                                                                             \
         sf_status s_ = (call);                                                                       \
@@ -643,9 +677,10 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
         if (ly->mamba) {
             if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, ix->slots, decode, err, errlen)) != SF_OK) return st;
             if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
-                STEP(norm(m, m->tmp, next_norm, T, 0));
+                STEP(linear_norm(m, &ly->mamba->out_proj, m->yn, T, next_norm));
                 continue;
             }
+            STEP(linear_norm(m, &ly->mamba->out_proj, m->yn, T, &ly->post_norm));
             goto mlp;
         }
         sf_rope_params rp;
@@ -718,9 +753,8 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             fp.causal = 1;
             STEP(sf_attn_fwd(m->ctx, &fp));
         }
-        STEP(sfm_linear_apply(m, &ly->o, m->att, T, m->tmp));
+        STEP(linear_norm(m, &ly->o, m->att, T, &ly->post_norm));
     mlp:
-        STEP(norm(m, m->tmp, &ly->post_norm, T, 0));
         sf_swiglu_params sp;
         sf_swiglu_params_init(&sp);
         if (ly->gate_up.n) { /* one product, [gate | up] a row */
@@ -735,8 +769,7 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
         }
         sp.out = t2(m->a, m->act, dev, T, c->intermediate_size);
         STEP(sf_swiglu(m->ctx, &sp));
-        STEP(sfm_linear_apply(m, &ly->down, m->a, T, m->tmp));
-        STEP(norm(m, m->tmp, next_norm, T, 0));
+        STEP(linear_norm(m, &ly->down, m->a, T, next_norm));
     }
     return SF_OK;
 }

@@ -58,6 +58,7 @@ typedef struct sfm_model {
     /* activations, cap_rows token rows */
     int64_t cap_rows;
     void *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *a;
+    void *gn_scratch;          /* CUDA: the fused product + norm's scratch (layer/gemv_norm.h) */
     void *qkv;                 /* the stacked q/k/v product (rows, QD + 2 KD); g holds
                                   the stacked gate/up one (rows, 2F)             */
     void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */
@@ -162,7 +163,8 @@ sf_status sfm_linear_apply(sfm_model *m, const sfm_linear *L, void *x, int64_t M
 /* n f32 values into f32 / bf16 / f16 (in place allowed), rounded to nearest even. */
 void sfm_f32_to(sf_dtype dt, const float *src, void *dst, int64_t n);
 /* mamba.c: the weights and state slots of Mamba-2 layer l ("prefix" names
- * its mixer), and the mixer over the batch: m->h in, m->tmp out.  cu holds
+ * its mixer), and the mixer over the batch up to out_proj's input: m->h
+ * in, m->yn out (the caller runs out_proj with the norm after it).  cu holds
  * the batch's row offsets (n+1, host) and slots_h its state slots (host, a
  * prefill's), slots_d the state slots on the device (n, a decode's). */
 sf_status sfm_mamba_load(sfm_model *m, const sfm_checkpoint *ck, const char *prefix, int dequantize,
