@@ -26,6 +26,7 @@ static uint16_t to_f16(float f) { /* round to nearest even, finite normal range 
 static float from_f16(uint16_t h) {
     const int e = (h >> 10) & 0x1f;
     const float m = (float)(h & 0x3ff);
+    if (e == 31) return m != 0.0f ? NAN : (h & 0x8000u) ? -INFINITY : INFINITY;
     const float v = e == 0 ? m * 5.9604645e-8f : ldexpf(1.0f + m / 1024.0f, e - 15);
     return (h & 0x8000u) ? -v : v;
 }

@@ -10,7 +10,7 @@
  * counter in the scratch, after a fence) sums the partial squares in a
  * fixed order (the result does not depend on which block came last),
  * normalises the M rows and zeroes the counter for the next call.  At 2048
- * features that is 512 blocks of 128 threads, one wave on 132 SMs with
+ * features that is 256 blocks of 256 threads, one wave on 132 SMs with
  * ~60 KB of W in flight an SM. */
 #include "common/cuda_common.h"
 #include "layer/gemv_norm.h"
@@ -19,7 +19,7 @@
 
 namespace {
 
-constexpr int GN_WARPS = 4;   /* output features a block  */
+constexpr int GN_WARPS = 8;   /* output features a block  */
 constexpr int GN_U = 8;       /* 16-byte W loads in flight a lane */
 
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
@@ -132,27 +132,47 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
     __syncthreads();
     if (!last) return;
     __threadfence();
-    /* the last block: each row's sum of squares, in one order whatever block came last */
-    for (int m = 0; m < M; m++) {
-        float s = 0.0f;
-        for (int b = (int)threadIdx.x; b < G; b += (int)blockDim.x) s += __ldcg(part + m * G + b);
+    /* the last block: each row's sum of squares, in one order whatever block
+     * came last; every load of a pass issued before the first use (the
+     * block's passes are L2 round trips, the kernel's critical tail) */
+    float s[MT];
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == 0) ssq[warp][0] = s;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float t = 0.0f;
-            for (int w = 0; w < GN_WARPS; w++) t += ssq[w][0];
-            rstd[m] = rsqrtf(t / (float)a.N + a.eps);
-        }
-        __syncthreads();
+    for (int m = 0; m < MT; m++) s[m] = 0.0f;
+    for (int b = (int)threadIdx.x; b < G; b += (int)blockDim.x)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            if (m < M) s[m] += __ldcg(part + m * G + b);
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s[m] += __shfl_xor_sync(0xffffffffu, s[m], off);
+        if (lane == 0) ssq[warp][m] = s[m];
     }
-    for (int m = 0; m < M; m++) {
-        const float rs = rstd[m];
-        const float *rr = a.res + (int64_t)m * a.ldr;
-        T *o = static_cast<T *>(a.out) + (int64_t)m * a.ldo;
-        for (int j = (int)threadIdx.x; j < a.N; j += (int)blockDim.x)
-            o[j] = sf_elem<T>::from_f(__ldcg(rr + j) * rs * a.nw[j]);
+    __syncthreads();
+    if ((int)threadIdx.x < M) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < GN_WARPS; w++) t += ssq[w][threadIdx.x];
+        rstd[threadIdx.x] = rsqrtf(t / (float)a.N + a.eps);
+    }
+    __syncthreads();
+    constexpr int UN = 8; /* elements a thread a pass */
+    const int64_t total = (int64_t)M * a.N;
+    for (int64_t i0 = threadIdx.x; i0 < total; i0 += (int64_t)UN * blockDim.x) {
+        float r[UN], w[UN];
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int64_t i = i0 + (int64_t)u * blockDim.x;
+            const int m = (int)(i / a.N), j = (int)(i - (int64_t)m * a.N);
+            r[u] = i < total ? __ldcg(a.res + (int64_t)m * a.ldr + j) : 0.0f;
+            w[u] = i < total ? a.nw[j] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int64_t i = i0 + (int64_t)u * blockDim.x;
+            const int m = (int)(i / a.N), j = (int)(i - (int64_t)m * a.N);
+            if (i < total) static_cast<T *>(a.out)[(int64_t)m * a.ldo + j] = sf_elem<T>::from_f(r[u] * rstd[m] * w[u]);
+        }
     }
     if (threadIdx.x == 0) sc->count = 0u;
 }
