@@ -126,12 +126,17 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
         for (int w = 0; w < GN_WARPS; w++) s += ssq[w][threadIdx.x];
         part[threadIdx.x * G + blockIdx.x] = s;
     }
-    __threadfence();
+    /* one fence a block (thread 0, after the barrier that orders the block's
+     * writes before it), as a grid barrier does: a fence in every thread
+     * costs each of them a wait for the whole SM's writes */
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&sc->count, 1u) == (unsigned)(G - 1);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&sc->count, 1u) == (unsigned)(G - 1);
+        if (last) __threadfence();
+    }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     /* the last block: each row's sum of squares, in one order whatever block
      * came last; every load of a pass issued before the first use (the
      * block's passes are L2 round trips, the kernel's critical tail) */
