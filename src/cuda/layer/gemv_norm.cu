@@ -1,17 +1,17 @@
 /* gemv_norm.cu - res += x W^T, out = RMSNorm(res) * nw for 1-8 rows in one
  * launch (gemv_norm.h).
  *
- * A warp per output feature n, four a block: the warp streams W's row n
- * (16-byte loads that skip L1, 8 of them a lane in flight: 4 KB a warp) and
- * multiplies it with the M rows of x (read through L1: every warp of the
- * block reads the same x), one f32 partial a row in registers, then a
- * shuffle sum.  Lane 0 adds the product to res and the block writes its
+ * A warp per output feature n, eight a block: the warp streams W's row n
+ * (16-byte loads that skip L1, two passes of 8 a lane in flight: 8 KB a
+ * warp) and multiplies it with the M rows of x (read through L1: every
+ * warp of the block reads the same x), one f32 partial a row in
+ * registers, then a shuffle sum.  Lane 0 adds the product to res and the block writes its
  * rows' sums of squares to the scratch.  The last block to finish (a
  * counter in the scratch, after a fence) sums the partial squares in a
  * fixed order (the result does not depend on which block came last),
  * normalises the M rows and zeroes the counter for the next call.  At 2048
  * features that is 256 blocks of 256 threads, one wave on 132 SMs with
- * ~60 KB of W in flight an SM. */
+ * ~120 KB of W in flight an SM. */
 #include "common/cuda_common.h"
 #include "layer/gemv_norm.h"
 
@@ -74,30 +74,56 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
     __shared__ float ssq[GN_WARPS][MT];
     __shared__ float rstd[MT];
     __shared__ int last;
-    float acc[MT];
+    float acc[MT], r0[MT];
 #pragma unroll
-    for (int m = 0; m < MT; m++) acc[m] = 0.0f;
+    for (int m = 0; m < MT; m++) acc[m] = 0.0f, r0[m] = 0.0f;
+    /* the residual's old values, loaded before the stream so that their
+     * latency hides behind it */
+    if (lane == 0 && n < a.N)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            if (m < M) r0[m] = a.res[(int64_t)m * a.ldr + n];
     if (n < a.N) {
         const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const T *>(a.w) + (int64_t)n * a.ldw);
         const uint4 *xr = reinterpret_cast<const uint4 *>(a.x);
         const int64_t xs = a.ldx / E; /* x's row stride in vectors */
         const int nv = a.K / E;
-        int v = lane;
-        for (; v + 32 * (GN_U - 1) < nv; v += 32 * GN_U) {
-            uint4 wv[GN_U];
+        constexpr int PASS = 32 * GN_U; /* vectors a warp's pass loads */
+        /* passes of GN_U predicated loads a lane, two passes in flight: the
+         * next pass's loads go out before this one's products */
+        uint4 wa[GN_U], wb[GN_U];
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-            for (int u = 0; u < GN_U; u++) wv[u] = ld_stream(wr + v + 32 * u);
+        for (int u = 0; u < GN_U; u++) wa[u] = lane + 32 * u < nv ? ld_stream(wr + lane + 32 * u) : z;
+        for (int v0 = 0; v0 < nv; v0 += 2 * PASS) {
+            const int v1 = v0 + PASS, v2 = v0 + 2 * PASS;
 #pragma unroll
-            for (int u = 0; u < GN_U; u++)
+            for (int u = 0; u < GN_U; u++) {
+                const int i = v1 + lane + 32 * u;
+                wb[u] = i < nv ? ld_stream(wr + i) : z;
+            }
 #pragma unroll
-                for (int m = 0; m < MT; m++)
-                    if (m < M) acc[m] += dot16<T>(wv[u], __ldg(xr + m * xs + v + 32 * u));
-        }
-        for (; v < nv; v += 32) {
-            const uint4 wv = ld_stream(wr + v);
+            for (int u = 0; u < GN_U; u++) {
+                const int i = v0 + lane + 32 * u;
+                if (i < nv)
 #pragma unroll
-            for (int m = 0; m < MT; m++)
-                if (m < M) acc[m] += dot16<T>(wv, __ldg(xr + m * xs + v));
+                    for (int m = 0; m < MT; m++)
+                        if (MT == 1 || m < M) acc[m] += dot16<T>(wa[u], __ldg(xr + m * xs + i));
+            }
+            if (v1 >= nv) break;
+#pragma unroll
+            for (int u = 0; u < GN_U; u++) {
+                const int i = v2 + lane + 32 * u;
+                wa[u] = i < nv ? ld_stream(wr + i) : z;
+            }
+#pragma unroll
+            for (int u = 0; u < GN_U; u++) {
+                const int i = v1 + lane + 32 * u;
+                if (i < nv)
+#pragma unroll
+                    for (int m = 0; m < MT; m++)
+                        if (MT == 1 || m < M) acc[m] += dot16<T>(wb[u], __ldg(xr + m * xs + i));
+            }
         }
 #pragma unroll
         for (int m = 0; m < MT; m++)
@@ -109,9 +135,8 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
         for (int m = 0; m < MT; m++) {
             float r = 0.0f;
             if (m < M && n < a.N) {
-                float *p = a.res + (int64_t)m * a.ldr + n;
-                r = *p + acc[m];
-                *p = r;
+                r = r0[m] + acc[m];
+                a.res[(int64_t)m * a.ldr + n] = r;
             }
             ssq[warp][m] = r * r;
         }
@@ -140,6 +165,17 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
     /* the last block: each row's sum of squares, in one order whatever block
      * came last; every load of a pass issued before the first use (the
      * block's passes are L2 round trips, the kernel's critical tail) */
+    constexpr int UN = 8; /* elements a thread a pass of the normalisation */
+    const int64_t total = (int64_t)M * a.N;
+    /* the first pass's residual and weight go out with the partial squares */
+    float r[UN], w[UN];
+#pragma unroll
+    for (int u = 0; u < UN; u++) {
+        const int64_t i = threadIdx.x + (int64_t)u * blockDim.x;
+        const int m = (int)(i / a.N), j = (int)(i - (int64_t)m * a.N);
+        r[u] = i < total ? __ldcg(a.res + (int64_t)m * a.ldr + j) : 0.0f;
+        w[u] = i < total ? a.nw[j] : 0.0f;
+    }
     float s[MT];
 #pragma unroll
     for (int m = 0; m < MT; m++) s[m] = 0.0f;
@@ -161,17 +197,15 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
         rstd[threadIdx.x] = rsqrtf(t / (float)a.N + a.eps);
     }
     __syncthreads();
-    constexpr int UN = 8; /* elements a thread a pass */
-    const int64_t total = (int64_t)M * a.N;
     for (int64_t i0 = threadIdx.x; i0 < total; i0 += (int64_t)UN * blockDim.x) {
-        float r[UN], w[UN];
+        if (i0 != threadIdx.x)
 #pragma unroll
-        for (int u = 0; u < UN; u++) {
-            const int64_t i = i0 + (int64_t)u * blockDim.x;
-            const int m = (int)(i / a.N), j = (int)(i - (int64_t)m * a.N);
-            r[u] = i < total ? __ldcg(a.res + (int64_t)m * a.ldr + j) : 0.0f;
-            w[u] = i < total ? a.nw[j] : 0.0f;
-        }
+            for (int u = 0; u < UN; u++) {
+                const int64_t i = i0 + (int64_t)u * blockDim.x;
+                const int m = (int)(i / a.N), j = (int)(i - (int64_t)m * a.N);
+                r[u] = i < total ? __ldcg(a.res + (int64_t)m * a.ldr + j) : 0.0f;
+                w[u] = i < total ? a.nw[j] : 0.0f;
+            }
 #pragma unroll
         for (int u = 0; u < UN; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
