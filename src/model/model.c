@@ -544,7 +544,10 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
         }
     }
 #ifdef SF_WITH_CUDA
-    if (dev != SF_DEVICE_CPU) { /* the decode step's fused product + norm: its scratch, zeroed */
+    /* the decode step's fused product + norm: its scratch, zeroed; pinned
+     * off by SF_AUTOTUNE_FORCE=gemv_norm:apart (to time the two ways) */
+    const char *force = getenv("SF_AUTOTUNE_FORCE");
+    if (dev != SF_DEVICE_CPU && !(force && strstr(force, "gemv_norm:apart"))) {
         const size_t gb = sf_gemv_norm_scratch_bytes((int)D);
         void *z = calloc(1, gb);
         m->gn_scratch = z ? sfm_dev_alloc(m, gb) : NULL;
