@@ -151,14 +151,16 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
         for (int w = 0; w < GN_WARPS; w++) s += ssq[w][threadIdx.x];
         part[threadIdx.x * G + blockIdx.x] = s;
     }
-    /* one fence a block (thread 0, after the barrier that orders the block's
-     * writes before it), as a grid barrier does: a fence in every thread
-     * costs each of them a wait for the whole SM's writes */
+    /* the block's writes are released by thread 0's count after the barrier
+     * (release is cumulative over what the barrier ordered before it, as in
+     * CUTLASS's semaphores), and the last block acquires them all: no
+     * sequentially consistent fence (MEMBAR.SC) anywhere */
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(&sc->count, 1u) == (unsigned)(G - 1);
-        if (last) __threadfence();
+        unsigned old;
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(&sc->count) : "memory");
+        last = old == (unsigned)(G - 1);
+        if (last) asm volatile("fence.acq_rel.gpu;" ::: "memory");
     }
     __syncthreads();
     if (!last) return;
