@@ -90,35 +90,41 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
         const int nv = a.K / E;
         constexpr int PASS = 32 * GN_U; /* vectors a warp's pass loads */
         /* passes of GN_U predicated loads a lane, two passes in flight: the
-         * next pass's loads go out before this one's products */
+         * next pass's loads go out before this one's products.  Warp n takes
+         * its row's passes from pass n % npass on, so that the warps in
+         * flight read all parts of their rows at once rather than the same
+         * offset of rows a fixed stride apart (which can load a few memory
+         * channels only). */
+        const int npass = (nv + PASS - 1) / PASS;
+        const int rot = n % npass;
+        auto base = [&](int p) { return ((p + rot) % npass) * PASS + lane; };
         uint4 wa[GN_U], wb[GN_U];
         const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+        {
+            const int b0 = base(0);
 #pragma unroll
-        for (int u = 0; u < GN_U; u++) wa[u] = lane + 32 * u < nv ? ld_stream(wr + lane + 32 * u) : z;
-        for (int v0 = 0; v0 < nv; v0 += 2 * PASS) {
-            const int v1 = v0 + PASS, v2 = v0 + 2 * PASS;
+            for (int u = 0; u < GN_U; u++) wa[u] = b0 + 32 * u < nv ? ld_stream(wr + b0 + 32 * u) : z;
+        }
+        for (int p = 0; p < npass; p += 2) {
+            const int b0 = base(p), b1 = base(p + 1), b2 = base(p + 2);
+            if (p + 1 < npass)
+#pragma unroll
+                for (int u = 0; u < GN_U; u++) wb[u] = b1 + 32 * u < nv ? ld_stream(wr + b1 + 32 * u) : z;
 #pragma unroll
             for (int u = 0; u < GN_U; u++) {
-                const int i = v1 + lane + 32 * u;
-                wb[u] = i < nv ? ld_stream(wr + i) : z;
-            }
-#pragma unroll
-            for (int u = 0; u < GN_U; u++) {
-                const int i = v0 + lane + 32 * u;
+                const int i = b0 + 32 * u;
                 if (i < nv)
 #pragma unroll
                     for (int m = 0; m < MT; m++)
                         if (MT == 1 || m < M) acc[m] += dot16<T>(wa[u], __ldg(xr + m * xs + i));
             }
-            if (v1 >= nv) break;
+            if (p + 1 >= npass) break;
+            if (p + 2 < npass)
+#pragma unroll
+                for (int u = 0; u < GN_U; u++) wa[u] = b2 + 32 * u < nv ? ld_stream(wr + b2 + 32 * u) : z;
 #pragma unroll
             for (int u = 0; u < GN_U; u++) {
-                const int i = v2 + lane + 32 * u;
-                wa[u] = i < nv ? ld_stream(wr + i) : z;
-            }
-#pragma unroll
-            for (int u = 0; u < GN_U; u++) {
-                const int i = v1 + lane + 32 * u;
+                const int i = b1 + 32 * u;
                 if (i < nv)
 #pragma unroll
                     for (int m = 0; m < MT; m++)
