@@ -30,6 +30,14 @@ struct ssd_bwd_args {
     float *Dc;        /* cpar: per (task, chunk) decay product                 */
     int sub;          /* cpars: tokens a sub-block (states in shared memory)   */
     float *pdB, *pdC; /* (b, L, H, N) per-head rows when a group has several heads */
+    /* tc (bwd_tc_*.cuh): per (task, chunk) item, Q tokens each */
+    float *tcum, *tdt;   /* cumulative log-decay, processed dt              */
+    float *tS, *tdS;     /* P x N: the state entering, the adjoint leaving   */
+    float *trow, *tcol;  /* the rows' and the columns' parts of d(cum)       */
+    float *tq, *tddt;    /* the state-out part of d(cum), x . d(x / dt)      */
+    float *tdot;         /* <state entering, adjoint leaving>, per slice     */
+    int tnsl;            /* slices of 1024 state elements                    */
+    int tvec;            /* x, z, dout, B, C rows 16-byte aligned            */
 };
 
 #endif
