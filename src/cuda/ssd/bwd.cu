@@ -139,7 +139,8 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     a.pdB = per_head_bc ? a.tdot + ndot : NULL;
     a.pdC = per_head_bc ? a.pdB + nbc : NULL;
     cudaStream_t stream = sf_cuda_stream(ctx);
-    const sf_status st = a.xdt == SF_BF16 ? tc_launch<__nv_bfloat16>(ctx, a, stream) : tc_launch<__half>(ctx, a, stream);
+    const sf_status st =
+        a.xdt == SF_BF16 ? tc_launch<__nv_bfloat16>(ctx, a, stream) : tc_launch<__half>(ctx, a, stream);
     if (st != SF_OK) return st;
     if (per_head_bc) {
         const int64_t n = (int64_t)a.batch * a.L * a.G * a.N;

@@ -27,7 +27,7 @@ struct SsdBwdConfig {
 };
 
 static const SsdBwdConfig ssd_bwd_configs[] = {
-    {"tc", SsdBwdPath::tc, 1, "16-bit inputs, no varlen: the chunked decomposition on mma.sync (chunk states, a reverse state pass, per 64-token block pair products)"},
+    {"tc", SsdBwdPath::tc, 2, "16-bit inputs, no varlen: the chunked decomposition on mma.sync (chunk states, a reverse state pass, 64-token block pair products; 2 CTAs an SM by its tiles, not this count)"},
     {"cpar", SsdBwdPath::cpar, 2, "any GPU: chunks of every (sequence, head) in parallel, joined by a scan of the chunks' linear state and adjoint maps"},
     {"cpar4", SsdBwdPath::cpar, 4, "cpar with 4 CTAs an SM on the chunk walk (twice the scratch)"},
     {"cpars", SsdBwdPath::cpars, 1, "cpar with the per-token states of sub-blocks of a few tokens in shared memory (the chunk's states not written out)"},
@@ -54,7 +54,7 @@ static inline const char *ssd_bwd_supports(const SsdBwdConfig &c, const ssd_bwd_
         if (a.xdt != SF_F16 && a.xdt != SF_BF16) return "x is not 16-bit (f16, bf16)";
         if (a.Bdt != a.xdt || a.Cdt != a.xdt) return "B or C not of x's dtype";
         if (a.varlen) return "varlen (seq_idx, cu_seqlens) not served yet";
-        if (P % 16 || 256 % P) return "headdim not a multiple of 16 dividing 256";
+        if (P % 16 || 256 % P || P > 128) return "headdim not 16, 32, 64 or 128";
         if (N % 16) return "dstate not a multiple of 16";
         if (Q % 64 || Q > 256) return "chunk not a multiple of 64 up to 256";
         if (tc_smem > smem_optin) return "the tiles do not fit in shared memory";

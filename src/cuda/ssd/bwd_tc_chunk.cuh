@@ -49,7 +49,8 @@ static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, cons
         tc_ld8<T>(f, (const T *)BC + bco + (t0 + r) * st[1] + c, vec);
     });
     if (gy)
-        tc_stage<T>(sXG, P + 8, TC_BT, P, valid, [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
+        tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
+                    [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
     else
         tc_stage<T>(sXG, P + 8, TC_BT, P, valid, [&](int r, int c, float f[8]) {
             tc_ld8<T>(f, (const T *)a.x + b.k.xo + (t0 + r) * a.xs[1] + c, vec);
@@ -57,7 +58,8 @@ static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, cons
 }
 
 /* The P x N f32 state at src as a 16-bit operand tile (ld N + 8). */
-template <typename T> static __device__ __forceinline__ void tc_stage_state(const ssd_bwd_args &a, T *s, const float *src) {
+template <typename T>
+static __device__ __forceinline__ void tc_stage_state(const ssd_bwd_args &a, T *s, const float *src) {
     const int N = a.N;
     tc_stage<T>(s, N + 8, a.P, N, a.P, [&](int r, int c, float f[8]) {
         const float4 u = *reinterpret_cast<const float4 *>(src + (int64_t)r * N + c);
@@ -126,8 +128,9 @@ static __device__ __forceinline__ void tc_wm(int m0, int n0, const float (*cb)[4
  * (ld columns, f32); with q, also the row sums of (that) . s16 (a 16-bit
  * tile, ld16) into q[row * qld + n0 / 16]. */
 template <typename T>
-static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0, const float (*acc)[4], const float *sc,
-                                              const float *sc2, float *q, int qld, const T *s16, int ld16) {
+static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0, const float (*acc)[4],
+                                              const float *sc, const float *sc2, float *q, int qld, const T *s16,
+                                              int ld16) {
     const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
     T tag{};
     float qs[2] = {0.0f, 0.0f};
@@ -158,7 +161,7 @@ static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0
 
 /* One CTA per (item, block i): dC_i, dz_i, the rows' part of d(cum). */
 template <typename T>
-__global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_rows_kernel(const ssd_bwd_args a) {
+__global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
     const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
@@ -166,13 +169,17 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_rows_kernel(const ssd_
     const int bi = blockIdx.x % nb, vi = tc_valid(b, bi);
     if (vi == 0) return;
     const tc_blk_smem L = tc_blk_layout(P, N);
-    T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oB), *sX = (T *)(smraw + L.oX);
-    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oS);
-    float *aN = (float *)(smraw + L.oaN), *aP = (float *)(smraw + L.oaP), *zr = (float *)(smraw + L.oz);
+    T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oV), *sX = (T *)(smraw + L.oX);
+    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
+    float *aN = (float *)(smraw + L.oaN), *zr = (float *)(smraw + L.oz);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *vI = v, *vJ = v + 2 * TC_BT;
+    float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * N; i += SSD_BWD_THREADS) aN[i] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * P; i += SSD_BWD_THREADS) aP[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
     tc_load_cd(a, b, bi, vI);
     tc_stage_rows<T>(a, b, bi, sC, a.C, a.Cs, b.k.g, sG, true);
@@ -195,15 +202,12 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_rows_kernel(const ssd_
             [&](int m0, int n0, float (*acc)[4]) {
                 tc_add<T>(aN, N, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
             });
-        tc_gemm<T>(
-            TC_BT, P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); },
-            [&](int m0, int n0, float (*acc)[4]) {
-                tc_add<T>(aP, P, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
-            });
+        tc_gemm_acc<T>(
+            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
         __syncthreads();
     }
-    /* the state entering the chunk; sX still holds x_i (bj == bi last) */
+    /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
     tc_stage_state<T>(a, sS, a.tS + b.item * (int64_t)P * N);
     for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
     __syncthreads();
@@ -211,12 +215,13 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_rows_kernel(const ssd_
         TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
         [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
         [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, N, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
-    tc_gemm<T>(
-        TC_BT, P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); },
-        [&](int m0, int n0, float (*acc)[4]) {
-            tc_add<T>(aP, P, m0, n0, acc, vJ, nullptr, nullptr, 0, nullptr, 0);
-        });
+    tc_gemm_acc<T>(
+        P, N,
+        [&](uint32_t f[4], int m0, int k0) {
+            F::load_a(f, sC, ldN, m0, k0);
+            tc_scale_rows<T>(f, vJ, m0);
+        },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
     __syncthreads();
     const int64_t t0 = b.c0 + (int64_t)bi * TC_BT;
     const int h = b.k.h;
@@ -228,17 +233,28 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_rows_kernel(const ssd_
         else if (a.dC)
             bwd_st(a.dC, a.Cdt, (int64_t)b.k.b * a.dCs[0] + t * a.dCs[1] + (int64_t)b.k.g * a.dCs[2] + n, aN[i]);
     }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
     if (a.has_z && a.dz)
-        for (int i = threadIdx.x; i < vi * P; i += SSD_BWD_THREADS) {
-            const int r = i / P, p = i % P;
-            const int64_t t = t0 + r;
-            const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
-            const float y = aP[i] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
-            const float dy = bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
-            const float zv = bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
-            const float sg = 1.0f / (1.0f + expf(-zv));
-            bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
-                   dy * y * sg * (1.0f + zv * (1.0f - sg)));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int tile = w + j * SSD_BWD_WARPS;
+            if (tile >= 4 * tn) continue;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int r = (tile / tn) * 16 + g + 8 * ((e >> 1) & 1);
+                const int p = (tile % tn) * 16 + 8 * (e >> 2) + 2 * tq + (e & 1);
+                if (r >= vi) continue;
+                const int64_t t = t0 + r;
+                const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+                const float y = acc[j][e >> 2][e & 3] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
+                const float dy =
+                    bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
+                const float zv =
+                    bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
+                const float sg = 1.0f / (1.0f + expf(-zv));
+                bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
+                       dy * y * sg * (1.0f + zv * (1.0f - sg)));
+            }
         }
     for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
         float s = 0.0f;
@@ -251,7 +267,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_rows_kernel(const ssd_
 /* One CTA per (item, block j): dB_j, dx_j, x . d(x / dt), the columns'
  * part of d(cum), the state-out terms, the dD partial of the block. */
 template <typename T>
-__global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_cols_kernel(const ssd_bwd_args a) {
+__global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
     const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
@@ -263,13 +279,18 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_cols_kernel(const ssd_
         return;
     }
     const tc_blk_smem L = tc_blk_layout(P, N);
-    T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oB), *sX = (T *)(smraw + L.oX);
-    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oS);
-    float *aN = (float *)(smraw + L.oaN), *aP = (float *)(smraw + L.oaP), *zc = (float *)(smraw + L.oz);
+    T *sC = (T *)(smraw + L.oV), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oC), *sX = (T *)(smraw + L.oX);
+    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
+    float *aN = (float *)(smraw + L.oaN), *zc = (float *)(smraw + L.oz);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
+    float *xr = (float *)(smraw + L.or_), *dp = (float *)(smraw + L.oc);
     float *vI = v, *vJ = v + 2 * TC_BT;
+    float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * N; i += SSD_BWD_THREADS) aN[i] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * P; i += SSD_BWD_THREADS) aP[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
     tc_load_cd(a, b, bj, vJ);
     tc_stage_rows<T>(a, b, bj, sB, a.B, a.Bs, b.k.g, sX, false);
@@ -293,25 +314,23 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_cols_kernel(const ssd_
             [&](int m0, int n0, float (*acc)[4]) {
                 tc_add<T>(aN, N, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
             });
-        tc_gemm<T>(
-            TC_BT, P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); },
-            [&](int m0, int n0, float (*acc)[4]) {
-                tc_add<T>(aP, P, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
-            });
+        tc_gemm_acc<T>(
+            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
         __syncthreads();
     }
-    /* the adjoint leaving the chunk; exp(cl - cum_j) into vI */
+    /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
     tc_stage_state<T>(a, sS, a.tdS + b.item * (int64_t)P * N);
     const float cl = a.tcum[b.item * Q + Q - 1];
     for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
     __syncthreads();
-    tc_gemm<T>(
-        TC_BT, P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sB, ldN, m0, k0); },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); },
-        [&](int m0, int n0, float (*acc)[4]) {
-            tc_add<T>(aP, P, m0, n0, acc, vI, nullptr, nullptr, 0, nullptr, 0);
-        });
+    tc_gemm_acc<T>(
+        P, N,
+        [&](uint32_t f[4], int m0, int k0) {
+            F::load_a(f, sB, ldN, m0, k0);
+            tc_scale_rows<T>(f, vI, m0);
+        },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
     tc_gemm<T>(
         TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sX, ldP, m0, k0); },
         [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
@@ -327,41 +346,59 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_cols_kernel(const ssd_
         else if (a.dB)
             bwd_st(a.dB, a.Bdt, (int64_t)b.k.b * a.dBs[0] + t * a.dBs[1] + (int64_t)b.k.g * a.dBs[2] + n, aN[i]);
     }
-    /* per token: x . d(x / dt) (a warp a row), the columns' d(cum), q */
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int r = w; r < vj; r += SSD_BWD_WARPS) {
-        float s = 0.0f;
-        for (int p = lane; p < P; p += 32) s += sf_elem<T>::to_f(sX[r * ldP + p]) * aP[r * P + p];
-        s = bwd_warp_sum(s);
-        if (lane == 0) {
-            float q = 0.0f, zs = 0.0f;
-            for (int c = 0; c < nq; c++) q += zq[r * nq + c];
-            for (int c = 0; c < 4; c++) zs += zc[c * TC_BT + r];
-            const int64_t o = b.item * Q + bj * TC_BT + r;
-            a.tddt[o] = s;
-            a.tq[o] = q;
-            a.tcol[o] = -zs - q;
+    /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
+     * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
+     * 4 row tiles x P), each slot written by one lane */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tile = w + j * SSD_BWD_WARPS;
+        if (tile >= 4 * tn) continue; /* warp-uniform */
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+        float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int hf = (e >> 1) & 1, ci = 2 * (e >> 2) + (e & 1);
+            const int r = m0 + g + 8 * hf, p = n0 + 8 * (e >> 2) + 2 * tq + (e & 1);
+            if (r >= vj) continue;
+            const int64_t t = t0 + r;
+            const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
+            const float gy = bwd_dy(a, b.k, t, p);
+            const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+            rs[hf] += xv * gv;
+            cs[ci] += gy * xv;
+            if (a.dx)
+                bwd_st(a.dx, a.xdt, (int64_t)b.k.b * a.dxs[0] + t * a.dxs[1] + (int64_t)h * a.dxs[2] + p,
+                       vJ[TC_BT + r] * gv + Dv * gy);
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float v2 = tc_quad_sum(rs[hf]);
+            if (tq == 0) xr[(m0 + g + 8 * hf) * tn + (n0 >> 4)] = v2;
+        }
+#pragma unroll
+        for (int ci = 0; ci < 4; ci++) {
+            const float v2 = tc_col_sum(cs[ci]);
+            if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
         }
     }
-    __syncthreads(); /* aN (dB) is read; it holds the dD partials next */
-    /* dx = dt d(x / dt) + D gy; thread (row group rg, channel p), P | 256 */
-    const int rpt = SSD_BWD_THREADS / P, p = threadIdx.x % P, rg = threadIdx.x / P;
-    const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
-    float dd = 0.0f;
-    for (int r = rg; r < vj; r += rpt) {
-        const int64_t t = t0 + r;
-        const float gy = bwd_dy(a, b.k, t, p);
-        dd += gy * sf_elem<T>::to_f(sX[r * ldP + p]);
-        if (a.dx)
-            bwd_st(a.dx, a.xdt, (int64_t)b.k.b * a.dxs[0] + t * a.dxs[1] + (int64_t)h * a.dxs[2] + p,
-                   vJ[TC_BT + r] * aP[r * P + p] + Dv * gy);
-    }
-    aN[threadIdx.x] = dd;
     __syncthreads();
-    for (int q = threadIdx.x; q < P; q += SSD_BWD_THREADS) {
+    /* per token: x . d(x / dt), the columns' d(cum), q */
+    for (int r = threadIdx.x; r < vj; r += SSD_BWD_THREADS) {
+        float s = 0.0f, q = 0.0f, zs = 0.0f;
+        for (int c = 0; c < tn; c++) s += xr[r * tn + c];
+        for (int c = 0; c < nq; c++) q += zq[r * nq + c];
+        for (int c = 0; c < 4; c++) zs += zc[c * TC_BT + r];
+        const int64_t o = b.item * Q + bj * TC_BT + r;
+        a.tddt[o] = s;
+        a.tq[o] = q;
+        a.tcol[o] = -zs - q;
+    }
+    /* the block's dD partial: row tiles in order (rows past the end: 0) */
+    for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) {
         float s = 0.0f;
-        for (int g = 0; g < rpt; g++) s += aN[g * P + q];
-        part[2 + q] = s;
+        for (int c = 0; c < 4; c++) s += dp[c * P + p];
+        part[2 + p] = s;
     }
 }
 

@@ -18,28 +18,31 @@
 #define TC_LDT (TC_BT + 8) /* leading dimension of the 64 x 64 operand tiles */
 
 /* Shared memory of the per-block kernels (rows and cols), in bytes; one
- * layout serves both.  T tiles (16-bit): two 64 x N (C_i, B_j), two 64 x P
- * (gy_i, x_j), two 64 x 64 (the masked products), the P x N state; f32:
- * 64 x N and 64 x P accumulators, row/column partials, cum and dt rows. */
+ * layout serves both.  T tiles (16-bit): the fixed 64 x N tile (C_i in
+ * rows, B_j in cols) at oC, the loop's 64 x N tile at oV (B_j, C_i), which
+ * holds the P x N state once the loop is done (max(64, P) rows), x_j and
+ * gy_i (64 x P), the two 64 x 64 masked products; f32: the 64 x N
+ * accumulator (the 64 x P one lives in registers: tc_gemm_acc), row and
+ * column partials, cum and dt rows. */
 struct tc_blk_smem {
-    size_t oC, oG, oB, oX, oW, oM, oS, oaN, oaP, oz, oq, ov, total;
+    size_t oC, oV, oG, oX, oW, oM, oaN, oz, oq, ov, or_, oc, total;
 };
 static __host__ __device__ inline tc_blk_smem tc_blk_layout(int P, int N) {
     tc_blk_smem s;
     const size_t ldN = (size_t)N + 8, ldP = (size_t)P + 8, t = 2; /* sizeof 16-bit */
     size_t o = 0;
     s.oC = o; o += TC_BT * ldN * t;
+    s.oV = o; o += (P > TC_BT ? (size_t)P : TC_BT) * ldN * t;
     s.oG = o; o += TC_BT * ldP * t;
-    s.oB = o; o += TC_BT * ldN * t;
     s.oX = o; o += TC_BT * ldP * t;
     s.oW = o; o += TC_BT * TC_LDT * t;
     s.oM = o; o += TC_BT * TC_LDT * t;
-    s.oS = o; o += (size_t)P * ldN * t;
     s.oaN = o; o += TC_BT * (size_t)N * 4;
-    s.oaP = o; o += TC_BT * (size_t)P * 4;
     s.oz = o; o += TC_BT * 4 * 4;              /* 64 x (64 / 16) partials */
     s.oq = o; o += TC_BT * ((size_t)N / 16) * 4; /* 64 x (N / 16) partials  */
     s.ov = o; o += 4 * TC_BT * 4;              /* cum_i, dt_i, cum_j, dt_j */
+    s.or_ = o; o += TC_BT * ((size_t)P / 16) * 4; /* 64 x (P / 16) partials */
+    s.oc = o; o += 4 * (size_t)P * 4;           /* 4 row tiles x P partials */
     s.total = o;
     return s;
 }
@@ -63,20 +66,31 @@ static __device__ __forceinline__ void tc_ld8(float f[8], const T *g, bool vec) 
 
 /* Fills the rows x cols operand tile s (leading dimension ld) from
  * fv(r, c, f[8]), which writes elements (r, c .. c + 7) as floats; rows
- * >= valid are zero.  cols % 8 == 0. */
+ * >= valid are zero.  cols % 8 == 0.  Each thread first gathers TC_U
+ * vectors (their loads in flight together), then stores them. */
+#define TC_U 4
 template <typename T, typename FV>
 static __device__ __forceinline__ void tc_stage(T *s, int ld, int rows, int cols, int valid, FV fv) {
-    const int vpr = cols >> 3;
-    for (int idx = threadIdx.x; idx < rows * vpr; idx += SSD_BWD_THREADS) {
-        const int r = idx / vpr, c = (idx - r * vpr) * 8;
-        float f[8];
-        if (r < valid) {
-            fv(r, c, f);
-        } else {
+    const int vpr = cols >> 3, total = rows * vpr;
+    for (int base = threadIdx.x; base < total; base += SSD_BWD_THREADS * TC_U) {
+        float f[TC_U][8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) f[k] = 0.0f;
+        for (int u = 0; u < TC_U; u++) {
+            const int idx = base + u * SSD_BWD_THREADS;
+            const int r = idx / vpr, c = (idx - r * vpr) * 8;
+            if (idx < total && r < valid) {
+                fv(r, c, f[u]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) f[u][k] = 0.0f;
+            }
         }
-        ssd_st_smem<T, 8>(s + r * ld + c, f, 1.0f);
+#pragma unroll
+        for (int u = 0; u < TC_U; u++) {
+            const int idx = base + u * SSD_BWD_THREADS;
+            const int r = idx / vpr, c = (idx - r * vpr) * 8;
+            if (idx < total) ssd_st_smem<T, 8>(s + r * ld + c, f[u], 1.0f);
+        }
     }
 }
 
@@ -170,6 +184,38 @@ static __device__ __forceinline__ void tc_gemm2(int M, int Nn, int K1, int K2, F
         for (int j = 0; j < 2; j++)
             if (on[j]) fe(m0[j], n0[j], acc1[j], acc2[j]);
     }
+}
+
+/* A 64 x Nn (Nn <= 128) output accumulated in registers across calls:
+ * warp w owns the 16 x 16 tiles w + 8 j (j < 4) of the row-major tile
+ * order (Nn / 16 a row), acc[j] as tc_gemm hands them to its epilogue. */
+template <typename T, typename FA, typename FB>
+static __device__ __forceinline__ void tc_gemm_acc(int Nn, int K, FA fa, FB fb, float (*acc)[2][4]) {
+    using F = ssd_mma<T>;
+    const int w = threadIdx.x >> 5, tn = Nn >> 4, tiles = 4 * tn;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int tile = w + j * SSD_BWD_WARPS;
+            if (tile >= tiles) continue; /* warp-uniform */
+            uint32_t a[4], b[4];
+            fa(a, (tile / tn) << 4, k0);
+            fb(b, (tile % tn) << 4, k0);
+            F::mma(acc[j][0], a, b);
+            F::mma(acc[j][1], a, b + 2);
+        }
+    }
+}
+
+/* A fragment (load_a, rows m0 ..) with row m scaled by s[m]. */
+template <typename T> static __device__ __forceinline__ void tc_scale_rows(uint32_t a[4], const float *s, int m0) {
+    const int g = (threadIdx.x & 31) >> 2;
+    const float lo = s[m0 + g], hi = s[m0 + g + 8];
+    T tag{};
+    a[0] = ssd_mul2(tag, a[0], make_float2(lo, lo));
+    a[2] = ssd_mul2(tag, a[2], make_float2(lo, lo));
+    a[1] = ssd_mul2(tag, a[1], make_float2(hi, hi));
+    a[3] = ssd_mul2(tag, a[3], make_float2(hi, hi));
 }
 
 /* Sum over the 4 lanes of a quad (one accumulator row), in a fixed order. */
