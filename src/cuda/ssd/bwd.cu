@@ -82,7 +82,7 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (a.ntask > 0) {
-        ssd_tc_scan_kernel<<<dim3((unsigned)a.ntask, (unsigned)a.tnsl), SSD_BWD_THREADS, 0, stream>>>(a);
+        ssd_tc_scan_kernel<T><<<dim3((unsigned)a.ntask, (unsigned)a.tnsl), SSD_BWD_THREADS, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (nitems > 0) {
@@ -121,9 +121,10 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t npart = rup32(ntask * a.npt * (2 + (int64_t)a.P));
     const int64_t nrow = rup32(nitems * a.Q), nst = nitems * PN, ndot = rup32(nitems * a.tnsl);
     const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * a.H * a.N : 0;
-    const double total_d = (double)npart + 6.0 * nrow + 2.0 * nst + ndot + 2.0 * nbc;
+    /* f32 words; the two 16-bit state copies take nst words together */
+    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc;
     if (total_d * sizeof(float) > 9.0e18) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
-    const int64_t total = npart + 6 * nrow + 2 * nst + ndot + 2 * nbc;
+    const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc;
     float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.part = ws;
@@ -135,7 +136,9 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     a.tddt = a.tq + nrow;
     a.tS = a.tddt + nrow;
     a.tdS = a.tS + nst;
-    a.tdot = a.tdS + nst;
+    a.tS16 = a.tdS + nst;
+    a.tdS16 = (char *)a.tS16 + nst * 2;
+    a.tdot = a.tdS + 2 * nst;
     a.pdB = per_head_bc ? a.tdot + ndot : NULL;
     a.pdC = per_head_bc ? a.pdB + nbc : NULL;
     cudaStream_t stream = sf_cuda_stream(ctx);

@@ -57,16 +57,13 @@ static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, cons
         });
 }
 
-/* The P x N f32 state at src as a 16-bit operand tile (ld N + 8). */
+/* The P x N 16-bit state at src (16-byte aligned rows) as an operand
+ * tile (ld N + 8). */
 template <typename T>
-static __device__ __forceinline__ void tc_stage_state(const ssd_bwd_args &a, T *s, const float *src) {
+static __device__ __forceinline__ void tc_stage_state(const ssd_bwd_args &a, T *s, const T *src) {
     const int N = a.N;
-    tc_stage<T>(s, N + 8, a.P, N, a.P, [&](int r, int c, float f[8]) {
-        const float4 u = *reinterpret_cast<const float4 *>(src + (int64_t)r * N + c);
-        const float4 v = *reinterpret_cast<const float4 *>(src + (int64_t)r * N + c + 4);
-        f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w;
-        f[4] = v.x; f[5] = v.y; f[6] = v.z; f[7] = v.w;
-    });
+    tc_stage<T>(s, N + 8, a.P, N, a.P,
+                [&](int r, int c, float f[8]) { tc_ld8<T>(f, src + (int64_t)r * N + c, true); });
 }
 
 /* cum and dt of block blk into v[0..63], v[64..127] */
@@ -208,7 +205,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         __syncthreads();
     }
     /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
-    tc_stage_state<T>(a, sS, a.tS + b.item * (int64_t)P * N);
+    tc_stage_state<T>(a, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
     for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
     __syncthreads();
     tc_gemm<T>(
@@ -320,7 +317,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         __syncthreads();
     }
     /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
-    tc_stage_state<T>(a, sS, a.tdS + b.item * (int64_t)P * N);
+    tc_stage_state<T>(a, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
     const float cl = a.tcum[b.item * Q + Q - 1];
     for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
     __syncthreads();

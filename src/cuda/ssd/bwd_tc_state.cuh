@@ -113,7 +113,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_local_kernel(const ssd
 }
 
 /* Grid (task, slice): thread i of slice s owns state element s * 1024 + i
- * + 256 j, j < 4. */
+ * + 256 j, j < 4.  The states entering (f32 over tS, and 16-bit) and the
+ * adjoints leaving (16-bit) for the block stages. */
+template <typename T>
 __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_scan_kernel(const ssd_bwd_args a) {
     __shared__ float red[SSD_BWD_WARPS];
     const int task = blockIdx.x, sl = blockIdx.y;
@@ -141,24 +143,27 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_scan_kernel(const ssd_
     for (int c = 0; c < nc; c++) {
         const float ec = expf(a.tcum[(item0 + c) * Q + Q - 1]);
         float *S = a.tS + (item0 + c) * PN;
+        T *S16 = (T *)a.tS16 + (item0 + c) * PN;
 #pragma unroll
         for (int j = 0; j < 4; j++)
             if (on[j]) {
                 const float loc = S[e[j]];
                 S[e[j]] = h[j];
+                S16[e[j]] = sf_elem<T>::from_f(h[j]);
                 h[j] = ec * h[j] + loc;
             }
     }
     for (int c = nc - 1; c >= 0; c--) {
         const float ec = expf(a.tcum[(item0 + c) * Q + Q - 1]);
         const float *S = a.tS + (item0 + c) * PN;
-        float *G = a.tdS + (item0 + c) * PN;
+        const float *G = a.tdS + (item0 + c) * PN;
+        T *G16 = (T *)a.tdS16 + (item0 + c) * PN;
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++)
             if (on[j]) {
                 const float loc = G[e[j]];
-                G[e[j]] = g[j];
+                G16[e[j]] = sf_elem<T>::from_f(g[j]);
                 dot += S[e[j]] * g[j];
                 g[j] = ec * g[j] + loc;
             }
