@@ -6,6 +6,7 @@
 #   2. bench/gpu_ssd_bwd.py (bf16 errors against float64 at b2 L2048, times
 #      at b8 L4096 and b1 L16384): ours (default, tc and cpar pinned)
 #      against mamba_ssm in the same run;
+#   2b. per-kernel times of one backward (dev/ssdbwd_prof.py);
 #   3. compute-sanitizer memcheck (ssd_2p7b_small, ssd_basic) and racecheck
 #      (ssd_2p7b_small) with the tensor-core configuration pinned;
 #   4. the 2.7B case (ssd_2p7b, --all) with the tensor-core one pinned.
@@ -39,6 +40,11 @@ PYTHONPATH=python:bench:/work/main/.peer:${PYTHONPATH:-} timeout 150 python benc
 say "bench rc $?"
 grep -E '^(errors|b[0-9])' "$OUT/bench.log" | cut -c1-230 | tee -a "$S"
 tail -3 "$OUT/bench.log" | cut -c1-200 >> "$S"
+
+# 2b. per-kernel times of one backward (default configuration)
+PYTHONPATH=python:bench:/work/main/.peer:${PYTHONPATH:-} timeout 60 python dev/ssdbwd_prof.py > "$OUT/prof.log" 2>&1
+say "profile rc $?"
+grep '^kernel' "$OUT/prof.log" | head -9 | cut -c1-120 | tee -a "$S"
 
 # 3. sanitizers on small cases, the tensor-core configuration pinned
 if [ -n "$TC" ]; then
