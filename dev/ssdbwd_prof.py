@@ -20,10 +20,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
 tot = {}
 for e in prof.events():  # kernels only: the device-side events
     if str(getattr(e, "device_type", "")).endswith("CUDA"):
-        us = getattr(e, "device_time", None)
-        if us is None:
-            us = getattr(e, "cuda_time", 0.0)
-        tot[e.name] = tot.get(e.name, 0.0) + us
+        tot[e.name] = tot.get(e.name, 0.0) + e.time_range.elapsed_us()
 rows = sorted(((k, v / 3 / 1000.0) for k, v in tot.items()), key=lambda r: -r[1])
 print(f"kernel {sum(v for _, v in rows):8.3f} ms  all kernels of one backward")
 for k, ms in rows[:12]:
