@@ -162,6 +162,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
     const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
     const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
     const int bi = blockIdx.x % nb, vi = tc_valid(b, bi);
     if (vi == 0) return;
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * N; i += SSD_BWD_THREADS) aN[i] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
     tc_load_cd(a, b, bi, vI);
     tc_stage_rows<T>(a, b, bi, sC, a.C, a.Cs, b.k.g, sG, true);
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); },
             [&](int m0, int n0, float (*acc)[4]) {
-                tc_add<T>(aN, N, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
+                tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
             });
         tc_gemm_acc<T>(
             P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
@@ -211,7 +212,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     tc_gemm<T>(
         TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
         [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
-        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, N, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
+        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
     tc_gemm_acc<T>(
         P, N,
         [&](uint32_t f[4], int m0, int k0) {
@@ -226,9 +227,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         const int r = i / N, n = i % N;
         const int64_t t = t0 + r;
         if (a.pdC)
-            a.pdC[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[i];
+            a.pdC[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[r * ldA + n];
         else if (a.dC)
-            bwd_st(a.dC, a.Cdt, (int64_t)b.k.b * a.dCs[0] + t * a.dCs[1] + (int64_t)b.k.g * a.dCs[2] + n, aN[i]);
+            bwd_st(a.dC, a.Cdt, (int64_t)b.k.b * a.dCs[0] + t * a.dCs[1] + (int64_t)b.k.g * a.dCs[2] + n,
+                   aN[r * ldA + n]);
     }
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
     if (a.has_z && a.dz)
@@ -268,6 +270,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
     const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
     const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
     const int bj = blockIdx.x % nb, vj = tc_valid(b, bj);
     float *part = a.part + ((int64_t)blockIdx.x) * (2 + P); /* (item, block) */
@@ -287,7 +290,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * N; i += SSD_BWD_THREADS) aN[i] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
     tc_load_cd(a, b, bj, vJ);
     tc_stage_rows<T>(a, b, bj, sB, a.B, a.Bs, b.k.g, sX, false);
@@ -309,7 +312,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); },
             [&](int m0, int n0, float (*acc)[4]) {
-                tc_add<T>(aN, N, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
+                tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
             });
         tc_gemm_acc<T>(
             P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
@@ -331,7 +334,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     tc_gemm<T>(
         TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sX, ldP, m0, k0); },
         [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
-        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, N, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN); });
+        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN); });
     __syncthreads();
     const int64_t t0 = b.c0 + (int64_t)bj * TC_BT;
     const int h = b.k.h;
@@ -339,9 +342,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         const int r = i / N, n = i % N;
         const int64_t t = t0 + r;
         if (a.pdB)
-            a.pdB[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[i];
+            a.pdB[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[r * ldA + n];
         else if (a.dB)
-            bwd_st(a.dB, a.Bdt, (int64_t)b.k.b * a.dBs[0] + t * a.dBs[1] + (int64_t)b.k.g * a.dBs[2] + n, aN[i]);
+            bwd_st(a.dB, a.Bdt, (int64_t)b.k.b * a.dBs[0] + t * a.dBs[1] + (int64_t)b.k.g * a.dBs[2] + n,
+                   aN[r * ldA + n]);
     }
     /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
      * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:

@@ -37,7 +37,7 @@ static __host__ __device__ inline tc_blk_smem tc_blk_layout(int P, int N) {
     s.oX = o; o += TC_BT * ldP * t;
     s.oW = o; o += TC_BT * TC_LDT * t;
     s.oM = o; o += TC_BT * TC_LDT * t;
-    s.oaN = o; o += TC_BT * (size_t)N * 4;
+    s.oaN = o; o += TC_BT * ((size_t)N + 8) * 4; /* leading dimension N + 8 */
     s.oz = o; o += TC_BT * 4 * 4;              /* 64 x (64 / 16) partials */
     s.oq = o; o += TC_BT * ((size_t)N / 16) * 4; /* 64 x (N / 16) partials  */
     s.ov = o; o += 4 * TC_BT * 4;              /* cum_i, dt_i, cum_j, dt_j */
