@@ -4,8 +4,9 @@
 #   1. build/tests/test_ssd_bwd --backend cuda with each configuration of
 #      src/cuda/ssd/bwd_configs.h pinned (SF_AUTOTUNE_FORCE);
 #   2. bench/gpu_ssd_bwd.py (bf16 errors against float64 at b2 L2048, times
-#      at b8 L4096 and b1 L16384): ours (default, tc and cpar pinned)
-#      against mamba_ssm in the same run;
+#      at b8 L4096 and b1 L16384): ours (default, and tc pinned, or the
+#      configurations in $SSDBWD_CONFIGS, e.g. tc,cpar) against mamba_ssm in
+#      the same run;
 #   2b. per-kernel times of one backward (dev/ssdbwd_prof.py);
 #   3. compute-sanitizer memcheck (ssd_2p7b_small, ssd_basic) and racecheck
 #      (ssd_2p7b_small) with the tensor-core configuration pinned;
@@ -33,8 +34,8 @@ for c in $CFGS; do
   [ $c = tc ] && grep -E '^ok +ssd_(2p7b_small|chunk256|full) ' "$OUT/test_$c.log" | cut -c1-200 | tee -a "$S"
 done
 # 2. timings against mamba_ssm, same run
-BC=cpar
-[ -n "$TC" ] && BC=tc,cpar
+BC=${SSDBWD_CONFIGS:-cpar}  # cpar takes ~0.4 s a call at b8 L4096: only when asked for beside tc
+[ -n "$TC" ] && BC=${SSDBWD_CONFIGS:-tc}
 PYTHONPATH=python:bench:/work/main/.peer:${PYTHONPATH:-} timeout 150 python bench/gpu_ssd_bwd.py \
   --dtypes bfloat16 --err-shape 2x2048 --configs $BC > "$OUT/bench.log" 2>&1
 say "bench rc $?"
