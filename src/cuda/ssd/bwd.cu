@@ -11,6 +11,8 @@
 #include "ssd/bwd_cpar.cuh"
 #include "ssd/bwd_reduce.cuh"
 #include "ssd/bwd_seq.cuh"
+#include "ssd/bwd_tc_chunk.cuh"
+#include "ssd/bwd_tc_state.cuh"
 
 static void fill3(int64_t *d, const sf_tensor *t) { sf_cuda_copy_strides(d, t, t->data ? 3 : 0); }
 
@@ -55,6 +57,108 @@ static void fill_args(const sf_ssd_bwd_problem *bp, ssd_bwd_args &a) {
     a.dt_min = p->dt_min; a.dt_max = p->dt_max;
 }
 
+/* x, z, dout, B, C rows 16-byte aligned (8 16-bit elements) */
+static int tc_vec(const ssd_bwd_args &a) {
+    const void *ptr[5] = {a.x, a.z, a.dout, a.B, a.C};
+    const int64_t *st[5] = {a.xs, a.zs, a.dos, a.Bs, a.Cs};
+    for (int i = 0; i < 5; i++) {
+        if (!ptr[i]) continue;
+        if ((uintptr_t)ptr[i] % 16) return 0;
+        for (int d = 0; d < 3; d++)
+            if (st[i][d] % 8) return 0;
+    }
+    return 1;
+}
+
+template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args &a, cudaStream_t stream) {
+    const int64_t nitems = (int64_t)a.ntask * a.nck, nb = a.Q / TC_BT;
+    const size_t lsm = tc_state_smem(a.P, a.N, a.Q), bsm = tc_blk_layout(a.P, a.N).total;
+    if (nitems > 0) {
+        ssd_tc_prep_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)lsm));
+        ssd_tc_local_kernel<T><<<(unsigned)nitems, SSD_BWD_THREADS, lsm, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (a.ntask > 0) {
+        ssd_tc_scan_kernel<T><<<dim3((unsigned)a.ntask, (unsigned)a.tnsl), SSD_BWD_THREADS, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (nitems > 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_rows_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)bsm));
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_cols_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)bsm));
+        ssd_tc_rows_kernel<T><<<(unsigned)(nitems * nb), SSD_BWD_THREADS, bsm, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+        ssd_tc_cols_kernel<T><<<(unsigned)(nitems * nb), SSD_BWD_THREADS, bsm, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+        ssd_tc_fin_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
+
+/* The tc configuration: workspace (chunk rows of cum, dt, the d(cum)
+ * parts; entering states and leaving adjoints; partials per 64-token
+ * block; per-head dB/dC rows), its kernels, the fixed-order reductions. */
+static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args &a, sf_cuda_state *cs) {
+    static const char *op = "sf_ssd_bwd";
+    (void)cs;
+    const sf_ssd_problem *pr = &bp->f;
+    const int64_t ntask = pr->batch * pr->nheads;
+    a.nck = (int)((pr->seqlen + a.Q - 1) / a.Q);
+    const int64_t nb = a.Q / TC_BT, nitems = ntask * a.nck;
+    if (ntask > INT32_MAX || nitems * nb > INT32_MAX)
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: batch x nheads x chunks too large", op);
+    a.ntask = (int)ntask;
+    a.npt = (int)(a.nck * nb);
+    const int64_t PN = (int64_t)a.P * a.N;
+    a.tnsl = (int)((PN + 1023) / 1024);
+    a.tvec = tc_vec(a);
+    const bool per_head_bc = a.hpg > 1 && (a.dB || a.dC);
+    const int64_t npart = rup32(ntask * a.npt * (2 + (int64_t)a.P));
+    const int64_t nrow = rup32(nitems * a.Q), nst = nitems * PN, ndot = rup32(nitems * a.tnsl);
+    const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * a.H * a.N : 0;
+    /* f32 words; the two 16-bit state copies take nst words together */
+    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc;
+    if (total_d * sizeof(float) > 9.0e18) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
+    const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc;
+    float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
+    if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
+    a.part = ws;
+    a.tcum = a.part + npart;
+    a.tdt = a.tcum + nrow;
+    a.trow = a.tdt + nrow;
+    a.tcol = a.trow + nrow;
+    a.tq = a.tcol + nrow;
+    a.tddt = a.tq + nrow;
+    a.tS = a.tddt + nrow;
+    a.tdS = a.tS + nst;
+    a.tS16 = a.tdS + nst;
+    a.tdS16 = (char *)a.tS16 + nst * 2;
+    a.tdot = a.tdS + 2 * nst;
+    a.pdB = per_head_bc ? a.tdot + ndot : NULL;
+    a.pdC = per_head_bc ? a.pdB + nbc : NULL;
+    cudaStream_t stream = sf_cuda_stream(ctx);
+    const sf_status st =
+        a.xdt == SF_BF16 ? tc_launch<__nv_bfloat16>(ctx, a, stream) : tc_launch<__half>(ctx, a, stream);
+    if (st != SF_OK) return st;
+    if (per_head_bc) {
+        const int64_t n = (int64_t)a.batch * a.L * a.G * a.N;
+        if (n > 0) {
+            ssd_bwd_bc_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+    }
+    if (a.dA || a.dD || a.ddt_bias) {
+        ssd_bwd_param_kernel<<<a.H, 256, 0, stream>>>(a);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    return SF_OK;
+}
+
 extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) {
     static const char *op = "sf_ssd_bwd";
     const sf_ssd_problem *pr = &bp->f;
@@ -63,6 +167,8 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     if (a.H == 0) return SF_OK;
     sf_cuda_state *cs = sf_cuda_st(ctx);
     const size_t smem = bwd_smem_bytes(a.P, a.N);
+    size_t tc_smem = tc_blk_layout(a.P, a.N).total;
+    if (tc_state_smem(a.P, a.N, a.Q) > tc_smem) tc_smem = tc_state_smem(a.P, a.N, a.Q);
 
     /* the configuration: a forced one, else the first that serves */
     char forced[48];
@@ -71,13 +177,14 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     for (int i = 0; i < SSD_BWD_NCONFIG && !cfg; i++) {
         const SsdBwdConfig &c = ssd_bwd_configs[i];
         if (fname && strcmp(fname, c.name) != 0) continue;
-        const char *why = ssd_bwd_supports(c, a.P, a.N, a.Q, smem, cs->smem_optin);
+        const char *why = ssd_bwd_supports(c, a, smem, tc_smem, cs->smem_optin);
         if (why && (fname || i == SSD_BWD_NCONFIG - 1))
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: CUDA configuration %s: %s (headdim %d, dstate %d)", op,
                            c.name, why, a.P, a.N);
         if (!why) cfg = &c;
     }
     if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no CUDA configuration named %s", op, fname ? fname : "?");
+    if (cfg->path == SsdBwdPath::tc) return tc_run(ctx, bp, a, cs);
     const bool cpars = cfg->path == SsdBwdPath::cpars;
     const bool cpar = cfg->path == SsdBwdPath::cpar || cpars;
     a.sub = cpars ? ssd_bwd_sub(a.P, a.N, a.Q, smem, cs->smem_optin) : 0;

@@ -30,6 +30,17 @@ struct ssd_bwd_args {
     float *Dc;        /* cpar: per (task, chunk) decay product                 */
     int sub;          /* cpars: tokens a sub-block (states in shared memory)   */
     float *pdB, *pdC; /* (b, L, H, N) per-head rows when a group has several heads */
+    /* tc (bwd_tc_*.cuh): per (task, chunk) item, Q tokens each */
+    float *tcum, *tdt;   /* cumulative log-decay, processed dt              */
+    float *tS, *tdS;     /* P x N f32: the chunk's own state and adjoint,
+                            then (tS) the state entering                    */
+    void *tS16, *tdS16;  /* the state entering, the adjoint leaving, in x's
+                            16-bit dtype: the operands of the block stages  */
+    float *trow, *tcol;  /* the rows' and the columns' parts of d(cum)       */
+    float *tq, *tddt;    /* the state-out part of d(cum), x . d(x / dt)      */
+    float *tdot;         /* <state entering, adjoint leaving>, per slice     */
+    int tnsl;            /* slices of 1024 state elements                    */
+    int tvec;            /* x, z, dout, B, C rows 16-byte aligned            */
 };
 
 #endif

@@ -1,0 +1,465 @@
+/* bwd_tc_chunk.cuh - the per-block stages of the SSD backward's
+ * tensor-core configuration ("tc"), after bwd_tc_state.cuh has left each
+ * chunk's entering state h (tS) and leaving adjoint G (tdS).  A chunk's
+ * tokens are cut into blocks of 64; with e(i, j) = exp(cum_i - cum_j) for
+ * j <= i (0 above the diagonal), CB = C B^T and GX = gy x^T:
+ *     W = GX e dt_j      M = CB e      Z = W CB   (64 x 64 per block pair)
+ *     dC_i = sum_j W B_j + exp(cum_i) gy_i h             (rows kernel)
+ *     y_i  = sum_j (M dt_j) x_j + exp(cum_i) C_i h^T + D x_i   -> dz
+ *     dB_j = sum_i W^T C_i + exp(cl - cum_j) dt_j x_j G    (cols kernel)
+ *     dx_j = dt_j (sum_i M^T gy_i + exp(cl - cum_j) B_j G^T) + D gy_j
+ * and d(cum) = row sums of Z + exp(cum) (gy h) . C  (rows)
+ *            - column sums of Z - exp(cl - cum) dt (x G) . B  (cols)
+ * plus, at the chunk's last token, the state-out terms: the sum of the
+ * latter and exp(cl) <h, G>.  ssd_tc_fin_kernel sums d(cum) backwards
+ * into d(log decay) per token, then ddt, and the dA, ddt_bias partials.
+ * Every sum runs in a fixed order: bit-identical from run to run. */
+#ifndef SF_SSD_BWD_TC_CHUNK_CUH
+#define SF_SSD_BWD_TC_CHUNK_CUH
+
+#include "ssd/bwd_tc_common.cuh"
+
+/* The block's place: item (task, chunk), tokens [t0, t0 + valid) of the
+ * chunk's block blk (chunk start c0). */
+struct tc_blk {
+    bwd_task k;
+    int64_t item, c0;
+};
+static __device__ __forceinline__ tc_blk tc_blk_of(const ssd_bwd_args &a, int64_t item) {
+    tc_blk b;
+    b.item = item;
+    b.k = bwd_task_of(a, (int)(item / a.nck));
+    b.c0 = b.k.start + (item % a.nck) * (int64_t)a.Q;
+    return b;
+}
+static __device__ __forceinline__ int tc_valid(const tc_blk &b, int blk) {
+    const int64_t v = b.k.end - (b.c0 + (int64_t)blk * TC_BT);
+    return v <= 0 ? 0 : v < TC_BT ? (int)v : TC_BT;
+}
+
+/* Stages the 64-token block's x or B rows, C rows, gy rows. */
+template <typename T>
+static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, const tc_blk &b, int blk, T *sBC,
+                                                     const void *BC, const int64_t *st, int g, T *sXG, bool gy) {
+    const int P = a.P, N = a.N, valid = tc_valid(b, blk);
+    const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
+    const bool vec = a.tvec;
+    const int64_t bco = (int64_t)b.k.b * st[0] + (int64_t)g * st[2];
+    tc_stage<T>(sBC, N + 8, TC_BT, N, valid, [&](int r, int c, float f[8]) {
+        tc_ld8<T>(f, (const T *)BC + bco + (t0 + r) * st[1] + c, vec);
+    });
+    if (gy)
+        tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
+                    [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
+    else
+        tc_stage<T>(sXG, P + 8, TC_BT, P, valid, [&](int r, int c, float f[8]) {
+            tc_ld8<T>(f, (const T *)a.x + b.k.xo + (t0 + r) * a.xs[1] + c, vec);
+        });
+}
+
+/* The P x N 16-bit state at src (16-byte aligned rows) as an operand
+ * tile (ld N + 8). */
+template <typename T>
+static __device__ __forceinline__ void tc_stage_state(const ssd_bwd_args &a, T *s, const T *src) {
+    const int N = a.N;
+    tc_stage<T>(s, N + 8, a.P, N, a.P,
+                [&](int r, int c, float f[8]) { tc_ld8<T>(f, src + (int64_t)r * N + c, true); });
+}
+
+/* cum and dt of block blk into v[0..63], v[64..127] */
+static __device__ __forceinline__ void tc_load_cd(const ssd_bwd_args &a, const tc_blk &b, int blk, float *v) {
+    for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) {
+        v[i] = a.tcum[b.item * a.Q + blk * TC_BT + i];
+        v[TC_BT + i] = a.tdt[b.item * a.Q + blk * TC_BT + i];
+    }
+}
+
+/* W (and M times dt_j: rows, or M: cols) of the block pair (bi, bj) from
+ * the CB and GX accumulators, stored as 16-bit into sW, sM; Z's row (rows)
+ * or column (cols) sums added to zs.  vi: cum_i, dt_i; vj: cum_j, dt_j. */
+template <typename T, bool ROWS>
+static __device__ __forceinline__ void tc_wm(int m0, int n0, const float (*cb)[4], const float (*gx)[4], int bi, int bj,
+                                             const float *vi, const float *vj, T *sW, T *sM, float *zs) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    T tag{};
+    float zr[2] = {0.0f, 0.0f}, zc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = m0 + g + 8 * hf, c = n0 + 8 * nt + 2 * t;
+            float w[2], m[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const bool causal = bj * TC_BT + c + u <= bi * TC_BT + r;
+                const float ex = causal ? expf(vi[r] - vj[c + u]) : 0.0f;
+                const float dtj = vj[TC_BT + c + u];
+                const float cbv = cb[nt][2 * hf + u];
+                w[u] = gx[nt][2 * hf + u] * ex * dtj;
+                m[u] = ROWS ? cbv * ex * dtj : cbv * ex;
+                const float z = w[u] * cbv;
+                zr[hf] += z;
+                zc[nt][u] += z;
+            }
+            *reinterpret_cast<uint32_t *>(sW + r * TC_LDT + c) = ssd_pack(tag, w[0], w[1]);
+            *reinterpret_cast<uint32_t *>(sM + r * TC_LDT + c) = ssd_pack(tag, m[0], m[1]);
+        }
+    if (ROWS) { /* zs: 64 rows x 4 column tiles */
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float v = tc_quad_sum(zr[hf]);
+            if (t == 0) zs[(m0 + g + 8 * hf) * 4 + (n0 >> 4)] += v;
+        }
+    } else { /* zs: 4 row tiles x 64 columns */
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const float v = tc_col_sum(zc[nt][u]);
+                if (g == 0) zs[(m0 >> 4) * TC_BT + n0 + 8 * nt + 2 * t + u] += v;
+            }
+    }
+}
+
+/* acc (16 x 16 tile at m0, n0) times the row scale sc[row] added to dst
+ * (ld columns, f32); with q, also the row sums of (that) . s16 (a 16-bit
+ * tile, ld16) into q[row * qld + n0 / 16]. */
+template <typename T>
+static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0, const float (*acc)[4],
+                                              const float *sc, const float *sc2, float *q, int qld, const T *s16,
+                                              int ld16) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    T tag{};
+    float qs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = m0 + g + 8 * hf, c = n0 + 8 * nt + 2 * t;
+            const float s = (sc ? sc[r] : 1.0f) * (sc2 ? sc2[r] : 1.0f);
+            const float v0 = acc[nt][2 * hf] * s, v1 = acc[nt][2 * hf + 1] * s;
+            float2 *d = reinterpret_cast<float2 *>(dst + r * ld + c);
+            float2 o = *d;
+            o.x += v0;
+            o.y += v1;
+            *d = o;
+            if (q) {
+                const float2 e = ssd_unpack(tag, *reinterpret_cast<const uint32_t *>(s16 + r * ld16 + c));
+                qs[hf] += v0 * e.x + v1 * e.y;
+            }
+        }
+    if (q)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float v = tc_quad_sum(qs[hf]);
+            if (t == 0) q[(m0 + g + 8 * hf) * qld + (n0 >> 4)] = v;
+        }
+}
+
+/* One CTA per (item, block i): dC_i, dz_i, the rows' part of d(cum). */
+template <typename T>
+__global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const ssd_bwd_args a) {
+    extern __shared__ __align__(16) unsigned char smraw[];
+    using F = ssd_mma<T>;
+    const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
+    const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
+    const int bi = blockIdx.x % nb, vi = tc_valid(b, bi);
+    if (vi == 0) return;
+    const tc_blk_smem L = tc_blk_layout(P, N);
+    T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oV), *sX = (T *)(smraw + L.oX);
+    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
+    float *aN = (float *)(smraw + L.oaN), *zr = (float *)(smraw + L.oz);
+    float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
+    float *vI = v, *vJ = v + 2 * TC_BT;
+    float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
+    tc_load_cd(a, b, bi, vI);
+    tc_stage_rows<T>(a, b, bi, sC, a.C, a.Cs, b.k.g, sG, true);
+    for (int bj = 0; bj <= bi; bj++) {
+        tc_load_cd(a, b, bj, vJ);
+        tc_stage_rows<T>(a, b, bj, sB, a.B, a.Bs, b.k.g, sX, false);
+        __syncthreads();
+        tc_gemm2<T>(
+            TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
+            [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
+            [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
+                tc_wm<T, true>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zr);
+            });
+        __syncthreads();
+        tc_gemm<T>(
+            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); },
+            [&](int m0, int n0, float (*acc)[4]) {
+                tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
+            });
+        tc_gemm_acc<T>(
+            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
+        __syncthreads();
+    }
+    /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
+    tc_stage_state<T>(a, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
+    for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
+    __syncthreads();
+    tc_gemm<T>(
+        TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
+        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
+    tc_gemm_acc<T>(
+        P, N,
+        [&](uint32_t f[4], int m0, int k0) {
+            F::load_a(f, sC, ldN, m0, k0);
+            tc_scale_rows<T>(f, vJ, m0);
+        },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
+    __syncthreads();
+    const int64_t t0 = b.c0 + (int64_t)bi * TC_BT;
+    const int h = b.k.h;
+    for (int i = threadIdx.x; i < vi * N; i += SSD_BWD_THREADS) {
+        const int r = i / N, n = i % N;
+        const int64_t t = t0 + r;
+        if (a.pdC)
+            a.pdC[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[r * ldA + n];
+        else if (a.dC)
+            bwd_st(a.dC, a.Cdt, (int64_t)b.k.b * a.dCs[0] + t * a.dCs[1] + (int64_t)b.k.g * a.dCs[2] + n,
+                   aN[r * ldA + n]);
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
+    if (a.has_z && a.dz)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int tile = w + j * SSD_BWD_WARPS;
+            if (tile >= 4 * tn) continue;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int r = (tile / tn) * 16 + g + 8 * ((e >> 1) & 1);
+                const int p = (tile % tn) * 16 + 8 * (e >> 2) + 2 * tq + (e & 1);
+                if (r >= vi) continue;
+                const int64_t t = t0 + r;
+                const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+                const float y = acc[j][e >> 2][e & 3] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
+                const float dy =
+                    bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
+                const float zv =
+                    bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
+                const float sg = 1.0f / (1.0f + expf(-zv));
+                bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
+                       dy * y * sg * (1.0f + zv * (1.0f - sg)));
+            }
+        }
+    for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
+        float s = 0.0f;
+        for (int c = 0; c < 4; c++) s += zr[r * 4 + c];
+        for (int c = 0; c < nq; c++) s += zq[r * nq + c];
+        a.trow[b.item * Q + bi * TC_BT + r] = s;
+    }
+}
+
+/* One CTA per (item, block j): dB_j, dx_j, x . d(x / dt), the columns'
+ * part of d(cum), the state-out terms, the dD partial of the block. */
+template <typename T>
+__global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const ssd_bwd_args a) {
+    extern __shared__ __align__(16) unsigned char smraw[];
+    using F = ssd_mma<T>;
+    const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
+    const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
+    const int bj = blockIdx.x % nb, vj = tc_valid(b, bj);
+    float *part = a.part + ((int64_t)blockIdx.x) * (2 + P); /* (item, block) */
+    if (vj == 0) {
+        for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) part[2 + p] = 0.0f;
+        return;
+    }
+    const tc_blk_smem L = tc_blk_layout(P, N);
+    T *sC = (T *)(smraw + L.oV), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oC), *sX = (T *)(smraw + L.oX);
+    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
+    float *aN = (float *)(smraw + L.oaN), *zc = (float *)(smraw + L.oz);
+    float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
+    float *xr = (float *)(smraw + L.or_), *dp = (float *)(smraw + L.oc);
+    float *vI = v, *vJ = v + 2 * TC_BT;
+    float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
+    tc_load_cd(a, b, bj, vJ);
+    tc_stage_rows<T>(a, b, bj, sB, a.B, a.Bs, b.k.g, sX, false);
+    for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
+        tc_load_cd(a, b, bi, vI);
+        tc_stage_rows<T>(a, b, bi, sC, a.C, a.Cs, b.k.g, sG, true);
+        __syncthreads();
+        tc_gemm2<T>(
+            TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
+            [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
+            [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
+                tc_wm<T, false>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zc);
+            });
+        __syncthreads();
+        /* W and M are stored [i][j]: k-major for the transposed products */
+        tc_gemm<T>(
+            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); },
+            [&](int m0, int n0, float (*acc)[4]) {
+                tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
+            });
+        tc_gemm_acc<T>(
+            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
+        __syncthreads();
+    }
+    /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
+    tc_stage_state<T>(a, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
+    const float cl = a.tcum[b.item * Q + Q - 1];
+    for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
+    __syncthreads();
+    tc_gemm_acc<T>(
+        P, N,
+        [&](uint32_t f[4], int m0, int k0) {
+            F::load_a(f, sB, ldN, m0, k0);
+            tc_scale_rows<T>(f, vI, m0);
+        },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
+    tc_gemm<T>(
+        TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sX, ldP, m0, k0); },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
+        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN); });
+    __syncthreads();
+    const int64_t t0 = b.c0 + (int64_t)bj * TC_BT;
+    const int h = b.k.h;
+    for (int i = threadIdx.x; i < vj * N; i += SSD_BWD_THREADS) {
+        const int r = i / N, n = i % N;
+        const int64_t t = t0 + r;
+        if (a.pdB)
+            a.pdB[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[r * ldA + n];
+        else if (a.dB)
+            bwd_st(a.dB, a.Bdt, (int64_t)b.k.b * a.dBs[0] + t * a.dBs[1] + (int64_t)b.k.g * a.dBs[2] + n,
+                   aN[r * ldA + n]);
+    }
+    /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
+     * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
+     * 4 row tiles x P), each slot written by one lane */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tile = w + j * SSD_BWD_WARPS;
+        if (tile >= 4 * tn) continue; /* warp-uniform */
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+        float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int hf = (e >> 1) & 1, ci = 2 * (e >> 2) + (e & 1);
+            const int r = m0 + g + 8 * hf, p = n0 + 8 * (e >> 2) + 2 * tq + (e & 1);
+            if (r >= vj) continue;
+            const int64_t t = t0 + r;
+            const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
+            const float gy = bwd_dy(a, b.k, t, p);
+            const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+            rs[hf] += xv * gv;
+            cs[ci] += gy * xv;
+            if (a.dx)
+                bwd_st(a.dx, a.xdt, (int64_t)b.k.b * a.dxs[0] + t * a.dxs[1] + (int64_t)h * a.dxs[2] + p,
+                       vJ[TC_BT + r] * gv + Dv * gy);
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float v2 = tc_quad_sum(rs[hf]);
+            if (tq == 0) xr[(m0 + g + 8 * hf) * tn + (n0 >> 4)] = v2;
+        }
+#pragma unroll
+        for (int ci = 0; ci < 4; ci++) {
+            const float v2 = tc_col_sum(cs[ci]);
+            if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
+        }
+    }
+    __syncthreads();
+    /* per token: x . d(x / dt), the columns' d(cum), q */
+    for (int r = threadIdx.x; r < vj; r += SSD_BWD_THREADS) {
+        float s = 0.0f, q = 0.0f, zs = 0.0f;
+        for (int c = 0; c < tn; c++) s += xr[r * tn + c];
+        for (int c = 0; c < nq; c++) q += zq[r * nq + c];
+        for (int c = 0; c < 4; c++) zs += zc[c * TC_BT + r];
+        const int64_t o = b.item * Q + bj * TC_BT + r;
+        a.tddt[o] = s;
+        a.tq[o] = q;
+        a.tcol[o] = -zs - q;
+    }
+    /* the block's dD partial: row tiles in order (rows past the end: 0) */
+    for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) {
+        float s = 0.0f;
+        for (int c = 0; c < 4; c++) s += dp[c * P + p];
+        part[2 + p] = s;
+    }
+}
+
+/* One CTA (256 threads >= Q) per item: d(cum) summed backwards into the
+ * gradient of each token's log decay, then ddt (through the clamp,
+ * softplus and bias) and the item's dA, ddt_bias partials (in its first
+ * block's slot; the other blocks' get 0). */
+__global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_fin_kernel(const ssd_bwd_args a) {
+    __shared__ float sc[2][SSD_BWD_THREADS];
+    __shared__ float red[SSD_BWD_WARPS];
+    const int Q = a.Q, nb = Q / TC_BT, P = a.P;
+    const tc_blk b = tc_blk_of(a, blockIdx.x);
+    const int64_t vq64 = b.k.end - b.c0;
+    const int vq = vq64 < Q ? (int)vq64 : Q;
+    const int i = threadIdx.x;
+    const int64_t o = b.item * Q + i;
+    const bool valid = i < vq;
+    float dc = valid ? a.trow[o] + a.tcol[o] : 0.0f;
+    const float qs = tc_block_sum(valid ? a.tq[o] : 0.0f, red);
+    if (i == vq - 1) {
+        float dot = 0.0f;
+        for (int s = 0; s < a.tnsl; s++) dot += a.tdot[b.item * a.tnsl + s];
+        dc += qs + expf(a.tcum[b.item * Q + Q - 1]) * dot;
+    }
+    /* suffix sums (Hillis-Steele, double-buffered) */
+    int cur = 0;
+    sc[0][i] = dc;
+    __syncthreads();
+    for (int s = 1; s < Q; s <<= 1) {
+        const float v = sc[cur][i] + (i + s < SSD_BWD_THREADS ? sc[cur][i + s] : 0.0f);
+        sc[cur ^ 1][i] = v;
+        cur ^= 1;
+        __syncthreads();
+    }
+    const float da = sc[cur][i];
+    float pA = 0.0f, pb = 0.0f;
+    if (valid) {
+        const int64_t t = b.c0 + i;
+        const float dtv = a.tdt[o];
+        const bool live = dtv * b.k.A < 0.0f;
+        float ddt = a.tddt[o];
+        if (live) {
+            ddt += b.k.A * da;
+            pA = dtv * da;
+        }
+        const float raw = bwd_ld(a.dt, a.dtdt, b.k.dto + t * a.dts[1]);
+        const float v = raw + b.k.bias;
+        const float u = a.softplus ? bwd_softplus(v) : v;
+        float gr = (u < a.dt_min || u > a.dt_max) ? 0.0f : ddt;
+        if (a.softplus && v <= 20.0f) gr *= 1.0f / (1.0f + expf(-v));
+        pb = gr;
+        if (a.ddt) bwd_st(a.ddt, a.dtdt, (int64_t)b.k.b * a.ddts[0] + t * a.ddts[1] + (int64_t)b.k.h * a.ddts[2], gr);
+    }
+    pA = tc_block_sum(pA, red);
+    pb = tc_block_sum(pb, red);
+    if (i < nb) {
+        float *part = a.part + (b.item * nb + i) * (2 + (int64_t)P);
+        part[0] = i == 0 ? pA : 0.0f;
+        part[1] = i == 0 ? pb : 0.0f;
+    }
+}
+
+#endif
