@@ -16,6 +16,7 @@
  */
 #include "common/cuda_common.h"
 #include "attn/bwd_configs.h"
+#include "attn/bwd_fa2.cuh"
 #include "attn/bwd_mma.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn_bwd.h"
@@ -50,6 +51,52 @@ sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
     kern<<<grid, BWD_NT, ms, sf_cuda_stream(ctx)>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+/* The FA2-scheme configurations: D, the dK/dV kernel attn_bwd_fa2 (with the
+ * dQ partials in the fast mode), then the accumulator's conversion (fast)
+ * or attn_bwd_dq_mma's dQ pass (deterministic). */
+template <typename T, int DM>
+sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_tiles) {
+    constexpr int NW = 8;
+    cudaStream_t st = sf_cuda_stream(ctx);
+    if (p.rows_q > 0) {
+        const int64_t warps = p.rows_q * p.nheads;
+        attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    const int64_t kb = (max_lk + 16 * NW - 1) / (16 * NW);
+    if (kb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld keys (at most %d)",
+                                   (long long)max_lk, 65535 * 16 * NW);
+    if (kb > 0) {
+        const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
+        if (det) {
+            const size_t ms = Fa2Smem<DM, NW, false>::bytes;
+            auto kern = attn_bwd_fa2<T, DM, NW, false>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+            kern<<<grid, NW * 32, ms, st>>>(p);
+        } else {
+            const size_t ms = Fa2Smem<DM, NW, true>::bytes;
+            auto kern = attn_bwd_fa2<T, DM, NW, true>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+            kern<<<grid, NW * 32, ms, st>>>(p);
+        }
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (p.rows_q > 0 && det) {
+        const size_t ms = BwdMmaDqSmem<DM, true>::bytes;
+        auto kern = attn_bwd_dq_mma<T, DM, true>;
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+        kern<<<dim3((unsigned)((q_tiles + 1) / 2), (unsigned)p.nheads, (unsigned)p.batch), BWD_NT, ms, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0) {
+        const int64_t n = p.rows_q * p.nheads * p.d;
+        int64_t blocks = (n + 255) / 256;
+        if (blocks > 65535 * 16) blocks = 65535 * 16;
+        attn_bwd_dq_out<T><<<(unsigned)blocks, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
     return SF_OK;
 }
 
@@ -117,6 +164,10 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
 template <typename T>
 sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt) {
     const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
+    if constexpr (!std::is_same<T, float>::value) {
+        if (c.kernel == BwdKernel::fa2)
+            return c.dmax == 64 ? launch_fa2<T, 64>(ctx, p, det, lk, qt) : launch_fa2<T, 128>(ctx, p, det, lk, qt);
+    }
     switch (c.dmax) {
     case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
     case 128:

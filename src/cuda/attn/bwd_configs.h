@@ -15,7 +15,7 @@ namespace sf_attn {
 /* The configurations, as data, in order of preference: the kernel of the
  * dK/dV pass and the largest head dim it holds (its dK/dV registers and
  * shared tiles are sized for it). */
-enum class BwdKernel { mma, mma_ldsm, simt };
+enum class BwdKernel { fa2, mma, mma_ldsm, simt };
 struct BwdConfig {
     const char *name;
     BwdKernel kernel;
@@ -23,6 +23,8 @@ struct BwdConfig {
     const char *about;
 };
 inline const BwdConfig bwd_configs[] = {
+    {"fa64", BwdKernel::fa2, 64, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 64"},
+    {"fa128", BwdKernel::fa2, 128, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 128"},
     {"mma64", BwdKernel::mma, 64, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
     {"mma128", BwdKernel::mma, 128, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
     {"mmal64", BwdKernel::mma_ldsm, 64, "mma64 with B operands by ldmatrix.trans (no transposed copies in shared memory)"},
