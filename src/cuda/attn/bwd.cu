@@ -17,6 +17,7 @@
 #include "common/cuda_common.h"
 #include "attn/bwd_configs.h"
 #include "attn/bwd_fa2.cuh"
+#include "attn/bwd_fa2_dq.cuh"
 #include "attn/bwd_mma.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn_bwd.h"
@@ -56,9 +57,10 @@ sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
 
 /* The FA2-scheme configurations: D, the dK/dV kernel attn_bwd_fa2 (with the
  * dQ partials in the fast mode), then the accumulator's conversion (fast)
- * or attn_bwd_dq_mma's dQ pass (deterministic). */
+ * or attn_bwd_fa2_dq's dQ pass (deterministic); q_rows: the longest
+ * sequence's query rows. */
 template <typename T, int DM>
-sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_tiles) {
+sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows) {
     constexpr int NW = 8;
     cudaStream_t st = sf_cuda_stream(ctx);
     if (p.rows_q > 0) {
@@ -85,10 +87,13 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (p.rows_q > 0 && det) {
-        const size_t ms = BwdMmaDqSmem<DM, true>::bytes;
-        auto kern = attn_bwd_dq_mma<T, DM, true>;
+        const int64_t qb = (q_rows + 16 * NW - 1) / (16 * NW);
+        if (qb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld query rows (at most %d)",
+                                       (long long)q_rows, 65535 * 16 * NW);
+        const size_t ms = Fa2DqSmem<DM, NW>::bytes;
+        auto kern = attn_bwd_fa2_dq<T, DM, NW>;
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
-        kern<<<dim3((unsigned)((q_tiles + 1) / 2), (unsigned)p.nheads, (unsigned)p.batch), BWD_NT, ms, st>>>(p);
+        kern<<<dim3((unsigned)p.nheads, (unsigned)p.batch, (unsigned)qb), NW * 32, ms, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     } else if (p.rows_q > 0) {
         const int64_t n = p.rows_q * p.nheads * p.d;
@@ -166,7 +171,7 @@ sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int de
     const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
     if constexpr (!std::is_same<T, float>::value) {
         if (c.kernel == BwdKernel::fa2)
-            return c.dmax == 64 ? launch_fa2<T, 64>(ctx, p, det, lk, qt) : launch_fa2<T, 128>(ctx, p, det, lk, qt);
+            return c.dmax == 64 ? launch_fa2<T, 64>(ctx, p, det, lk, p.lq) : launch_fa2<T, 128>(ctx, p, det, lk, p.lq);
     }
     switch (c.dmax) {
     case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
