@@ -60,10 +60,15 @@ sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
  * or attn_bwd_fa2_dq's dQ pass (deterministic); q_rows: the longest
  * sequence's query rows. */
 template <typename T, int DM>
-sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows) {
-    constexpr int NW = 8;
+sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows, bool aux16) {
+    constexpr int NW = 8, G = DM / 8; /* G: lanes a row in attn_bwd_fa2_pre */
     cudaStream_t st = sf_cuda_stream(ctx);
-    if (p.rows_q > 0) {
+    if (p.rows_q > 0 && aux16) {
+        const int64_t blocks = (p.rows_q * p.nheads * G + 255) / 256;
+        if (det) attn_bwd_fa2_pre<T, G, false><<<(unsigned)blocks, 256, 0, st>>>(p);
+        else attn_bwd_fa2_pre<T, G, true><<<(unsigned)blocks, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0) {
         const int64_t warps = p.rows_q * p.nheads;
         attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
@@ -94,6 +99,12 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         auto kern = attn_bwd_fa2_dq<T, DM, NW>;
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
         kern<<<dim3((unsigned)p.nheads, (unsigned)p.batch, (unsigned)qb), NW * 32, ms, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0 && aux16) {
+        const int64_t n = p.rows_q * p.nheads * (p.d / 8);
+        int64_t blocks = (n + 255) / 256;
+        if (blocks > 65535 * 16) blocks = 65535 * 16;
+        attn_bwd_fa2_dq_out<T><<<(unsigned)blocks, 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     } else if (p.rows_q > 0) {
         const int64_t n = p.rows_q * p.nheads * p.d;
@@ -167,11 +178,13 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
 /* The instances: mma rows exist for 16-bit T and DM <= 128 only
  * (bwd_config_supports keeps f32 off them). */
 template <typename T>
-sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt) {
+sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt,
+                     bool aux16) {
     const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
     if constexpr (!std::is_same<T, float>::value) {
         if (c.kernel == BwdKernel::fa2)
-            return c.dmax == 64 ? launch_fa2<T, 64>(ctx, p, det, lk, p.lq) : launch_fa2<T, 128>(ctx, p, det, lk, p.lq);
+            return c.dmax == 64 ? launch_fa2<T, 64>(ctx, p, det, lk, p.lq, aux16)
+                                 : launch_fa2<T, 128>(ctx, p, det, lk, p.lq, aux16);
     }
     switch (c.dmax) {
     case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
@@ -276,12 +289,22 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
     p.dsum = (float *)ws;
     p.dqacc = det ? nullptr : (float *)(ws + dbytes);
-    if (abytes) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
+    /* the FA2 rows' 16-byte pre/postprocess (o and dq rows too): the
+     * preprocess zeroes the accumulator itself */
+    bool aux16 = cfg->kernel == BwdKernel::fa2 && p.vec16;
+    {
+        const sf_tensor *ts[] = {&f->out, &a->dq};
+        for (const sf_tensor *x : ts) {
+            aux16 = aux16 && ((uintptr_t)x->data % 16 == 0);
+            for (int i = 0; i < x->rank - 1; i++) aux16 = aux16 && x->stride[i] % 8 == 0;
+        }
+    }
+    if (abytes && !aux16) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
 
     const int64_t q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;
     switch (dt) {
-    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
-    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
-    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, pr->max_lk, q_tiles, aux16);
+    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, pr->max_lk, q_tiles, aux16);
+    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, pr->max_lk, q_tiles, aux16);
     }
 }

@@ -376,6 +376,71 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
 #endif
 }
 
+/* The FA2 rows' preprocess with 16-byte rows (d % 8 == 0; o and dout rows
+ * 16-byte aligned): D = rowsum(dO * O) and, with ZERO, the (row, head)'s dQ
+ * accumulator row zeroed (no separate memset).  A group of G lanes (a power
+ * of two >= d / 8) per (row, head), 8 elements a lane, reduced by shuffles. */
+template <typename T, int G, bool ZERO>
+__global__ void __launch_bounds__(256) attn_bwd_fa2_pre(const BwdParams p) {
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int c = 8 * (int)(threadIdx.x % G);
+    const bool live = w < p.rows_q * p.nheads;
+    float s = 0.f;
+    int64_t g = 0;
+    int h = 0;
+    if (live) {
+        g = w / p.nheads;
+        h = (int)(w - g * p.nheads);
+        int64_t b = 0, i = g;
+        if (!p.varlen) {
+            b = g / p.lq;
+            i = g - b * p.lq;
+        }
+        if (c < p.d) {
+            const uint4 ov = *reinterpret_cast<const uint4 *>((const T *)p.o + b * p.o_sb + i * p.o_sr +
+                                                              (int64_t)h * p.o_sh + c);
+            const uint4 gv = *reinterpret_cast<const uint4 *>((const T *)p.dout + b * p.do_sb + i * p.do_sr +
+                                                              (int64_t)h * p.do_sh + c);
+            const T *oe = reinterpret_cast<const T *>(&ov), *ge = reinterpret_cast<const T *>(&gv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) s = fmaf(sf_elem<T>::to_f(oe[k]), sf_elem<T>::to_f(ge[k]), s);
+            if (ZERO) {
+                float4 *a = reinterpret_cast<float4 *>(p.dqacc + w * p.d + c);
+                a[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+                a[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = G / 2; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (live && c == 0) p.dsum[(int64_t)h * p.rows_q + g] = s;
+}
+
+/* The fast mode's postprocess with 16-byte dq rows: the f32 accumulator to
+ * dq, 8 elements (two float4 loads, one 16-byte store) a thread. */
+template <typename T>
+__global__ void __launch_bounds__(256) attn_bwd_fa2_dq_out(const BwdParams p) {
+    const int cpr = p.d / 8; /* chunks a (row, head) */
+    const int64_t n = p.rows_q * p.nheads * cpr;
+    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < n; x += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t w = x / cpr, g = w / p.nheads;
+        const int h = (int)(w - g * p.nheads), c = 8 * (int)(x - w * cpr);
+        int64_t b = 0, i = g;
+        if (!p.varlen) {
+            b = g / p.lq;
+            i = g - b * p.lq;
+        }
+        const float4 *a = reinterpret_cast<const float4 *>(p.dqacc + w * p.d + c);
+        const float4 u = a[0], v = a[1];
+        uint4 r;
+        r.x = sf_mma16<T>::pack(u.x, u.y);
+        r.y = sf_mma16<T>::pack(u.z, u.w);
+        r.z = sf_mma16<T>::pack(v.x, v.y);
+        r.w = sf_mma16<T>::pack(v.z, v.w);
+        *reinterpret_cast<uint4 *>((T *)p.dq + b * p.dq_sb + i * p.dq_sr + (int64_t)h * p.dq_sh + c) = r;
+    }
+}
+
 } /* namespace sf_attn */
 
 #endif
