@@ -3,11 +3,11 @@
 # from the repo root with the prebuilt build/ (B), on one GPU:
 #   1. build/tests/test_attn_bwd --backend cuda: the default choice and each
 #      configuration of src/cuda/attn/bwd_configs.h pinned (SF_AUTOTUNE_FORCE);
-#   2. compute-sanitizer memcheck and racecheck on small cases with the FA2
-#      configurations (fa64, fa128) pinned, f16 and bf16;
+#   2. compute-sanitizer memcheck and racecheck on small cases (bf16, fast
+#      and deterministic modes) with the FA2 rows fa64, fa128, fa128q32 pinned;
 #   3. bench/gpu_attn_bwd.py (bf16, d 64 and 128, causal and not, L 1024 and
-#      4096 (+512, 2048 at d 64 full)): ours (default = fa*) fast and deterministic against SDPA cuDNN and
-#      FA2, plus the old best (mmal64 / mmal128) and the new rows pinned.
+#      4096): ours (default) fast and deterministic against SDPA cuDNN and
+#      FA2, then the new rows and the old best (mmal64 / mmal128) pinned.
 # Writes $OUT/summary.txt (short) and one log per step.
 set -u
 B=${B:-build}
@@ -30,10 +30,10 @@ for c in default $CFGS; do
 done
 
 # 2. sanitizers on small cases, the FA2 rows pinned
-for c in fa64 fa128; do
+for c in fa64 fa128 fa128q32; do
   for tool in memcheck racecheck; do
     cs=L129_d64_causal_gqa4
-    [ $c = fa128 ] && cs=L200_d128_causal_gqa4
+    [ $c != fa64 ] && cs=L200_d128_causal_gqa4
     SF_AUTOTUNE_FORCE=attn_bwd:$c SF_AUTOTUNE_CACHE= timeout 60 "$SAN" --tool $tool --error-exitcode 9 \
       "$B"/tests/test_attn_bwd --backend cuda --case $cs --dtype bf16 > "$OUT/san_${tool}_$c.log" 2>&1
     say "$tool [$c] $cs: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${tool}_$c.log" | tail -1))"
@@ -42,7 +42,7 @@ done
 
 # 3. timings: ours against cuDNN and FA2, old and new rows pinned
 PYTHONPATH=python:bench:${PYTHONPATH:-} timeout 120 python bench/gpu_attn_bwd.py --d 64,128 --L 1024,4096 \
-  --budget-ms 60 --configs fa64,fa128,mmal64,mmal128 > "$OUT/bench.log" 2>&1
+  --budget-ms 60 --configs fa64,fa64q32,fa128,fa128q32,mmal64,mmal128 > "$OUT/bench.log" 2>&1
 say "bench rc $?"
 grep -E '^(shape|B[0-9])|pinned' "$OUT/bench.log" | cut -c1-200 | tee -a "$S"
 tail -3 "$OUT/bench.log" | cut -c1-200 >> "$S"

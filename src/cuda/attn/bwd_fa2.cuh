@@ -7,10 +7,10 @@
  * blocks that see the most query rows start first.  K and V of the block
  * stay in shared memory; warp w owns keys 16w..16w+15 and their dK, dV rows
  * in registers.  The CTA walks the group's query heads and, for each, the
- * query blocks of FA2_BM rows that see the key block (a contiguous range),
- * with Q, dO, lse and D of the next block loading (cp.async, two stages)
- * while the current one is processed:
- *     S^T  = K Q^T,  dP^T = V dO^T        (per warp 16 keys x 64 queries; A
+ * query blocks of BM rows (64, or 32: fewer registers) that see the key
+ * block (a contiguous range), with Q, dO, lse and D of the next block
+ * loading (cp.async, two stages) while the current one is processed:
+ *     S^T  = K Q^T,  dP^T = V dO^T        (per warp 16 keys x BM queries; A
  *                                          by ldmatrix from K, V; B by
  *                                          ldmatrix from the Q, dO rows)
  *     P^T  = exp(mod(scale S^T) - lse),  dS^T = P^T (dP^T - D) dmod scale
@@ -19,7 +19,7 @@
  *                                          ldmatrix.trans from dO, Q)
  *     dQ   = dS K  (DQ, fast mode)        dS^T through shared memory as
  *                                          dS[query][key]; each warp takes
- *                                          16 rows x DM / (NW / 4) columns
+ *                                          16 rows x DM / (NW / (BM / 16)) cols
  *                                          and adds them to the f32
  *                                          accumulator (red.global.add.v2.f32
  *                                          on sm_90, atomicAdd before)
@@ -39,14 +39,12 @@
 
 namespace sf_attn {
 
-constexpr int FA2_BM = 64; /* query rows per block */
-
-template <int DM, int NW, bool DQ> struct Fa2Smem {
+template <int DM, int NW, int BM, bool DQ> struct Fa2Smem {
     static constexpr int BN = 16 * NW;
     static constexpr int LDR = DM + 8;  /* row of K, V, Q, dO   */
     static constexpr int LDS = BN + 8;  /* row of dS[query][key] */
-    static constexpr size_t elems = (size_t)2 * BN * LDR + (size_t)4 * FA2_BM * LDR + (DQ ? (size_t)FA2_BM * LDS : 0);
-    static constexpr size_t bytes = elems * 2 + (size_t)4 * FA2_BM * sizeof(float);
+    static constexpr size_t elems = (size_t)2 * BN * LDR + (size_t)4 * BM * LDR + (DQ ? (size_t)BM * LDS : 0);
+    static constexpr size_t bytes = elems * 2 + (size_t)4 * BM * sizeof(float);
 };
 
 /* n rows (of NR) of a tensor into the tile X (row stride LDR), rows past n
@@ -96,15 +94,16 @@ __device__ __forceinline__ void fa2_red2(float *p, float a, float b) {
 #endif
 }
 
-/* The first and one past the last query block (of FA2_BM rows) whose rows
- * see a key in [j0, j0 + nk): key_range's bounds grow with the row, so the
+/* The first and one past the last query block (of BM rows) whose rows see
+ * a key in [j0, j0 + nk): key_range's bounds grow with the row, so the
  * blocks that do form one contiguous range. */
+template <int BM>
 __device__ __forceinline__ void fa2_qblocks(int lq, int lk, int wl, int wr, int j0, int nk, int &ib0, int &ib1) {
-    const int nb = (lq + FA2_BM - 1) / FA2_BM;
+    const int nb = (lq + BM - 1) / BM;
     ib0 = nb;
     ib1 = nb;
     for (int ib = 0; ib < nb; ib++) {
-        const int i0 = ib * FA2_BM, nq = min(FA2_BM, lq - i0);
+        const int i0 = ib * BM, nq = min(BM, lq - i0);
         int lo0, hi0, lo1, hi1;
         key_range(i0, lq, lk, wl, wr, lo0, hi0);
         key_range(i0 + nq - 1, lq, lk, wl, wr, lo1, hi1);
@@ -117,20 +116,20 @@ __device__ __forceinline__ void fa2_qblocks(int lq, int lk, int wl, int wr, int 
     }
 }
 
-template <typename T, int DM, int NW, bool DQ>
+template <typename T, int DM, int NW, int BM, bool DQ>
 __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    using SM = Fa2Smem<DM, NW, DQ>;
+    using SM = Fa2Smem<DM, NW, BM, DQ>;
     constexpr int NT = NW * 32, BN = SM::BN, LDR = SM::LDR, LDS = SM::LDS;
-    constexpr int KD = DM / 16, ND = DM / 8, NQ = FA2_BM / 8;
-    constexpr int WC = NW / 4, NDQ = ND / WC; /* dQ: column groups, n-tiles a warp */
-    static_assert(NW % 4 == 0 && ND % WC == 0 && NDQ % 2 == 0, "warp layout");
+    constexpr int KD = DM / 16, ND = DM / 8, NQ = BM / 8;
+    constexpr int WR = BM / 16, WC = NW / WR, NDQ = ND / WC; /* dQ: row, column groups; n-tiles a warp */
+    static_assert(NW % WR == 0 && ND % WC == 0 && NDQ % 2 == 0 && (BM & (BM - 1)) == 0, "warp layout");
     using MMA = sf_mma16<T>;
     T *sK = reinterpret_cast<T *>(smem_raw), *sV = sK + BN * LDR;
-    T *sQ0 = sV + BN * LDR;                        /* stage s: sQ0 + s * 2 * FA2_BM * LDR, dO after Q */
-    T *sdS = sQ0 + 4 * FA2_BM * LDR;               /* DQ only */
-    float *sStat = reinterpret_cast<float *>(sdS + (DQ ? FA2_BM * LDS : 0)); /* stage s: lse2 then D */
+    T *sQ0 = sV + BN * LDR;                        /* stage s: sQ0 + s * 2 * BM * LDR, dO after Q */
+    T *sdS = sQ0 + 4 * BM * LDR;               /* DQ only */
+    float *sStat = reinterpret_cast<float *>(sdS + (DQ ? BM * LDS : 0)); /* stage s: lse2 then D */
 
     const int kvh = blockIdx.x, b = blockIdx.y, j0 = blockIdx.z * BN;
     int64_t q0, k0;
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int kr = 16 * warp;
     int ib0, ib1;
-    fa2_qblocks(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
+    fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
     const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv;
     const float L2E = 1.4426950408889634f, sl2 = p.scale * L2E;
     const bool plain = p.softcap <= 0.f && !p.alibi;
@@ -153,27 +152,27 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
 
     /* item it: head kvh * hpk + it / nbq, query block ib0 + it % nbq */
     auto issue = [&](int it) {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * FA2_BM, nq = min(FA2_BM, lq - i0);
-        T *sq = sQ0 + (it & 1) * 2 * FA2_BM * LDR;
-        fa2_load<T, DM, FA2_BM, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
+        T *sq = sQ0 + (it & 1) * 2 * BM * LDR;
+        fa2_load<T, DM, BM, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
                                     p.q_sr, nq, d, p.vec16);
-        fa2_load<T, DM, FA2_BM, NT>(sq + FA2_BM * LDR,
+        fa2_load<T, DM, BM, NT>(sq + BM * LDR,
                                     (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr +
                                         (int64_t)h * p.do_sh,
                                     p.do_sr, nq, d, p.vec16);
     };
     /* lse (log2 units) and D of item it's row threadIdx.x % 64 (threads < 128) */
     auto stat = [&](int it) -> float {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * FA2_BM, nq = min(FA2_BM, lq - i0);
-        const int r = threadIdx.x & (FA2_BM - 1);
-        if (r >= nq) return threadIdx.x < FA2_BM ? -INFINITY : 0.f;
-        if (threadIdx.x < FA2_BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
+        const int r = threadIdx.x & (BM - 1);
+        if (r >= nq) return threadIdx.x < BM ? -INFINITY : 0.f;
+        if (threadIdx.x < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
         return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
     };
     float st_next = 0.f;
     if (items > 0) {
         issue(0);
-        if (threadIdx.x < 2 * FA2_BM) sStat[threadIdx.x] = stat(0);
+        if (threadIdx.x < 2 * BM) sStat[threadIdx.x] = stat(0);
     }
     sf_cp_async_commit();
 
@@ -187,18 +186,18 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
         __syncthreads(); /* stage (it + 1) & 1 and sdS: the previous item's readers are done */
         if (it + 1 < items) {
             issue(it + 1);
-            if (threadIdx.x < 2 * FA2_BM) st_next = stat(it + 1);
+            if (threadIdx.x < 2 * BM) st_next = stat(it + 1);
         }
         sf_cp_async_commit();
         sf_cp_async_wait<1>(); /* item it (and K, V) landed */
         __syncthreads();
 
-        const int gh = it / nbq, h = kvh * p.heads_per_kv + gh, i0 = (ib0 + it % nbq) * FA2_BM;
-        const int nq = min(FA2_BM, lq - i0);
-        const T *sQ = sQ0 + (it & 1) * 2 * FA2_BM * LDR, *sdO = sQ + FA2_BM * LDR;
-        const float *sL = sStat + (it & 1) * 2 * FA2_BM, *sD = sL + FA2_BM;
+        const int gh = it / nbq, h = kvh * p.heads_per_kv + gh, i0 = (ib0 + it % nbq) * BM;
+        const int nq = min(BM, lq - i0);
+        const T *sQ = sQ0 + (it & 1) * 2 * BM * LDR, *sdO = sQ + BM * LDR;
+        const float *sL = sStat + (it & 1) * 2 * BM, *sD = sL + BM;
 
-        /* S^T and dP^T: 16 keys x 64 queries per warp */
+        /* S^T and dP^T: 16 keys x BM queries per warp */
         float s[NQ][4], dp[NQ][4];
 #pragma unroll
         for (int n = 0; n < NQ; n++)
@@ -222,7 +221,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
         }
 
         /* P^T and dS^T in place (element e: key kr + g + 8 (e >> 1), query 8n + 2t + (e & 1)) */
-        bool full = plain && nq == FA2_BM && nk == BN;
+        bool full = plain && nq == BM && nk == BN;
         if (full) {
             int lo0, hi0, lo1, hi1;
             key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
@@ -275,7 +274,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
 
         /* dV += P^T dO, dK += dS^T Q */
 #pragma unroll
-        for (int kb = 0; kb < FA2_BM / 16; kb++) {
+        for (int kb = 0; kb < BM / 16; kb++) {
             uint32_t ap[4], ad[4];
             ap[0] = MMA::pack(s[2 * kb][0], s[2 * kb][1]);
             ap[1] = MMA::pack(s[2 * kb][2], s[2 * kb][3]);
@@ -311,7 +310,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
 
         if (DQ) {
             __syncthreads(); /* dS complete */
-            const int qr = 16 * (warp & 3), cb = (warp >> 2) * NDQ; /* rows, first n-tile of this warp */
+            const int qr = 16 * (warp % WR), cb = (warp / WR) * NDQ; /* rows, first n-tile of this warp */
             float c[NDQ][4];
 #pragma unroll
             for (int n = 0; n < NDQ; n++)
@@ -349,7 +348,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
                 }
             }
         }
-        if (it + 1 < items && threadIdx.x < 2 * FA2_BM) sStat[((it + 1) & 1) * 2 * FA2_BM + threadIdx.x] = st_next;
+        if (it + 1 < items && threadIdx.x < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + threadIdx.x] = st_next;
     }
     sf_cp_async_wait<0>();
 
