@@ -84,6 +84,20 @@ __device__ __forceinline__ void fa2_ldsm_bn(uint32_t b[4], const T *X, int n0, i
     sf_ldsm_x4(b, X + (n0 + rr + 8 * (m >> 1)) * LD + c0 + 8 * (m & 1));
 }
 
+/* Four 8 x 8 blocks of 16-bit elements, held in the accumulator fragment
+ * layout (r[i]: row l / 4, columns 2 (l % 4).. of block i), stored
+ * transposed: lane l gives the address of row l % 8 of stored block l / 8
+ * (sm_90). */
+template <typename T> __device__ __forceinline__ void fa2_stsm_t(T *p, const uint32_t r[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(sf_smem_u32(p)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+#else
+    (void)p, (void)r;
+#endif
+}
+
 /* Adds (a, b) to the two consecutive floats at p (p 8-byte aligned). */
 __device__ __forceinline__ void fa2_red2(float *p, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -285,8 +299,14 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
             ad[2] = MMA::pack(dp[2 * kb + 1][0], dp[2 * kb + 1][1]);
             ad[3] = MMA::pack(dp[2 * kb + 1][2], dp[2 * kb + 1][3]);
             if (DQ) {
-                /* dS^T to shared memory as dS[query][key]: register r of ad holds keys
-                 * kk + 8 (r & 1) of queries q + 8 (r >> 1) and + 1 (low, high half) */
+                /* dS^T to shared memory as dS[query][key]: register r of ad is the 8 x 8
+                 * block of keys kr + 8 (r & 1).., queries 16 kb + 8 (r >> 1).. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                {
+                    const int m = lane >> 3, rr = lane & 7;
+                    fa2_stsm_t(sdS + (16 * kb + rr + 8 * (m >> 1)) * LDS + kr + 8 * (m & 1), ad);
+                }
+#else
                 uint16_t *s16 = reinterpret_cast<uint16_t *>(sdS);
                 const int q = 16 * kb + 2 * t, kk = kr + g;
 #pragma unroll
@@ -295,6 +315,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
                     s16[qq * LDS + kc] = (uint16_t)(ad[r] & 0xffffu);
                     s16[(qq + 1) * LDS + kc] = (uint16_t)(ad[r] >> 16);
                 }
+#endif
             }
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
