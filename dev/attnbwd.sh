@@ -31,9 +31,9 @@ done
 
 # 2. timings (before the sanitizers: the 300 s limit): ours against cuDNN and FA2, old and new rows pinned
 PYTHONPATH=python:bench:${PYTHONPATH:-} timeout 120 python bench/gpu_attn_bwd.py --d 64,128 --L 1024,4096 \
-  --budget-ms 60 --configs fa64,fa64q32,fa128,fa128q32,mmal64,mmal128 > "$OUT/bench.log" 2>&1
+  --budget-ms 60 --configs fa64,fa64q32,fa64q32x2,fa128,fa128q32,mmal64,mmal128 > "$OUT/bench.log" 2>&1
 say "bench rc $?"
-grep -E '^(shape|B[0-9])|pinned' "$OUT/bench.log" | cut -c1-200 | tee -a "$S"
+grep -E '^(shape|B[0-9])|pinned' "$OUT/bench.log" | cut -c1-260 | tee -a "$S"
 tail -3 "$OUT/bench.log" | cut -c1-200 >> "$S"
 
 # 3. sanitizers on small cases, the FA2 rows pinned

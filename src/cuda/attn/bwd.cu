@@ -59,7 +59,7 @@ sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
  * dQ partials in the fast mode), then the accumulator's conversion (fast)
  * or attn_bwd_fa2_dq's dQ pass (deterministic); q_rows: the longest
  * sequence's query rows. */
-template <typename T, int DM, int BM>
+template <typename T, int DM, int BM, int MB>
 sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows, bool aux16) {
     constexpr int NW = 8, G = DM / 8; /* G: lanes a row in attn_bwd_fa2_pre */
     cudaStream_t st = sf_cuda_stream(ctx);
@@ -80,12 +80,12 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
         if (det) {
             const size_t ms = Fa2Smem<DM, NW, BM, false>::bytes;
-            auto kern = attn_bwd_fa2<T, DM, NW, BM, false>;
+            auto kern = attn_bwd_fa2<T, DM, NW, BM, MB, false>;
             SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
             kern<<<grid, NW * 32, ms, st>>>(p);
         } else {
             const size_t ms = Fa2Smem<DM, NW, BM, true>::bytes;
-            auto kern = attn_bwd_fa2<T, DM, NW, BM, true>;
+            auto kern = attn_bwd_fa2<T, DM, NW, BM, MB, true>;
             SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
             kern<<<grid, NW * 32, ms, st>>>(p);
         }
@@ -183,10 +183,11 @@ sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int de
     const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
     if constexpr (!std::is_same<T, float>::value) {
         if (c.kernel == BwdKernel::fa2)
-            return c.dmax == 64 ? (c.qrows == 32 ? launch_fa2<T, 64, 32>(ctx, p, det, lk, p.lq, aux16)
-                                                 : launch_fa2<T, 64, 64>(ctx, p, det, lk, p.lq, aux16))
-                                : (c.qrows == 32 ? launch_fa2<T, 128, 32>(ctx, p, det, lk, p.lq, aux16)
-                                                 : launch_fa2<T, 128, 64>(ctx, p, det, lk, p.lq, aux16));
+            return c.dmax == 64 ? (c.qrows == 32 ? (c.ctas == 2 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
+                                                                : launch_fa2<T, 64, 32, 1>(ctx, p, det, lk, p.lq, aux16))
+                                                 : launch_fa2<T, 64, 64, 1>(ctx, p, det, lk, p.lq, aux16))
+                                : (c.qrows == 32 ? launch_fa2<T, 128, 32, 1>(ctx, p, det, lk, p.lq, aux16)
+                                                 : launch_fa2<T, 128, 64, 1>(ctx, p, det, lk, p.lq, aux16));
     }
     switch (c.dmax) {
     case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);

@@ -130,8 +130,8 @@ __device__ __forceinline__ void fa2_qblocks(int lq, int lk, int wl, int wr, int 
     }
 }
 
-template <typename T, int DM, int NW, int BM, bool DQ>
-__global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2(const BwdParams p) {
+template <typename T, int DM, int NW, int BM, int MB, bool DQ>
+__global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(16) unsigned char smem_raw[];
     using SM = Fa2Smem<DM, NW, BM, DQ>;
