@@ -201,6 +201,10 @@ def main():
                 print(f"{shape:30s} {tf['ours']:7.1f} {tf['ours_det']:7.1f} {tf['cudnn']:7.1f} {tf['fa2']:7.1f}"
                       f"              {tf['ours'] / tf['cudnn']:5.2f}x   {tf['ours_fb']:7.1f} / "
                       f"{tf['cudnn_fb']:7.1f}  {r.get('err_dq_vs_cudnn', float('nan')):.1e}", flush=True)
+                if a.configs:
+                    rc = run_configs(B, L, H, d, causal, dtype, a.budget_ms, a.configs.split(","))
+                    print("    pinned: " + "  ".join(f"{c} {tfl:.1f} (err {e:.1e})" for c, (tfl, e) in rc.items()),
+                          flush=True)
                 row = dict(date=date, gpu=gpu, dtype=a.dtype, B=B, L=L, H=H, d=d, causal=int(causal),
                            commit=commit(), err_dq_vs_cudnn=r.get("err_dq_vs_cudnn", float("nan")))
                 for k in tf:

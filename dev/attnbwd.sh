@@ -16,6 +16,7 @@ mkdir -p "$OUT"
 S=$OUT/summary.txt
 : > "$S"
 say() { echo "$*" | tee -a "$S"; }
+export LD_LIBRARY_PATH=$PWD/$B:${LD_LIBRARY_PATH:-} # the tests find libseqfuse.so.0 in the unpacked build/
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 CFGS=$(sed -n 's/^ *{"\([a-z0-9]*\)", BwdKernel::.*/\1/p' src/cuda/attn/bwd_configs.h)
 say "configs: $(echo $CFGS) ; gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
