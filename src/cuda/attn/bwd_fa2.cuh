@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
     using MMA = sf_mma16<T>;
     T *sK = reinterpret_cast<T *>(smem_raw), *sV = sK + BN * LDR;
     T *sQ0 = sV + BN * LDR;                        /* stage s: sQ0 + s * 2 * BM * LDR, dO after Q */
-    T *sdS = sQ0 + 4 * BM * LDR;               /* DQ only */
+    T *sdS = sQ0 + 4 * BM * LDR;                   /* DQ only */
     float *sStat = reinterpret_cast<float *>(sdS + (DQ ? BM * LDS : 0)); /* stage s: lse2 then D */
 
     const int kvh = blockIdx.x, b = blockIdx.y, j0 = blockIdx.z * BN;
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
                                         (int64_t)h * p.do_sh,
                                     p.do_sr, nq, d, p.vec16);
     };
-    /* lse (log2 units) and D of item it's row threadIdx.x % 64 (threads < 128) */
+    /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row threadIdx.x % BM */
     auto stat = [&](int it) -> float {
         const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
         const int r = threadIdx.x & (BM - 1);
