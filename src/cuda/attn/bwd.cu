@@ -9,6 +9,11 @@
  * attn_bwd_dq: dQ recomputed per query tile in a fixed key order, no
  * atomics, bit-identical from run to run; it recomputes S and dP once more,
  * the price of the fixed order).
+ * The FA2 rows (fa64, fa128, ...: bwd_fa2.cuh) do the same with their own
+ * kernels: attn_bwd_fa2_pre (D, and the accumulator zeroed in the same
+ * pass) when o and dq rows are 16-byte aligned, attn_bwd_fa2 (dK/dV, and
+ * the dQ partials in the fast mode), then attn_bwd_fa2_dq_out or the
+ * deterministic mode's attn_bwd_fa2_dq (bwd_fa2_dq.cuh).
  * The configuration is the first row of the table that supports the call,
  * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
