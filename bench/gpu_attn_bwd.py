@@ -10,13 +10,18 @@ sf_attn_bwd call from saved out and lse; a peer's is torch.autograd.grad of its 
 
     PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_attn_bwd.py \
         [--quick] [--d 64,128] [--L 512,1024] [--causal both|yes|no] [--csv out.csv] \
-        [--results bench/RESULTS.md]
+        [--results bench/RESULTS.md] [--configs fa64,mmal64]
+
+--configs A,B times ours once more per named configuration of src/cuda/attn/bwd_configs.h
+(SF_AUTOTUNE_FORCE=attn_bwd:<name>; a configuration that does not serve the head dim is
+skipped) next to the default choice, fast mode, printed as extra columns.
 
 --results PATH writes the run as the attn_bwd section of PATH (between <!-- BEGIN attn_bwd -->
 and <!-- END attn_bwd -->).  Each time is the median of event-timed calls after one warm-up,
 as many calls as fit in about --budget-ms (at least 3).
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -61,6 +66,40 @@ def fwd_flops(B, L, H, d, causal):
 def rel_err(a, b):
     a, b = a.float(), b.float()
     return ((a - b).norm() / b.norm()).item()
+
+
+def forced(cfg):
+    """SF_AUTOTUNE_FORCE set to attn_bwd:cfg (None: unset) for the calls that follow."""
+    if cfg is None:
+        os.environ.pop("SF_AUTOTUNE_FORCE", None)
+    else:
+        os.environ["SF_AUTOTUNE_FORCE"] = "attn_bwd:" + cfg
+
+
+def run_configs(B, L, H, d, causal, dtype, budget_ms, cfgs):
+    """TFLOP/s of ours (fast mode) per pinned configuration and its largest relative error in
+    dq, dk, dv against configuration mmal128 (d <= 128); nan where it does not serve d."""
+    g = torch.Generator(device="cuda").manual_seed(B * 131 + L + d)
+    q, k, v, dout = (torch.randn(B, L, H, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
+    out, lse = seqfuse.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    forced("mmal128" if d <= 128 else None)  # the reference: the previous tensor-core kernel
+    ref = _attn_grad.attn_bwd(dout, q, k, v, out, lse, causal=causal)
+    forced(None)
+    res = {}
+    for c in cfgs:
+        forced(c)
+        try:
+            ms = timed(lambda: _attn_grad.attn_bwd(dout, q, k, v, out, lse, causal=causal), budget_ms)
+            got = _attn_grad.attn_bwd(dout, q, k, v, out, lse, causal=causal)
+            err = max(rel_err(x, y) for x, y in zip(got, ref))
+            res[c] = (2.5 * fwd_flops(B, L, H, d, causal) / (ms * 1e-3) / 1e12, err)
+        except Exception as e:  # noqa: BLE001 - a configuration that does not serve the shape
+            res[c] = (float("nan"), float("nan"))
+            if "head dim" not in str(e):
+                print(f"  {c}: {str(e)[:100]}", file=sys.stderr)
+        finally:
+            forced(None)
+    return res
 
 
 def run_point(B, L, H, d, causal, dtype, budget_ms):
@@ -129,6 +168,7 @@ def main():
     ap.add_argument("--causal", default="both", choices=("both", "yes", "no"))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--budget-ms", type=float, default=300.0, help="timing budget per measurement")
+    ap.add_argument("--configs", default="", help="comma-separated configurations to time pinned as well")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--results", default=None, metavar="PATH",
                     help="write the run as the attn_bwd section of PATH (e.g. a copy of bench/RESULTS.md)")
@@ -161,6 +201,10 @@ def main():
                 print(f"{shape:30s} {tf['ours']:7.1f} {tf['ours_det']:7.1f} {tf['cudnn']:7.1f} {tf['fa2']:7.1f}"
                       f"              {tf['ours'] / tf['cudnn']:5.2f}x   {tf['ours_fb']:7.1f} / "
                       f"{tf['cudnn_fb']:7.1f}  {r.get('err_dq_vs_cudnn', float('nan')):.1e}", flush=True)
+                if a.configs:
+                    rc = run_configs(B, L, H, d, causal, dtype, a.budget_ms, a.configs.split(","))
+                    print("    pinned: " + "  ".join(f"{c} {tfl:.1f} (err {e:.1e})" for c, (tfl, e) in rc.items()),
+                          flush=True)
                 row = dict(date=date, gpu=gpu, dtype=a.dtype, B=B, L=L, H=H, d=d, causal=int(causal),
                            commit=commit(), err_dq_vs_cudnn=r.get("err_dq_vs_cudnn", float("nan")))
                 for k in tf:

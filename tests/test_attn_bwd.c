@@ -516,6 +516,11 @@ static const bcase cases[] = {
     {"varlen_d40_alibi_h", 0, 2, 2, 0, 0, 40, 0, -1, -1, 0, 0, 1, 3, {1, 130, 64}, {3, 129, 64}},
     {"L200_d128_causal_gqa4", 1, 8, 2, 200, 200, 128, 1, -1, -1, 0, 0, 0, 0, {0}, {0}},
     {"d33_causal_gqa2", 2, 4, 2, 45, 50, 33, 1, -1, -1, 0, 0, 0, 0, {0}, {0}}, /* odd d: no 16-byte rows */
+    /* several 128-key and 64-row blocks: whole blocks (the FA2 rows' unmasked path), a partial
+     * last block, the double-buffered query blocks, GQA heads walked by one CTA */
+    {"L300_d64_gqa2", 1, 4, 2, 300, 300, 64, 0, -1, -1, 0, 0, 0, 0, {0}, {0}},
+    {"L330_d128_causal", 2, 2, 2, 330, 330, 128, 1, -1, -1, 0, 0, 0, 0, {0}, {0}},
+    {"L256_d128_window_softcap", 1, 2, 1, 256, 384, 128, 0, 100, 30, 0, 3.0f, 0, 0, {0}, {0}},
 };
 
 static double tol_of(sf_dtype dt, int gpu) {

@@ -9,6 +9,11 @@
  * attn_bwd_dq: dQ recomputed per query tile in a fixed key order, no
  * atomics, bit-identical from run to run; it recomputes S and dP once more,
  * the price of the fixed order).
+ * The FA2 rows (fa64, fa128, ...: bwd_fa2.cuh) do the same with their own
+ * kernels: attn_bwd_fa2_pre (D, and the accumulator zeroed in the same
+ * pass) when o and dq rows are 16-byte aligned, attn_bwd_fa2 (dK/dV, and
+ * the dQ partials in the fast mode), then attn_bwd_fa2_dq_out or the
+ * deterministic mode's attn_bwd_fa2_dq (bwd_fa2_dq.cuh).
  * The configuration is the first row of the table that supports the call,
  * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
@@ -16,6 +21,8 @@
  */
 #include "common/cuda_common.h"
 #include "attn/bwd_configs.h"
+#include "attn/bwd_fa2.cuh"
+#include "attn/bwd_fa2_dq.cuh"
 #include "attn/bwd_mma.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn_bwd.h"
@@ -50,6 +57,67 @@ sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
     kern<<<grid, BWD_NT, ms, sf_cuda_stream(ctx)>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
+/* The FA2-scheme configurations: D, the dK/dV kernel attn_bwd_fa2 (with the
+ * dQ partials in the fast mode), then the accumulator's conversion (fast)
+ * or attn_bwd_fa2_dq's dQ pass (deterministic); q_rows: the longest
+ * sequence's query rows. */
+template <typename T, int DM, int BM, int MB>
+sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows, bool aux16) {
+    constexpr int NW = 8, G = DM / 8; /* G: lanes a row in attn_bwd_fa2_pre */
+    cudaStream_t st = sf_cuda_stream(ctx);
+    if (p.rows_q > 0 && aux16) {
+        const int64_t blocks = (p.rows_q * p.nheads * G + 255) / 256;
+        if (det) attn_bwd_fa2_pre<T, G, false><<<(unsigned)blocks, 256, 0, st>>>(p);
+        else attn_bwd_fa2_pre<T, G, true><<<(unsigned)blocks, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0) {
+        const int64_t warps = p.rows_q * p.nheads;
+        attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    const int64_t kb = (max_lk + 16 * NW - 1) / (16 * NW);
+    if (kb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld keys (at most %d)",
+                                   (long long)max_lk, 65535 * 16 * NW);
+    if (kb > 0) {
+        const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
+        if (det) {
+            const size_t ms = Fa2Smem<DM, NW, BM, false>::bytes;
+            auto kern = attn_bwd_fa2<T, DM, NW, BM, MB, false>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+            kern<<<grid, NW * 32, ms, st>>>(p);
+        } else {
+            const size_t ms = Fa2Smem<DM, NW, BM, true>::bytes;
+            auto kern = attn_bwd_fa2<T, DM, NW, BM, MB, true>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+            kern<<<grid, NW * 32, ms, st>>>(p);
+        }
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
+    if (p.rows_q > 0 && det) {
+        const int64_t qb = (q_rows + 16 * NW - 1) / (16 * NW);
+        if (qb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld query rows (at most %d)",
+                                       (long long)q_rows, 65535 * 16 * NW);
+        const size_t ms = Fa2DqSmem<DM, NW>::bytes;
+        auto kern = attn_bwd_fa2_dq<T, DM, NW>;
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+        kern<<<dim3((unsigned)p.nheads, (unsigned)p.batch, (unsigned)qb), NW * 32, ms, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0 && aux16) {
+        const int64_t n = p.rows_q * p.nheads * (p.d / 8);
+        int64_t blocks = (n + 255) / 256;
+        if (blocks > 65535 * 16) blocks = 65535 * 16;
+        attn_bwd_fa2_dq_out<T><<<(unsigned)blocks, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0) {
+        const int64_t n = p.rows_q * p.nheads * p.d;
+        int64_t blocks = (n + 255) / 256;
+        if (blocks > 65535 * 16) blocks = 65535 * 16;
+        attn_bwd_dq_out<T><<<(unsigned)blocks, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    }
     return SF_OK;
 }
 
@@ -115,8 +183,17 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
 /* The instances: mma rows exist for 16-bit T and DM <= 128 only
  * (bwd_config_supports keeps f32 off them). */
 template <typename T>
-sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt) {
+sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt,
+                     bool aux16) {
     const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
+    if constexpr (!std::is_same<T, float>::value) {
+        if (c.kernel == BwdKernel::fa2)
+            return c.dmax == 64 ? (c.qrows == 32 ? (c.ctas == 2 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
+                                                                : launch_fa2<T, 64, 32, 1>(ctx, p, det, lk, p.lq, aux16))
+                                                 : launch_fa2<T, 64, 64, 1>(ctx, p, det, lk, p.lq, aux16))
+                                : (c.qrows == 32 ? launch_fa2<T, 128, 32, 1>(ctx, p, det, lk, p.lq, aux16)
+                                                 : launch_fa2<T, 128, 64, 1>(ctx, p, det, lk, p.lq, aux16));
+    }
     switch (c.dmax) {
     case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
     case 128:
@@ -220,12 +297,22 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
     p.dsum = (float *)ws;
     p.dqacc = det ? nullptr : (float *)(ws + dbytes);
-    if (abytes) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
+    /* the FA2 rows' 16-byte pre/postprocess (o and dq rows too): the
+     * preprocess zeroes the accumulator itself */
+    bool aux16 = cfg->kernel == BwdKernel::fa2 && p.vec16;
+    {
+        const sf_tensor *ts[] = {&f->out, &a->dq};
+        for (const sf_tensor *x : ts) {
+            aux16 = aux16 && ((uintptr_t)x->data % 16 == 0);
+            for (int i = 0; i < x->rank - 1; i++) aux16 = aux16 && x->stride[i] % 8 == 0;
+        }
+    }
+    if (abytes && !aux16) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
 
     const int64_t q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;
     switch (dt) {
-    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
-    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
-    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, pr->max_lk, q_tiles);
+    case SF_F32: return dispatch_d<float>(ctx, *cfg, p, det, pr->max_lk, q_tiles, aux16);
+    case SF_F16: return dispatch_d<__half>(ctx, *cfg, p, det, pr->max_lk, q_tiles, aux16);
+    default: return dispatch_d<__nv_bfloat16>(ctx, *cfg, p, det, pr->max_lk, q_tiles, aux16);
     }
 }
