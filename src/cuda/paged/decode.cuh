@@ -13,15 +13,19 @@
  * row, so any page size works, tiles may straddle pages.
  *
  * Split-KV: the number of splits of a sequence is a function of its length
- * alone (nsplit_of), evaluated on the device by the attention and combine
- * kernels alike, so a captured graph stays right when lengths change; the
- * grid holds the most any length can use.  One split writes the output
- * directly; several write f32 partial outputs and their lse, merged by
- * paged_combine.
+ * alone (nsplit_of), evaluated on the device, so a captured graph stays
+ * right when lengths change; the grid holds the most any length can use.
+ * One split writes the output directly; several write f32 partial outputs
+ * and their lse, and the last split of each (sequence, kv head, row tile)
+ * to finish (a counter, counters.h) merges them: a call is one launch.
  *
- * paged_validate runs first: a sequence whose length or any block-table
- * entry it needs is out of range is marked bad (its rows get 0 and lse
- * -inf, nothing of it is read) and recorded in the context's error word.
+ * Bad input on the device: a length out of [0, max_pages * page_size]
+ * makes the sequence bad; each split checks the table entries of its own
+ * keys' pages (all of them, window or not, so together the splits of a
+ * group check every page of the sequence), and its loads read page 0 in
+ * place of a bad entry so nothing outside the pool is touched.  A bad
+ * sequence's rows get 0 and lse -inf and it is recorded in the context's
+ * error word.
  *
  * FP8 pools (template FP8): the ring holds the e4m3 codes (half the bytes
  * of a 16-bit tile) and each key tile's 16 K and 16 V scales (cp.async
@@ -74,7 +78,7 @@ struct PagedParams {
     int nsplit_max;
     float *o_part;              /* (nsplit_max, b, lq, H, D) f32 */
     float *lse_part;            /* (nsplit_max, b, H, lq) f32 */
-    int32_t *seq_ok;            /* (b): 1 when the sequence's table is valid */
+    unsigned int *ctr;          /* split counters (counters.h), or NULL: one split */
     unsigned int *err;          /* the context's error word (host-mapped), or NULL */
     /* FP8: scale of pool row (page, row, head) at ks[page * ks_sp + row *
      * ks_sr + head * ks_sh] (per-head scales: ks_sp = ks_sr = 0) */
@@ -128,31 +132,6 @@ __device__ __forceinline__ void record_error(unsigned int *err, int b) {
     }
 }
 
-/* One block per sequence: length in [0, max_pages * page_size] and each
- * table entry of its pages in [0, num_pages). */
-__global__ void __launch_bounds__(256) paged_validate(const PagedParams p) {
-    __shared__ int bad;
-    const int b = blockIdx.x;
-    if (threadIdx.x == 0) bad = 0;
-    __syncthreads();
-    const int len = p.lens[(int64_t)b * p.lens_s];
-    const int64_t cap = (int64_t)p.max_pages << p.page_shift;
-    if (len < 0 || (int64_t)len > cap) {
-        if (threadIdx.x == 0) bad = 1;
-    } else {
-        const int npages = (int)(((int64_t)len + (1 << p.page_shift) - 1) >> p.page_shift);
-        for (int i = threadIdx.x; i < npages; i += blockDim.x) {
-            const int pg = p.bt[(int64_t)b * p.bt_sb + (int64_t)i * p.bt_sp];
-            if (pg < 0 || pg >= p.num_pages) atomicOr(&bad, 1);
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        p.seq_ok[b] = !bad;
-        if (bad) record_error(p.err, b);
-    }
-}
-
 template <int D, bool FP8 = false> struct PagedTraits {
     static constexpr int NW = 4;          /* warps, each on every 4th key tile */
     /* cp.async stages per warp: two (70 KB at d 128) fit three blocks on an
@@ -175,6 +154,66 @@ template <int D, bool FP8 = false> struct PagedTraits {
     static_assert((size_t)NW * 16 * (2 + OLD) * 4 <= SMEM_KV, "merge scratch fits the ring");
 };
 
+/* The merge of a group's splits by the last of them (paged_attn): rows r0
+ * .. r0 + 15 of kv head kvh of sequence b, each the lse-weighted sum of its
+ * ns partial outputs (read from L2: other CTAs wrote them); rows 0 and lse
+ * -inf when a split found the sequence bad.  sw: 16 x 64 floats of shared
+ * scratch (the CTA's ring, free by now). */
+template <typename T, int D>
+__device__ __forceinline__ void combine_group(const PagedParams &p, int b, int kvh, int r0, int nrows, int ns,
+                                              bool bad, float *sw) {
+    const int tid = threadIdx.x;
+    /* lse of each (row, split) */
+    for (int i = tid; i < 16 * ns; i += blockDim.x) {
+        const int r = i / ns, s = i - (i / ns) * ns, rr = r0 + r;
+        float v = -INFINITY;
+        if (rr < nrows) {
+            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+            v = __ldcg(p.lse_part + (((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok);
+        }
+        sw[r * 64 + s] = v;
+    }
+    __syncthreads();
+    /* per row: the weights exp(lse_s - M) / W in place, and the row's lse */
+    if (tid < 16) {
+        const int r = tid, rr = r0 + r;
+        float M = -INFINITY;
+        for (int s = 0; s < ns; s++) M = fmaxf(M, sw[r * 64 + s]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float W = 0.f;
+        for (int s = 0; s < ns; s++) W += __expf(sw[r * 64 + s] - base);
+        const float inv = W > 0.f && !bad ? 1.f / W : 0.f;
+        for (int s = 0; s < ns; s++) sw[r * 64 + s] = __expf(sw[r * 64 + s] - base) * inv;
+        if (p.lse && rr < nrows) {
+            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+            p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] =
+                W > 0.f && !bad ? M + logf(W) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    /* 4 columns a thread: the splits' float4s, eight loads in flight */
+    for (int i = tid; i < 16 * (D / 4); i += blockDim.x) {
+        const int r = i / (D / 4), c = (i - r * (D / 4)) * 4, rr = r0 + r;
+        if (rr >= nrows || c >= p.d) continue;
+        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+        const int64_t row0 = ((int64_t)b * p.lq + tok) * p.nheads + h;
+        const int64_t sstride = (int64_t)p.batch * p.lq * p.nheads * D;
+        const float4 *src = reinterpret_cast<const float4 *>(p.o_part + row0 * D + c);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+        for (int s = 0; s < ns; s++) {
+            const float4 v = __ldcg(src + s * (sstride / 4));
+            const float w = sw[r * 64 + s];
+            acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+        }
+        T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh + c;
+        const float a4[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (c + e < p.d) dst[e] = sf_elem<T>::from_f(a4[e]);
+    }
+}
+
 template <typename T, int D, bool FP8, int MOD>
 __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
@@ -190,8 +229,11 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;
-    const bool ok = p.seq_ok[b] != 0;
-    const int len = ok ? p.lens[(int64_t)b * p.lens_s] : 0;
+    /* a length out of range: the sequence is bad and read as empty */
+    const int len_in = p.lens[(int64_t)b * p.lens_s];
+    const bool len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
+                                        (int64_t)len_in <= ((int64_t)p.max_pages << p.page_shift));
+    const int len = len_ok ? len_in : 0;
     const int ns = nsplit_of(len, p.nsplit_max);
     if (split >= ns) return;
     const int nrows = p.group * p.lq, r0 = mt * 16;
@@ -213,6 +255,15 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     /* this split's keys, cut to what the tile's rows can see */
     const int chunk = split_chunk(len, ns);
     const int ks = split * chunk, ke = min(len, ks + chunk);
+    /* The table entries of the split's pages (all of [ks, ke), window or
+     * not, so the splits of a group check every page of the sequence) are
+     * checked here, each thread its share: the first entry is loaded now
+     * and looked at after the key loop, so its latency hides behind the
+     * loads; a bad entry is read as page 0 by the loads meanwhile. */
+    const int pg_first = ks >> p.page_shift;
+    const int pg_end = ke > ks ? ((ke - 1) >> p.page_shift) + 1 : pg_first;
+    const int32_t *btb = p.bt + (int64_t)b * p.bt_sb;
+    const int chk0 = pg_first + tid < pg_end ? btb[(int64_t)(pg_first + tid) * p.bt_sp] : 0;
     const int g = lane >> 2, tq = lane & 3;
     int rlo[2], rhi[2];
 #pragma unroll
@@ -257,7 +308,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const KV *vc = reinterpret_cast<const KV *>(p.vc) + (int64_t)kvh * p.v_sh;
     const float *ksc = FP8 ? p.ks + (int64_t)kvh * p.ks_sh : nullptr;
     const float *vsc = FP8 ? p.vs + (int64_t)kvh * p.vs_sh : nullptr;
-    const int32_t *bt = p.bt + (int64_t)b * p.bt_sb;
+    const int32_t *bt = btb;
     const int pmask = (1 << p.page_shift) - 1;
     /* row stride of a stage tile (elements of KV) */
     constexpr int RS = FP8 ? Tr::LDB : LDS;
@@ -278,6 +329,12 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         soff[it] = r * RS + c * (FP8 ? 16 : 8);
     }
     const bool tile_page = p.page_shift >= 4;
+    /* the pool page of key `key`; an entry out of range (the sequence is
+     * bad, found by the check) reads page 0, so no load leaves the pool */
+    auto page_at = [&](int key) -> int64_t {
+        const int pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+        return (unsigned)pg < (unsigned)p.num_pages ? pg : 0;
+    };
     /* Key tile t into stage st: 16 rows of K then of V; rows past the
      * sequence are zero-filled (their pages need not exist).  FP8: then the
      * 16 K scales (lanes 0-15) and V scales (lanes 16-31), 0 past it. */
@@ -285,7 +342,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         KV *sk = reinterpret_cast<KV *>(ring + st * Tr::STAGE_BYTES), *sv = sk + 16 * RS;
         const int key0 = t * 16;
         if (tile_page) {
-            const int64_t pg = bt[(int64_t)(key0 >> p.page_shift) * p.bt_sp];
+            const int64_t pg = page_at(key0);
             const int64_t row0 = key0 & pmask;
             const KV *kt = kc + pg * p.k_sp + row0 * p.k_sr, *vt = vc + pg * p.v_sp + row0 * p.v_sr;
 #pragma unroll
@@ -311,7 +368,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 const bool v = lval[it] && key < len;
                 int64_t ko = 0, vo = 0;
                 if (v) {
-                    const int64_t pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+                    const int64_t pg = page_at(key);
                     const int64_t row = key & pmask;
                     ko = pg * p.k_sp + row * p.k_sr + lcol[it];
                     vo = pg * p.v_sp + row * p.v_sr + lcol[it];
@@ -324,7 +381,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 const bool v = key < len;
                 int64_t o = 0;
                 if (v) {
-                    const int64_t pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+                    const int64_t pg = page_at(key);
                     const int64_t row = key & pmask;
                     o = lane < 16 ? pg * p.ks_sp + row * p.ks_sr : pg * p.vs_sp + row * p.vs_sr;
                 }
@@ -473,7 +530,15 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         o0[0] = o[i][0], o0[1] = o[i][1];
         o1[0] = o[i][2], o1[1] = o[i][3];
     }
-    __syncthreads();
+    /* the rest of the split's table entries (past the first a thread took) */
+    bool bad = !len_ok || (pg_first + tid < pg_end && (unsigned)chk0 >= (unsigned)p.num_pages);
+    for (int i = pg_first + tid + (int)blockDim.x; i < pg_end; i += blockDim.x) {
+        const int pg = btb[(int64_t)i * p.bt_sp];
+        bad |= (unsigned)pg >= (unsigned)p.num_pages;
+    }
+    bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
+    if (bad && tid == 0) record_error(p.err, b);
+    const bool direct = ns == 1 || !p.ctr;
     for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
         const int r = idx / D, c = idx - (idx / D) * D;
         const int rr = r0 + r;
@@ -489,10 +554,11 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
             L += ls[w * 16 + r] * f;
             acc += os[(w * 16 + r) * Tr::OLD + c] * f;
         }
-        const float val = L > 0.f ? acc / L : 0.f;
-        const float lsev = L > 0.f ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+        const bool has = L > 0.f && !bad;
+        const float val = has ? acc / L : 0.f;
+        const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
         const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
-        if (ns == 1) {
+        if (direct) {
             T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
             dst[c] = sf_elem<T>::from_f(val);
             if (p.lse && c == 0)
@@ -503,39 +569,25 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
             if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
         }
     }
-}
-
-/* The splits of each (sequence, token, head) row merged by their lse; one
- * warp a row; sequences of one split were written directly. */
-template <typename T, int D>
-__global__ void __launch_bounds__(128) paged_combine(const PagedParams p) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (row >= (int64_t)p.batch * p.lq * p.nheads) return;
-    const int h = (int)(row % p.nheads);
-    const int tok = (int)((row / p.nheads) % p.lq);
-    const int b = (int)(row / ((int64_t)p.nheads * p.lq));
-    const int len = p.seq_ok[b] ? p.lens[(int64_t)b * p.lens_s] : 0;
-    const int ns = nsplit_of(len, p.nsplit_max);
-    if (ns == 1) return;
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++)
-        M = fmaxf(M, p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok]);
-    const float base = M == -INFINITY ? 0.f : M;
-    float W = 0.f;
-    for (int s = 0; s < ns; s++) W += __expf(p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok] - base);
-    const float inv = W > 0.f ? 1.f / W : 0.f;
-    T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
-    for (int c = lane; c < p.d; c += 32) {
-        float acc = 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float w = __expf(p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok] - base);
-            acc += w * p.o_part[((((int64_t)s * p.batch + b) * p.lq + tok) * p.nheads + h) * D + c];
-        }
-        dst[c] = sf_elem<T>::from_f(acc * inv);
+    if (direct) return;
+    /* Several splits: the last of the group to finish merges them.  Each
+     * publishes its partials (fence) before it counts itself; a bad split
+     * counts 0x10000 more, so the last one knows whether any was bad. */
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned int last_word;
+    unsigned int *ctr = p.ctr + (int64_t)b * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned int old = atomicAdd(ctr, 1u + (bad ? 0x10000u : 0u));
+        const bool last = (old & 0xffffu) == (unsigned)ns - 1u;
+        last_word = last ? 1u + ((old >> 16) != 0u || bad ? 1u : 0u) : 0u;
+        if (last) *ctr = 0u; /* every split has counted: back to 0 for the next call */
     }
-    if (p.lse && lane == 0)
-        p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = W > 0.f ? M + logf(W) : -INFINITY;
+    __syncthreads();
+    if (last_word == 0u) return;
+    __threadfence();
+    const bool any_bad = last_word == 2u;
+    combine_group<T, D>(p, b, kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
 }
 
 } /* namespace sf_paged */

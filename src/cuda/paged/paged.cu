@@ -1,12 +1,13 @@
 /* paged.cu - the paged KV cache on the GPU: sf_kv_append (append.cuh) and
- * sf_attn_paged (decode.cuh: validation, split-KV attention, combine), on
- * 16-bit or FP8 pools.
+ * sf_attn_paged (decode.cuh: one launch of split-KV attention that checks
+ * the table and merges the splits), on 16-bit or FP8 pools.
  * Nothing here reads a length or a table entry on the host, so both calls
  * can be captured in a CUDA graph and replayed with other lengths and
  * tables.
  */
 #include "common/cuda_common.h"
 #include "paged/append.cuh"
+#include "paged/counters.h"
 #include "paged/decode.cuh"
 
 #include <atomic>
@@ -52,10 +53,12 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
  * wave of resident blocks (the kernel's occupancy times the SMs) with the
  * b x Hkv x row-tile blocks the problem has, never a second partial wave
  * (b 32, 4k keys: 3.79 TB/s at one wave, 3.26 at 1.3), never more than the
- * table's capacity can use.  A function of shapes only, so graph replays
- * with other lengths keep it. */
-int64_t split_count(const PagedParams &p, int64_t sms, int per_sm) {
+ * table's capacity can use; one when the groups outnumber the split
+ * counters (counters.h) or there are none.  A function of shapes only, so
+ * graph replays with other lengths keep it. */
+int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr) {
     const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
+    if (!have_ctr || base > SF_PAGED_CTRS) return 1;
     const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
     int64_t nsm = (int64_t)per_sm * sms / base;
     const int64_t by_len = (cap_keys + sf_paged::MIN_SPLIT_KEYS - 1) / sf_paged::MIN_SPLIT_KEYS;
@@ -81,31 +84,26 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
         per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm);
+    const int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr);
     p.nsplit_max = (int)nsm;
+    p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
 
-    /* workspace: per-sequence validity, then the split partials */
-    const size_t n_ok = ((size_t)p.batch * sizeof(int32_t) + 255) & ~(size_t)255;
-    const size_t n_lse = nsm > 1 ? (((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255) : 0;
-    const size_t n_o = nsm > 1 ? (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float) : 0;
-    unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_ok + n_lse + n_o);
-    if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
-    p.seq_ok = (int32_t *)ws;
-    p.lse_part = nsm > 1 ? (float *)(ws + n_ok) : nullptr;
-    p.o_part = nsm > 1 ? (float *)(ws + n_ok + n_lse) : nullptr;
+    /* workspace: the split partials, lse then O (none with one split) */
+    if (nsm > 1) {
+        const size_t n_lse = ((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255;
+        const size_t n_o = (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float);
+        unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_lse + n_o);
+        if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
+        p.lse_part = (float *)ws;
+        p.o_part = (float *)(ws + n_lse);
+    }
 
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)Tr::SMEM));
+    /* one launch: the table checks and the merge of the splits are in it */
     cudaStream_t s = sf_cuda_stream(ctx);
-    sf_paged::paged_validate<<<p.batch, 256, 0, s>>>(p);
-    SF_CUDA_CHECK_LAUNCH(ctx);
     kern<<<dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
-    if (p.nsplit_max > 1) {
-        const int64_t rows = (int64_t)p.batch * p.lq * p.nheads;
-        sf_paged::paged_combine<T, D><<<(unsigned)((rows + 3) / 4), 128, 0, s>>>(p);
-        SF_CUDA_CHECK_LAUNCH(ctx);
-    }
     return SF_OK;
 }
 
