@@ -4,13 +4,17 @@
 #   1. the paged tests on the GPU: test_ops attn_paged (--all) and kv_append,
 #      test_paged_bad (bad tables and lengths), test_paged_fp8, test_paged,
 #      test_kv_cache, test_graph (capture, replays with new lengths);
-#   2. compute-sanitizer memcheck and racecheck on small cases: test_ops
-#      attn_paged (bf16/f16 cases, no --all), test_paged_bad (a bad table),
-#      test_paged_fp8 (FP8 pools);
-#   3. bench/gpu_paged.py at b1 ctx32k, b8 ctx8k, b32 ctx4k (pages 16, 64),
+#   2. bench/gpu_paged.py at b1 ctx32k, b8 ctx8k, b32 ctx4k (pages 16, 64),
 #      b128 ctx2k, b32 ctx4k k=4, b1 ctx160: this branch against SDPA cuDNN
-#      (contiguous K/V) in the same run, then the branch's base library
-#      (build/libseqfuse.so.base, when present) at the same points.
+#      (contiguous K/V) in the same run;
+#   3. compute-sanitizer memcheck and racecheck on small cases: test_ops
+#      attn_paged (the small cases, no --all), test_paged_bad (bad tables,
+#      memcheck), test_paged_fp8 (FP8 pools);
+#   4. the branch's base library (build/libseqfuse.so.base, a copy of the
+#      library built from the commit the branch started at, when present)
+#      at the points of 2, seqfuse alone;
+#   5. dev/paged_sweep.py: split counts and the L2-hint variant at four
+#      points (SF_AUTOTUNE_FORCE=attn_paged:NAME), seqfuse alone.
 # Writes $OUT/summary.txt (short) and one log per step.
 set -u
 B=${B:-build}
@@ -27,8 +31,8 @@ run_t() { # name, command...
   local n=$1; shift
   timeout 120 "$@" > "$OUT/t_$n.log" 2>&1
   local rc=$?
-  say "$n: rc $rc, $(grep -c -E '^(ok|PASS)' "$OUT/t_$n.log") ok, $(grep -c '^FAIL' "$OUT/t_$n.log") FAIL; $(tail -1 "$OUT/t_$n.log" | cut -c1-120)"
-  grep '^FAIL' "$OUT/t_$n.log" | head -5 | cut -c1-200 | tee -a "$S"
+  say "$n: rc $rc, $(grep -c -E '^ *(ok|PASS)' "$OUT/t_$n.log") ok, $(grep -c '^ *FAIL' "$OUT/t_$n.log") FAIL; $(tail -1 "$OUT/t_$n.log" | cut -c1-120)"
+  grep -E '^ *FAIL' "$OUT/t_$n.log" | head -5 | cut -c1-200 | tee -a "$S"
 }
 run_t ops_attn_paged "$B"/tests/test_ops --op attn_paged --backend cuda --all
 run_t ops_kv_append "$B"/tests/test_ops --op kv_append --backend cuda --all
@@ -38,25 +42,33 @@ run_t paged "$B"/tests/test_paged
 run_t kv_cache "$B"/tests/test_kv_cache
 run_t graph "$B"/tests/test_graph
 
-# 2. sanitizers on small cases
-for tool in memcheck racecheck; do
-  for c in "ops:$B/tests/test_ops --op attn_paged --backend cuda" "bad:$B/tests/test_paged_bad" \
-           "fp8:$B/tests/test_paged_fp8"; do
-    n=${c%%:*}; cmd=${c#*:}
-    timeout 100 "$SAN" --tool $tool --error-exitcode 9 $cmd > "$OUT/san_${tool}_$n.log" 2>&1
-    say "$tool $n: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${tool}_$n.log" | tail -1))"
-  done
-done
-
-# 3. timings (graph of 20 calls, median), same run
+# 2. timings (graph of 20 calls, median), same run
 PTS=1:32768:1:16,8:8192:1:16,32:4096:1:16,32:4096:1:64,128:2048:1:16,32:4096:4:16,1:160:1:16
 PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeout 100 python3 bench/gpu_paged.py \
   --points $PTS --csv "$OUT/new.csv" > "$OUT/bench_new.log" 2>&1
 say "bench (this branch, with peers) rc $?"
 grep -E '^ *[0-9]+ ' "$OUT/bench_new.log" | sed -E 's/ +/ /g' | cut -c1-210 | tee -a "$S"
+# 3. sanitizers on small cases
+for tool in memcheck racecheck; do
+  for c in "ops:$B/tests/test_ops --op attn_paged --backend cuda" "bad:$B/tests/test_paged_bad" \
+           "fp8:$B/tests/test_paged_fp8"; do
+    [ $tool = racecheck ] && [ ${c%%:*} = bad ] && continue
+    n=${c%%:*}; cmd=${c#*:}
+    timeout 50 "$SAN" --tool $tool --error-exitcode 9 $cmd > "$OUT/san_${tool}_$n.log" 2>&1
+    say "$tool $n: rc $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${tool}_$n.log" | tail -1))"
+  done
+done
+
+# 4. the base library, same points
 if [ -e "$B/libseqfuse.so.base" ]; then
   PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so.base timeout 60 python3 bench/gpu_paged.py \
     --no-peers --points $PTS --csv "$OUT/base.csv" > "$OUT/bench_base.log" 2>&1
   say "bench (base library, no peers) rc $?"
   grep -E '^ *[0-9]+ ' "$OUT/bench_base.log" | sed -E 's/ +/ /g' | cut -c1-150 | tee -a "$S"
 fi
+
+# 5. split counts and variants
+PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeout 80 python3 dev/paged_sweep.py \
+  > "$OUT/sweep.log" 2>&1
+say "sweep rc $?"
+grep '^sweep' "$OUT/sweep.log" | sed -E 's/ +/ /g' >> "$OUT/summary.txt"

@@ -97,6 +97,16 @@ static __device__ __forceinline__ void cp_async4_zfill(void *s, const void *g, i
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
 }
 
+/* A 16-byte K/V copy; VAR bit 0 (an experiment variant): with the L2
+ * 256-byte prefetch hint (a d 128 row of 16-bit K or V is 256 bytes). */
+template <int VAR> static __device__ __forceinline__ void cp_kv(void *s, const void *g, int bytes) {
+    if constexpr ((VAR & 1) != 0)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(s)), "l"(g),
+                     "r"(bytes));
+    else
+        sf_cp_async16_zfill(s, g, bytes);
+}
+
 /* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
 template <typename T> __device__ __forceinline__ uint32_t fp8x2_to(uint32_t v);
 template <> __device__ __forceinline__ uint32_t fp8x2_to<__half>(uint32_t v) {
@@ -214,7 +224,7 @@ __device__ __forceinline__ void combine_group(const PagedParams &p, int b, int k
     }
 }
 
-template <typename T, int D, bool FP8, int MOD>
+template <typename T, int D, bool FP8, int MOD, int VAR = 0>
 __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     constexpr bool CAP = MOD == MOD_CAP;
@@ -350,8 +360,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 const bool v = lval[it] && key0 + crow[it] < len;
                 const KV *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
                 const KV *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
-                sf_cp_async16_zfill(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
-                sf_cp_async16_zfill(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
+                cp_kv<VAR>(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
+                cp_kv<VAR>(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int r = lane & 15, key = key0 + r;
@@ -373,8 +383,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                     ko = pg * p.k_sp + row * p.k_sr + lcol[it];
                     vo = pg * p.v_sp + row * p.v_sr + lcol[it];
                 }
-                sf_cp_async16_zfill(sk + soff[it], kc + ko, v ? 16 : 0);
-                sf_cp_async16_zfill(sv + soff[it], vc + vo, v ? 16 : 0);
+                cp_kv<VAR>(sk + soff[it], kc + ko, v ? 16 : 0);
+                cp_kv<VAR>(sv + soff[it], vc + vo, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int key = key0 + (lane & 15);

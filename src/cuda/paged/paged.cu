@@ -5,6 +5,7 @@
  * can be captured in a CUDA graph and replayed with other lengths and
  * tables.
  */
+#include "autotune.h"
 #include "common/cuda_common.h"
 #include "paged/append.cuh"
 #include "paged/counters.h"
@@ -12,6 +13,7 @@
 
 #include <atomic>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 namespace {
@@ -67,10 +69,32 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
     return nsm < 1 ? 1 : nsm;
 }
 
-template <typename T, int D, bool FP8, int MOD>
-sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
+/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
+ * and the kernel's variants: "s<N>" runs N splits at most (1..64) where the
+ * counters allow more than one; "l2" (optionally followed by s<N>) the
+ * 16-bit d 128 instance without score modifiers with the L2 prefetch hint
+ * (VAR 1).  Unset or unknown: the defaults. */
+struct PagedForce {
+    int splits; /* 0: by the occupancy */
+    int var;
+};
+PagedForce paged_force() {
+    PagedForce f = {0, 0};
+    char buf[32];
+    const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
+    if (!n) return f;
+    if (!strncmp(n, "l2", 2)) f.var = 1, n += 2;
+    if (n[0] == 's') {
+        const int v = atoi(n + 1);
+        if (v >= 1 && v <= 64) f.splits = v;
+    }
+    return f;
+}
+
+template <typename T, int D, bool FP8, int MOD, int VAR = 0>
+sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD>;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, VAR>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
     static std::atomic<int> per_sm_cache{0};
@@ -84,7 +108,9 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
         per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr);
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr);
+    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * p.nkv * p.mtiles <= SF_PAGED_CTRS)
+        nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
 
@@ -110,9 +136,12 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
 /* score modifiers: ALiBi (softcap at run time in it), softcap, none */
 template <typename T, int D, bool FP8>
 sf_status attn_dispatch_mod(sf_ctx *ctx, const PagedParams &p, int dpad) {
-    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad);
-    return p.cap2 > 0.f ? launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad)
-                        : launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad);
+    const PagedForce f = paged_force();
+    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad, f.splits);
+    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad, f.splits);
+    if constexpr (D == 128 && !FP8)
+        if (f.var == 1) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 1>(ctx, p, dpad, f.splits);
+    return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
 }
 
 template <typename T, bool FP8>
