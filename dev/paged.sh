@@ -72,3 +72,13 @@ PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeou
   > "$OUT/sweep.log" 2>&1
 say "sweep rc $?"
 grep '^sweep' "$OUT/sweep.log" | sed -E 's/ +/ /g' >> "$OUT/summary.txt"
+
+# 6. Nsight Compute at b128 ctx2k and b1 ctx32k: ours against SDPA cuDNN
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+M=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_shared_mem,launch__occupancy_limit_registers,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct
+for c in "128 2048 16" "128 2048 16 cudnn" "1 32768 16" "1 32768 16 cudnn"; do
+  PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeout 40 "$NCU" --profile-from-start off \
+    --metrics $M python3 dev/paged_ncu.py $c > "$OUT/ncu_${c// /_}.log" 2>&1
+  rc=$?
+  say "ncu $c: rc $rc; $(grep -E '^ +[a-z_]+__[a-z_.]+ ' "$OUT/ncu_${c// /_}.log" | sed -E 's/ +/ /g; s/^ //' | tr '\n' ';' | cut -c1-600)"
+done

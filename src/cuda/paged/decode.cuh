@@ -132,6 +132,10 @@ __host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max) {
     return n < nsplit_max ? n : nsplit_max;
 }
 
+/* Most splits a sequence may have (the merge's scratch holds this many per
+ * row; the counters count to 0xffff). */
+constexpr int MAX_SPLITS = 128;
+
 /* Keys of one split: a multiple of the 16-key tile. */
 __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns - 1) / ns) + 15) & ~15; }
 
@@ -162,13 +166,14 @@ template <int D, bool FP8 = false> struct PagedTraits {
     /* the warps' merge scratch (m, l, O in f32) reuses the K/V ring */
     static constexpr int OLD = D + 4;
     static_assert((size_t)NW * 16 * (2 + OLD) * 4 <= SMEM_KV, "merge scratch fits the ring");
+    static_assert((size_t)16 * MAX_SPLITS * 4 <= SMEM_KV, "split merge scratch fits the ring");
 };
 
 /* The merge of a group's splits by the last of them (paged_attn): rows r0
  * .. r0 + 15 of kv head kvh of sequence b, each the lse-weighted sum of its
  * ns partial outputs (read from L2: other CTAs wrote them); rows 0 and lse
- * -inf when a split found the sequence bad.  sw: 16 x 64 floats of shared
- * scratch (the CTA's ring, free by now). */
+ * -inf when a split found the sequence bad.  sw: 16 x MAX_SPLITS floats of
+ * shared scratch (the CTA's ring, free by now). */
 template <typename T, int D>
 __device__ __forceinline__ void combine_group(const PagedParams &p, int b, int kvh, int r0, int nrows, int ns,
                                               bool bad, float *sw) {
@@ -181,27 +186,33 @@ __device__ __forceinline__ void combine_group(const PagedParams &p, int b, int k
             const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
             v = __ldcg(p.lse_part + (((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok);
         }
-        sw[r * 64 + s] = v;
+        sw[r * MAX_SPLITS + s] = v;
     }
     __syncthreads();
-    /* per row: the weights exp(lse_s - M) / W in place, and the row's lse */
-    if (tid < 16) {
-        const int r = tid, rr = r0 + r;
+    /* per row (a warp each, its lanes over the splits): the weights
+     * exp(lse_s - M) / W in place, and the row's lse */
+    const int lane = tid & 31;
+    for (int r = tid >> 5; r < 16 && r0 + r < nrows; r += blockDim.x >> 5) {
+        const int rr = r0 + r;
         float M = -INFINITY;
-        for (int s = 0; s < ns; s++) M = fmaxf(M, sw[r * 64 + s]);
+        for (int s = lane; s < ns; s += 32) M = fmaxf(M, sw[r * MAX_SPLITS + s]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         const float base = M == -INFINITY ? 0.f : M;
         float W = 0.f;
-        for (int s = 0; s < ns; s++) W += __expf(sw[r * 64 + s] - base);
+        for (int s = lane; s < ns; s += 32) W += __expf(sw[r * MAX_SPLITS + s] - base);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) W += __shfl_xor_sync(0xffffffffu, W, o);
         const float inv = W > 0.f && !bad ? 1.f / W : 0.f;
-        for (int s = 0; s < ns; s++) sw[r * 64 + s] = __expf(sw[r * 64 + s] - base) * inv;
-        if (p.lse && rr < nrows) {
+        for (int s = lane; s < ns; s += 32) sw[r * MAX_SPLITS + s] = __expf(sw[r * MAX_SPLITS + s] - base) * inv;
+        if (p.lse && lane == 0) {
             const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
             p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] =
                 W > 0.f && !bad ? M + logf(W) : -INFINITY;
         }
     }
     __syncthreads();
-    /* 4 columns a thread: the splits' float4s, eight loads in flight */
+    /* 4 columns a thread: the splits' float4s, sixteen loads in flight */
     for (int i = tid; i < 16 * (D / 4); i += blockDim.x) {
         const int r = i / (D / 4), c = (i - r * (D / 4)) * 4, rr = r0 + r;
         if (rr >= nrows || c >= p.d) continue;
@@ -210,10 +221,10 @@ __device__ __forceinline__ void combine_group(const PagedParams &p, int b, int k
         const int64_t sstride = (int64_t)p.batch * p.lq * p.nheads * D;
         const float4 *src = reinterpret_cast<const float4 *>(p.o_part + row0 * D + c);
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
+#pragma unroll 16
         for (int s = 0; s < ns; s++) {
             const float4 v = __ldcg(src + s * (sstride / 4));
-            const float w = sw[r * 64 + s];
+            const float w = sw[r * MAX_SPLITS + s];
             acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
         }
         T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh + c;

@@ -70,7 +70,7 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
 }
 
 /* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
- * and the kernel's variants: "s<N>" runs N splits at most (1..64) where the
+ * and the kernel's variants: "s<N>" runs N splits at most (1..MAX_SPLITS) where the
  * counters allow more than one; "l2" (optionally followed by s<N>) the
  * 16-bit d 128 instance without score modifiers with the L2 prefetch hint
  * (VAR 1).  Unset or unknown: the defaults. */
@@ -86,7 +86,7 @@ PagedForce paged_force() {
     if (!strncmp(n, "l2", 2)) f.var = 1, n += 2;
     if (n[0] == 's') {
         const int v = atoi(n + 1);
-        if (v >= 1 && v <= 64) f.splits = v;
+        if (v >= 1 && v <= sf_paged::MAX_SPLITS) f.splits = v;
     }
     return f;
 }
