@@ -3,7 +3,9 @@
 # repo root with the prebuilt build/ (B), on one GPU:
 #   1. the paged tests on the GPU: test_ops attn_paged (--all) and kv_append,
 #      test_paged_bad (bad tables and lengths), test_paged_fp8, test_paged,
-#      test_kv_cache, test_graph (capture, replays with new lengths);
+#      test_kv_cache, test_graph (capture, replays with new lengths), and
+#      the Python tests of the paged cache (tests/python/test_paged*.py,
+#      test_kv_cache.py);
 #   2. bench/gpu_paged.py at b1 ctx32k, b8 ctx8k, b32 ctx4k (pages 16, 64),
 #      b128 ctx2k, b32 ctx4k k=4, b1 ctx160: this branch against SDPA cuDNN
 #      (contiguous K/V) in the same run;
@@ -41,6 +43,9 @@ run_t paged_fp8 "$B"/tests/test_paged_fp8
 run_t paged "$B"/tests/test_paged
 run_t kv_cache "$B"/tests/test_kv_cache
 run_t graph "$B"/tests/test_graph
+PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeout 120 python3 -m pytest -q -x \
+  tests/python/test_paged.py tests/python/test_paged_fp8.py tests/python/test_kv_cache.py > "$OUT/pytest.log" 2>&1
+say "pytest paged/fp8/kv_cache: rc $?; $(tail -1 "$OUT/pytest.log" | cut -c1-150)"
 
 # 2. timings (graph of 20 calls, median), same run
 PTS=1:32768:1:16,8:8192:1:16,32:4096:1:16,32:4096:1:64,128:2048:1:16,32:4096:4:16,1:160:1:16
