@@ -134,7 +134,7 @@ __host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max) {
 
 /* Most splits a sequence may have (the merge's scratch holds this many per
  * row; the counters count to 0xffff). */
-constexpr int MAX_SPLITS = 128;
+constexpr int MAX_SPLITS = 256;
 
 /* Keys of one split: a multiple of the 16-key tile. */
 __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns - 1) / ns) + 15) & ~15; }
@@ -239,6 +239,13 @@ template <typename T, int D, bool FP8, int MOD, int VAR = 0>
 __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     constexpr bool CAP = MOD == MOD_CAP;
+    /* VAR bit 1 (an experiment variant, 16-bit pools without modifiers):
+     * the warps take four kv heads of the same keys (each warp every tile
+     * of its head) rather than every 4th tile of one head, so the CTA
+     * reads 4 x 256 contiguous bytes a key; Q of a warp's head waits in its
+     * ring's last stage until the first tile is in. */
+    constexpr bool HW = (VAR & 2) != 0;
+    static_assert(!HW || (!FP8 && MOD == MOD_NONE), "the head-per-warp variant: 16-bit pools, no modifiers");
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;
@@ -249,7 +256,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, b = blockIdx.z;
-    const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;
+    const int hg = blockIdx.y / p.mtiles, mt = blockIdx.y - hg * p.mtiles;
+    const int kvh = HW ? hg * NW + warp : hg;
     /* a length out of range: the sequence is bad and read as empty */
     const int len_in = p.lens[(int64_t)b * p.lens_s];
     const bool len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
@@ -261,8 +269,10 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const int d8 = p.d >> 3;
     const int dch = FP8 ? p.d >> 4 : d8; /* valid 16-byte chunks of a pool row */
 
+    unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
+    if constexpr (HW) sQ = reinterpret_cast<T *>(ring + (ST - 1) * Tr::STAGE_BYTES);
     /* Q rows of this tile (zeros past the group's rows and past d) */
-    for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
+    for (int i = HW ? lane : tid; i < 16 * (D / 8); i += HW ? 32 : blockDim.x) {
         const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
         const int rr = r0 + r;
         const bool v = rr < nrows && c < d8;
@@ -302,7 +312,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     key_range(min(r0 + 15, nrows - 1) / p.group, p.lq, len, p.wl, p.wr, unused, hi_u);
     const int kb = max(ks, lo_u), kend = min(ke, hi_u);
     const int t0 = kb / 16, t1 = kend > kb ? (kend + 15) / 16 : t0;
-    const int my_tiles = t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
+    const int my_tiles = HW ? t1 - t0 : t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
+    const int tfirst = HW ? t0 : t0 + warp, tstep = HW ? 1 : NW; /* this warp's tiles */
 
     ScoreMod mod = ScoreMod();
     mod.cap2 = p.cap2;
@@ -322,7 +333,6 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     }
 
     typedef typename std::conditional<FP8, uint8_t, T>::type KV;
-    unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
     /* FP8: this warp's conversion tile (K, then V, of the current key tile) */
     T *sconv = reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + Tr::SMEM_RING) + warp * 16 * LDS;
     const KV *kc = reinterpret_cast<const KV *>(p.kc) + (int64_t)kvh * p.k_sh;
@@ -435,7 +445,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
-        if (s < my_tiles) load(t0 + warp + s * NW, s);
+        if (s < my_tiles) load(tfirst + s * tstep, s);
         sf_cp_async_commit();
     }
     /* Q (the first group, issued by every thread) is in */
@@ -445,6 +455,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 #pragma unroll
     for (int kk = 0; kk < KD; kk++)
         sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+    __syncwarp(); /* HW: Q's stage is the next tile's */
 
     float o[NO][4];
 #pragma unroll
@@ -452,11 +463,11 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
 
     for (int n = 0; n < my_tiles; n++) {
-        if (n + ST - 1 < my_tiles) load(t0 + warp + (n + ST - 1) * NW, (n + ST - 1) % ST);
+        if (n + ST - 1 < my_tiles) load(tfirst + (n + ST - 1) * tstep, (n + ST - 1) % ST);
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        const int key0 = (t0 + warp + n * NW) * 16;
+        const int key0 = (tfirst + n * tstep) * 16;
         const unsigned char *stage = ring + (n % ST) * Tr::STAGE_BYTES;
         const T *sk, *sv;
         float ksf[2][2], vsf[2][2]; /* FP8: scales of this lane's key columns */
@@ -531,25 +542,10 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         __syncwarp(); /* the stage is reloaded next iteration */
     }
     sf_cp_async_wait<0>();
-    /* merge the warps: m (log2 units), l and the unnormalised O of each */
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
         lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
-    }
-    __syncthreads(); /* every warp is done with the ring */
-    float *ms = reinterpret_cast<float *>(sKV);
-    float *ls = ms + NW * 16;
-    float *os = ls + NW * 16;
-    if (tq == 0) {
-        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
-        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
-    }
-#pragma unroll
-    for (int i = 0; i < NO; i++) {
-        float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
-        o0[0] = o[i][0], o0[1] = o[i][1];
-        o1[0] = o[i][2], o1[1] = o[i][3];
     }
     /* the rest of the split's table entries (past the first a thread took) */
     bool bad = !len_ok || (pg_first + tid < pg_end && (unsigned)chk0 >= (unsigned)p.num_pages);
@@ -557,39 +553,90 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         const int pg = btb[(int64_t)i * p.bt_sp];
         bad |= (unsigned)pg >= (unsigned)p.num_pages;
     }
-    bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
-    if (bad && tid == 0) record_error(p.err, b);
     const bool direct = ns == 1 || !p.ctr;
-    for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
-        const int r = idx / D, c = idx - (idx / D) * D;
-        const int rr = r0 + r;
-        if (rr >= nrows || c >= p.d) continue;
-        float M = -INFINITY;
+    if constexpr (HW) {
+        bad = __syncthreads_or(bad) != 0; /* also: every warp is done with its ring */
+        /* each warp its own head's rows, straight from the fragments */
 #pragma unroll
-        for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
-        const float base = M == -INFINITY ? 0.f : M;
-        float L = 0.f, acc = 0.f;
+        for (int rr = 0; rr < 2; rr++) {
+            const int r = r0 + g + rr * 8;
+            if (r >= nrows) continue;
+            const int tok = r / p.group, h = kvh * p.group + (r - tok * p.group);
+            const float L = lrow[rr];
+            const bool has = L > 0.f && !bad;
+            const float inv = has ? 1.f / L : 0.f;
+            const float lsev = has ? (mrow[rr] + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+            if (direct) {
+                T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
 #pragma unroll
-        for (int w = 0; w < NW; w++) {
-            const float f = sf_ex2(ms[w * 16 + r] - base);
-            L += ls[w * 16 + r] * f;
-            acc += os[(w * 16 + r) * Tr::OLD + c] * f;
+                for (int i = 0; i < NO; i++) {
+                    const int c = i * 8 + 2 * tq;
+                    if (c < p.d) {
+                        dst[c] = sf_elem<T>::from_f(o[i][2 * rr] * inv);
+                        dst[c + 1] = sf_elem<T>::from_f(o[i][2 * rr + 1] * inv);
+                    }
+                }
+                if (p.lse && tq == 0) p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+            } else {
+                const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+                float *dp = p.o_part + row * D;
+#pragma unroll
+                for (int i = 0; i < NO; i++) {
+                    const int c = i * 8 + 2 * tq;
+                    if (c < p.d) *reinterpret_cast<float2 *>(dp + c) = make_float2(o[i][2 * rr] * inv, o[i][2 * rr + 1] * inv);
+                }
+                if (tq == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+            }
         }
-        const bool has = L > 0.f && !bad;
-        const float val = has ? acc / L : 0.f;
-        const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
-        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
-        if (direct) {
-            T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
-            dst[c] = sf_elem<T>::from_f(val);
-            if (p.lse && c == 0)
-                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
-        } else {
-            const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
-            p.o_part[row * D + c] = val;
-            if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+    } else {
+        /* merge the warps: m (log2 units), l and the unnormalised O of each */
+        __syncthreads(); /* every warp is done with the ring */
+        float *ms = reinterpret_cast<float *>(sKV);
+        float *ls = ms + NW * 16;
+        float *os = ls + NW * 16;
+        if (tq == 0) {
+            ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
+            ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+        }
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+            float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
+            o0[0] = o[i][0], o0[1] = o[i][1];
+            o1[0] = o[i][2], o1[1] = o[i][3];
+        }
+        bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
+        for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
+            const int r = idx / D, c = idx - (idx / D) * D;
+            const int rr = r0 + r;
+            if (rr >= nrows || c >= p.d) continue;
+            float M = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
+            const float base = M == -INFINITY ? 0.f : M;
+            float L = 0.f, acc = 0.f;
+#pragma unroll
+            for (int w = 0; w < NW; w++) {
+                const float f = sf_ex2(ms[w * 16 + r] - base);
+                L += ls[w * 16 + r] * f;
+                acc += os[(w * 16 + r) * Tr::OLD + c] * f;
+            }
+            const bool has = L > 0.f && !bad;
+            const float val = has ? acc / L : 0.f;
+            const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+            if (direct) {
+                T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+                dst[c] = sf_elem<T>::from_f(val);
+                if (p.lse && c == 0)
+                    p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+            } else {
+                const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+                p.o_part[row * D + c] = val;
+                if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+            }
         }
     }
+    if (bad && tid == 0) record_error(p.err, b);
     if (direct) return;
     /* Several splits: the last of the group to finish merges them.  Each
      * publishes its partials (fence) before it counts itself; a bad split
@@ -608,7 +655,11 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     if (last_word == 0u) return;
     __threadfence();
     const bool any_bad = last_word == 2u;
-    combine_group<T, D>(p, b, kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
+#pragma unroll 1
+    for (int w = 0; w < (HW ? NW : 1); w++) {
+        if (w > 0) __syncthreads(); /* the scratch is the next head's */
+        combine_group<T, D>(p, b, HW ? hg * NW + w : kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
+    }
 }
 
 } /* namespace sf_paged */

@@ -58,8 +58,8 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
  * table's capacity can use; one when the groups outnumber the split
  * counters (counters.h) or there are none.  A function of shapes only, so
  * graph replays with other lengths keep it. */
-int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr) {
-    const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
+int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr, int heads_per_cta) {
+    const int64_t base = (int64_t)p.batch * (p.nkv / heads_per_cta) * p.mtiles;
     if (!have_ctr || base > SF_PAGED_CTRS) return 1;
     const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
     int64_t nsm = (int64_t)per_sm * sms / base;
@@ -71,9 +71,10 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
 
 /* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
  * and the kernel's variants: "s<N>" runs N splits at most (1..MAX_SPLITS) where the
- * counters allow more than one; "l2" (optionally followed by s<N>) the
- * 16-bit d 128 instance without score modifiers with the L2 prefetch hint
- * (VAR 1).  Unset or unknown: the defaults. */
+ * counters allow more than one; "l2" and/or "hw" (then optionally s<N>)
+ * the 16-bit d 128 instance without score modifiers with the L2 prefetch
+ * hint (VAR bit 0) and/or four kv heads a CTA (VAR bit 1, where Hkv is a
+ * multiple of 4).  Unset or unknown: the defaults. */
 struct PagedForce {
     int splits; /* 0: by the occupancy */
     int var;
@@ -83,7 +84,11 @@ PagedForce paged_force() {
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
     if (!n) return f;
-    if (!strncmp(n, "l2", 2)) f.var = 1, n += 2;
+    for (;;) {
+        if (!strncmp(n, "l2", 2)) f.var |= 1, n += 2;
+        else if (!strncmp(n, "hw", 2)) f.var |= 2, n += 2;
+        else break;
+    }
     if (n[0] == 's') {
         const int v = atoi(n + 1);
         if (v >= 1 && v <= sf_paged::MAX_SPLITS) f.splits = v;
@@ -108,9 +113,10 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
         per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr);
-    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * p.nkv * p.mtiles <= SF_PAGED_CTRS)
-        nsm = force_splits;
+    constexpr int HPC = (VAR & 2) ? 4 : 1; /* kv heads a CTA */
+    const int64_t gy = (int64_t)(p.nkv / HPC) * p.mtiles;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr, HPC);
+    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
 
@@ -128,7 +134,7 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
                                             (int)Tr::SMEM));
     /* one launch: the table checks and the merge of the splits are in it */
     cudaStream_t s = sf_cuda_stream(ctx);
-    kern<<<dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
+    kern<<<dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
     return SF_OK;
 }
@@ -139,8 +145,11 @@ sf_status attn_dispatch_mod(sf_ctx *ctx, const PagedParams &p, int dpad) {
     const PagedForce f = paged_force();
     if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad, f.splits);
     if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad, f.splits);
-    if constexpr (D == 128 && !FP8)
+    if constexpr (D == 128 && !FP8) {
         if (f.var == 1) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 1>(ctx, p, dpad, f.splits);
+        if (f.var == 2 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 2>(ctx, p, dpad, f.splits);
+        if (f.var == 3 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 3>(ctx, p, dpad, f.splits);
+    }
     return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
 }
 
