@@ -462,7 +462,31 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
 
+    /* VAR bit 2 (an experiment variant): the rows of the tile PF tiles past
+     * the ring's newest are asked into L2 (one bulk prefetch a lane: lanes
+     * 0-15 a K row, 16-31 a V row), more bytes in flight than the ring
+     * holds. */
+    constexpr int PF = 2;
+    auto prefetch = [&](int t) {
+        const int key = t * 16 + (lane & 15);
+        if (key >= len) return;
+        const int64_t pg = page_at(key), row = key & pmask;
+        const KV *src = lane < 16 ? kc + pg * p.k_sp + row * p.k_sr : vc + pg * p.v_sp + row * p.v_sr;
+#if __CUDA_ARCH__ >= 900
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(dch * 16) : "memory");
+#else
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+#endif
+    };
+    if constexpr ((VAR & 4) != 0) {
+#pragma unroll
+        for (int j = 0; j < PF; j++)
+            if (ST - 1 + j < my_tiles) prefetch(tfirst + (ST - 1 + j) * tstep);
+    }
+
     for (int n = 0; n < my_tiles; n++) {
+        if constexpr ((VAR & 4) != 0)
+            if (n + ST - 1 + PF < my_tiles) prefetch(tfirst + (n + ST - 1 + PF) * tstep);
         if (n + ST - 1 < my_tiles) load(tfirst + (n + ST - 1) * tstep, (n + ST - 1) % ST);
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();

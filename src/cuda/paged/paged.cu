@@ -74,7 +74,8 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
  * counters allow more than one; "l2" and/or "hw" (then optionally s<N>)
  * the 16-bit d 128 instance without score modifiers with the L2 prefetch
  * hint (VAR bit 0) and/or four kv heads a CTA (VAR bit 1, where Hkv is a
- * multiple of 4).  Unset or unknown: the defaults. */
+ * multiple of 4), "pf": L2 prefetches ahead of the ring (VAR bit 2; with
+ * hw or alone).  Unset or unknown: the defaults. */
 struct PagedForce {
     int splits; /* 0: by the occupancy */
     int var;
@@ -87,6 +88,7 @@ PagedForce paged_force() {
     for (;;) {
         if (!strncmp(n, "l2", 2)) f.var |= 1, n += 2;
         else if (!strncmp(n, "hw", 2)) f.var |= 2, n += 2;
+        else if (!strncmp(n, "pf", 2)) f.var |= 4, n += 2;
         else break;
     }
     if (n[0] == 's') {
@@ -149,6 +151,8 @@ sf_status attn_dispatch_mod(sf_ctx *ctx, const PagedParams &p, int dpad) {
         if (f.var == 1) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 1>(ctx, p, dpad, f.splits);
         if (f.var == 2 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 2>(ctx, p, dpad, f.splits);
         if (f.var == 3 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 3>(ctx, p, dpad, f.splits);
+        if (f.var == 4) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 4>(ctx, p, dpad, f.splits);
+        if (f.var == 6 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 6>(ctx, p, dpad, f.splits);
     }
     return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
 }
