@@ -12,6 +12,8 @@
 #      reference, then split counts, the L2-hint and four-heads-a-CTA
 #      variants at four points (SF_AUTOTUNE_FORCE=attn_paged:NAME), and one
 #      KV head against eight at the same bytes, seqfuse alone;
+#      then dev/paged_short.py: b1 contexts 128 and 200 at the engine's
+#      shapes (us a call), this branch and the base library;
 #   4. compute-sanitizer memcheck and racecheck on small cases: test_ops
 #      attn_paged (the small cases, no --all), test_paged_fp8 (FP8 pools),
 #      test_paged_bad (bad tables, memcheck only);
@@ -60,6 +62,14 @@ PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/libseqfuse.so timeou
   > "$OUT/sweep.log" 2>&1
 say "sweep rc $?"
 grep '^sweep' "$OUT/sweep.log" | sed -E 's/ +/ /g' >> "$OUT/summary.txt"
+
+# short contexts at the engine's shapes, this branch then the base library
+for lib in libseqfuse.so libseqfuse.so.base; do
+  [ -e "$B/$lib" ] || continue
+  PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/$lib timeout 40 python3 dev/paged_short.py \
+    > "$OUT/short_$lib.log" 2>&1
+  say "$lib rc $?: $(grep '^short' "$OUT/short_$lib.log" | cut -c1-220)"
+done
 
 # 4. sanitizers on small cases
 for tool in memcheck racecheck; do
