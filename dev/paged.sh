@@ -12,7 +12,7 @@
 #      reference, then split counts, the L2-hint and four-heads-a-CTA
 #      variants at four points (SF_AUTOTUNE_FORCE=attn_paged:NAME), and one
 #      KV head against eight at the same bytes, seqfuse alone;
-#      then dev/paged_short.py: b1 contexts 128 and 200 at the engine's
+#      then dev/paged_short.py: b1 contexts 128 and 192 at the engine's
 #      shapes (us a call), this branch and the base library;
 #   4. compute-sanitizer memcheck and racecheck on small cases: test_ops
 #      attn_paged (the small cases, no --all), test_paged_fp8 (FP8 pools),

@@ -1,5 +1,5 @@
 """Short-context decode as the engine calls it (batch 1, one new token,
-contexts of 128-200 tokens): microseconds a call (graph of 20 calls,
+contexts of 128 and 192 tokens): microseconds a call (graph of 20 calls,
 median) at the SmolLM2-135M (H 9 / Hkv 3, d 64), Llama-3.2-1B (H 32 / Hkv 8,
 d 64) and Llama-3-8B (H 32 / Hkv 8, d 128) attention shapes, bf16."""
 import sys
@@ -11,7 +11,7 @@ def main():
     parts = []
     for name, h, hkv, d in (("smollm2", 9, 3, 64), ("llama1b", 32, 8, 64), ("llama8b", 32, 8, 128)):
         gpu_paged.H, gpu_paged.HKV, gpu_paged.D = h, hkv, d
-        for ctx in (128, 200):
+        for ctx in (128, 192):
             r, _, _ = gpu_paged.run_point(1, ctx, 1, 16, peers=False, fp8=False)
             parts.append(f"{name} ctx{ctx} {r['ours'] * 1e3:.1f}us")
     print("short: " + " | ".join(parts), flush=True)
