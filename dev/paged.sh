@@ -13,7 +13,8 @@
 #      variants at four points (SF_AUTOTUNE_FORCE=attn_paged:NAME), and one
 #      KV head against eight at the same bytes, seqfuse alone;
 #      then dev/paged_short.py: b1 contexts 128 and 192 at the engine's
-#      shapes (us a call), this branch and the base library;
+#      shapes (us a call), this branch (default / pf / m64s4 / m32s8) and the
+#      base library;
 #   4. compute-sanitizer memcheck and racecheck on small cases: test_ops
 #      attn_paged (the small cases, no --all), test_paged_fp8 (FP8 pools),
 #      test_paged_bad (bad tables, memcheck only);
@@ -66,7 +67,8 @@ grep '^sweep' "$OUT/sweep.log" | sed -E 's/ +/ /g' >> "$OUT/summary.txt"
 # short contexts at the engine's shapes, this branch then the base library
 for lib in libseqfuse.so libseqfuse.so.base; do
   [ -e "$B/$lib" ] || continue
-  PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/$lib timeout 40 python3 dev/paged_short.py \
+  V=""; [ $lib = libseqfuse.so ] && V="pf m64s4 m32s8"
+  PYTHONPATH=python:bench:${PYTHONPATH:-} SEQFUSE_LIB=$PWD/$B/$lib timeout 40 python3 dev/paged_short.py $V \
     > "$OUT/short_$lib.log" 2>&1
   say "$lib rc $?: $(grep '^short' "$OUT/short_$lib.log" | cut -c1-220)"
 done

@@ -76,6 +76,7 @@ struct PagedParams {
     float cap2;                 /* softcap * log2(e), 0: off */
     int mtiles;                 /* 16-row tiles of a kv head's query rows */
     int nsplit_max;
+    int min_split;              /* keys a split takes at least (nsplit_of) */
     float *o_part;              /* (nsplit_max, b, lq, H, D) f32 */
     float *lse_part;            /* (nsplit_max, b, H, lq) f32 */
     unsigned int *ctr;          /* split counters (counters.h), or NULL: one split */
@@ -124,10 +125,11 @@ template <> __device__ __forceinline__ uint32_t fp8x2_to<__nv_bfloat16>(uint32_t
  * parallelism gives back. */
 constexpr int MIN_SPLIT_KEYS = 256;
 
-/* Splits of a sequence of `len` keys: one per MIN_SPLIT_KEYS, at most
- * nsplit_max, at least 1.  The same on host and device. */
-__host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max) {
-    int n = (len + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
+/* Splits of a sequence of `len` keys: one per min_keys (MIN_SPLIT_KEYS
+ * unless pinned, paged.cu), at most nsplit_max, at least 1.  The same on
+ * host and device. */
+__host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max, int min_keys) {
+    int n = (len + min_keys - 1) / min_keys;
     n = n < 1 ? 1 : n;
     return n < nsplit_max ? n : nsplit_max;
 }
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const bool len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
                                         (int64_t)len_in <= ((int64_t)p.max_pages << p.page_shift));
     const int len = len_ok ? len_in : 0;
-    const int ns = nsplit_of(len, p.nsplit_max);
+    const int ns = nsplit_of(len, p.nsplit_max, p.min_split);
     if (split >= ns) return;
     const int nrows = p.group * p.lq, r0 = mt * 16;
     const int d8 = p.d >> 3;

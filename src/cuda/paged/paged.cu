@@ -63,7 +63,7 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
     if (!have_ctr || base > SF_PAGED_CTRS) return 1;
     const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
     int64_t nsm = (int64_t)per_sm * sms / base;
-    const int64_t by_len = (cap_keys + sf_paged::MIN_SPLIT_KEYS - 1) / sf_paged::MIN_SPLIT_KEYS;
+    const int64_t by_len = (cap_keys + p.min_split - 1) / p.min_split;
     if (nsm > by_len) nsm = by_len;
     if (nsm > 64) nsm = 64;
     return nsm < 1 ? 1 : nsm;
@@ -71,17 +71,19 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
 
 /* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
  * and the kernel's variants: "s<N>" runs N splits at most (1..MAX_SPLITS) where the
- * counters allow more than one; "l2" and/or "hw" (then optionally s<N>)
+ * counters allow more than one, "m<K>s<N>" also splits of K keys at least
+ * (MIN_SPLIT_KEYS otherwise); "l2" and/or "hw" (then optionally s<N>)
  * the 16-bit d 128 instance without score modifiers with the L2 prefetch
  * hint (VAR bit 0) and/or four kv heads a CTA (VAR bit 1, where Hkv is a
  * multiple of 4), "pf": L2 prefetches ahead of the ring (VAR bit 2; with
- * hw or alone).  Unset or unknown: the defaults. */
+ * hw, or alone at d 64 too).  Unset or unknown: the defaults. */
 struct PagedForce {
     int splits; /* 0: by the occupancy */
     int var;
+    int min_split; /* keys a split takes at least */
 };
 PagedForce paged_force() {
-    PagedForce f = {0, 0};
+    PagedForce f = {0, 0, sf_paged::MIN_SPLIT_KEYS};
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
     if (!n) return f;
@@ -90,6 +92,12 @@ PagedForce paged_force() {
         else if (!strncmp(n, "hw", 2)) f.var |= 2, n += 2;
         else if (!strncmp(n, "pf", 2)) f.var |= 4, n += 2;
         else break;
+    }
+    if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
+        const int v = atoi(n + 1);
+        if (v >= 16 && v % 16 == 0) f.min_split = v;
+        n++;
+        while (*n >= '0' && *n <= '9') n++;
     }
     if (n[0] == 's') {
         const int v = atoi(n + 1);
@@ -143,17 +151,19 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
 
 /* score modifiers: ALiBi (softcap at run time in it), softcap, none */
 template <typename T, int D, bool FP8>
-sf_status attn_dispatch_mod(sf_ctx *ctx, const PagedParams &p, int dpad) {
+sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     const PagedForce f = paged_force();
+    p.min_split = f.min_split;
     if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad, f.splits);
     if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad, f.splits);
     if constexpr (D == 128 && !FP8) {
         if (f.var == 1) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 1>(ctx, p, dpad, f.splits);
         if (f.var == 2 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 2>(ctx, p, dpad, f.splits);
         if (f.var == 3 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 3>(ctx, p, dpad, f.splits);
-        if (f.var == 4) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 4>(ctx, p, dpad, f.splits);
         if (f.var == 6 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 6>(ctx, p, dpad, f.splits);
     }
+    if constexpr (D <= 128 && !FP8)
+        if (f.var == 4) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 4>(ctx, p, dpad, f.splits);
     return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
 }
 
