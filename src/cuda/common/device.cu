@@ -2,6 +2,7 @@
  * allocation, per-context properties. */
 #include "common/cuda_common.h"
 #include "gemm.h"
+#include "paged/counters.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,11 +33,13 @@ extern "C" sf_status sf_cuda_ctx_init(sf_ctx *ctx) {
     st->smem_optin = prop.sharedMemPerBlockOptin;
     st->l2_bytes = (size_t)prop.l2CacheSize;
     snprintf(st->name, sizeof st->name, "%s", prop.name);
-    /* attention's tile counter (cuda_common.h), zeroed before any stream of
-     * the context can launch on it: the memset runs on the legacy stream,
+    /* attention's tile counter (cuda_common.h), then the paged decode's
+     * split counters (paged/counters.h), zeroed before any stream of the
+     * context can launch on them: the memset runs on the legacy stream,
      * which a non-blocking stream does not wait for */
-    if (cudaSetDevice(ctx->device) != cudaSuccess || cudaMalloc((void **)&st->tile_ctr, 2 * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemset(st->tile_ctr, 0, 2 * sizeof(unsigned)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    const size_t nctr = (2 + SF_PAGED_CTRS) * sizeof(unsigned);
+    if (cudaSetDevice(ctx->device) != cudaSuccess || cudaMalloc((void **)&st->tile_ctr, nctr) != cudaSuccess ||
+        cudaMemset(st->tile_ctr, 0, nctr) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
         (void)cudaGetLastError();
         if (st->tile_ctr) cudaFree(st->tile_ctr);
         st->tile_ctr = NULL;

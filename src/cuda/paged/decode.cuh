@@ -13,15 +13,19 @@
  * row, so any page size works, tiles may straddle pages.
  *
  * Split-KV: the number of splits of a sequence is a function of its length
- * alone (nsplit_of), evaluated on the device by the attention and combine
- * kernels alike, so a captured graph stays right when lengths change; the
- * grid holds the most any length can use.  One split writes the output
- * directly; several write f32 partial outputs and their lse, merged by
- * paged_combine.
+ * alone (nsplit_of), evaluated on the device, so a captured graph stays
+ * right when lengths change; the grid holds the most any length can use.
+ * One split writes the output directly; several write f32 partial outputs
+ * and their lse, and the last split of each (sequence, kv head, row tile)
+ * to finish (a counter, counters.h) merges them: a call is one launch.
  *
- * paged_validate runs first: a sequence whose length or any block-table
- * entry it needs is out of range is marked bad (its rows get 0 and lse
- * -inf, nothing of it is read) and recorded in the context's error word.
+ * Bad input on the device: a length out of [0, max_pages * page_size]
+ * makes the sequence bad; each split checks the table entries of its own
+ * keys' pages (all of them, window or not, so together the splits of a
+ * group check every page of the sequence), and its loads read page 0 in
+ * place of a bad entry so nothing outside the pool is touched.  A bad
+ * sequence's rows get 0 and lse -inf and it is recorded in the context's
+ * error word.
  *
  * FP8 pools (template FP8): the ring holds the e4m3 codes (half the bytes
  * of a 16-bit tile) and each key tile's 16 K and 16 V scales (cp.async
@@ -72,9 +76,10 @@ struct PagedParams {
     float cap2;                 /* softcap * log2(e), 0: off */
     int mtiles;                 /* 16-row tiles of a kv head's query rows */
     int nsplit_max;
+    int min_split;              /* keys a split takes at least (nsplit_of) */
     float *o_part;              /* (nsplit_max, b, lq, H, D) f32 */
     float *lse_part;            /* (nsplit_max, b, H, lq) f32 */
-    int32_t *seq_ok;            /* (b): 1 when the sequence's table is valid */
+    unsigned int *ctr;          /* split counters (counters.h), or NULL: one split */
     unsigned int *err;          /* the context's error word (host-mapped), or NULL */
     /* FP8: scale of pool row (page, row, head) at ks[page * ks_sp + row *
      * ks_sr + head * ks_sh] (per-head scales: ks_sp = ks_sr = 0) */
@@ -91,6 +96,16 @@ enum { MOD_NONE = 0, MOD_CAP = 1, MOD_ALIBI = 2 };
 /* 4-byte cp.async (an f32 scale), zero-filled when bytes is 0. */
 static __device__ __forceinline__ void cp_async4_zfill(void *s, const void *g, int bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
+}
+
+/* A 16-byte K/V copy; VAR bit 0 (an experiment variant): with the L2
+ * 256-byte prefetch hint (a d 128 row of 16-bit K or V is 256 bytes). */
+template <int VAR> static __device__ __forceinline__ void cp_kv(void *s, const void *g, int bytes) {
+    if constexpr ((VAR & 1) != 0)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(s)), "l"(g),
+                     "r"(bytes));
+    else
+        sf_cp_async16_zfill(s, g, bytes);
 }
 
 /* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
@@ -110,13 +125,18 @@ template <> __device__ __forceinline__ uint32_t fp8x2_to<__nv_bfloat16>(uint32_t
  * parallelism gives back. */
 constexpr int MIN_SPLIT_KEYS = 256;
 
-/* Splits of a sequence of `len` keys: one per MIN_SPLIT_KEYS, at most
- * nsplit_max, at least 1.  The same on host and device. */
-__host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max) {
-    int n = (len + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
+/* Splits of a sequence of `len` keys: one per min_keys (MIN_SPLIT_KEYS
+ * unless pinned, paged.cu), at most nsplit_max, at least 1.  The same on
+ * host and device. */
+__host__ __device__ __forceinline__ int nsplit_of(int len, int nsplit_max, int min_keys) {
+    int n = (len + min_keys - 1) / min_keys;
     n = n < 1 ? 1 : n;
     return n < nsplit_max ? n : nsplit_max;
 }
+
+/* Most splits a sequence may have (the merge's scratch holds this many per
+ * row; the counters count to 0xffff). */
+constexpr int MAX_SPLITS = 256;
 
 /* Keys of one split: a multiple of the 16-key tile. */
 __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns - 1) / ns) + 15) & ~15; }
@@ -125,31 +145,6 @@ __device__ __forceinline__ void record_error(unsigned int *err, int b) {
     if (err && *(volatile unsigned int *)err == 0u) {
         *(volatile unsigned int *)err = (unsigned int)b + 1u;
         __threadfence_system();
-    }
-}
-
-/* One block per sequence: length in [0, max_pages * page_size] and each
- * table entry of its pages in [0, num_pages). */
-__global__ void __launch_bounds__(256) paged_validate(const PagedParams p) {
-    __shared__ int bad;
-    const int b = blockIdx.x;
-    if (threadIdx.x == 0) bad = 0;
-    __syncthreads();
-    const int len = p.lens[(int64_t)b * p.lens_s];
-    const int64_t cap = (int64_t)p.max_pages << p.page_shift;
-    if (len < 0 || (int64_t)len > cap) {
-        if (threadIdx.x == 0) bad = 1;
-    } else {
-        const int npages = (int)(((int64_t)len + (1 << p.page_shift) - 1) >> p.page_shift);
-        for (int i = threadIdx.x; i < npages; i += blockDim.x) {
-            const int pg = p.bt[(int64_t)b * p.bt_sb + (int64_t)i * p.bt_sp];
-            if (pg < 0 || pg >= p.num_pages) atomicOr(&bad, 1);
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        p.seq_ok[b] = !bad;
-        if (bad) record_error(p.err, b);
     }
 }
 
@@ -173,12 +168,86 @@ template <int D, bool FP8 = false> struct PagedTraits {
     /* the warps' merge scratch (m, l, O in f32) reuses the K/V ring */
     static constexpr int OLD = D + 4;
     static_assert((size_t)NW * 16 * (2 + OLD) * 4 <= SMEM_KV, "merge scratch fits the ring");
+    static_assert((size_t)16 * MAX_SPLITS * 4 <= SMEM_KV, "split merge scratch fits the ring");
 };
 
-template <typename T, int D, bool FP8, int MOD>
+/* The merge of a group's splits by the last of them (paged_attn): rows r0
+ * .. r0 + 15 of kv head kvh of sequence b, each the lse-weighted sum of its
+ * ns partial outputs (read from L2: other CTAs wrote them); rows 0 and lse
+ * -inf when a split found the sequence bad.  sw: 16 x MAX_SPLITS floats of
+ * shared scratch (the CTA's ring, free by now). */
+template <typename T, int D>
+__device__ __forceinline__ void combine_group(const PagedParams &p, int b, int kvh, int r0, int nrows, int ns,
+                                              bool bad, float *sw) {
+    const int tid = threadIdx.x;
+    /* lse of each (row, split) */
+    for (int i = tid; i < 16 * ns; i += blockDim.x) {
+        const int r = i / ns, s = i - (i / ns) * ns, rr = r0 + r;
+        float v = -INFINITY;
+        if (rr < nrows) {
+            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+            v = __ldcg(p.lse_part + (((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok);
+        }
+        sw[r * MAX_SPLITS + s] = v;
+    }
+    __syncthreads();
+    /* per row (a warp each, its lanes over the splits): the weights
+     * exp(lse_s - M) / W in place, and the row's lse */
+    const int lane = tid & 31;
+    for (int r = tid >> 5; r < 16 && r0 + r < nrows; r += blockDim.x >> 5) {
+        const int rr = r0 + r;
+        float M = -INFINITY;
+        for (int s = lane; s < ns; s += 32) M = fmaxf(M, sw[r * MAX_SPLITS + s]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        const float base = M == -INFINITY ? 0.f : M;
+        float W = 0.f;
+        for (int s = lane; s < ns; s += 32) W += __expf(sw[r * MAX_SPLITS + s] - base);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) W += __shfl_xor_sync(0xffffffffu, W, o);
+        const float inv = W > 0.f && !bad ? 1.f / W : 0.f;
+        for (int s = lane; s < ns; s += 32) sw[r * MAX_SPLITS + s] = __expf(sw[r * MAX_SPLITS + s] - base) * inv;
+        if (p.lse && lane == 0) {
+            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+            p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] =
+                W > 0.f && !bad ? M + logf(W) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    /* 4 columns a thread: the splits' float4s, sixteen loads in flight */
+    for (int i = tid; i < 16 * (D / 4); i += blockDim.x) {
+        const int r = i / (D / 4), c = (i - r * (D / 4)) * 4, rr = r0 + r;
+        if (rr >= nrows || c >= p.d) continue;
+        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+        const int64_t row0 = ((int64_t)b * p.lq + tok) * p.nheads + h;
+        const int64_t sstride = (int64_t)p.batch * p.lq * p.nheads * D;
+        const float4 *src = reinterpret_cast<const float4 *>(p.o_part + row0 * D + c);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 16
+        for (int s = 0; s < ns; s++) {
+            const float4 v = __ldcg(src + s * (sstride / 4));
+            const float w = sw[r * MAX_SPLITS + s];
+            acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+        }
+        T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh + c;
+        const float a4[4] = {acc.x, acc.y, acc.z, acc.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (c + e < p.d) dst[e] = sf_elem<T>::from_f(a4[e]);
+    }
+}
+
+template <typename T, int D, bool FP8, int MOD, int VAR = 0>
 __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     constexpr bool CAP = MOD == MOD_CAP;
+    /* VAR bit 1 (an experiment variant, 16-bit pools without modifiers):
+     * the warps take four kv heads of the same keys (each warp every tile
+     * of its head) rather than every 4th tile of one head, so the CTA
+     * reads 4 x 256 contiguous bytes a key; Q of a warp's head waits in its
+     * ring's last stage until the first tile is in. */
+    constexpr bool HW = (VAR & 2) != 0;
+    static_assert(!HW || (!FP8 && MOD == MOD_NONE), "the head-per-warp variant: 16-bit pools, no modifiers");
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;
@@ -189,17 +258,23 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, b = blockIdx.z;
-    const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;
-    const bool ok = p.seq_ok[b] != 0;
-    const int len = ok ? p.lens[(int64_t)b * p.lens_s] : 0;
-    const int ns = nsplit_of(len, p.nsplit_max);
+    const int hg = blockIdx.y / p.mtiles, mt = blockIdx.y - hg * p.mtiles;
+    const int kvh = HW ? hg * NW + warp : hg;
+    /* a length out of range: the sequence is bad and read as empty */
+    const int len_in = p.lens[(int64_t)b * p.lens_s];
+    const bool len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
+                                        (int64_t)len_in <= ((int64_t)p.max_pages << p.page_shift));
+    const int len = len_ok ? len_in : 0;
+    const int ns = nsplit_of(len, p.nsplit_max, p.min_split);
     if (split >= ns) return;
     const int nrows = p.group * p.lq, r0 = mt * 16;
     const int d8 = p.d >> 3;
     const int dch = FP8 ? p.d >> 4 : d8; /* valid 16-byte chunks of a pool row */
 
+    unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
+    if constexpr (HW) sQ = reinterpret_cast<T *>(ring + (ST - 1) * Tr::STAGE_BYTES);
     /* Q rows of this tile (zeros past the group's rows and past d) */
-    for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
+    for (int i = HW ? lane : tid; i < 16 * (D / 8); i += HW ? 32 : blockDim.x) {
         const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
         const int rr = r0 + r;
         const bool v = rr < nrows && c < d8;
@@ -213,6 +288,15 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     /* this split's keys, cut to what the tile's rows can see */
     const int chunk = split_chunk(len, ns);
     const int ks = split * chunk, ke = min(len, ks + chunk);
+    /* The table entries of the split's pages (all of [ks, ke), window or
+     * not, so the splits of a group check every page of the sequence) are
+     * checked here, each thread its share: the first entry is loaded now
+     * and looked at after the key loop, so its latency hides behind the
+     * loads; a bad entry is read as page 0 by the loads meanwhile. */
+    const int pg_first = ks >> p.page_shift;
+    const int pg_end = ke > ks ? ((ke - 1) >> p.page_shift) + 1 : pg_first;
+    const int32_t *btb = p.bt + (int64_t)b * p.bt_sb;
+    const int chk0 = pg_first + tid < pg_end ? btb[(int64_t)(pg_first + tid) * p.bt_sp] : 0;
     const int g = lane >> 2, tq = lane & 3;
     int rlo[2], rhi[2];
 #pragma unroll
@@ -230,7 +314,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     key_range(min(r0 + 15, nrows - 1) / p.group, p.lq, len, p.wl, p.wr, unused, hi_u);
     const int kb = max(ks, lo_u), kend = min(ke, hi_u);
     const int t0 = kb / 16, t1 = kend > kb ? (kend + 15) / 16 : t0;
-    const int my_tiles = t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
+    const int my_tiles = HW ? t1 - t0 : t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
+    const int tfirst = HW ? t0 : t0 + warp, tstep = HW ? 1 : NW; /* this warp's tiles */
 
     ScoreMod mod = ScoreMod();
     mod.cap2 = p.cap2;
@@ -250,14 +335,13 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     }
 
     typedef typename std::conditional<FP8, uint8_t, T>::type KV;
-    unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
     /* FP8: this warp's conversion tile (K, then V, of the current key tile) */
     T *sconv = reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + Tr::SMEM_RING) + warp * 16 * LDS;
     const KV *kc = reinterpret_cast<const KV *>(p.kc) + (int64_t)kvh * p.k_sh;
     const KV *vc = reinterpret_cast<const KV *>(p.vc) + (int64_t)kvh * p.v_sh;
     const float *ksc = FP8 ? p.ks + (int64_t)kvh * p.ks_sh : nullptr;
     const float *vsc = FP8 ? p.vs + (int64_t)kvh * p.vs_sh : nullptr;
-    const int32_t *bt = p.bt + (int64_t)b * p.bt_sb;
+    const int32_t *bt = btb;
     const int pmask = (1 << p.page_shift) - 1;
     /* row stride of a stage tile (elements of KV) */
     constexpr int RS = FP8 ? Tr::LDB : LDS;
@@ -278,6 +362,12 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         soff[it] = r * RS + c * (FP8 ? 16 : 8);
     }
     const bool tile_page = p.page_shift >= 4;
+    /* the pool page of key `key`; an entry out of range (the sequence is
+     * bad, found by the check) reads page 0, so no load leaves the pool */
+    auto page_at = [&](int key) -> int64_t {
+        const int pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+        return (unsigned)pg < (unsigned)p.num_pages ? pg : 0;
+    };
     /* Key tile t into stage st: 16 rows of K then of V; rows past the
      * sequence are zero-filled (their pages need not exist).  FP8: then the
      * 16 K scales (lanes 0-15) and V scales (lanes 16-31), 0 past it. */
@@ -285,7 +375,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         KV *sk = reinterpret_cast<KV *>(ring + st * Tr::STAGE_BYTES), *sv = sk + 16 * RS;
         const int key0 = t * 16;
         if (tile_page) {
-            const int64_t pg = bt[(int64_t)(key0 >> p.page_shift) * p.bt_sp];
+            const int64_t pg = page_at(key0);
             const int64_t row0 = key0 & pmask;
             const KV *kt = kc + pg * p.k_sp + row0 * p.k_sr, *vt = vc + pg * p.v_sp + row0 * p.v_sr;
 #pragma unroll
@@ -293,8 +383,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 const bool v = lval[it] && key0 + crow[it] < len;
                 const KV *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
                 const KV *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
-                sf_cp_async16_zfill(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
-                sf_cp_async16_zfill(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
+                cp_kv<VAR>(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
+                cp_kv<VAR>(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int r = lane & 15, key = key0 + r;
@@ -311,20 +401,20 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 const bool v = lval[it] && key < len;
                 int64_t ko = 0, vo = 0;
                 if (v) {
-                    const int64_t pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+                    const int64_t pg = page_at(key);
                     const int64_t row = key & pmask;
                     ko = pg * p.k_sp + row * p.k_sr + lcol[it];
                     vo = pg * p.v_sp + row * p.v_sr + lcol[it];
                 }
-                sf_cp_async16_zfill(sk + soff[it], kc + ko, v ? 16 : 0);
-                sf_cp_async16_zfill(sv + soff[it], vc + vo, v ? 16 : 0);
+                cp_kv<VAR>(sk + soff[it], kc + ko, v ? 16 : 0);
+                cp_kv<VAR>(sv + soff[it], vc + vo, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int key = key0 + (lane & 15);
                 const bool v = key < len;
                 int64_t o = 0;
                 if (v) {
-                    const int64_t pg = bt[(int64_t)(key >> p.page_shift) * p.bt_sp];
+                    const int64_t pg = page_at(key);
                     const int64_t row = key & pmask;
                     o = lane < 16 ? pg * p.ks_sp + row * p.ks_sr : pg * p.vs_sp + row * p.vs_sr;
                 }
@@ -357,7 +447,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
-        if (s < my_tiles) load(t0 + warp + s * NW, s);
+        if (s < my_tiles) load(tfirst + s * tstep, s);
         sf_cp_async_commit();
     }
     /* Q (the first group, issued by every thread) is in */
@@ -367,18 +457,43 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 #pragma unroll
     for (int kk = 0; kk < KD; kk++)
         sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+    __syncwarp(); /* HW: Q's stage is the next tile's */
 
     float o[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
 
+    /* VAR bit 2 (an experiment variant): the rows of the tile PF tiles past
+     * the ring's newest are asked into L2 (one bulk prefetch a lane: lanes
+     * 0-15 a K row, 16-31 a V row), more bytes in flight than the ring
+     * holds. */
+    constexpr int PF = 2;
+    auto prefetch = [&](int t) {
+        const int key = t * 16 + (lane & 15);
+        if (key >= len) return;
+        const int64_t pg = page_at(key), row = key & pmask;
+        const KV *src = lane < 16 ? kc + pg * p.k_sp + row * p.k_sr : vc + pg * p.v_sp + row * p.v_sr;
+#if __CUDA_ARCH__ >= 900
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(dch * 16) : "memory");
+#else
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+#endif
+    };
+    if constexpr ((VAR & 4) != 0) {
+#pragma unroll
+        for (int j = 0; j < PF; j++)
+            if (ST - 1 + j < my_tiles) prefetch(tfirst + (ST - 1 + j) * tstep);
+    }
+
     for (int n = 0; n < my_tiles; n++) {
-        if (n + ST - 1 < my_tiles) load(t0 + warp + (n + ST - 1) * NW, (n + ST - 1) % ST);
+        if constexpr ((VAR & 4) != 0)
+            if (n + ST - 1 + PF < my_tiles) prefetch(tfirst + (n + ST - 1 + PF) * tstep);
+        if (n + ST - 1 < my_tiles) load(tfirst + (n + ST - 1) * tstep, (n + ST - 1) % ST);
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        const int key0 = (t0 + warp + n * NW) * 16;
+        const int key0 = (tfirst + n * tstep) * 16;
         const unsigned char *stage = ring + (n % ST) * Tr::STAGE_BYTES;
         const T *sk, *sv;
         float ksf[2][2], vsf[2][2]; /* FP8: scales of this lane's key columns */
@@ -453,89 +568,124 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         __syncwarp(); /* the stage is reloaded next iteration */
     }
     sf_cp_async_wait<0>();
-    /* merge the warps: m (log2 units), l and the unnormalised O of each */
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
         lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
     }
-    __syncthreads(); /* every warp is done with the ring */
-    float *ms = reinterpret_cast<float *>(sKV);
-    float *ls = ms + NW * 16;
-    float *os = ls + NW * 16;
-    if (tq == 0) {
-        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
-        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+    /* the rest of the split's table entries (past the first a thread took) */
+    bool bad = !len_ok || (pg_first + tid < pg_end && (unsigned)chk0 >= (unsigned)p.num_pages);
+    for (int i = pg_first + tid + (int)blockDim.x; i < pg_end; i += blockDim.x) {
+        const int pg = btb[(int64_t)i * p.bt_sp];
+        bad |= (unsigned)pg >= (unsigned)p.num_pages;
     }
+    const bool direct = ns == 1 || !p.ctr;
+    if constexpr (HW) {
+        bad = __syncthreads_or(bad) != 0; /* also: every warp is done with its ring */
+        /* each warp its own head's rows, straight from the fragments */
 #pragma unroll
-    for (int i = 0; i < NO; i++) {
-        float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
-        o0[0] = o[i][0], o0[1] = o[i][1];
-        o1[0] = o[i][2], o1[1] = o[i][3];
+        for (int rr = 0; rr < 2; rr++) {
+            const int r = r0 + g + rr * 8;
+            if (r >= nrows) continue;
+            const int tok = r / p.group, h = kvh * p.group + (r - tok * p.group);
+            const float L = lrow[rr];
+            const bool has = L > 0.f && !bad;
+            const float inv = has ? 1.f / L : 0.f;
+            const float lsev = has ? (mrow[rr] + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+            if (direct) {
+                T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+#pragma unroll
+                for (int i = 0; i < NO; i++) {
+                    const int c = i * 8 + 2 * tq;
+                    if (c < p.d) {
+                        dst[c] = sf_elem<T>::from_f(o[i][2 * rr] * inv);
+                        dst[c + 1] = sf_elem<T>::from_f(o[i][2 * rr + 1] * inv);
+                    }
+                }
+                if (p.lse && tq == 0) p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+            } else {
+                const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+                float *dp = p.o_part + row * D;
+#pragma unroll
+                for (int i = 0; i < NO; i++) {
+                    const int c = i * 8 + 2 * tq;
+                    if (c < p.d) *reinterpret_cast<float2 *>(dp + c) = make_float2(o[i][2 * rr] * inv, o[i][2 * rr + 1] * inv);
+                }
+                if (tq == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+            }
+        }
+    } else {
+        /* merge the warps: m (log2 units), l and the unnormalised O of each */
+        __syncthreads(); /* every warp is done with the ring */
+        float *ms = reinterpret_cast<float *>(sKV);
+        float *ls = ms + NW * 16;
+        float *os = ls + NW * 16;
+        if (tq == 0) {
+            ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
+            ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+        }
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+            float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
+            o0[0] = o[i][0], o0[1] = o[i][1];
+            o1[0] = o[i][2], o1[1] = o[i][3];
+        }
+        bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
+        for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
+            const int r = idx / D, c = idx - (idx / D) * D;
+            const int rr = r0 + r;
+            if (rr >= nrows || c >= p.d) continue;
+            float M = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
+            const float base = M == -INFINITY ? 0.f : M;
+            float L = 0.f, acc = 0.f;
+#pragma unroll
+            for (int w = 0; w < NW; w++) {
+                const float f = sf_ex2(ms[w * 16 + r] - base);
+                L += ls[w * 16 + r] * f;
+                acc += os[(w * 16 + r) * Tr::OLD + c] * f;
+            }
+            const bool has = L > 0.f && !bad;
+            const float val = has ? acc / L : 0.f;
+            const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+            if (direct) {
+                T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+                dst[c] = sf_elem<T>::from_f(val);
+                if (p.lse && c == 0)
+                    p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+            } else {
+                const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+                p.o_part[row * D + c] = val;
+                if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+            }
+        }
+    }
+    if (bad && tid == 0) record_error(p.err, b);
+    if (direct) return;
+    /* Several splits: the last of the group to finish merges them.  Each
+     * publishes its partials (fence) before it counts itself; a bad split
+     * counts 0x10000 more, so the last one knows whether any was bad. */
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned int last_word;
+    unsigned int *ctr = p.ctr + (int64_t)b * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned int old = atomicAdd(ctr, 1u + (bad ? 0x10000u : 0u));
+        const bool last = (old & 0xffffu) == (unsigned)ns - 1u;
+        last_word = last ? 1u + ((old >> 16) != 0u || bad ? 1u : 0u) : 0u;
+        if (last) *ctr = 0u; /* every split has counted: back to 0 for the next call */
     }
     __syncthreads();
-    for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
-        const int r = idx / D, c = idx - (idx / D) * D;
-        const int rr = r0 + r;
-        if (rr >= nrows || c >= p.d) continue;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
-        const float base = M == -INFINITY ? 0.f : M;
-        float L = 0.f, acc = 0.f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            const float f = sf_ex2(ms[w * 16 + r] - base);
-            L += ls[w * 16 + r] * f;
-            acc += os[(w * 16 + r) * Tr::OLD + c] * f;
-        }
-        const float val = L > 0.f ? acc / L : 0.f;
-        const float lsev = L > 0.f ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
-        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
-        if (ns == 1) {
-            T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
-            dst[c] = sf_elem<T>::from_f(val);
-            if (p.lse && c == 0)
-                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
-        } else {
-            const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
-            p.o_part[row * D + c] = val;
-            if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
-        }
+    if (last_word == 0u) return;
+    __threadfence();
+    const bool any_bad = last_word == 2u;
+#pragma unroll 1
+    for (int w = 0; w < (HW ? NW : 1); w++) {
+        if (w > 0) __syncthreads(); /* the scratch is the next head's */
+        combine_group<T, D>(p, b, HW ? hg * NW + w : kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
     }
-}
-
-/* The splits of each (sequence, token, head) row merged by their lse; one
- * warp a row; sequences of one split were written directly. */
-template <typename T, int D>
-__global__ void __launch_bounds__(128) paged_combine(const PagedParams p) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (row >= (int64_t)p.batch * p.lq * p.nheads) return;
-    const int h = (int)(row % p.nheads);
-    const int tok = (int)((row / p.nheads) % p.lq);
-    const int b = (int)(row / ((int64_t)p.nheads * p.lq));
-    const int len = p.seq_ok[b] ? p.lens[(int64_t)b * p.lens_s] : 0;
-    const int ns = nsplit_of(len, p.nsplit_max);
-    if (ns == 1) return;
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++)
-        M = fmaxf(M, p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok]);
-    const float base = M == -INFINITY ? 0.f : M;
-    float W = 0.f;
-    for (int s = 0; s < ns; s++) W += __expf(p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok] - base);
-    const float inv = W > 0.f ? 1.f / W : 0.f;
-    T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
-    for (int c = lane; c < p.d; c += 32) {
-        float acc = 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float w = __expf(p.lse_part[(((int64_t)s * p.batch + b) * p.nheads + h) * p.lq + tok] - base);
-            acc += w * p.o_part[((((int64_t)s * p.batch + b) * p.lq + tok) * p.nheads + h) * D + c];
-        }
-        dst[c] = sf_elem<T>::from_f(acc * inv);
-    }
-    if (p.lse && lane == 0)
-        p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = W > 0.f ? M + logf(W) : -INFINITY;
 }
 
 } /* namespace sf_paged */

@@ -1,16 +1,19 @@
 /* paged.cu - the paged KV cache on the GPU: sf_kv_append (append.cuh) and
- * sf_attn_paged (decode.cuh: validation, split-KV attention, combine), on
- * 16-bit or FP8 pools.
+ * sf_attn_paged (decode.cuh: one launch of split-KV attention that checks
+ * the table and merges the splits), on 16-bit or FP8 pools.
  * Nothing here reads a length or a table entry on the host, so both calls
  * can be captured in a CUDA graph and replayed with other lengths and
  * tables.
  */
+#include "autotune.h"
 #include "common/cuda_common.h"
 #include "paged/append.cuh"
+#include "paged/counters.h"
 #include "paged/decode.cuh"
 
 #include <atomic>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 namespace {
@@ -52,22 +55,61 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
  * wave of resident blocks (the kernel's occupancy times the SMs) with the
  * b x Hkv x row-tile blocks the problem has, never a second partial wave
  * (b 32, 4k keys: 3.79 TB/s at one wave, 3.26 at 1.3), never more than the
- * table's capacity can use.  A function of shapes only, so graph replays
- * with other lengths keep it. */
-int64_t split_count(const PagedParams &p, int64_t sms, int per_sm) {
-    const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
+ * table's capacity can use; one when the groups outnumber the split
+ * counters (counters.h) or there are none.  A function of shapes only, so
+ * graph replays with other lengths keep it. */
+int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr, int heads_per_cta) {
+    const int64_t base = (int64_t)p.batch * (p.nkv / heads_per_cta) * p.mtiles;
+    if (!have_ctr || base > SF_PAGED_CTRS) return 1;
     const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
     int64_t nsm = (int64_t)per_sm * sms / base;
-    const int64_t by_len = (cap_keys + sf_paged::MIN_SPLIT_KEYS - 1) / sf_paged::MIN_SPLIT_KEYS;
+    const int64_t by_len = (cap_keys + p.min_split - 1) / p.min_split;
     if (nsm > by_len) nsm = by_len;
     if (nsm > 64) nsm = 64;
     return nsm < 1 ? 1 : nsm;
 }
 
-template <typename T, int D, bool FP8, int MOD>
-sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
+/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
+ * and the kernel's variants: "s<N>" runs N splits at most (1..MAX_SPLITS) where the
+ * counters allow more than one, "m<K>s<N>" also splits of K keys at least
+ * (MIN_SPLIT_KEYS otherwise); "l2" and/or "hw" (then optionally s<N>)
+ * the 16-bit d 128 instance without score modifiers with the L2 prefetch
+ * hint (VAR bit 0) and/or four kv heads a CTA (VAR bit 1, where Hkv is a
+ * multiple of 4), "pf": L2 prefetches ahead of the ring (VAR bit 2; with
+ * hw, or alone at d 64 too).  Unset or unknown: the defaults. */
+struct PagedForce {
+    int splits; /* 0: by the occupancy */
+    int var;
+    int min_split; /* keys a split takes at least */
+};
+PagedForce paged_force() {
+    PagedForce f = {0, 0, sf_paged::MIN_SPLIT_KEYS};
+    char buf[32];
+    const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
+    if (!n) return f;
+    for (;;) {
+        if (!strncmp(n, "l2", 2)) f.var |= 1, n += 2;
+        else if (!strncmp(n, "hw", 2)) f.var |= 2, n += 2;
+        else if (!strncmp(n, "pf", 2)) f.var |= 4, n += 2;
+        else break;
+    }
+    if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
+        const int v = atoi(n + 1);
+        if (v >= 16 && v % 16 == 0) f.min_split = v;
+        n++;
+        while (*n >= '0' && *n <= '9') n++;
+    }
+    if (n[0] == 's') {
+        const int v = atoi(n + 1);
+        if (v >= 1 && v <= sf_paged::MAX_SPLITS) f.splits = v;
+    }
+    return f;
+}
+
+template <typename T, int D, bool FP8, int MOD, int VAR = 0>
+sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD>;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, VAR>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
     static std::atomic<int> per_sm_cache{0};
@@ -81,40 +123,48 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad) {
         per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm);
+    constexpr int HPC = (VAR & 2) ? 4 : 1; /* kv heads a CTA */
+    const int64_t gy = (int64_t)(p.nkv / HPC) * p.mtiles;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr, HPC);
+    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
+    p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
 
-    /* workspace: per-sequence validity, then the split partials */
-    const size_t n_ok = ((size_t)p.batch * sizeof(int32_t) + 255) & ~(size_t)255;
-    const size_t n_lse = nsm > 1 ? (((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255) : 0;
-    const size_t n_o = nsm > 1 ? (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float) : 0;
-    unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_ok + n_lse + n_o);
-    if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
-    p.seq_ok = (int32_t *)ws;
-    p.lse_part = nsm > 1 ? (float *)(ws + n_ok) : nullptr;
-    p.o_part = nsm > 1 ? (float *)(ws + n_ok + n_lse) : nullptr;
+    /* workspace: the split partials, lse then O (none with one split) */
+    if (nsm > 1) {
+        const size_t n_lse = ((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255;
+        const size_t n_o = (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float);
+        unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_lse + n_o);
+        if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
+        p.lse_part = (float *)ws;
+        p.o_part = (float *)(ws + n_lse);
+    }
 
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)Tr::SMEM));
+    /* one launch: the table checks and the merge of the splits are in it */
     cudaStream_t s = sf_cuda_stream(ctx);
-    sf_paged::paged_validate<<<p.batch, 256, 0, s>>>(p);
+    kern<<<dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
     SF_CUDA_CHECK_LAUNCH(ctx);
-    kern<<<dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
-    SF_CUDA_CHECK_LAUNCH(ctx);
-    if (p.nsplit_max > 1) {
-        const int64_t rows = (int64_t)p.batch * p.lq * p.nheads;
-        sf_paged::paged_combine<T, D><<<(unsigned)((rows + 3) / 4), 128, 0, s>>>(p);
-        SF_CUDA_CHECK_LAUNCH(ctx);
-    }
     return SF_OK;
 }
 
 /* score modifiers: ALiBi (softcap at run time in it), softcap, none */
 template <typename T, int D, bool FP8>
-sf_status attn_dispatch_mod(sf_ctx *ctx, const PagedParams &p, int dpad) {
-    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad);
-    return p.cap2 > 0.f ? launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad)
-                        : launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad);
+sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
+    const PagedForce f = paged_force();
+    p.min_split = f.min_split;
+    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad, f.splits);
+    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad, f.splits);
+    if constexpr (D == 128 && !FP8) {
+        if (f.var == 1) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 1>(ctx, p, dpad, f.splits);
+        if (f.var == 2 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 2>(ctx, p, dpad, f.splits);
+        if (f.var == 3 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 3>(ctx, p, dpad, f.splits);
+        if (f.var == 6 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 6>(ctx, p, dpad, f.splits);
+    }
+    if constexpr (D <= 128 && !FP8)
+        if (f.var == 4) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 4>(ctx, p, dpad, f.splits);
+    return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
 }
 
 template <typename T, bool FP8>
