@@ -87,12 +87,6 @@ PagedForce paged_force() {
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
     if (!n) return f;
-    for (;;) {
-        if (!strncmp(n, "l2", 2)) f.var |= 1, n += 2;
-        else if (!strncmp(n, "hw", 2)) f.var |= 2, n += 2;
-        else if (!strncmp(n, "pf", 2)) f.var |= 4, n += 2;
-        else break;
-    }
     if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
         const int v = atoi(n + 1);
         if (v >= 16 && v % 16 == 0) f.min_split = v;
@@ -156,14 +150,6 @@ sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     p.min_split = f.min_split;
     if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad, f.splits);
     if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad, f.splits);
-    if constexpr (D == 128 && !FP8) {
-        if (f.var == 1) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 1>(ctx, p, dpad, f.splits);
-        if (f.var == 2 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 2>(ctx, p, dpad, f.splits);
-        if (f.var == 3 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 3>(ctx, p, dpad, f.splits);
-        if (f.var == 6 && p.nkv % 4 == 0) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 6>(ctx, p, dpad, f.splits);
-    }
-    if constexpr (D <= 128 && !FP8)
-        if (f.var == 4) return launch_attn<T, D, FP8, sf_paged::MOD_NONE, 4>(ctx, p, dpad, f.splits);
     return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
 }
 
