@@ -188,11 +188,9 @@ sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int de
     const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
     if constexpr (!std::is_same<T, float>::value) {
         if (c.kernel == BwdKernel::fa2)
-            return c.dmax == 64 ? (c.qrows == 32 ? (c.ctas == 2 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
-                                                                : launch_fa2<T, 64, 32, 1>(ctx, p, det, lk, p.lq, aux16))
+            return c.dmax == 64 ? (c.qrows == 32 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
                                                  : launch_fa2<T, 64, 64, 1>(ctx, p, det, lk, p.lq, aux16))
-                                : (c.qrows == 32 ? launch_fa2<T, 128, 32, 1>(ctx, p, det, lk, p.lq, aux16)
-                                                 : launch_fa2<T, 128, 64, 1>(ctx, p, det, lk, p.lq, aux16));
+                                : launch_fa2<T, 128, 64, 1>(ctx, p, det, lk, p.lq, aux16);
     }
     switch (c.dmax) {
     case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);

@@ -26,11 +26,9 @@ struct BwdConfig {
     const char *about;
 };
 inline const BwdConfig bwd_configs[] = {
+    {"fa64q32x2", BwdKernel::fa2, 64, 32, 2, "FA2 scheme at d <= 64: 8 warps, 128 keys kept, 32-row query blocks by cp.async (2 stages), registers capped for 2 CTAs an SM (65 KB of shared memory each)"},
     {"fa64", BwdKernel::fa2, 64, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 64"},
     {"fa128", BwdKernel::fa2, 128, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 128"},
-    {"fa128q32", BwdKernel::fa2, 128, 32, 1, "fa128 with 32-row query blocks (fewer registers)"},
-    {"fa64q32", BwdKernel::fa2, 64, 32, 1, "fa64 with 32-row query blocks"},
-    {"fa64q32x2", BwdKernel::fa2, 64, 32, 2, "fa64q32 with registers capped for 2 CTAs an SM (65 KB of shared memory each)"},
     {"mma64", BwdKernel::mma, 64, 0, 0, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
     {"mma128", BwdKernel::mma, 128, 0, 0, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
     {"mmal64", BwdKernel::mma_ldsm, 64, 0, 0, "mma64 with B operands by ldmatrix.trans (no transposed copies in shared memory)"},

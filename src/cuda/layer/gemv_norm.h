@@ -7,7 +7,7 @@
  * One launch where the engine had a GEMM, then an add + RMSNorm: at a decode
  * step's one to eight rows both are latency-bound, and the product's output
  * never needs to round to x's dtype.  Internal to the library (the engine's
- * o_proj / down_proj / Mamba out_proj followed by a norm); its test is
+ * products of K <= 2048 followed by a norm: o_proj, SmolLM2's down_proj); its test is
  * tests/test_gemv_norm.c.  SF_AUTOTUNE_FORCE=gemv_norm:apart makes the
  * engine run the product and the norm apart (cuBLAS, sf_add_rmsnorm). */
 #ifndef SF_GEMV_NORM_H
