@@ -759,8 +759,8 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             STEP(sf_attn_fwd(m->ctx, &fp));
         }
         STEP(linear_norm(m, &ly->o, m->att, T, &ly->post_norm));
-    mlp:
         sf_swiglu_params sp;
+    mlp:
         sf_swiglu_params_init(&sp);
         if (ly->gate_up.n) { /* one product, [gate | up] a row */
             STEP(sfm_linear_apply(m, &ly->gate_up, m->h, T, m->g));
