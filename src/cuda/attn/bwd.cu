@@ -1,19 +1,16 @@
 /* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
  *
- * Three launches per call: attn_bwd_pre (D = rowsum(dO * O) into the
- * workspace), the dK/dV kernel of the configuration (attn_bwd_dkdv_mma of
- * bwd_mma.cuh on tensor cores, or attn_bwd_dkdv of bwd_simt.cuh on f32
- * FMAs; in the fast mode also the dQ partials, atomically added to a zeroed
- * f32 accumulator), then either attn_bwd_dq_out (fast: the accumulator
- * converted to dq) or the deterministic mode's dQ pass (attn_bwd_dq_mma or
- * attn_bwd_dq: dQ recomputed per query tile in a fixed key order, no
- * atomics, bit-identical from run to run; it recomputes S and dP once more,
- * the price of the fixed order).
- * The FA2 rows (fa64, fa128, ...: bwd_fa2.cuh) do the same with their own
- * kernels: attn_bwd_fa2_pre (D, and the accumulator zeroed in the same
+ * Three launches per call.  The FA2 rows (16-bit operands, d <= 128:
+ * bwd_fa2.cuh) run attn_bwd_fa2_pre (D = rowsum(dO * O) into the
+ * workspace, and the fast mode's f32 dQ accumulator zeroed in the same
  * pass) when o and dq rows are 16-byte aligned, attn_bwd_fa2 (dK/dV, and
- * the dQ partials in the fast mode), then attn_bwd_fa2_dq_out or the
- * deterministic mode's attn_bwd_fa2_dq (bwd_fa2_dq.cuh).
+ * in the fast mode the dQ partials added to the accumulator), then
+ * attn_bwd_fa2_dq_out (fast: the accumulator converted to dq) or the
+ * deterministic mode's attn_bwd_fa2_dq (bwd_fa2_dq.cuh: dQ recomputed per
+ * query block in a fixed key order, no atomics, bit-identical from run to
+ * run; it recomputes S and dP once more, the price of the fixed order).
+ * The simt rows (f32, and d up to 256: bwd_simt.cuh) do the same on f32
+ * FMAs with attn_bwd_pre, attn_bwd_dkdv and attn_bwd_dq_out / attn_bwd_dq.
  * The configuration is the first row of the table that supports the call,
  * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
@@ -23,7 +20,6 @@
 #include "attn/bwd_configs.h"
 #include "attn/bwd_fa2.cuh"
 #include "attn/bwd_fa2_dq.cuh"
-#include "attn/bwd_mma.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn_bwd.h"
 #include "autotune.h"
@@ -46,18 +42,6 @@ void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t 
         sr = t->stride[1];
         sh = t->stride[2];
     }
-}
-
-template <typename T, int DM, bool DQ, bool LD>
-sf_status launch_mma(sf_ctx *ctx, const BwdParams &p, int64_t max_lk) {
-    const dim3 grid((unsigned)((max_lk + BWDM_T - 1) / BWDM_T), (unsigned)(p.nheads / p.heads_per_kv),
-                    (unsigned)p.batch);
-    const size_t ms = BwdMmaSmem<DM, LD>::bytes;
-    auto kern = attn_bwd_dkdv_mma<T, DM, DQ, LD>;
-    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
-    kern<<<grid, BWD_NT, ms, sf_cuda_stream(ctx)>>>(p);
-    SF_CUDA_CHECK_LAUNCH(ctx);
-    return SF_OK;
 }
 
 /* The FA2-scheme configurations: D, the dK/dV kernel attn_bwd_fa2 (with the
@@ -121,8 +105,11 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
     return SF_OK;
 }
 
-template <typename T, int DM, bool LD>
-sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max_lk, int64_t q_tiles) {
+/* The simt configurations: D, the dK/dV kernel attn_bwd_dkdv (with the dQ
+ * partials in the fast mode), then the accumulator's conversion (fast) or
+ * attn_bwd_dq's dQ pass (deterministic). */
+template <typename T, int DM>
+sf_status launch_simt(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_tiles) {
     cudaStream_t st = sf_cuda_stream(ctx);
     const size_t smem = BwdSmem<DM>::bytes;
     const int64_t kv_tiles = (max_lk + BWD_T - 1) / BWD_T;
@@ -131,13 +118,7 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
         attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (mma && max_lk > 0) {
-        if constexpr (!std::is_same<T, float>::value && DM <= 128) { /* the instances that exist */
-            const sf_status s = det ? launch_mma<T, DM, false, LD>(ctx, p, max_lk)
-                                    : launch_mma<T, DM, true, LD>(ctx, p, max_lk);
-            if (s != SF_OK) return s;
-        }
-    } else if (kv_tiles > 0) {
+    if (kv_tiles > 0) {
         const dim3 grid((unsigned)kv_tiles, (unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch);
         if (det) {
             auto kern = attn_bwd_dkdv<T, DM, false>;
@@ -151,18 +132,6 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
             kern<<<grid, BWD_NT, smem, st>>>(p);
         }
         SF_CUDA_CHECK_LAUNCH(ctx);
-    }
-    if constexpr (!std::is_same<T, float>::value && DM <= 128) {
-        if (mma && p.rows_q > 0 && det) {
-            const size_t ms = BwdMmaDqSmem<DM, LD>::bytes;
-            auto kern = attn_bwd_dq_mma<T, DM, LD>;
-            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)ms));
-            kern<<<dim3((unsigned)((q_tiles + 1) / 2), (unsigned)p.nheads, (unsigned)p.batch), /* 64-row tiles */
-                   BWD_NT, ms, st>>>(p);
-            SF_CUDA_CHECK_LAUNCH(ctx);
-            return SF_OK;
-        }
     }
     if (p.rows_q > 0 && det && q_tiles > 0) {
         auto kern = attn_bwd_dq<T, DM>;
@@ -180,12 +149,11 @@ sf_status launch(sf_ctx *ctx, const BwdParams &p, int det, bool mma, int64_t max
     return SF_OK;
 }
 
-/* The instances: mma rows exist for 16-bit T and DM <= 128 only
- * (bwd_config_supports keeps f32 off them). */
+/* The instances: FA2 rows for 16-bit T only (bwd_config_supports keeps
+ * f32 off them). */
 template <typename T>
 sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt,
                      bool aux16) {
-    const bool mma = c.kernel != BwdKernel::simt, ld = c.kernel == BwdKernel::mma_ldsm;
     if constexpr (!std::is_same<T, float>::value) {
         if (c.kernel == BwdKernel::fa2)
             return c.dmax == 64 ? (c.qrows == 32 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
@@ -193,10 +161,9 @@ sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int de
                                 : launch_fa2<T, 128, 64, 1>(ctx, p, det, lk, p.lq, aux16);
     }
     switch (c.dmax) {
-    case 64: return ld ? launch<T, 64, true>(ctx, p, det, mma, lk, qt) : launch<T, 64, false>(ctx, p, det, mma, lk, qt);
-    case 128:
-        return ld ? launch<T, 128, true>(ctx, p, det, mma, lk, qt) : launch<T, 128, false>(ctx, p, det, mma, lk, qt);
-    default: return launch<T, 256, false>(ctx, p, det, false, lk, qt);
+    case 64: return launch_simt<T, 64>(ctx, p, det, lk, qt);
+    case 128: return launch_simt<T, 128>(ctx, p, det, lk, qt);
+    default: return launch_simt<T, 256>(ctx, p, det, lk, qt);
     }
 }
 
@@ -260,7 +227,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         p.rows_q = pr->batch * pr->max_lq;
     }
     p.varlen = vl;
-    /* 16-byte loads of q, k, v and dout rows (the mma kernels): d and every
+    /* 16-byte loads of q, k, v and dout rows (the FA2 kernels): d and every
      * stride a multiple of 8 elements and the data 16-byte aligned */
     {
         const sf_tensor *ts[] = {&f->q, &f->k, &f->v, &a->dout};

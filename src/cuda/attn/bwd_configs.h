@@ -15,8 +15,8 @@ namespace sf_attn {
 /* The configurations, as data, in order of preference: the kernel of the
  * dK/dV pass, the largest head dim it holds (its dK/dV registers and
  * shared tiles are sized for it) and, for the FA2 rows, the query rows a
- * block and the CTAs an SM its registers are capped for (0 for the others). */
-enum class BwdKernel { fa2, mma, mma_ldsm, simt };
+ * block and the CTAs an SM its registers are capped for (0 for simt). */
+enum class BwdKernel { fa2, simt };
 struct BwdConfig {
     const char *name;
     BwdKernel kernel;
@@ -29,10 +29,6 @@ inline const BwdConfig bwd_configs[] = {
     {"fa64q32x2", BwdKernel::fa2, 64, 32, 2, "FA2 scheme at d <= 64: 8 warps, 128 keys kept, 32-row query blocks by cp.async (2 stages), registers capped for 2 CTAs an SM (65 KB of shared memory each)"},
     {"fa64", BwdKernel::fa2, 64, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 64"},
     {"fa128", BwdKernel::fa2, 128, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 128"},
-    {"mma64", BwdKernel::mma, 64, 0, 0, "mma.sync m16n8k16, tiles 64 x 64, d <= 64, f16/bf16"},
-    {"mma128", BwdKernel::mma, 128, 0, 0, "mma.sync m16n8k16, tiles 64 x 64, d <= 128, f16/bf16"},
-    {"mmal64", BwdKernel::mma_ldsm, 64, 0, 0, "mma64 with B operands by ldmatrix.trans (no transposed copies in shared memory)"},
-    {"mmal128", BwdKernel::mma_ldsm, 128, 0, 0, "mma128 with B operands by ldmatrix.trans (80 KB of shared memory: 2 CTAs an SM)"},
     {"simt64", BwdKernel::simt, 64, 0, 0, "f32 FMAs, tiles 32 x 32, d <= 64"},
     {"simt128", BwdKernel::simt, 128, 0, 0, "f32 FMAs, tiles 32 x 32, d <= 128"},
     {"simt256", BwdKernel::simt, 256, 0, 0, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},

@@ -35,7 +35,7 @@
 #ifndef SF_ATTN_BWD_FA2_CUH
 #define SF_ATTN_BWD_FA2_CUH
 
-#include "attn/bwd_mma.cuh"
+#include "attn/bwd_simt.cuh"
 
 namespace sf_attn {
 
@@ -66,6 +66,16 @@ __device__ __forceinline__ void fa2_load(T *X, const T *base, int64_t sr, int n,
         const int r = idx / DM, c = idx - r * DM;
         X[r * LDR + c] = (r < n && c < d) ? base[(int64_t)r * sr + c] : zero;
     }
+}
+
+/* B fragments of n-tiles n0 / 8 and n0 / 8 + 1 for the k rows k0..k0+15 of a
+ * row-major tile X[k][n] (stride LDR) by ldmatrix.x4.trans: lanes 8m..8m+7
+ * address rows k0 + 8 (m & 1) + 0..7 at column n0 + 8 (m >> 1); b[0], b[1]
+ * are the first n-tile's registers, b[2], b[3] the second's. */
+template <typename T, int LDR>
+__device__ __forceinline__ void fa2_ldsm_b2(uint32_t b[4], const T *X, int k0, int n0, int lane) {
+    const int m = lane >> 3, rr = lane & 7;
+    sf_ldsm_x4_t(b, X + (k0 + rr + 8 * (m & 1)) * LDR + n0 + 8 * (m >> 1));
 }
 
 /* A fragment (16 x 16) at rows r0.., cols c0.. of a row-major tile. */
@@ -320,8 +330,8 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
                 uint32_t bo[4], bq[4];
-                bwdm_ldsm_b2<T, LDR>(bo, sdO, 16 * kb, 8 * n, lane);
-                bwdm_ldsm_b2<T, LDR>(bq, sQ, 16 * kb, 8 * n, lane);
+                fa2_ldsm_b2<T, LDR>(bo, sdO, 16 * kb, 8 * n, lane);
+                fa2_ldsm_b2<T, LDR>(bq, sQ, 16 * kb, 8 * n, lane);
                 MMA::run(dv[n], ap, bo[0], bo[1]);
                 MMA::run(dv[n + 1], ap, bo[2], bo[3]);
                 MMA::run(dk[n], ad, bq[0], bq[1]);
@@ -344,7 +354,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
 #pragma unroll
                 for (int n = 0; n < NDQ; n += 2) {
                     uint32_t bk[4];
-                    bwdm_ldsm_b2<T, LDR>(bk, sK, 16 * kb, 8 * (cb + n), lane);
+                    fa2_ldsm_b2<T, LDR>(bk, sK, 16 * kb, 8 * (cb + n), lane);
                     MMA::run(c[n], as, bk[0], bk[1]);
                     MMA::run(c[n + 1], as, bk[2], bk[3]);
                 }

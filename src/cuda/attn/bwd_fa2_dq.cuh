@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2_dq(const BwdParams p)
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
                 uint32_t bk[4];
-                bwdm_ldsm_b2<T, LDR>(bk, sK, 16 * kb, 8 * n, lane);
+                fa2_ldsm_b2<T, LDR>(bk, sK, 16 * kb, 8 * n, lane);
                 MMA::run(dq[n], ad, bk[0], bk[1]);
                 MMA::run(dq[n + 1], ad, bk[2], bk[3]);
             }
