@@ -100,36 +100,28 @@ __global__ void __launch_bounds__(GN_WARPS * 32) gemv_add_rmsnorm(const sf_gemv_
         auto base = [&](int p) { return ((p + rot) % npass) * PASS + lane; };
         uint4 wa[GN_U], wb[GN_U];
         const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-        {
-            const int b0 = base(0);
+        auto load = [&](uint4 (&w)[GN_U], int b) {
 #pragma unroll
-            for (int u = 0; u < GN_U; u++) wa[u] = b0 + 32 * u < nv ? ld_stream(wr + b0 + 32 * u) : z;
-        }
+            for (int u = 0; u < GN_U; u++) w[u] = b + 32 * u < nv ? ld_stream(wr + b + 32 * u) : z;
+        };
+        auto products = [&](const uint4 (&w)[GN_U], int b) {
+#pragma unroll
+            for (int u = 0; u < GN_U; u++) {
+                const int i = b + 32 * u;
+                if (i < nv)
+#pragma unroll
+                    for (int m = 0; m < MT; m++)
+                        if (MT == 1 || m < M) acc[m] += dot16<T>(w[u], __ldg(xr + m * xs + i));
+            }
+        };
+        load(wa, base(0));
         for (int p = 0; p < npass; p += 2) {
             const int b0 = base(p), b1 = base(p + 1), b2 = base(p + 2);
-            if (p + 1 < npass)
-#pragma unroll
-                for (int u = 0; u < GN_U; u++) wb[u] = b1 + 32 * u < nv ? ld_stream(wr + b1 + 32 * u) : z;
-#pragma unroll
-            for (int u = 0; u < GN_U; u++) {
-                const int i = b0 + 32 * u;
-                if (i < nv)
-#pragma unroll
-                    for (int m = 0; m < MT; m++)
-                        if (MT == 1 || m < M) acc[m] += dot16<T>(wa[u], __ldg(xr + m * xs + i));
-            }
+            if (p + 1 < npass) load(wb, b1);
+            products(wa, b0);
             if (p + 1 >= npass) break;
-            if (p + 2 < npass)
-#pragma unroll
-                for (int u = 0; u < GN_U; u++) wa[u] = b2 + 32 * u < nv ? ld_stream(wr + b2 + 32 * u) : z;
-#pragma unroll
-            for (int u = 0; u < GN_U; u++) {
-                const int i = b1 + 32 * u;
-                if (i < nv)
-#pragma unroll
-                    for (int m = 0; m < MT; m++)
-                        if (MT == 1 || m < M) acc[m] += dot16<T>(wb[u], __ldg(xr + m * xs + i));
-            }
+            if (p + 2 < npass) load(wa, b2);
+            products(wb, b1);
         }
 #pragma unroll
         for (int m = 0; m < MT; m++)
