@@ -65,10 +65,10 @@ def section(runs):
            "_causal, _splitkv) and mamba_ssm's tests/ops/triton/test_selective_state_update.py and "
            "test_layernorm_gated.py, unchanged, run through stand-in `flash_attn` and `mamba_ssm` "
            "packages (bench/peers/) that call the seqfuse binding; the peers' references are "
-           "their own, read from their files.  **Gradients are PyTorch's, the forward is ours: the "
-           "counts are forward checks** (the stand-ins' backward recomputes in float32 with "
-           "PyTorch, because flash-attention's and mamba's tests differentiate the output before "
-           "they assert on it).  Refused: the binding raised SeqfuseError SF_ERR_UNSUPPORTED; "
+           "their own, read from their files.  Attention gradients are ours (the stand-in's "
+           "flash_attn functions are seqfuse's differentiable ones: sf_attn_bwd), so flash-attention's "
+           "gradient asserts check our backward; the norm stand-ins' gradients are a float32 PyTorch "
+           "recomputation (their asserts check our forward).  Refused: the binding raised SeqfuseError SF_ERR_UNSUPPORTED; "
            "skipped: the test's own skip.  Autotuning off (SF_AUTOTUNE=0: the heuristic "
            "configuration).  Written by `bench/peers/run_peer_suites.sh`.", "",
            md_table(COLS, table)]

@@ -1,7 +1,8 @@
 """The stand-ins checked on the CPU, without a GPU: seqfuse's float32 CPU backends through the
 stand-in packages against the peers' own references (flash-attention's attention_ref,
 generate_qkv and padding masks from its test module; mamba_ssm's selective_state_update_ref
-and rms_norm_ref), outputs and the stand-ins' float32 PyTorch gradients, plus the refusals.
+and rms_norm_ref), outputs and gradients (attention: seqfuse's backward against autograd through
+attention_ref), plus the refusals.
 
     SEQFUSE_LIB=build/libseqfuse.so PYTHONPATH=bench/peers:python:.peers/site \\
         python3 bench/peers/selfcheck_cpu.py
@@ -16,7 +17,7 @@ import torch
 from einops import repeat
 
 import seqfuse
-from flash_attn import _grad, flash_attn_func, flash_attn_kvpacked_func, flash_attn_varlen_func
+from flash_attn import flash_attn_func, flash_attn_kvpacked_func, flash_attn_varlen_func
 from mamba_ssm.ops.triton.layernorm_gated import layernorm_fn, rms_norm_ref
 from mamba_ssm.ops.triton.selective_state_update import (selective_state_update,
                                                           selective_state_update_ref)
@@ -84,17 +85,17 @@ def attention(T):
         report("varlen " + tag, out, ref, (dqpad(dq), dkpad(dk), dkpad(dv)),
                ad(ref, (qq, kk, vv), g))
 
-    # what the binding may refuse today: the backward's ALiBi and softcap on their own
+    # ALiBi and softcap together, through the stand-in (our forward and backward)
     for causal in (False, True):
         q = (torch.randn(2, 50, 4, 32) * 10).requires_grad_()
         k, v = (torch.randn(2, 70, 2, 32, requires_grad=True) for _ in range(2))
         sl = torch.rand(2, 4) * 0.3
         bias = T.attn_bias_from_alibi_slopes(sl, 50, 70, causal=causal)
-        mine = _grad.dense_f32(q, k, v, None, causal, (9, 4), 50.0, sl)
+        mine = flash_attn_func(q, k, v, causal=causal, window_size=(9, 4), softcap=50.0, alibi_slopes=sl)
         ref, _ = T.attention_ref(q, k, v, attn_bias=bias, causal=causal, window_size=(9, 4),
                                  softcap=50.0)
         g = torch.randn_like(mine)
-        report(f"float32 backward, ALiBi + softcap{' causal' if causal else ''}", mine, ref,
+        report(f"dense ALiBi + softcap{' causal' if causal else ''}", mine, ref,
                ad(mine, (q, k, v), g), ad(ref, (q, k, v), g))
 
 

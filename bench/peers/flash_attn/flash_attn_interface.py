@@ -19,8 +19,6 @@ import torch
 import seqfuse
 from seqfuse import SF_ERR_UNSUPPORTED, SeqfuseError
 
-from . import _grad  # noqa: F401 (selfcheck_cpu.py reads its float32 attention)
-
 USE_TRITON_ROCM = False  # read by the tests at import time: this is the CUDA path
 
 
@@ -36,7 +34,7 @@ def _get_block_size_n(device, head_dim, is_dropout, is_causal):
 
 
 def _window(window_size):
-    return tuple(_grad._int(w) for w in window_size)
+    return tuple(int(w.item()) if isinstance(w, torch.Tensor) else int(w) for w in window_size)
 
 
 def _run(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, softmax_scale, causal, window_size, softcap,
