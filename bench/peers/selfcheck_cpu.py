@@ -154,12 +154,34 @@ def refusals():
             bad.append(name)
 
 
+def rotary():
+    """flash_attn.layers.rotary.apply_rotary_emb as the KV-cache tests call it (per-sequence
+    offsets, NeoX and GPT-J, partial rotary dim) against the rotation written out in torch."""
+    from flash_attn.layers.rotary import apply_rotary_emb
+    b, s, H, d, rd = 2, 9, 3, 16, 12
+    x = torch.randn(b, s, H, d)
+    ang = torch.rand(40, rd // 2) * 6.0
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    offs = torch.tensor([3, 17])
+    for inter in (False, True):
+        pos = torch.arange(s)[None, :] + offs[:, None]                      # b s
+        c, sn = cos[pos][:, :, None, :], sin[pos][:, :, None, :]
+        r = x[..., :rd]
+        x1, x2 = (r[..., 0::2], r[..., 1::2]) if inter else (r[..., :rd // 2], r[..., rd // 2:])
+        y1, y2 = x1 * c - x2 * sn, x1 * sn + x2 * c
+        rot = torch.stack((y1, y2), dim=-1).flatten(-2) if inter else torch.cat((y1, y2), dim=-1)
+        ref = torch.cat((rot, x[..., rd:]), dim=-1)
+        out = apply_rotary_emb(x, cos, sin, seqlen_offsets=offs, interleaved=inter)
+        report(f"apply_rotary_emb {'GPT-J' if inter else 'NeoX'} offsets", out, ref)
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     print(f"seqfuse {seqfuse.version()} ({seqfuse.library_path}), torch {torch.__version__}, "
           f"peers' files in {os.path.dirname(peer_file('SOURCES.txt'))}")
     attention(peer_test_module())
     mamba()
+    rotary()
     refusals()
     print("all ok" if not bad else f"{len(bad)} mismatches: {bad}")
     sys.exit(1 if bad else 0)
