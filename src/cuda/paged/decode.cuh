@@ -98,16 +98,6 @@ static __device__ __forceinline__ void cp_async4_zfill(void *s, const void *g, i
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
 }
 
-/* A 16-byte K/V copy; VAR bit 0 (an experiment variant): with the L2
- * 256-byte prefetch hint (a d 128 row of 16-bit K or V is 256 bytes). */
-template <int VAR> static __device__ __forceinline__ void cp_kv(void *s, const void *g, int bytes) {
-    if constexpr ((VAR & 1) != 0)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(s)), "l"(g),
-                     "r"(bytes));
-    else
-        sf_cp_async16_zfill(s, g, bytes);
-}
-
 /* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
 template <typename T> __device__ __forceinline__ uint32_t fp8x2_to(uint32_t v);
 template <> __device__ __forceinline__ uint32_t fp8x2_to<__half>(uint32_t v) {
@@ -237,17 +227,10 @@ __device__ __forceinline__ void combine_group(const PagedParams &p, int b, int k
     }
 }
 
-template <typename T, int D, bool FP8, int MOD, int VAR = 0>
+template <typename T, int D, bool FP8, int MOD>
 __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     constexpr bool CAP = MOD == MOD_CAP;
-    /* VAR bit 1 (an experiment variant, 16-bit pools without modifiers):
-     * the warps take four kv heads of the same keys (each warp every tile
-     * of its head) rather than every 4th tile of one head, so the CTA
-     * reads 4 x 256 contiguous bytes a key; Q of a warp's head waits in its
-     * ring's last stage until the first tile is in. */
-    constexpr bool HW = (VAR & 2) != 0;
-    static_assert(!HW || (!FP8 && MOD == MOD_NONE), "the head-per-warp variant: 16-bit pools, no modifiers");
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;
@@ -258,8 +241,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, b = blockIdx.z;
-    const int hg = blockIdx.y / p.mtiles, mt = blockIdx.y - hg * p.mtiles;
-    const int kvh = HW ? hg * NW + warp : hg;
+    const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;
     /* a length out of range: the sequence is bad and read as empty */
     const int len_in = p.lens[(int64_t)b * p.lens_s];
     const bool len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
@@ -272,9 +254,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const int dch = FP8 ? p.d >> 4 : d8; /* valid 16-byte chunks of a pool row */
 
     unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
-    if constexpr (HW) sQ = reinterpret_cast<T *>(ring + (ST - 1) * Tr::STAGE_BYTES);
     /* Q rows of this tile (zeros past the group's rows and past d) */
-    for (int i = HW ? lane : tid; i < 16 * (D / 8); i += HW ? 32 : blockDim.x) {
+    for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
         const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
         const int rr = r0 + r;
         const bool v = rr < nrows && c < d8;
@@ -314,8 +295,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     key_range(min(r0 + 15, nrows - 1) / p.group, p.lq, len, p.wl, p.wr, unused, hi_u);
     const int kb = max(ks, lo_u), kend = min(ke, hi_u);
     const int t0 = kb / 16, t1 = kend > kb ? (kend + 15) / 16 : t0;
-    const int my_tiles = HW ? t1 - t0 : t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
-    const int tfirst = HW ? t0 : t0 + warp, tstep = HW ? 1 : NW; /* this warp's tiles */
+    const int my_tiles = t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
+    const int tfirst = t0 + warp, tstep = NW; /* this warp's tiles */
 
     ScoreMod mod = ScoreMod();
     mod.cap2 = p.cap2;
@@ -383,8 +364,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                 const bool v = lval[it] && key0 + crow[it] < len;
                 const KV *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
                 const KV *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
-                cp_kv<VAR>(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
-                cp_kv<VAR>(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
+                sf_cp_async16_zfill(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
+                sf_cp_async16_zfill(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int r = lane & 15, key = key0 + r;
@@ -406,8 +387,8 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
                     ko = pg * p.k_sp + row * p.k_sr + lcol[it];
                     vo = pg * p.v_sp + row * p.v_sr + lcol[it];
                 }
-                cp_kv<VAR>(sk + soff[it], kc + ko, v ? 16 : 0);
-                cp_kv<VAR>(sv + soff[it], vc + vo, v ? 16 : 0);
+                sf_cp_async16_zfill(sk + soff[it], kc + ko, v ? 16 : 0);
+                sf_cp_async16_zfill(sv + soff[it], vc + vo, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int key = key0 + (lane & 15);
@@ -457,38 +438,16 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
 #pragma unroll
     for (int kk = 0; kk < KD; kk++)
         sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
-    __syncwarp(); /* HW: Q's stage is the next tile's */
+    /* no lane needs this (Q is in registers); it fences the compiler, and
+     * the loop below was timed with the schedule it gives */
+    __syncwarp();
 
     float o[NO][4];
 #pragma unroll
     for (int i = 0; i < NO; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
 
-    /* VAR bit 2 (an experiment variant): the rows of the tile PF tiles past
-     * the ring's newest are asked into L2 (one bulk prefetch a lane: lanes
-     * 0-15 a K row, 16-31 a V row), more bytes in flight than the ring
-     * holds. */
-    constexpr int PF = 2;
-    auto prefetch = [&](int t) {
-        const int key = t * 16 + (lane & 15);
-        if (key >= len) return;
-        const int64_t pg = page_at(key), row = key & pmask;
-        const KV *src = lane < 16 ? kc + pg * p.k_sp + row * p.k_sr : vc + pg * p.v_sp + row * p.v_sr;
-#if __CUDA_ARCH__ >= 900
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(dch * 16) : "memory");
-#else
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
-#endif
-    };
-    if constexpr ((VAR & 4) != 0) {
-#pragma unroll
-        for (int j = 0; j < PF; j++)
-            if (ST - 1 + j < my_tiles) prefetch(tfirst + (ST - 1 + j) * tstep);
-    }
-
     for (int n = 0; n < my_tiles; n++) {
-        if constexpr ((VAR & 4) != 0)
-            if (n + ST - 1 + PF < my_tiles) prefetch(tfirst + (n + ST - 1 + PF) * tstep);
         if (n + ST - 1 < my_tiles) load(tfirst + (n + ST - 1) * tstep, (n + ST - 1) % ST);
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
@@ -580,86 +539,50 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         bad |= (unsigned)pg >= (unsigned)p.num_pages;
     }
     const bool direct = ns == 1 || !p.ctr;
-    if constexpr (HW) {
-        bad = __syncthreads_or(bad) != 0; /* also: every warp is done with its ring */
-        /* each warp its own head's rows, straight from the fragments */
+    /* merge the warps: m (log2 units), l and the unnormalised O of each */
+    __syncthreads(); /* every warp is done with the ring */
+    float *ms = reinterpret_cast<float *>(sKV);
+    float *ls = ms + NW * 16;
+    float *os = ls + NW * 16;
+    if (tq == 0) {
+        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
+        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+    }
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            const int r = r0 + g + rr * 8;
-            if (r >= nrows) continue;
-            const int tok = r / p.group, h = kvh * p.group + (r - tok * p.group);
-            const float L = lrow[rr];
-            const bool has = L > 0.f && !bad;
-            const float inv = has ? 1.f / L : 0.f;
-            const float lsev = has ? (mrow[rr] + __log2f(L)) * 0.69314718055994531f : -INFINITY;
-            if (direct) {
-                T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+    for (int i = 0; i < NO; i++) {
+        float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
+        o0[0] = o[i][0], o0[1] = o[i][1];
+        o1[0] = o[i][2], o1[1] = o[i][3];
+    }
+    bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
+    for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
+        const int r = idx / D, c = idx - (idx / D) * D;
+        const int rr = r0 + r;
+        if (rr >= nrows || c >= p.d) continue;
+        float M = -INFINITY;
 #pragma unroll
-                for (int i = 0; i < NO; i++) {
-                    const int c = i * 8 + 2 * tq;
-                    if (c < p.d) {
-                        dst[c] = sf_elem<T>::from_f(o[i][2 * rr] * inv);
-                        dst[c + 1] = sf_elem<T>::from_f(o[i][2 * rr + 1] * inv);
-                    }
-                }
-                if (p.lse && tq == 0) p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
-            } else {
-                const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
-                float *dp = p.o_part + row * D;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float L = 0.f, acc = 0.f;
 #pragma unroll
-                for (int i = 0; i < NO; i++) {
-                    const int c = i * 8 + 2 * tq;
-                    if (c < p.d) *reinterpret_cast<float2 *>(dp + c) = make_float2(o[i][2 * rr] * inv, o[i][2 * rr + 1] * inv);
-                }
-                if (tq == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
-            }
+        for (int w = 0; w < NW; w++) {
+            const float f = sf_ex2(ms[w * 16 + r] - base);
+            L += ls[w * 16 + r] * f;
+            acc += os[(w * 16 + r) * Tr::OLD + c] * f;
         }
-    } else {
-        /* merge the warps: m (log2 units), l and the unnormalised O of each */
-        __syncthreads(); /* every warp is done with the ring */
-        float *ms = reinterpret_cast<float *>(sKV);
-        float *ls = ms + NW * 16;
-        float *os = ls + NW * 16;
-        if (tq == 0) {
-            ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
-            ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
-        }
-#pragma unroll
-        for (int i = 0; i < NO; i++) {
-            float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
-            o0[0] = o[i][0], o0[1] = o[i][1];
-            o1[0] = o[i][2], o1[1] = o[i][3];
-        }
-        bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
-        for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
-            const int r = idx / D, c = idx - (idx / D) * D;
-            const int rr = r0 + r;
-            if (rr >= nrows || c >= p.d) continue;
-            float M = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
-            const float base = M == -INFINITY ? 0.f : M;
-            float L = 0.f, acc = 0.f;
-#pragma unroll
-            for (int w = 0; w < NW; w++) {
-                const float f = sf_ex2(ms[w * 16 + r] - base);
-                L += ls[w * 16 + r] * f;
-                acc += os[(w * 16 + r) * Tr::OLD + c] * f;
-            }
-            const bool has = L > 0.f && !bad;
-            const float val = has ? acc / L : 0.f;
-            const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
-            const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
-            if (direct) {
-                T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
-                dst[c] = sf_elem<T>::from_f(val);
-                if (p.lse && c == 0)
-                    p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
-            } else {
-                const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
-                p.o_part[row * D + c] = val;
-                if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
-            }
+        const bool has = L > 0.f && !bad;
+        const float val = has ? acc / L : 0.f;
+        const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+        if (direct) {
+            T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+            dst[c] = sf_elem<T>::from_f(val);
+            if (p.lse && c == 0)
+                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+        } else {
+            const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+            p.o_part[row * D + c] = val;
+            if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
         }
     }
     if (bad && tid == 0) record_error(p.err, b);
@@ -681,11 +604,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     if (last_word == 0u) return;
     __threadfence();
     const bool any_bad = last_word == 2u;
-#pragma unroll 1
-    for (int w = 0; w < (HW ? NW : 1); w++) {
-        if (w > 0) __syncthreads(); /* the scratch is the next head's */
-        combine_group<T, D>(p, b, HW ? hg * NW + w : kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
-    }
+    combine_group<T, D>(p, b, kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
 }
 
 } /* namespace sf_paged */

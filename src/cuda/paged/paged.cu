@@ -58,8 +58,8 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
  * table's capacity can use; one when the groups outnumber the split
  * counters (counters.h) or there are none.  A function of shapes only, so
  * graph replays with other lengths keep it. */
-int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr, int heads_per_cta) {
-    const int64_t base = (int64_t)p.batch * (p.nkv / heads_per_cta) * p.mtiles;
+int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr) {
+    const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
     if (!have_ctr || base > SF_PAGED_CTRS) return 1;
     const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
     int64_t nsm = (int64_t)per_sm * sms / base;
@@ -69,21 +69,16 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
     return nsm < 1 ? 1 : nsm;
 }
 
-/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
- * and the kernel's variants: "s<N>" runs N splits at most (1..MAX_SPLITS) where the
- * counters allow more than one, "m<K>s<N>" also splits of K keys at least
- * (MIN_SPLIT_KEYS otherwise); "l2" and/or "hw" (then optionally s<N>)
- * the 16-bit d 128 instance without score modifiers with the L2 prefetch
- * hint (VAR bit 0) and/or four kv heads a CTA (VAR bit 1, where Hkv is a
- * multiple of 4), "pf": L2 prefetches ahead of the ring (VAR bit 2; with
- * hw, or alone at d 64 too).  Unset or unknown: the defaults. */
+/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count:
+ * "s<N>" runs N splits at most (1..MAX_SPLITS) where the counters allow
+ * more than one, "m<K>s<N>" also splits of K keys at least
+ * (MIN_SPLIT_KEYS otherwise).  Unset or unknown: the defaults. */
 struct PagedForce {
-    int splits; /* 0: by the occupancy */
-    int var;
+    int splits;    /* 0: by the occupancy */
     int min_split; /* keys a split takes at least */
 };
 PagedForce paged_force() {
-    PagedForce f = {0, 0, sf_paged::MIN_SPLIT_KEYS};
+    PagedForce f = {0, sf_paged::MIN_SPLIT_KEYS};
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
     if (!n) return f;
@@ -100,10 +95,10 @@ PagedForce paged_force() {
     return f;
 }
 
-template <typename T, int D, bool FP8, int MOD, int VAR = 0>
+template <typename T, int D, bool FP8, int MOD>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, VAR>;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
     static std::atomic<int> per_sm_cache{0};
@@ -117,9 +112,8 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
         per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    constexpr int HPC = (VAR & 2) ? 4 : 1; /* kv heads a CTA */
-    const int64_t gy = (int64_t)(p.nkv / HPC) * p.mtiles;
-    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr, HPC);
+    const int64_t gy = (int64_t)p.nkv * p.mtiles;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr);
     if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
