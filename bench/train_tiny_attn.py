@@ -11,26 +11,11 @@ sequence 128, batch 16.  Prints the losses every --every steps and the largest r
 between the curves (smoothed over 20 steps); exit 1 when the final smoothed losses differ by
 more than --tol (relative).
 """
-import argparse
-import glob
-import math
-import os
-import sys
-
 import torch
 import torch.nn.functional as F
 
 import seqfuse
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def corpus():
-    text = "".join(open(p, encoding="utf-8", errors="replace").read()
-                   for p in sorted(glob.glob(os.path.join(ROOT, "src", "**", "*.c"), recursive=True)))
-    data = torch.tensor(list(text.encode("utf-8", errors="replace")), dtype=torch.long)
-    return data
-
+from train_util import arg_parser, compare, corpus, train
 
 class Block(torch.nn.Module):
     def __init__(self, dm, H, Hkv, attn):
@@ -75,68 +60,18 @@ class LM(torch.nn.Module):
         return self.head(self.norm(x))
 
 
-def run(attn, a, data, state):
-    torch.manual_seed(0)
-    model = LM(a.layers, a.dm, a.heads, a.kv_heads, a.L, attn)
-    model.load_state_dict(state)
-    model.to(a.device, getattr(torch, a.dtype))
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
-    g = torch.Generator().manual_seed(1)
-    losses = []
-    for step in range(a.steps):
-        ix = torch.randint(0, len(data) - a.L - 1, (a.batch,), generator=g)
-        x = torch.stack([data[i:i + a.L] for i in ix]).to(a.device)
-        y = torch.stack([data[i + 1:i + a.L + 1] for i in ix]).to(a.device)
-        loss = F.cross_entropy(model(x).float().view(-1, 256), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-def smooth(xs, w=20):
-    return [sum(xs[max(0, i - w + 1):i + 1]) / len(xs[max(0, i - w + 1):i + 1]) for i in range(len(xs))]
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--every", type=int, default=25)
-    ap.add_argument("--layers", type=int, default=2)
+    ap = arg_parser(L=128, batch=16)
     ap.add_argument("--dm", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--L", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--tol", type=float, default=0.02, help="relative gap of the final smoothed losses")
-    ap.add_argument("--csv", default=None)
     a = ap.parse_args()
     data = corpus()
     torch.manual_seed(0)
     state = LM(a.layers, a.dm, a.heads, a.kv_heads, a.L, "sdpa").state_dict()
-    ours = run("seqfuse", a, data, state)
-    peer = run("sdpa", a, data, state)
-    so, sp = smooth(ours), smooth(peer)
-    print(f"{len(data)} bytes of text, {a.steps} steps, {a.device} {a.dtype}")
-    print(f"{'step':>6s} {'seqfuse':>9s} {'sdpa':>9s}")
-    for i in list(range(0, a.steps, a.every)) + [a.steps - 1]:
-        print(f"{i:6d} {ours[i]:9.4f} {peer[i]:9.4f}")
-    gap = max(abs(x - y) / y for x, y in zip(so, sp))
-    final = abs(so[-1] - sp[-1]) / sp[-1]
-    print(f"largest relative gap of the smoothed curves {gap:.2e}; final {final:.2e} (tol {a.tol:g})")
-    if a.csv:
-        with open(a.csv, "w") as f:
-            f.write("step,seqfuse,sdpa\n")
-            for i, (x, y) in enumerate(zip(ours, peer)):
-                f.write(f"{i},{x},{y}\n")
-    if not (final <= a.tol) or any(math.isnan(x) for x in ours):
-        print("FAIL: the curves differ")
-        sys.exit(1)
-    print("PASS")
+    ours, peer = (train(LM(a.layers, a.dm, a.heads, a.kv_heads, a.L, attn), state, a, data)
+                  for attn in ("seqfuse", "sdpa"))
+    compare(ours, peer, "sdpa", a, f"{len(data)} bytes of text, {a.steps} steps, {a.device} {a.dtype}")
 
 
 if __name__ == "__main__":
