@@ -10,24 +10,22 @@ from ._common import _shape, _untie, _dt_limit, kind_is_numpy
 
 # ------------------------------------------------------------------ Mamba-2
 
-def _unit_inner(t):
+def _unit_inner(call, t):
     """t, or a contiguous copy of it when its last dim is strided (the kernels
     read rows of unit stride).  mamba_ssm takes such views too, e.g. x and
     z as column slices of a transposed conv1d output in its Mamba2 layer,
     and copies those it cannot read in place."""
-    if t is None or not hasattr(t, "shape") or len(t.shape) == 0:
+    if t is None or len(getattr(t, "shape", ())) == 0 or t.shape[-1] == 1:
         return t
-    if hasattr(t, "stride") and callable(t.stride):  # torch
-        return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
-    if hasattr(t, "strides") and t.strides[-1] != t.itemsize and t.shape[-1] > 1:  # numpy / cupy
-        return __import__(type(t).__module__.split(".")[0]).ascontiguousarray(t)
-    return t
+    if call.kind == "torch":
+        return t if t.stride(-1) == 1 else t.contiguous()
+    return t if t.strides[-1] == t.itemsize else __import__(call.kind).ascontiguousarray(t)
 
 
 def _set_ssd_inputs(call, p, x, dt, A, B, C, D, z, dt_bias):
     """The inputs sf_ssd_fwd_params and sf_ssd_step_params share; tensors
     whose last dim is strided are passed as contiguous copies."""
-    x, dt, B, C, D, z = (_unit_inner(t) for t in (x, dt, B, C, D, z))
+    x, dt, B, C, D, z = (_unit_inner(call, t) for t in (x, dt, B, C, D, z))
     p.x = call.tensor(x, "x")
     p.dt = call.tensor(dt, "dt")
     p.A = call.tensor(call.as_f32(A, "A"), "A")
