@@ -1,41 +1,260 @@
 // emu_rt.h - a minimal CUDA emulation on the host for checking kernels
-// without a GPU (tests/emu/run_ssd_bwd_emu.sh): the CTAs of a launch run one
+// without a GPU (tests/emu/run_*_emu.sh): the CTAs of a launch run one
 // after another, each CUDA thread a std::thread; __syncthreads is a barrier
-// of the CTA's threads, __shfl_xor_sync goes through a per-warp buffer with
-// a warp barrier, shared memory is one poisoned host buffer.  Enough for
-// kernels whose warps call shuffles uniformly and that use no atomics, async
-// copies or tensor-core instructions.
+// of the CTA's threads, warp shuffles / votes go through a per-warp buffer
+// with a warp barrier, shared memory is one poisoned, 1024-byte aligned host
+// buffer whose byte offsets are the 32-bit shared addresses.  A thread that
+// returns leaves every barrier of its CTA, warp and warpgroup (as an exited
+// thread no longer counts on the GPU).  When every live thread of the CTA
+// waits in some barrier and none completes, the emulator prints who waits
+// where and aborts (a deadlock of the kernel, e.g. a barrier not reached by
+// all threads).  common/ptx.cuh adds ldmatrix and mma.sync, common/wgmma.cuh
+// the sm_90 primitives (wgmma, stmatrix, named barriers).
 #pragma once
-#include <barrier>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
+#include <map>
+#include <type_traits>
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
-struct dim3 { unsigned x = 1, y = 1, z = 1; };
+#include <cxxabi.h>
+#include <dlfcn.h>
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3() = default;
+    dim3(unsigned a, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim, blockDim;
-inline std::barrier<> *emu_cta_bar;
-inline std::barrier<> *emu_warp_bar[64];
-inline float emu_wbuf[64][32];
-alignas(64) inline float emu_smem[1 << 18];
+
+// ---- barriers ------------------------------------------------------------
+inline std::atomic<int> emu_alive{0}, emu_waiting{0};
+inline std::atomic<unsigned long> emu_progress{0};
+inline const char *emu_wait_on[1024];
+inline std::mutex emu_report_mu;
+static void emu_deadlock_report() {
+    std::lock_guard<std::mutex> lk(emu_report_mu);
+    printf("EMU: deadlock in CTA (%u, %u, %u): every live thread waits in a barrier\n", blockIdx.x, blockIdx.y,
+           blockIdx.z);
+    // runs of consecutive threads waiting in the same barrier
+    unsigned t0 = 0;
+    for (unsigned t = 1; t <= blockDim.x; t++) {
+        if (t == blockDim.x || emu_wait_on[t] != emu_wait_on[t0]) {
+            printf("EMU:   threads %u..%u: %s\n", t0, t - 1, emu_wait_on[t0] ? emu_wait_on[t0] : "(exited or running)");
+            t0 = t;
+        }
+    }
+    fflush(stdout);
+    abort();
+}
+// EMU_JITTER=<percent>: after that share of barrier passages a thread
+// sleeps 1-300 us, so threads interleave differently from run to run (for
+// races that the usual order hides)
+inline const int emu_jitter = getenv("EMU_JITTER") ? atoi(getenv("EMU_JITTER")) : 0;
+inline void emu_jit() {
+    static thread_local unsigned long x = 0x9e3779b97f4a7c15ul ^ (unsigned long)&x;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    if ((int)(x % 100) < emu_jitter) std::this_thread::sleep_for(std::chrono::microseconds(1 + (x >> 8) % 300));
+}
+// A barrier of `expected` arrivals, reusable phase after phase: wait (arrive
+// and wait for the phase), arrive (without waiting: bar.arrive), drop (an
+// exited thread: one arrival fewer from now on).
+struct EmuBar {
+    std::mutex m;
+    std::condition_variable cv;
+    int expected, count = 0;
+    unsigned long gen = 0;
+    char name[48];
+    EmuBar(int n, const char *fmt, int id) : expected(n) { snprintf(name, sizeof name, fmt, id); }
+    void complete() {
+        count = 0;
+        gen++;
+        emu_progress++;
+        cv.notify_all();
+    }
+    void wait() {
+        std::unique_lock<std::mutex> lk(m);
+        const unsigned long g = gen;
+        if (++count >= expected) {
+            complete();
+            lk.unlock();
+            if (emu_jitter) emu_jit();
+            return;
+        }
+        emu_wait_on[threadIdx.x] = name;
+        emu_waiting++;
+        unsigned long seen = emu_progress;
+        int stuck = 0;
+        while (gen == g) {
+            if (cv.wait_for(lk, std::chrono::milliseconds(1500)) == std::cv_status::timeout && gen == g) {
+                const bool all = emu_waiting.load() == emu_alive.load();
+                const unsigned long now = emu_progress;
+                stuck = all && now == seen ? stuck + 1 : 0;
+                seen = now;
+                if (stuck >= 2) emu_deadlock_report();
+            }
+        }
+        emu_waiting--;
+        emu_wait_on[threadIdx.x] = nullptr;
+        lk.unlock();
+        if (emu_jitter) emu_jit();
+    }
+    void arrive() {
+        std::lock_guard<std::mutex> lk(m);
+        if (++count >= expected) complete();
+    }
+    void drop() {
+        std::lock_guard<std::mutex> lk(m);
+        expected--;
+        if (count > 0 && count >= expected) complete();
+    }
+};
+inline EmuBar *emu_cta_bar;
+inline void (*emu_exit_hooks[4])() = {}; // run by each thread as it leaves the kernel
+inline bool emu_add_exit_hook(void (*f)()) {
+    for (auto &h : emu_exit_hooks)
+        if (!h || h == f) { h = f; return true; }
+    return false;
+}
+inline EmuBar *emu_warp_bar[64];
+inline EmuBar *emu_wg_bar[16];
+// warp exchange buffers are double: a warp operation k uses slot k % 2 (the
+// thread's count emu_wph), so one barrier per operation suffices (a lane can
+// write slot k % 2 again, at k + 2, only after every lane has arrived at
+// operation k + 1's barrier, i.e. finished reading operation k's slot)
+inline thread_local unsigned emu_wph;
+inline uint64_t emu_wbuf[2][64][32];
+
+alignas(1024) inline float emu_smem[1 << 18];
+// the 32-bit shared address of a pointer into emu_smem, and back
+inline uint32_t sf_smem_u32(const void *p) {
+    const char *c = (const char *)p, *b = (const char *)emu_smem;
+    if (c < b || c >= b + sizeof emu_smem) {
+        printf("EMU: shared address of %p, which is not in the emulated shared memory\n", p);
+        abort();
+    }
+    return (uint32_t)(c - b);
+}
+inline unsigned char *emu_sptr(uint32_t a) {
+    if (a >= sizeof emu_smem) {
+        printf("EMU: shared address 0x%x out of range\n", a);
+        abort();
+    }
+    return (unsigned char *)emu_smem + a;
+}
+
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
+#define __align__(x) alignas(x)
 #define __restrict__
-inline void __syncthreads() { emu_cta_bar->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int o) {
-    int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    emu_wbuf[w][l] = v;
-    emu_warp_bar[w]->arrive_and_wait();
-    float r = emu_wbuf[w][l ^ o];
-    emu_warp_bar[w]->arrive_and_wait();
+struct float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) uint2 { uint32_t x, y; };
+struct alignas(16) uint4 { uint32_t x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
+inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+inline void __syncthreads() { emu_cta_bar->wait(); }
+inline int __syncthreads_or(int v) {
+    static std::atomic<int> acc[2];
+    static thread_local int ph;
+    acc[ph] |= v ? 1 : 0;
+    __syncthreads();
+    const int r = acc[ph];
+    __syncthreads();
+    if (threadIdx.x == 0) acc[ph] = 0;
+    ph ^= 1;
     return r;
 }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar[threadIdx.x / 32]->wait(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// warp exchange: every lane posts a value, then reads lane src's (width:
+// segments of `width` lanes as __shfl_*_sync's width argument)
+template <class T> inline T emu_xchg(T v, int src) {
+    static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof(T));
+    const unsigned ph = emu_wph++ & 1;
+    emu_wbuf[ph][w][l] = u;
+    emu_warp_bar[w]->wait();
+    u = emu_wbuf[ph][w][src & 31];
+    T r;
+    memcpy(&r, &u, sizeof(T));
+    return r;
+}
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int o, int width = 32) {
+    const int l = threadIdx.x % 32;
+    int s = l ^ o;
+    if ((s & ~(width - 1)) != (l & ~(width - 1))) s = l;
+    return emu_xchg(v, s);
+}
+template <class T> inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+    const int l = threadIdx.x % 32;
+    return emu_xchg(v, (l & ~(width - 1)) + (src & (width - 1)));
+}
+template <class T> inline T __shfl_up_sync(unsigned, T v, unsigned d, int width = 32) {
+    const int l = threadIdx.x % 32, seg = l & ~(width - 1);
+    return emu_xchg(v, l - (int)d >= seg ? l - (int)d : l);
+}
+template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned d, int width = 32) {
+    const int l = threadIdx.x % 32, seg = l & ~(width - 1);
+    return emu_xchg(v, l + (int)d < seg + width ? l + (int)d : l);
+}
+inline unsigned __ballot_sync(unsigned, int pred) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    const unsigned ph = emu_wph++ & 1;
+    emu_wbuf[ph][w][l] = pred != 0;
+    emu_warp_bar[w]->wait();
+    unsigned m = 0;
+    for (int i = 0; i < 32; i++) m |= (unsigned)emu_wbuf[ph][w][i] << i;
+    return m;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == 0xffffffffu; }
+inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+
+// atomics on global (host) memory
+template <class T> inline T atomicAdd(T *p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+template <class T> inline T atomicMax(T *p, T v) {
+    std::atomic_ref<T> a(*p);
+    T o = a.load();
+    while (o < v && !a.compare_exchange_weak(o, v)) {}
+    return o;
+}
+template <class T> inline T atomicExch(T *p, T v) { return std::atomic_ref<T>(*p).exchange(v); }
+template <class T> inline T atomicCAS(T *p, T c, T v) { std::atomic_ref<T>(*p).compare_exchange_strong(c, v); return c; }
+
+// CUDA's integer min / max (both operands of one type, or promoted)
+template <class A, class B> inline typename std::common_type<A, B>::type min(A a, B b) { return a < b ? a : b; }
+template <class A, class B> inline typename std::common_type<A, B>::type max(A a, B b) { return a > b ? a : b; }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+
 template <class T> inline T __ldg(const T *p) { return *p; }
 struct __half { uint16_t v; };
 struct __nv_bfloat16 { uint16_t v; };
@@ -45,23 +264,95 @@ inline float __half2float(__half h) {
     return s ? -f : f;
 }
 inline __half __float2half_rn(float f) {
-    // via double rounding-safe path: use _Float16 if available
     _Float16 h = (_Float16)f; __half r; memcpy(&r.v, &h, 2); return r;
 }
+struct __half2 { __half x, y; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.v << 16; float f; memcpy(&f, &u, 4); return f; }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { uint32_t u; memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); __nv_bfloat16 r; r.v = (uint16_t)(u >> 16); return r; }
-template <class K, class A> void emu_launch(K kern, unsigned grid, unsigned block, size_t smem, const A &a) {
-    gridDim.x = grid; blockDim.x = block;
-    if (smem > sizeof emu_smem) { printf("EMU: smem %zu too big\n", smem); exit(1); }
-    for (unsigned b = 0; b < grid; b++) {
-        std::barrier<> cta(block);
-        emu_cta_bar = &cta;
-        for (unsigned w = 0; w < (block + 31) / 32; w++) { emu_warp_bar[w] = new std::barrier<>(32); }
-        memset(emu_smem, 0xff, smem); // poison shared memory
-        std::vector<std::thread> th;
-        for (unsigned t = 0; t < block; t++)
-            th.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; kern(a); });
-        for (auto &x : th) x.join();
-        for (unsigned w = 0; w < (block + 31) / 32; w++) delete emu_warp_bar[w];
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { __nv_bfloat16 r; r.v = (uint16_t)((u >> 16) | 0x40); return r; } // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u); __nv_bfloat16 r; r.v = (uint16_t)(u >> 16); return r;
+}
+inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
+inline float2 __half22float2(__half2 v) { return {__half2float(v.x), __half2float(v.y)}; }
+inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
+inline float __low2float(__half2 v) { return __half2float(v.x); }
+inline float __high2float(__half2 v) { return __half2float(v.y); }
+inline float __low2float(__nv_bfloat162 v) { return __bfloat162float(v.x); }
+inline float __high2float(__nv_bfloat162 v) { return __bfloat162float(v.y); }
+
+// named barriers (bar.sync / bar.arrive id, n) of the running CTA: made at
+// their first use with the count that use gives
+inline std::mutex emu_named_mu;
+inline std::map<int, EmuBar *> emu_named;
+inline EmuBar *emu_named_bar(int id, int n) {
+    std::lock_guard<std::mutex> lk(emu_named_mu);
+    auto it = emu_named.find(id);
+    if (it == emu_named.end()) it = emu_named.emplace(id, new EmuBar(n, "named barrier %d", id)).first;
+    if (it->second->expected != n && it->second->count == 0) {
+        // a count differs from the first use's: allowed on the GPU only
+        // between phases; report it, it is almost surely a bug
+        printf("EMU: named barrier %d used with %d threads, first with %d\n", id, n, it->second->expected);
+        abort();
     }
+    return it->second;
+}
+
+template <class K, class A> void emu_launch(K kern, dim3 grid3, dim3 block3, size_t smem, const A &a) {
+    const unsigned block = block3.x * block3.y * block3.z;
+    if (block3.y != 1 || block3.z != 1) { printf("EMU: 2-D / 3-D blocks not emulated\n"); exit(1); }
+    const unsigned long grid = (unsigned long)grid3.x * grid3.y * grid3.z;
+    gridDim = grid3; blockDim = block3;
+    if (smem > sizeof emu_smem) { printf("EMU: smem %zu too big\n", smem); exit(1); }
+    if (block > 1024 || block == 0) { printf("EMU: block of %u threads\n", block); exit(1); }
+    const unsigned nw = (block + 31) / 32, nwg = (block + 127) / 128;
+    if (getenv("EMU_TRACE")) { // the kernel's name (the binary is linked with -rdynamic)
+        Dl_info di;
+        const char *nm = "?";
+        char *dm = nullptr;
+        if (dladdr((void *)kern, &di) && di.dli_sname) {
+            int st;
+            dm = abi::__cxa_demangle(di.dli_sname, nullptr, nullptr, &st);
+            nm = dm ? dm : di.dli_sname;
+        }
+        printf("EMU: launch %s grid (%u, %u, %u) block %u smem %zu\n", nm, grid3.x, grid3.y, grid3.z, block, smem);
+        free(dm);
+    }
+    for (unsigned long b = 0; b < grid; b++) {
+        EmuBar cta((int)block, "__syncthreads%.0d", 0);
+        emu_cta_bar = &cta;
+        for (unsigned w = 0; w < nw; w++) emu_warp_bar[w] = new EmuBar((int)min(32u, block - 32 * w), "warp %d (shuffle / mma / __syncwarp)", (int)w);
+        for (unsigned w = 0; w < nwg; w++) emu_wg_bar[w] = new EmuBar((int)min(128u, block - 128 * w), "warpgroup %d (wgmma)", (int)w);
+        memset(emu_smem, 0xff, smem); // poison shared memory
+        emu_alive = (int)block;
+        emu_waiting = 0;
+        std::vector<std::thread> th;
+        const dim3 bi((unsigned)(b % grid3.x), (unsigned)(b / grid3.x % grid3.y), (unsigned)(b / grid3.x / grid3.y));
+        for (unsigned t = 0; t < block; t++)
+            th.emplace_back([&, t, bi] {
+                threadIdx.x = t;
+                blockIdx = bi;
+                kern(a);
+                for (auto h : emu_exit_hooks)
+                    if (h) h();
+                emu_alive--;
+                emu_cta_bar->drop();
+                emu_warp_bar[t / 32]->drop();
+                emu_wg_bar[t / 128]->drop();
+            });
+        for (auto &x : th) x.join();
+        for (unsigned w = 0; w < nw; w++) delete emu_warp_bar[w];
+        for (unsigned w = 0; w < nwg; w++) delete emu_wg_bar[w];
+        for (auto &kv : emu_named) delete kv.second;
+        emu_named.clear();
+    }
+}
+
+// an inline asm statement that emu_prep.py could not translate, reached
+[[noreturn]] inline void emu_asm_unsupported(const char *where) {
+    printf("EMU: inline asm at %s is not emulated\n", where);
+    fflush(stdout);
+    abort();
 }

@@ -3,8 +3,9 @@
 // backward (sf_ssd_bwd, SF_BACKEND_REF) on small cases that cover its
 // paths: several rows a warp and columns a lane, groups with several heads,
 // seq_idx resets inside and on chunk boundaries, cu_seqlens with empty
-// sequences, empty batches and sequences, bf16.  SF_AUTOTUNE_FORCE=
-// ssd_bwd:seq picks the other configuration.  Slow (a thread per CUDA
+// sequences, empty batches and sequences, bf16; the tc_* cases for the
+// tensor-core configurations.  SF_AUTOTUNE_FORCE=ssd_bwd:<name> picks the
+// configuration (cpar by default).  Slow (a thread per CUDA
 // thread): minutes for all cases.  Built and run by run_ssd_bwd_emu.sh.
 #include "common/cuda_common.h"
 #include "ssd_bwd.h"
@@ -12,7 +13,7 @@
 #include <string>
 extern "C" sf_status emu_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp);
 
-struct Cfg { const char *name; int b, L, H, P, G, N, Q, D, z, bias, sp, init, fin; float dmin, dmax; int varlen; std::vector<int> lens; sf_dtype dt; };
+struct Cfg { const char *name; int b, L, H, P, G, N, Q, D, z, bias, sp, init, fin; float dmin, dmax; int varlen; std::vector<int> lens; sf_dtype dt; int only = -1; /* >= 0: that gradient alone */ };
 
 static std::mt19937_64 rng(7);
 static float nrm() { static std::normal_distribution<float> d; return d(rng); }
@@ -57,7 +58,7 @@ static int run(const Cfg &c, const char *cfgname) {
     sf_tensor *te[9] = {&qe.dx, &qe.ddt, &qe.dA, &qe.dB, &qe.dC, &qe.dD, &qe.dz, &qe.ddt_bias, &qe.dinitial_states};
     sf_tensor *tr[9] = {&qr.dx, &qr.ddt, &qr.dA, &qr.dB, &qr.dC, &qr.dD, &qr.dz, &qr.ddt_bias, &qr.dinitial_states};
     for (int k = 0; k < 9; k++) {
-        if (!ins[k]->data) continue;
+        if (!ins[k]->data || (c.only >= 0 && k != c.only)) continue;
         std::vector<int64_t> sh(ins[k]->shape, ins[k]->shape + ins[k]->rank);
         sf_dtype gd = (k == 2 || k == 5 || k == 7 || k == 8) ? SF_F32 : ins[k]->dtype;
         mk(ge[k], gd, sh); mk(gr[k], gd, sh);
@@ -76,7 +77,7 @@ static int run(const Cfg &c, const char *cfgname) {
     int bad = 0;
     printf("%-12s %-5s %-4s:", c.name, cfgname, sf_dtype_name(c.dt));
     for (int k = 0; k < 9; k++) {
-        if (!ins[k]->data) continue;
+        if (!ins[k]->data || (c.only >= 0 && k != c.only)) continue;
         double num = 0, den = 0; long nan = 0;
         for (int64_t i = 0; i < numel(ge[k]); i++) {
             double e = get(ge[k], i), r = get(gr[k], i);
@@ -104,6 +105,20 @@ int main(int argc, char **argv) {
         {"emptyL", 2, 0, 2, 8, 1, 16, 64, 1, 0, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_F32},
         {"emptyb", 0, 10, 2, 8, 1, 16, 64, 1, 0, 1, 1, 0, 1, 0.0f, 0.0f, 0, {}, SF_F32},
         {"all_bf16", 1, 100, 2, 8, 1, 16, 64, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
+        // the tensor-core configurations (16-bit, P and N multiples of 16,
+        // chunk a multiple of 64, no varlen): groups of 2, 5 (tcg: splits
+        // of 2, 2, 1) and 1 head, partial last chunks and blocks
+        {"tc_g2", 1, 150, 4, 16, 2, 16, 64, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
+        {"tc_g1", 1, 200, 5, 16, 1, 32, 128, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_F16},
+        {"tc_geqh", 2, 70, 2, 32, 2, 16, 64, 2, 0, 1, 1, 0, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
+        {"tc_nofin", 1, 129, 3, 16, 1, 16, 128, 0, 1, 0, 0, 1, 0, 0.0f, 0.0f, 0, {}, SF_BF16},
+        // one gradient asked: dB alone, dC alone, dx alone (no group stage)
+        {"tc_onlyB", 1, 150, 4, 16, 2, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 3},
+        {"tc_onlyC", 1, 150, 4, 16, 2, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 4},
+        {"tc_onlyx", 1, 150, 4, 16, 1, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 0},
+        // the 2.7B layer's tiling (P 64, N 128, chunk 256) and P 128 (slow)
+        {"tc_big", 1, 300, 2, 64, 1, 128, 256, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
+        {"tc_wide", 1, 140, 2, 128, 1, 64, 128, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_F16},
     };
     int fails = 0;
     for (auto &c : cs) if (argc < 2 || c.name == std::string(argv[1])) fails += run(c, cfgname);

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""emu_prep.py - prepares CUDA sources for the host emulator (emu_rt.h):
+    emu_prep.py OUT DIR [LAUNCHER.cu NEW_NAME OLD_NAME]
+copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
+  - extern __shared__ arrays pointed at the emulator's buffer (emu_smem) and
+    static __shared__ arrays made static host arrays;
+  - inline asm statements replaced: the ones with a host meaning (rcp, ex2,
+    tanh approximations) by it, any other by a call that aborts naming the
+    file and line (so a kernel still compiles; it fails only if it runs it);
+and, given a launcher, writes OUT/launcher_emu.cpp: the same rewrites, its
+kern<<<grid, block, smem, stream>>>(args); launches turned into
+emu_launch(kern, grid, block, smem, args); and extern "C" OLD_NAME renamed
+NEW_NAME."""
+import glob, os, re, sys
+
+
+def top_split(t):  # split at the commas outside parentheses
+    out, depth, cur = [], 0, ""
+    for ch in t:
+        depth += ch in "(<"
+        depth -= ch in ")>"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()]
+
+
+HOST_ASM = {  # PTX opcode -> host function of its one input, giving the output
+    "rcp.approx.ftz.f32": "sf_rcp_approx",
+    "ex2.approx.ftz.f32": "sf_ex2",
+    "ex2.approx.f32": "sf_ex2",
+    "tanh.approx.f32": "sf_tanh_approx",
+}
+HOST_CALL = {  # PTX opcode -> host function of all its inputs (no outputs)
+    "stmatrix.sync.aligned.m8n8.x4.shared.b16": "emu_stmatrix_x4<false>",
+    "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16": "emu_stmatrix_x4<true>",
+    "red.global.add.v2.f32": "emu_red_add_v2",
+}
+
+
+def asm_stmt_end(s, i):
+    """index after the ';' of the asm statement whose '(' is at i"""
+    depth, j, instr = 0, i, False
+    while j < len(s):
+        c = s[j]
+        if instr:
+            if c == "\\":
+                j += 1
+            elif c == '"':
+                instr = False
+        elif c == '"':
+            instr = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                k = s.index(";", j)
+                return j, k + 1
+        j += 1
+    raise ValueError("unbalanced asm")
+
+
+def rewrite_asm(s, fname):
+    out, pos = [], 0
+    for m in re.finditer(r"\basm\s*(?:volatile\s*)?\(", s):
+        if m.start() < pos:
+            continue
+        close, end = asm_stmt_end(s, m.end() - 1)
+        body = s[m.end():close]
+        line = s.count("\n", 0, m.start()) + 1
+        strs = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body.split(":")[0]))
+        op = strs.split()[0] if strs.split() else ""
+        parts = body.split(":")
+        repl = None
+        if op in HOST_ASM and len(parts) >= 3:
+            o = re.search(r'"=\w"\s*\((\w+)\)', parts[1])
+            i = re.search(r'"\w"\s*\(([^()]*(?:\([^()]*\))?[^()]*)\)', parts[2])
+            if o and i:
+                repl = "%s = %s(%s);" % (o.group(1), HOST_ASM[op], i.group(1))
+        if op in HOST_CALL and len(parts) >= 3 and not parts[1].strip():
+            args = [re.sub(r'^"\w+"\s*\((.*)\)$', r"\1", a.strip(), flags=re.S) for a in top_split(parts[2])]
+            repl = "%s(%s);" % (HOST_CALL[op], ", ".join(args))
+        if repl is None:
+            repl = 'emu_asm_unsupported("%s:%d: %s");' % (fname, line, op)
+        out.append(s[pos:m.start()] + repl + "\n" * s.count("\n", m.start(), end))
+        pos = end
+    return "".join(out) + s[pos:]
+
+
+def rewrite_smem(s):
+    s = re.sub(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:<>]+(?:\s+[\w:<>]+)*?)\s+(\w+)\[\];",
+               r"\1 *\2 = reinterpret_cast<\1 *>(emu_smem);", s)
+    return re.sub(r"(?<!extern )\b__shared__\s+", "static ", s)
+
+
+def rewrite_launches(s):
+    return re.sub(r"([\w:]+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\(([^;]*?)\);",
+                  lambda m: "emu_launch(%s, %s, %s);" % (m.group(1), ", ".join(top_split(m.group(2))[:3]), m.group(3)),
+                  s, flags=re.S)
+
+
+def main():
+    out, d = sys.argv[1], sys.argv[2]
+    os.makedirs(os.path.join(out, d), exist_ok=True)
+    for f in sorted(glob.glob("src/cuda/%s/*.h" % d) + glob.glob("src/cuda/%s/*.cuh" % d)):
+        s = rewrite_asm(rewrite_smem(open(f).read()), f)
+        open(os.path.join(out, d, os.path.basename(f)), "w").write(s)
+    if len(sys.argv) > 3:
+        f, new, old = sys.argv[3:6]
+        s = rewrite_asm(rewrite_launches(rewrite_smem(open(f).read())), f)
+        if ('extern "C" sf_status %s(' % old) not in s:
+            sys.exit("emu_prep: %s has no extern \"C\" %s" % (f, old))
+        s = s.replace('extern "C" sf_status %s(' % old, 'extern "C" sf_status %s(' % new)
+        open(os.path.join(out, "launcher_emu.cpp"), "w").write(s)
+
+
+main()
