@@ -1,7 +1,7 @@
 #!/bin/bash
 # run_ssd_bwd_emu.sh - checks the CUDA SSD backward without a GPU: its
-# sources with the <<<>>> launches rewritten to emu_launch and shared memory
-# pointed at the emulator's buffer, compiled for the host (emu_rt.h) and
+# sources prepared by emu_prep.py (launches through emu_launch, shared memory
+# in the emulator's buffer), compiled for the host (emu_rt.h) and
 # linked with the CPU build's objects for the reference.  Configurations
 # cpar, seq, cpars on the f32/bf16 cases; the tc* rows (ldmatrix and
 # mma.sync emulated by common/ptx.cuh) on the tc_* cases (tc_big, the
@@ -12,37 +12,10 @@ set -eu
 BC=${1:-build-cpu}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-mkdir -p "$W/ssd"
-python3 - "$W" <<'PY'
-import glob, os, re, sys
-w = sys.argv[1]
-src = open("src/cuda/ssd/bwd.cu").read()
-def top_split(t):  # split at the commas outside parentheses
-    out, depth, cur = [], 0, ""
-    for ch in t:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return out + [cur.strip()]
-src = re.sub(r"(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((\w+)\);",
-             lambda m: "emu_launch(%s, %s, %s);" % (m.group(1), ", ".join(top_split(m.group(2))[:3]), m.group(3)),
-             src, flags=re.S)
-src = src.replace('extern "C" sf_status sf_cuda_ssd_bwd', 'extern "C" sf_status emu_cuda_ssd_bwd')
-open(os.path.join(w, "bwd_emu.cpp"), "w").write(src)
-for f in glob.glob("src/cuda/ssd/bwd_*"):
-    s = open(f).read().replace("extern __shared__ float sm[];", "float *sm = emu_smem;")
-    s = s.replace("extern __shared__ __align__(16) unsigned char smraw[];",
-                  "unsigned char *smraw = (unsigned char *)emu_smem;")
-    s = re.sub(r"(?<!extern )__shared__ ", "static ", s)
-    open(os.path.join(w, "ssd", os.path.basename(f)), "w").write(s)
-PY
+python3 tests/emu/emu_prep.py "$W" ssd src/cuda/ssd/bwd.cu emu_cuda_ssd_bwd sf_cuda_ssd_bwd
 BLAS=$(grep -o '/[^ ]*blas[^ ]*\.so' "$BC/CMakeFiles/seqfuse.dir/link.txt" | head -1 || true)
 g++ -std=c++20 -O1 -pthread -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
-  tests/emu/ssd_bwd_emu_main.cpp "$W/bwd_emu.cpp" -x none \
+  tests/emu/ssd_bwd_emu_main.cpp "$W/launcher_emu.cpp" -x none \
   "$BC"/CMakeFiles/seqfuse_obj.dir/src/{core,ref,cpu}/*.o ${BLAS} -lm -fopenmp -o "$W/emu"
 rc=0
 for cfg in cpar seq; do SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" ${2:-} || rc=1; done
@@ -50,7 +23,10 @@ for cfg in cpar seq; do SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" ${2:-} || rc=1; 
 # emulated: common/ptx.cuh)
 # (the rows src/cuda/ssd/bwd_configs.h has)
 for cfg in $(grep -o '{"tc[a-z]*"' src/cuda/ssd/bwd_configs.h | tr -d '{"'); do
-  for c in ${2:-tc_g2 tc_g1 tc_geqh tc_nofin tc_onlyB tc_onlyC tc_onlyx}; do SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" $c || rc=1; done
+  for c in ${2:-tc_g2 tc_g1 tc_geqh tc_nofin tc_onlyB tc_onlyC tc_onlyx}; do
+    case $c in tc_*) ;; *) continue ;; esac
+    SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" $c || rc=1
+  done
 done
 # cpars with room for 4 states of the P 8, N 16 cases beside the adjoint
 # (sub-blocks of 3 tokens; 10 at N 8); the odd case's adjoint would not fit
