@@ -5,7 +5,9 @@ copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
   - extern __shared__ arrays pointed at the emulator's buffer (emu_smem) and
     static __shared__ arrays made static host arrays;
   - inline asm statements replaced: the ones with a host meaning (rcp, ex2,
-    tanh approximations) by it, any other by a call that aborts naming the
+    tanh approximations, 16-byte global loads with cache hints, lop3, f16x2 /
+    bf16x2 fma) by it, includes of cuda_bf16.h / cuda_fp16.h /
+    cooperative_groups.h dropped (emu_rt.h has what they provide), any other by a call that aborts naming the
     file and line (so a kernel still compiles; it fails only if it runs it);
 and, given a launcher, writes OUT/launcher_emu.cpp: the same rewrites, its
 kern<<<grid, block, smem, stream>>>(args); launches turned into
@@ -32,6 +34,11 @@ HOST_ASM = {  # PTX opcode -> host function of its one input, giving the output
     "ex2.approx.ftz.f32": "sf_ex2",
     "ex2.approx.f32": "sf_ex2",
     "tanh.approx.f32": "sf_tanh_approx",
+}
+HOST_FN = {  # PTX opcode -> host function of its inputs and immediates, giving the output
+    "lop3.b32": "emu_lop3",
+    "fma.rn.f16x2": "emu_fma2_h",
+    "fma.rn.bf16x2": "emu_fma2_b",
 }
 HOST_CALL = {  # PTX opcode -> host function of all its inputs (no outputs)
     "stmatrix.sync.aligned.m8n8.x4.shared.b16": "emu_stmatrix_x4<false>",
@@ -63,6 +70,23 @@ def asm_stmt_end(s, i):
     raise ValueError("unbalanced asm")
 
 
+def colon_split(body):
+    """an asm statement's body split at the colons outside string literals"""
+    out, cur, instr, esc = [], "", False, False
+    for ch in body:
+        if instr:
+            instr = not (ch == '"' and not esc)
+            esc = ch == "\\" and not esc
+        elif ch == '"':
+            instr = True
+        elif ch == ":":
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    return out + [cur]
+
+
 def rewrite_asm(s, fname):
     out, pos = [], 0
     for m in re.finditer(r"\basm\s*(?:volatile\s*)?\(", s):
@@ -71,9 +95,9 @@ def rewrite_asm(s, fname):
         close, end = asm_stmt_end(s, m.end() - 1)
         body = s[m.end():close]
         line = s.count("\n", 0, m.start()) + 1
-        strs = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body.split(":")[0]))
+        parts = colon_split(body)
+        strs = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', parts[0]))
         op = strs.split()[0] if strs.split() else ""
-        parts = body.split(":")
         repl = None
         if op in HOST_ASM and len(parts) >= 3:
             o = re.search(r'"=\w"\s*\((\w+)\)', parts[1])
@@ -83,11 +107,29 @@ def rewrite_asm(s, fname):
         if op in HOST_CALL and len(parts) >= 3 and not parts[1].strip():
             args = [re.sub(r'^"\w+"\s*\((.*)\)$', r"\1", a.strip(), flags=re.S) for a in top_split(parts[2])]
             repl = "%s(%s);" % (HOST_CALL[op], ", ".join(args))
+        if re.fullmatch(r"ld\.global(\.nc)?(\.L1::no_allocate)?(\.L2::256B)?\.v4\.u32", op) and len(parts) >= 3:
+            # a 16-byte global load (cache hints have no host meaning)
+            o = re.findall(r'"=r"\s*\(([^()]+)\)', parts[1])
+            i = re.search(r'"l"\s*\((.*)\)\s*$', parts[2].strip(), flags=re.S)
+            if len(o) == 4 and i:
+                repl = "{ const uint32_t *emu_p_ = (const uint32_t *)(%s); %s }" % (
+                    i.group(1), " ".join("%s = emu_p_[%d];" % (v, j) for j, v in enumerate(o)))
+        if op in HOST_FN and len(parts) >= 3:
+            # one output, inputs in order, immediates of the string after them
+            o = re.findall(r'"=\w"\s*\(([^()]+)\)', parts[1])
+            ins = [re.sub(r'^"\w+"\s*\((.*)\)$', r"\1", a.strip(), flags=re.S) for a in top_split(parts[2])]
+            imms = re.findall(r"\b(0x[0-9a-fA-F]+)\s*;", strs)
+            if len(o) == 1:
+                repl = "%s = %s(%s);" % (o[0], HOST_FN[op], ", ".join(ins + imms))
         if repl is None:
             repl = 'emu_asm_unsupported("%s:%d: %s");' % (fname, line, op)
         out.append(s[pos:m.start()] + repl + "\n" * s.count("\n", m.start(), end))
         pos = end
     return "".join(out) + s[pos:]
+
+
+def drop_includes(s):  # the emulator's emu_rt.h stands in for these
+    return re.sub(r'^#include <(cuda_bf16|cuda_fp16|cooperative_groups)\.h>\n', "", s, flags=re.M)
 
 
 def rewrite_smem(s):
@@ -106,7 +148,7 @@ def main():
     out, d = sys.argv[1], sys.argv[2]
     os.makedirs(os.path.join(out, d), exist_ok=True)
     for f in sorted(glob.glob("src/cuda/%s/*.h" % d) + glob.glob("src/cuda/%s/*.cuh" % d)):
-        s = rewrite_asm(rewrite_smem(open(f).read()), f)
+        s = rewrite_asm(rewrite_smem(drop_includes(open(f).read())), f)
         open(os.path.join(out, d, os.path.basename(f)), "w").write(s)
     if len(sys.argv) > 3:
         f, new, old = sys.argv[3:6]

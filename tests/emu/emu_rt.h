@@ -276,6 +276,43 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 }
 inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
+inline uint16_t __bfloat16_as_ushort(__nv_bfloat16 b) { return b.v; }
+// byte j of the result = byte s_j of the 8 bytes (b:a), s_j the j-th nibble of s
+inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) {
+    const uint64_t v = (uint64_t)b << 32 | a;
+    uint32_t r = 0;
+    for (int j = 0; j < 4; j++) r |= (uint32_t)((v >> (8 * ((s >> (4 * j)) & 7))) & 0xff) << (8 * j);
+    return r;
+}
+// lop3.b32: bit i of the result = bit (a_i b_i c_i) of the lookup table
+inline uint32_t emu_lop3(uint32_t a, uint32_t b, uint32_t c, uint32_t lut) {
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i++)
+        r |= ((lut >> ((a >> i & 1) << 2 | (b >> i & 1) << 1 | (c >> i & 1))) & 1u) << i;
+    return r;
+}
+// fma.rn on two 16-bit halves (one rounding each: exact in double, then rounded)
+inline uint32_t emu_fma2_h(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r = 0;
+    for (int h = 0; h < 2; h++) {
+        __half x{(uint16_t)(a >> 16 * h)}, y{(uint16_t)(b >> 16 * h)}, z{(uint16_t)(c >> 16 * h)};
+        const double v = (double)__half2float(x) * __half2float(y) + __half2float(z);
+        r |= (uint32_t)__float2half_rn((float)v).v << 16 * h;
+    }
+    return r;
+}
+inline uint32_t emu_fma2_b(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r = 0;
+    for (int h = 0; h < 2; h++) {
+        __nv_bfloat16 x{(uint16_t)(a >> 16 * h)}, y{(uint16_t)(b >> 16 * h)}, z{(uint16_t)(c >> 16 * h)};
+        const double v = (double)__bfloat162float(x) * __bfloat162float(y) + __bfloat162float(z);
+        r |= (uint32_t)__float2bfloat16_rn((float)v).v << 16 * h;
+    }
+    return r;
+}
+inline uint16_t __half_as_ushort(__half h) { return h.v; }
+inline __half __ushort_as_half(uint16_t v) { __half h; h.v = v; return h; }
+inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t v) { __nv_bfloat16 b; b.v = v; return b; }
 inline float2 __half22float2(__half2 v) { return {__half2float(v.x), __half2float(v.y)}; }
 inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
 inline float __low2float(__half2 v) { return __half2float(v.x); }

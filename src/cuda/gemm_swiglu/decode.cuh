@@ -22,7 +22,7 @@
 
 #include "common/ptx.cuh"
 #include "gemm_swiglu/args.h"
-#include "gemm_swiglu/ws.cuh"
+#include "gemm_swiglu/out.cuh"
 
 namespace sf_gs {
 

@@ -29,6 +29,7 @@
 #include "common/ptx.cuh"
 #include "common/wgmma.cuh"
 #include "gemm_swiglu/args.h"
+#include "gemm_swiglu/out.cuh"
 
 #include <cuda.h>
 
@@ -55,16 +56,6 @@ __device__ __forceinline__ void ws_tile(int t, int ntm, int ntn, int &mt, int &n
     mt = m_first + r % gsz;
     nt = r / gsz;
 }
-
-template <typename T> struct GsOut;
-template <> struct GsOut<__nv_bfloat16> {
-    static __device__ __forceinline__ uint16_t one(float v) {
-        return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
-};
-template <> struct GsOut<__half> {
-    static __device__ __forceinline__ uint16_t one(float v) { return __half_as_ushort(__float2half_rn(v)); }
-};
 
 /* Outputs (row, col) and (row, col + 1) = silu(g) * u; col + 1 may be past I. */
 template <typename T>

@@ -51,11 +51,13 @@ static __device__ __forceinline__ uint4 wqd_ld_stream(const void *p) {
     uint4 v;
 #ifdef WQD_L2_256
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-#else
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-#endif
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
+#else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#endif
     return v;
 }
 
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             const int64_t off = (int64_t)n * a.bias_s;
             v += a.bias_f32 ? ((const float *)a.bias)[off] : wq_bits<T>::tof(((const uint16_t *)a.bias)[off]);
         }
-        yg[(int64_t)m * a.y_rs + n] = (T)v;
+        yg[(int64_t)m * a.y_rs + n] = wq_bits<T>::fromf(v);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cluster.sync(); /* peers may still read this block's partial sums */

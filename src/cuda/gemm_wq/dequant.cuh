@@ -34,6 +34,7 @@ template <> struct wq_bits<__half> {
         return d;
     }
     static __device__ __forceinline__ float tof(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+    static __device__ __forceinline__ __half fromf(float v) { return __float2half_rn(v); }
     /* -(1024 + off) in both halves */
     static __device__ __forceinline__ uint32_t neg4(int off) {
         const uint32_t h = 0xE400u + (uint32_t)off;
@@ -51,6 +52,7 @@ template <> struct wq_bits<__nv_bfloat16> {
     static __device__ __forceinline__ float tof(uint16_t h) {
         return __bfloat162float(__ushort_as_bfloat16(h));
     }
+    static __device__ __forceinline__ __nv_bfloat16 fromf(float v) { return __float2bfloat16_rn(v); }
     static __device__ __forceinline__ uint32_t neg4(int off) { /* -(128 + off) */
         const uint32_t h = 0xC300u + (uint32_t)off;
         return h | (h << 16);

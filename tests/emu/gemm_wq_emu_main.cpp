@@ -1,0 +1,93 @@
+// gemm_wq_emu_main.cpp - the streaming decode kernel of sf_gemm_wq
+// (src/cuda/gemm_wq/decode.cuh: gemm_wq_decode_kernel, the library's
+// "stream" row: 8 warps of one m16 tile, 4 chunks ahead) run by the host
+// emulator against a double-precision x W^T of the dequantised weights:
+// int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
+// a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
+// Compiled for sm_80 (one block along K: the sm_90 cluster split is not
+// emulated).  Outputs poisoned first.  Built and run by
+// run_gemm_wq_emu.sh; argument: a case name (default: all).
+#include "common/cuda_common.h"
+#include "gemm_wq/decode.cuh"
+#include <random>
+#include <string>
+#include <vector>
+
+struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
+
+template <typename T> static uint16_t bits16(float v) { T h = sf_elem<T>::from_f(v); uint16_t b; memcpy(&b, &h, 2); return b; }
+template <typename T> static float val(uint16_t b) { T h; memcpy(&h, &b, 2); return sf_elem<T>::to_f(h); }
+
+template <typename T, bool I4, bool MN, int NT> static void launch(const WqdArgs &a) {
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4>, dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u),
+               dim3(Tl::NTHR), Tl::smem(a.cps), a);
+}
+
+template <typename T> static int run_t(const WqCase &c) {
+    std::mt19937_64 rng(5);
+    std::uniform_int_distribution<int> ud(0, 255);
+    std::normal_distribution<float> nd;
+    const int64_t rb = c.bits == 4 ? c.K / 2 : c.K, ng = c.K / c.group;
+    std::vector<uint4> xb((size_t)c.M * c.K * 2 / 16 + 2), wb((size_t)c.N * rb / 16 + 2), yb((size_t)c.M * c.N * 2 / 16 + 2);
+    uint16_t *x = (uint16_t *)xb.data(), *y = (uint16_t *)yb.data();
+    uint8_t *w = (uint8_t *)wb.data();
+    std::vector<uint16_t> sc(ng * c.N), mn(ng * c.N), bias(c.N);
+    for (int64_t i = 0; i < (int64_t)c.M * c.K; i++) x[i] = bits16<T>(nd(rng));
+    for (int64_t i = 0; i < c.N * rb; i++) w[i] = (uint8_t)ud(rng);
+    for (auto &v : sc) v = bits16<T>(0.005f + 0.01f * (ud(rng) / 255.0f));
+    for (auto &v : mn) v = bits16<T>(-0.05f + 0.1f * (ud(rng) / 255.0f));
+    for (auto &v : bias) v = bits16<T>(0.1f * nd(rng));
+    memset(y, 0xff, (size_t)c.M * c.N * 2);
+    WqdArgs a{};
+    a.x = x; a.x_rs = c.K; a.w = w; a.w_rb = rb; a.scales = sc.data(); a.mins = c.mins ? mn.data() : nullptr;
+    a.bias = c.bias ? bias.data() : nullptr; a.bias_s = 1; a.bias_f32 = 0; a.y = y; a.y_rs = c.N;
+    a.M = c.M; a.N = c.N; a.K = c.K; a.group = c.group;
+    a.cps = (c.K + (c.bits == 4 ? 128 : 64) - 1) / (c.bits == 4 ? 128 : 64);
+    const bool n1 = c.M <= 8;
+    if (c.bits == 4) {
+        if (c.mins) n1 ? launch<T, true, true, 1>(a) : launch<T, true, true, 2>(a);
+        else n1 ? launch<T, true, false, 1>(a) : launch<T, true, false, 2>(a);
+    } else {
+        if (c.mins) n1 ? launch<T, false, true, 1>(a) : launch<T, false, true, 2>(a);
+        else n1 ? launch<T, false, false, 1>(a) : launch<T, false, false, 2>(a);
+    }
+    double maxe = 0, maxr = 0;
+    for (int m = 0; m < c.M; m++)
+        for (int n = 0; n < c.N; n++) {
+            double r = c.bias ? val<T>(bias[n]) : 0.0;
+            for (int k = 0; k < c.K; k++) {
+                int u;
+                if (c.bits == 4) u = (w[(int64_t)n * rb + k / 2] >> (4 * (k & 1))) & 15;
+                else u = c.mins ? w[(int64_t)n * rb + k] : (int8_t)w[(int64_t)n * rb + k];
+                const int64_t j = (int64_t)(k / c.group) * c.N + n;
+                const double s = val<T>(sc[j]);
+                const double wv = c.mins ? s * u + val<T>(mn[j]) : s * (c.bits == 4 ? u - 8 : u);
+                r += (double)val<T>(x[(int64_t)m * c.K + k]) * wv;
+            }
+            const double got = val<T>(y[(int64_t)m * c.N + n]);
+            maxe = std::max(maxe, std::isfinite(got) ? fabs(got - r) : INFINITY);
+            maxr = std::max(maxr, fabs(r));
+        }
+    const double rel = maxe / maxr, tol = c.f16 ? 2e-3 : 1e-2;
+    const bool ok = rel <= tol;
+    printf("%-4s %-12s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n", ok ? "ok" : "FAIL",
+           c.name, c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "", c.bias ? " bias" : "", rel, tol);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const WqCase cases[] = {
+        {"i4_m1", 1, 40, 512, 4, 128, false, false, false},   {"i4_m5_min", 5, 133, 384, 4, 128, true, false, true},
+        {"i4_m16_f16", 16, 24, 256, 4, 128, false, true, false}, {"i4_m9_g256", 9, 17, 512, 4, 256, true, true, false},
+        {"i8_m3", 3, 20, 256, 8, 64, false, false, true},     {"i8_m16_min", 16, 9, 256, 8, 128, true, true, false},
+    };
+    int rc = 0, ran = 0;
+    for (const WqCase &c : cases) {
+        if (argc > 1 && strcmp(argv[1], c.name)) continue;
+        rc |= c.f16 ? run_t<__half>(c) : run_t<__nv_bfloat16>(c);
+        ran++;
+    }
+    if (!ran) { printf("no case named %s\n", argv[1]); return 1; }
+    return rc;
+}
