@@ -184,7 +184,7 @@ static void run_ref(host_case *c) {
 static const shape shapes[] = {
     {1, 77, 264, 0, 0, 0, 0},     {3, 50, 100, 3, 5, 1, 1},     {16, 136, 520, 8, 8, 2, 1},
     {37, 250, 100, 1, 3, 3, 0},   {64, 128, 64, 0, 0, 0, 1},    {129, 333, 1032, 8, 16, 6, 0},
-    {200, 257, 520, 0, 8, 0, 1},  {2, 1, 7, 0, 0, 0, 0},
+    {200, 257, 520, 0, 8, 0, 1},  {2, 1, 7, 0, 0, 0, 0},      {6, 45, 1544, 8, 8, 0, 1},
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -307,7 +307,7 @@ static void test_errors(void) {
 /* ------------------------------------------------------------------ */
 
 /* the rows of src/cuda/gemm_swiglu/configs.h */
-static const char *const cuda_configs[] = {"auto", "dec4", "ws128", "ws64", "ws128c2"};
+static const char *const cuda_configs[] = {"auto", "dec4", "ws128", "ws64", "ws128c2", "dcp512"};
 #define NCFG ((int)(sizeof cuda_configs / sizeof cuda_configs[0]))
 
 static void test_cuda(sf_ctx *gpu) {
