@@ -162,12 +162,13 @@ static bool rows_match() {
 
 /* Runs configuration row `i` (or only checks it, st NULL): NULL, or why it
  * cannot serve the problem.  The heuristic falls through to the first row
- * of its preference that serves (dcp512 at M <= 8); dec4 serves everything. */
+ * of its preference that serves (dcp512 at M <= 8, ws128 from M 9); dec4
+ * serves everything. */
 template <typename T> const char *gs_config_run(sf_ctx *ctx, int i, const GsTune &t, sf_status *st) {
     if (gs_configs[i].kernel != GsKernel::heuristic) return run_row<T>(ctx, i, t, st);
     const int64_t M = t.a.M;
     if (M <= 8 && !run_row<T>(ctx, 5, t, nullptr)) return run_row<T>(ctx, 5, t, st);
-    const int pref = M <= 16 ? 1 : M <= 256 ? 2 : M < 1024 ? 3 : 4;
+    const int pref = M <= 8 ? 1 : M <= 256 ? 2 : M < 1024 ? 3 : 4;
     if (pref == 4 && !run_row<T>(ctx, 4, t, nullptr)) return run_row<T>(ctx, 4, t, st);
     if (pref >= 2 && !run_row<T>(ctx, pref == 4 ? 2 : pref, t, nullptr)) return run_row<T>(ctx, pref == 4 ? 2 : pref, t, st);
     return run_row<T>(ctx, 1, t, st);
