@@ -307,7 +307,7 @@ static void test_errors(void) {
 /* ------------------------------------------------------------------ */
 
 /* the rows of src/cuda/gemm_swiglu/configs.h */
-static const char *const cuda_configs[] = {"auto", "dec4", "ws128", "ws64", "ws128c2", "dcp512"};
+static const char *const cuda_configs[] = {"auto", "dec4", "ws128", "ws64", "ws128c2"};
 #define NCFG ((int)(sizeof cuda_configs / sizeof cuda_configs[0]))
 
 static void test_cuda(sf_ctx *gpu) {

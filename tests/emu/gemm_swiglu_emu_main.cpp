@@ -1,5 +1,5 @@
 // gemm_swiglu_emu_main.cpp - the decode kernels of sf_gemm_swiglu
-// (decode.cuh: gs_dec_kernel; decode_cp.cuh: gs_dcp_kernel, M <= 8) run by the
+// (decode.cuh: gs_dec_kernel, the dec4 row and the element-load fallback) run by the
 // host emulator against a double-precision y = silu(x Wg^T) * (x Wu^T) of the
 // same bf16 / f16 inputs.  Cases: M 1 / 5 / 16, I not a multiple of 8, K
 // not a multiple of 32, row strides wider
@@ -7,7 +7,6 @@
 // argument: a case name (default: all).
 #include "common/cuda_common.h"
 #include "gemm_swiglu/decode.cuh"
-#include "gemm_swiglu/decode_cp.cuh"
 #include <random>
 #include <string>
 #include <vector>
@@ -46,10 +45,9 @@ template <typename T> static int run_t(const GsCase &c, const char *which) {
     const unsigned nb = (unsigned)((c.I + 7) / 8);
     const std::string w = which;
     if (w == "dec4") {
-        emu_launch(gs_dec_kernel<T, 4, 4, true, 7, true, true>, dim3(nb), dim3(128), 0, a);
-    } else if (w == "dcp512") {
-        if (c.M > 8) return 0; /* the row refuses M > 8 */
-        emu_launch(gs_dcp_kernel<T, 4, 512, 4, 1>, dim3(nb), dim3(128), DcpTraits<512, 4>::SMEM, a);
+        emu_launch(gs_dec_kernel<T, 4, 8, true, 4, true, true>, dim3(nb), dim3(128), 0, a);
+    } else if (w == "dec_elem") { /* the fallback for unaligned rows or K: element loads */
+        emu_launch(gs_dec_kernel<T, 4, 4, false>, dim3(nb), dim3(128), 0, a);
     } else {
         printf("unknown kernel %s\n", which);
         return 1;
@@ -81,7 +79,7 @@ int main(int argc, char **argv) {
         {"m16", 16, 16, 600, 0, false},       {"m9_f16", 9, 13, 520, 16, true},
         {"m16_stride", 16, 8, 2056, 24, false}, {"m8_stride", 8, 11, 2056, 24, true},
     };
-    const char *kernels[] = {"dec4", "dcp512"};
+    const char *kernels[] = {"dec4", "dec_elem"};
     int rc = 0, ran = 0;
     for (const GsCase &c : cases) {
         if (argc > 1 && strcmp(argv[1], c.name)) continue;

@@ -1,8 +1,8 @@
 #!/bin/bash
 # run_gemm_swiglu_emu.sh - checks sf_gemm_swiglu's decode kernels
-# (gs_dcp_kernel, gs_dec_kernel) without a GPU: their sources prepared by
-# emu_prep.py, compiled for the host with emu_rt.h (cp.async, ldmatrix and
-# mma.sync emulated by common/ptx.cuh) and run on small cases against a
+# (gs_dec_kernel: the dec4 row and the element-load fallback) without a
+# GPU: their sources prepared by emu_prep.py, compiled for the host with
+# emu_rt.h (mma.sync emulated by common/ptx.cuh) and run on small cases against a
 # double-precision product.  Needs no build folder.
 #   tests/emu/run_gemm_swiglu_emu.sh [case]
 set -eu

@@ -8,7 +8,6 @@
 #include "gemm_swiglu.h"
 #include "gemm_swiglu/configs.h"
 #include "gemm_swiglu/decode.cuh"
-#include "gemm_swiglu/decode_cp.cuh"
 #include "gemm_swiglu/ws.cuh"
 
 #include <stdio.h>
@@ -102,13 +101,13 @@ template <typename T, int BN, int NST, int GM, int CL> const char *run_ws(sf_ctx
     return nullptr;
 }
 
-template <typename T, int WK, int MINB, bool PF, bool CC> const char *run_dec(sf_ctx *ctx, const GsTune &t, sf_status *st) {
+template <typename T, int WK, int U, int MINB, bool PF, bool CC> const char *run_dec(sf_ctx *ctx, const GsTune &t, sf_status *st) {
     const int64_t nb = ((int64_t)t.a.I + 7) / 8;
     if (nb > 0x7fffffffLL) return "the grid exceeds CUDA's";
     if (!st) return nullptr;
     /* the element-wise fallback keeps the uncapped registers (no spills) */
     if (t.vec_ok)
-        gs_dec_kernel<T, WK, 4, true, MINB, PF, CC><<<(unsigned)nb, WK * 32, 0, sf_cuda_stream(ctx)>>>(t.a);
+        gs_dec_kernel<T, WK, U, true, MINB, PF, CC><<<(unsigned)nb, WK * 32, 0, sf_cuda_stream(ctx)>>>(t.a);
     else
         gs_dec_kernel<T, WK, 4, false><<<(unsigned)nb, WK * 32, 0, sf_cuda_stream(ctx)>>>(t.a);
     const cudaError_t e = cudaGetLastError();
@@ -116,44 +115,24 @@ template <typename T, int WK, int MINB, bool PF, bool CC> const char *run_dec(sf
     return nullptr;
 }
 
-template <typename T, int WK, int KS, int S> const char *run_dcp(sf_ctx *ctx, const GsTune &t, sf_status *st) {
-    typedef DcpTraits<KS, S> Tr;
-    const sf_cuda_state *cs = sf_cuda_st(ctx);
-    if (t.a.M > 8) return "more than 8 rows of x (one n8 tile of x; ws128 or dec4 take more)";
-    if (!t.vec_ok) return "cp.async needs K a multiple of 8 and x, w_gate and w_up 16-byte aligned (row strides multiples of 8)";
-    if (cs && Tr::SMEM > cs->smem_optin) return "the GPU has too little shared memory per block";
-    const int64_t nb = ((int64_t)t.a.I + 7) / 8;
-    if (nb > 0x7fffffffLL) return "the grid exceeds CUDA's";
-    if (!st) return nullptr;
-    void (*kern)(const GsArgs) = gs_dcp_kernel<T, WK, KS, S, 1>;
-    cudaError_t e = cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::SMEM);
-    if (e == cudaSuccess) {
-        kern<<<(unsigned)nb, WK * 32, Tr::SMEM, sf_cuda_stream(ctx)>>>(t.a);
-        e = cudaGetLastError();
-    }
-    *st = e == cudaSuccess ? SF_OK : sf_fail(ctx, SF_ERR_CUDA, "sf_gemm_swiglu: decode launch: %s", cudaGetErrorString(e));
-    return nullptr;
-}
-
 /* The instantiations of the rows of configs.h (checked by rows_match). */
 template <typename T> const char *run_row(sf_ctx *ctx, int row, const GsTune &t, sf_status *st) {
     switch (row) {
-    case 1: return run_dec<T, 4, 7, true, true>(ctx, t, st);
+    case 1: return run_dec<T, 4, 8, 4, true, true>(ctx, t, st);
     case 2: return run_ws<T, 128, 4, 16, 1>(ctx, t, st);
     case 3: return run_ws<T, 64, 6, 8, 1>(ctx, t, st);
     case 4: return run_ws<T, 128, 4, 8, 2>(ctx, t, st);
-    case 5: return run_dcp<T, 4, 512, 4>(ctx, t, st);
     default: return "no such row";
     }
 }
 static bool rows_match() {
-    static const int want[][10] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 0},        {2, 0, 0, 0, 4, 7, 1, 1, 1, 0},
-                                   {1, 128, 4, 16, 0, 0, 0, 0, 1, 0},    {1, 64, 6, 8, 0, 0, 0, 0, 1, 0},
-                                   {1, 128, 4, 8, 0, 0, 0, 0, 2, 0},     {3, 0, 4, 0, 4, 0, 0, 0, 1, 512}};
+    static const int want[][10] = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 1},     {2, 0, 0, 0, 4, 8, 4, 1, 1, 1},
+                                   {1, 128, 4, 16, 0, 0, 0, 0, 0, 1}, {1, 64, 6, 8, 0, 0, 0, 0, 0, 1},
+                                   {1, 128, 4, 8, 0, 0, 0, 0, 0, 2}};
     if ((int)(sizeof want / sizeof want[0]) != GS_NCONFIG) return false;
     for (int i = 0; i < GS_NCONFIG; i++) {
         const GsConfig &c = gs_configs[i];
-        const int got[10] = {(int)c.kernel, c.bn, c.stages, c.gm, c.wk, c.minb, c.pf, c.contig, c.cluster, c.ks};
+        const int got[10] = {(int)c.kernel, c.bn, c.stages, c.gm, c.wk, c.u, c.minb, c.pf, c.contig, c.cluster};
         for (int f = 0; f < 10; f++)
             if (got[f] != want[i][f]) return false;
     }
@@ -162,13 +141,12 @@ static bool rows_match() {
 
 /* Runs configuration row `i` (or only checks it, st NULL): NULL, or why it
  * cannot serve the problem.  The heuristic falls through to the first row
- * of its preference that serves (dcp512 at M <= 8, ws128 from M 9); dec4
+ * of its preference that serves (dec4 to M 16, ws128 from M 17); dec4
  * serves everything. */
 template <typename T> const char *gs_config_run(sf_ctx *ctx, int i, const GsTune &t, sf_status *st) {
     if (gs_configs[i].kernel != GsKernel::heuristic) return run_row<T>(ctx, i, t, st);
     const int64_t M = t.a.M;
-    if (M <= 8 && !run_row<T>(ctx, 5, t, nullptr)) return run_row<T>(ctx, 5, t, st);
-    const int pref = M <= 8 ? 1 : M <= 256 ? 2 : M < 1024 ? 3 : 4;
+    const int pref = M <= 16 ? 1 : M <= 256 ? 2 : M < 1024 ? 3 : 4;
     if (pref == 4 && !run_row<T>(ctx, 4, t, nullptr)) return run_row<T>(ctx, 4, t, st);
     if (pref >= 2 && !run_row<T>(ctx, pref == 4 ? 2 : pref, t, nullptr)) return run_row<T>(ctx, pref == 4 ? 2 : pref, t, st);
     return run_row<T>(ctx, 1, t, st);

@@ -164,9 +164,10 @@ static __device__ __forceinline__ void conv_window(const conv_fwd_args &a, const
  * the step's leading slots (W-1 moves per 8 tokens), pointers advanced by
  * adds, SiLU in 5 instructions (ftz SFU forms): the bf16 W 4 step is 417
  * SASS instructions for 32 elements, 13 per element (counted with
- * cuobjdump).  __launch_bounds__(128, 5): 96 registers, 5 blocks (20
- * warps) per SM with 64 bytes of loads in flight per thread; its few
- * spills are outside the step loop.
+ * cuobjdump).  __launch_bounds__(128, 4): up to 128 registers, 4 blocks
+ * (16 warps) per SM with 64 bytes of loads in flight per thread, no spills
+ * (at 5 blocks, 96 registers, ptxas spilled 72-88 bytes: H100, W 4, SiLU,
+ * 2.41 against 2.54 TB/s in bf16, 2.61 against 2.79 in f32).
  * Previous version's table (H200, 8 x 4096 x 5376, W 4, SiLU, bf16 / f32
  * GB/s): U 4 x 16-byte vectors 1543 / 3808; U 8 1257 / 3709; next step's
  * loads before the math 1258 / 3688; 8-byte vectors U 8 1574 / 3709. */
@@ -265,7 +266,7 @@ static __device__ __forceinline__ void conv_run(const conv_fwd_args &a, int b, i
 /* grid: one block per (channel tile of 32 vectors, token tile of 4 runs,
  * batch row), flattened; threadIdx.x = vector, threadIdx.y = run. */
 template <typename T, int W, int V, bool SILU>
-__global__ void __launch_bounds__(128, 5) conv1d_fwd_kernel(const conv_fwd_args a) {
+__global__ void __launch_bounds__(128, 4) conv1d_fwd_kernel(const conv_fwd_args a) {
     const int64_t blk = blockIdx.x;
     const int ct = (int)(blk % a.ctiles);
     const int64_t rest = blk / a.ctiles;
