@@ -1,0 +1,176 @@
+// gemv_wq.cu - stand-alone timing of sf_gemm_wq's streaming int4 decode
+// kernel (src/cuda/gemm_wq/decode.cuh; symmetric codes, groups of 128, bf16)
+// in shapes of its template (m16 tiles a warp, warps, chunks ahead, K split)
+// against cuBLAS bf16 on weights of the same shape: CUDA-graph replays of 20
+// calls at Llama-8B's gate+up, gate, down and q/o, M 1 and 16.  Each variant
+// is checked against the library's row (base_m1w8u4), which the tests check
+// against the reference.
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude --expt-relaxed-constexpr \
+//        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
+//   ./gemv_wq [once]               (once: one launch each, for ncu)
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include "gemm_wq/decode.cuh"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+typedef __nv_bfloat16 T;
+
+__global__ void fill16(uint16_t *p, size_t n, uint32_t seed, float sc, float off) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        p[i] = __bfloat16_as_ushort(__float2bfloat16(((h & 0xffffff) / 16777216.0f - off) * sc));
+    }
+}
+__global__ void fill8(uint8_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        p[i] = (uint8_t)(h >> 8);
+    }
+}
+
+struct Prob { WqdArgs a; int sms; };
+typedef void (*Launch)(const Prob &, cudaStream_t);
+
+template <int MT, int WARPS, int U, int F2, int NT>
+static void run_v(const Prob &p, cudaStream_t s) {
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U>;
+    WqdArgs a = p.a;
+    const int BR = Tl::BR;
+    const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
+    const int64_t rb = (a.N + BR - 1) / BR;
+    int64_t S = ((int64_t)F2 * p.sms / 2 + rb / 2) / rb;
+    S = S < 1 ? 1 : S > 8 ? 8 : S;
+    if (S > nchk) S = nchk;
+    a.cps = (int)((nchk + S - 1) / S);
+    while (Tl::smem(a.cps) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
+    S = (nchk + a.cps - 1) / a.cps;
+    const size_t smem = Tl::smem(a.cps);
+    static bool set = false;
+    if (!set) { CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024)); set = true; }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)rb, (unsigned)S);
+    cfg.blockDim = dim3(Tl::NTHR);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1; at[0].val.clusterDim.y = (unsigned)S; at[0].val.clusterDim.z = 1;
+    cfg.attrs = at; cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, kern, a));
+}
+template <int MT, int WARPS, int U, int F2> static void run_m(const Prob &p, cudaStream_t s) {
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1>(p, s); else run_v<MT, WARPS, U, F2, 2>(p, s);
+}
+
+static cublasHandle_t hb;
+static uint16_t *g_wb, *g_yb;
+static void run_cublas(const Prob &p, cudaStream_t s) {
+    float al = 1, be = 0;
+    cublasSetStream(hb, s);
+    cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, p.a.N, p.a.M, p.a.K, &al, g_wb, CUDA_R_16BF, p.a.K, p.a.x, CUDA_R_16BF,
+                 p.a.K, &be, g_yb, CUDA_R_16BF, p.a.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+static float graph_ms(Launch f, const Prob &a, cudaStream_t s, int calls = 20, int reps = 15) {
+    for (int i = 0; i < 3; i++) f(a, s);
+    CK(cudaStreamSynchronize(s));
+    cudaGraph_t gr; cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < calls; i++) f(a, s);
+    CK(cudaStreamEndCapture(s, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    std::vector<float> t;
+    CK(cudaGraphLaunch(ge, s));
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(e0, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
+        float ms; cudaEventElapsedTime(&ms, e0, e1); t.push_back(ms / calls);
+    }
+    std::sort(t.begin(), t.end());
+    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+    return t[t.size() / 2];
+}
+
+struct V { const char *name; Launch f; };
+
+int main(int argc, char **argv) {
+    const bool once = argc > 1;
+    cudaStream_t s; CK(cudaStreamCreate(&s));
+    cublasCreate(&hb);
+    int dev = 0, sms = 0; cudaGetDevice(&dev); cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int shapes[][2] = {{28672, 4096}, {14336, 4096}, {4096, 14336}, {4096, 4096}};
+    const size_t maxw = (size_t)28672 * 4096;
+    uint8_t *w; uint16_t *sc, *x, *y, *yref;
+    CK(cudaMalloc(&w, maxw / 2)); CK(cudaMalloc(&sc, maxw / 128 * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
+    CK(cudaMalloc(&y, 16 * 28672 * 2)); CK(cudaMalloc(&yref, 16 * 28672 * 2));
+    CK(cudaMalloc(&g_wb, maxw * 2)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
+    fill8<<<1024, 256>>>(w, maxw / 2, 3u);
+    fill16<<<1024, 256>>>(sc, maxw / 128, 5u, 0.01f, 0.0f);
+    fill16<<<64, 256>>>(x, 16 * 14336, 7u, 2.0f, 0.5f);
+    fill16<<<1024, 256>>>(g_wb, maxw, 9u, 0.04f, 0.5f);
+    CK(cudaDeviceSynchronize());
+    V vs[] = {
+        {"base_m1w8u4", run_m<1, 8, 4, 3>},
+        {"m1w8u6", run_m<1, 8, 6, 3>},
+        {"m1w8u8", run_m<1, 8, 8, 3>},
+        {"m1w8u4_f3", run_m<1, 8, 4, 6>},
+        {"m1w8u8_f3", run_m<1, 8, 8, 6>},
+        {"m1w4u4", run_m<1, 4, 4, 3>},
+        {"m1w4u8", run_m<1, 4, 8, 3>},
+        {"m1w4u8_f3", run_m<1, 4, 8, 6>},
+        {"m1w4u8_f6", run_m<1, 4, 8, 12>},
+        {"m2w4u4", run_m<2, 4, 4, 3>},
+        {"m2w4u4_f3", run_m<2, 4, 4, 6>},
+        {"m2w8u4", run_m<2, 8, 4, 3>},
+        {"m2w4u6_f3", run_m<2, 4, 6, 6>},
+        {"cublas_bf16", run_cublas},
+    };
+    printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");
+    for (auto &sh : shapes) {
+        for (int M : {1, 16}) {
+            Prob p;
+            memset(&p, 0, sizeof p);
+            p.sms = sms;
+            p.a.x = x; p.a.x_rs = sh[1]; p.a.w = w; p.a.w_rb = sh[1] / 2; p.a.scales = sc; p.a.mins = nullptr;
+            p.a.bias = nullptr; p.a.y = y; p.a.y_rs = sh[0]; p.a.M = M; p.a.N = sh[0]; p.a.K = sh[1]; p.a.group = 128;
+            const double bytes = (double)sh[0] * sh[1] / 2 + (double)sh[0] * sh[1] / 128 * 2;
+            float tcub = graph_ms(run_cublas, p, s);
+            // baseline output as reference (the library's row, tested against the C reference)
+            p.a.y = yref; run_m<1, 8, 4, 3>(p, s); CK(cudaStreamSynchronize(s)); p.a.y = y;
+            std::vector<uint16_t> hr((size_t)M * sh[0]), hy((size_t)M * sh[0]);
+            CK(cudaMemcpy(hr.data(), yref, hr.size() * 2, cudaMemcpyDeviceToHost));
+            for (const V &v : vs) {
+                double maxerr = 0, maxref = 0;
+                if (v.f != run_cublas) {
+                    CK(cudaMemset(y, 0xff, (size_t)16 * 28672 * 2));
+                    v.f(p, s);
+                    CK(cudaStreamSynchronize(s));
+                    CK(cudaGetLastError());
+                    CK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
+                    for (size_t i = 0; i < hy.size(); i++) {
+                        uint32_t b1 = (uint32_t)hy[i] << 16, b2 = (uint32_t)hr[i] << 16;
+                        float g, r; memcpy(&g, &b1, 4); memcpy(&r, &b2, 4);
+                        double e = fabs((double)g - r);
+                        if (!(e <= 1e30)) e = 1e30;
+                        maxerr = std::max(maxerr, e); maxref = std::max(maxref, (double)fabs(r));
+                    }
+                }
+                if (once) { printf("%-14s %6d %6d %3d maxrel %.2e\n", v.name, sh[0], sh[1], M, maxerr / maxref); continue; }
+                float ms = v.f == run_cublas ? tcub : graph_ms(v.f, p, s);
+                const double b = v.f == run_cublas ? (double)sh[0] * sh[1] * 2 : bytes;
+                printf("%-14s %6d %6d %3d %9.2f %8.3f %8.2fx %9.2e\n", v.name, sh[0], sh[1], M, ms * 1e3,
+                       b / (ms * 1e-3) / 1e12, tcub / ms, maxerr / (maxref > 0 ? maxref : 1));
+            }
+        }
+    }
+    return 0;
+}
