@@ -547,6 +547,11 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
     /* the decode step's fused product + norm: its scratch, zeroed; pinned
      * off by SF_AUTOTUNE_FORCE=gemv_norm:apart (to time the two ways) */
     const char *force = getenv("SF_AUTOTUNE_FORCE");
+    /* likewise the gate/up product with SwiGLU in its epilogue (one launch,
+     * the 2I-wide product never written); SF_AUTOTUNE_FORCE=gemm_swiglu:apart
+     * runs sf_gemm and sf_swiglu instead */
+    m->fused_mlp = dev != SF_DEVICE_CPU && (m->act == SF_BF16 || m->act == SF_F16) &&
+                   !(force && strstr(force, "gemm_swiglu:apart"));
     if (dev != SF_DEVICE_CPU && !(force && strstr(force, "gemv_norm:apart"))) {
         const size_t gb = sf_gemv_norm_scratch_bytes((int)D);
         void *z = calloc(1, gb);
@@ -649,6 +654,44 @@ static sf_status linear_norm(sfm_model *m, const sfm_linear *L, void *x, int64_t
         if (s_ != SF_OK)                                                                             \
             return sfm_model_fail(err, errlen, s_, "layer %d: %s: %s", l, #call, sf_ctx_last_error(m->ctx));  \
     } while (0)
+
+/* Rows of x up to which the MLP takes sf_gemm_swiglu: the decode kernel's
+ * range (one pass over the weights per 16 rows; 1.02-1.04x cuBLAS + the
+ * element-wise SwiGLU on the H100, bench/RESULTS.md).  Prefill keeps
+ * cuBLAS, which serves every GPU. */
+#define SFM_FUSED_MLP_MAX_ROWS 16
+
+/* Whether layer ly's gate/up product and SwiGLU run as one sf_gemm_swiglu:
+ * on the GPU in f16 / bf16, a decode step's few rows, dense weights of the
+ * activations' dtype with unit stride along K and no bias. */
+static int dense_like_act(const sfm_model *m, const sfm_linear *L) {
+    return !L->quant && !L->bias.data && L->w.dtype == m->act && L->w.rank == 2 && L->w.stride[1] == 1;
+}
+static int fused_mlp_ok(const sfm_model *m, const sfm_layer *ly, int64_t T) {
+    if (!m->fused_mlp || T > SFM_FUSED_MLP_MAX_ROWS) return 0;
+    return ly->gate_up.n ? dense_like_act(m, &ly->gate_up) : dense_like_act(m, &ly->gate) && dense_like_act(m, &ly->up);
+}
+
+/* m->a (T, F) = silu(h Wg^T) * (h Wu^T): the stacked [gate; up] weight as
+ * two row views, or the two weights. */
+static sf_status fused_mlp(sfm_model *m, const sfm_layer *ly, int64_t T) {
+    const int dev = sf_ctx_device(m->ctx);
+    const int64_t F = m->cfg->intermediate_size, D = m->cfg->hidden_size;
+    sf_gemm_swiglu_params p;
+    sf_gemm_swiglu_params_init(&p);
+    p.x = t2(m->h, m->act, dev, T, D);
+    if (ly->gate_up.n) {
+        p.w_gate = ly->gate_up.w;
+        p.w_gate.shape[0] = F;
+        p.w_up = p.w_gate;
+        p.w_up.data = (char *)p.w_gate.data + (size_t)F * (size_t)p.w_gate.stride[0] * sf_dtype_size(m->act);
+    } else {
+        p.w_gate = ly->gate.w;
+        p.w_up = ly->up.w;
+    }
+    p.y = t2(m->a, m->act, dev, T, F);
+    return sf_gemm_swiglu(m->ctx, &p);
+}
 
 /* The layers over T rows of n sequences (m->tmp holds the embeddings), up
  * to the final norm's output in m->h; the index tensors are in ix (device),
@@ -761,6 +804,11 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
         STEP(linear_norm(m, &ly->o, m->att, T, &ly->post_norm));
         sf_swiglu_params sp;
     mlp:
+        if (fused_mlp_ok(m, ly, T)) {
+            STEP(fused_mlp(m, ly, T));
+            STEP(linear_norm(m, &ly->down, m->a, T, next_norm));
+            continue;
+        }
         sf_swiglu_params_init(&sp);
         if (ly->gate_up.n) { /* one product, [gate | up] a row */
             STEP(sfm_linear_apply(m, &ly->gate_up, m->h, T, m->g));

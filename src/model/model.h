@@ -59,6 +59,8 @@ typedef struct sfm_model {
     int64_t cap_rows;
     void *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *a;
     void *gn_scratch;          /* CUDA: the fused product + norm's scratch (layer/gemv_norm.h) */
+    int fused_mlp;             /* CUDA, f16 / bf16: decode steps' gate/up product with SwiGLU in one
+                                  sf_gemm_swiglu launch (dense weights) */
     void *qkv;                 /* the stacked q/k/v product (rows, QD + 2 KD); g holds
                                   the stacked gate/up one (rows, 2F)             */
     void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */
