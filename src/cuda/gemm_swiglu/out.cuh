@@ -1,5 +1,5 @@
 /* out.cuh - the output element of sf_gemm_swiglu's kernels (ws.cuh,
- * decode.cuh, decode_cp.cuh): f32 -> the bits of a bf16 or f16, round to
+ * decode.cuh): f32 -> the bits of a bf16 or f16, round to
  * nearest. */
 #ifndef SF_GEMM_SWIGLU_OUT_CUH
 #define SF_GEMM_SWIGLU_OUT_CUH
