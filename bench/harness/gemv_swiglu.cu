@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include "gemm_swiglu/decode.cuh"
 
 using namespace sf_gs;
@@ -77,101 +76,6 @@ static void run_dec4(const GsArgs &a, cudaStream_t s) {
 template <int MINB, int U, int WK = 4> static void run_dec4m(const GsArgs &a, cudaStream_t s) {
     gs_dec_kernel<__nv_bfloat16, WK, U, true, MINB, true, true><<<(a.I + 7) / 8, WK * 32, 0, s>>>(a);
 }
-/* Experimental shapes of the decode kernel (not in the library):
- *  KS > 1: K split over KS blocks of a group of 8 outputs (blockIdx.y); each
- *    block's sums go to a float workspace and the group's last block (a
- *    counter it puts back to 0) adds them in split order and applies SwiGLU:
- *    KS times the blocks, each 1 / KS of the bytes (a shorter tail);
- *  PERS: a grid of SMs x MINB blocks looping over the groups.
- * M <= 16 (one pass), K a multiple of 8, aligned rows. */
-static float *g_part;
-static unsigned *g_cnt;
-template <int WK, int U, int MINB, int KS, bool PERS>
-__global__ void __launch_bounds__(WK * 32, MINB) dec_exp_kernel(const GsArgs a, float *part, unsigned *cnt) {
-    typedef __nv_bfloat16 T;
-    __shared__ float red[WK][2][16][9];
-    __shared__ unsigned last;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int ngrp = (a.I + 7) / 8, K = a.K, nch = (K + 31) / 32;
-    const int s = KS > 1 ? (int)blockIdx.y : 0;
-    const int kb = s * nch / KS, ke = (s + 1) * nch / KS; /* this block's chunks */
-    for (int grp = blockIdx.x; grp < ngrp; grp += PERS ? gridDim.x : ngrp) {
-        const int n0 = grp * 8, n = n0 + g;
-        const bool nok = n < a.I;
-        const uint16_t *wg = (const uint16_t *)a.wg + (int64_t)(nok ? n : 0) * a.wg_rs;
-        const uint16_t *wu = (const uint16_t *)a.wu + (int64_t)(nok ? n : 0) * a.wu_rs;
-        const bool ok0 = g < a.M, ok1 = g + 8 < a.M;
-        const uint16_t *x0 = (const uint16_t *)a.x + (int64_t)(ok0 ? g : 0) * a.x_rs;
-        const uint16_t *x1 = (const uint16_t *)a.x + (int64_t)(ok1 ? g + 8 : 0) * a.x_rs;
-        float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const int cpw = (ke - kb + WK - 1) / WK;
-        const int cb = kb + w * cpw, ce = min(ke, kb + (w + 1) * cpw);
-        for (int c0 = cb; c0 < ce; c0 += U) {
-            uint4 bg[U], bu[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u, k = c * 32 + 8 * q;
-                bg[u] = dec_ld8<true, true, true>(wg, k, K, nok && c < ce);
-                bu[u] = dec_ld8<true, true, true>(wu, k, K, nok && c < ce);
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u, k = c * 32 + 8 * q;
-                const uint4 xa = dec_ld8<true>(x0, k, K, ok0 && c < ce);
-                const uint4 xb = dec_ld8<true>(x1, k, K, ok1 && c < ce);
-                const uint32_t a1[4] = {xa.x, xb.x, xa.y, xb.y}, a2[4] = {xa.z, xb.z, xa.w, xb.w};
-                sf_mma16<T>::run(cg, a1, bg[u].x, bg[u].y);
-                sf_mma16<T>::run(cu, a1, bu[u].x, bu[u].y);
-                sf_mma16<T>::run(cg, a2, bg[u].z, bg[u].w);
-                sf_mma16<T>::run(cu, a2, bu[u].z, bu[u].w);
-            }
-        }
-        red[w][0][g][2 * q] = cg[0];
-        red[w][0][g][2 * q + 1] = cg[1];
-        red[w][0][g + 8][2 * q] = cg[2];
-        red[w][0][g + 8][2 * q + 1] = cg[3];
-        red[w][1][g][2 * q] = cu[0];
-        red[w][1][g][2 * q + 1] = cu[1];
-        red[w][1][g + 8][2 * q] = cu[2];
-        red[w][1][g + 8][2 * q + 1] = cu[3];
-        __syncthreads();
-        float sg = 0.0f, su = 0.0f;
-        const int e = threadIdx.x, m = e >> 3, o = e & 7;
-        if (e < 128) {
-#pragma unroll
-            for (int v = 0; v < WK; v++) sg += red[v][0][m][o], su += red[v][1][m][o];
-        }
-        if (KS > 1) {
-            float *pp = part + ((int64_t)grp * KS + s) * 256;
-            if (e < 128) pp[e] = sg, pp[128 + e] = su;
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) last = atomicAdd(&cnt[grp], 1u) == KS - 1;
-            __syncthreads();
-            if (!last) { __syncthreads(); continue; }
-            __threadfence();
-            if (e < 128) {
-                sg = 0.0f, su = 0.0f;
-                for (int j = 0; j < KS; j++) {
-                    const float *pj = part + ((int64_t)grp * KS + j) * 256;
-                    sg += __ldcg(pj + e), su += __ldcg(pj + 128 + e);
-                }
-            }
-            if (threadIdx.x == 0) cnt[grp] = 0;
-        }
-        if (e < 128 && m < a.M && n0 + o < a.I)
-            ((uint16_t *)a.y)[(int64_t)m * a.y_rs + n0 + o] = GsOut<T>::one(sf_silu_sfu(sg) * su);
-        __syncthreads();
-    }
-}
-template <int WK, int U, int MINB, int KS, bool PERS> static void run_exp(const GsArgs &a, cudaStream_t s) {
-    static int sms = 0;
-    if (!sms) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    const int ngrp = (a.I + 7) / 8;
-    const int gx = PERS ? std::min(ngrp, sms * MINB / (KS > 1 ? KS : 1)) : ngrp;
-    dec_exp_kernel<WK, U, MINB, KS, PERS><<<dim3(gx, KS), WK * 32, 0, s>>>(a, g_part, g_cnt);
-}
-
 struct V { const char *name; Launch f1, f16; };
 
 int main(int argc, char **argv) {
@@ -186,9 +90,6 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&y, (size_t)16 * I * 2));
     CK(cudaMalloc(&g_h, (size_t)16 * 2 * I * 2));
     CK(cudaMalloc(&ref, (size_t)16 * 2 * I * 4));
-    CK(cudaMalloc(&g_part, (size_t)((I + 7) / 8) * 4 * 256 * 4));
-    CK(cudaMalloc(&g_cnt, (size_t)((I + 7) / 8) * 4));
-    CK(cudaMemset(g_cnt, 0, (size_t)((I + 7) / 8) * 4));
     fill<<<1024, 256>>>(g_w, (size_t)2 * I * K, 1u, 0.04f);
     fill<<<64, 256>>>(x, (size_t)16 * K, 7u, 2.0f);
     // reference: f32 product
@@ -204,14 +105,6 @@ int main(int argc, char **argv) {
         {"cublas+ew", run_cublas_sw, run_cublas_sw},
         {"u4_minb7_spills", run_dec4, run_dec4},
         {"dec4_row_u8_minb4", run_dec4m<4, 8>, run_dec4m<4, 8>},
-        {"exp_ks1", run_exp<4, 8, 4, 1, false>, run_exp<4, 8, 4, 1, false>},
-        {"exp_ks2", run_exp<4, 8, 4, 2, false>, run_exp<4, 8, 4, 2, false>},
-        {"exp_ks4", run_exp<4, 8, 4, 4, false>, run_exp<4, 8, 4, 4, false>},
-        {"exp_ks2_u4", run_exp<4, 4, 4, 2, false>, run_exp<4, 4, 4, 2, false>},
-        {"exp_ks2_b3", run_exp<4, 8, 3, 2, false>, run_exp<4, 8, 3, 2, false>},
-        {"exp_ks4_b3", run_exp<4, 8, 3, 4, false>, run_exp<4, 8, 3, 4, false>},
-        {"exp_pers", run_exp<4, 8, 4, 1, true>, run_exp<4, 8, 4, 1, true>},
-        {"exp_ks2_pers", run_exp<4, 8, 4, 2, true>, run_exp<4, 8, 4, 2, true>},
         {"u8_minb3", run_dec4m<3, 8>, run_dec4m<3, 8>},
         {"u6_minb5", run_dec4m<5, 6>, run_dec4m<5, 6>},
         {"u12_minb3", run_dec4m<3, 12>, run_dec4m<3, 12>},

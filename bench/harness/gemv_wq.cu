@@ -39,7 +39,9 @@ __global__ void fill8(uint8_t *p, size_t n, uint32_t seed) {
 struct Prob { WqdArgs a; int sms; };
 typedef void (*Launch)(const Prob &, cudaStream_t);
 
-template <int MT, int WARPS, int U, int F2, int NT>
+/* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
+ * SF > 0 fixes the split at SF blocks (a cluster) instead */
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0>
 static void run_v(const Prob &p, cudaStream_t s) {
     using Tl = WqdTile<T, true, false, MT, NT, WARPS, U>;
     auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U>;
@@ -48,6 +50,7 @@ static void run_v(const Prob &p, cudaStream_t s) {
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
     const int64_t rb = (a.N + BR - 1) / BR;
     int64_t S = ((int64_t)F2 * p.sms / 2 + rb / 2) / rb;
+    if (SF > 0) S = SF;
     S = S < 1 ? 1 : S > 8 ? 8 : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
@@ -67,8 +70,8 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2> static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1>(p, s); else run_v<MT, WARPS, U, F2, 2>(p, s);
+template <int MT, int WARPS, int U, int F2, int SF = 0> static void run_m(const Prob &p, cudaStream_t s) {
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF>(p, s); else run_v<MT, WARPS, U, F2, 2, SF>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -120,18 +123,16 @@ int main(int argc, char **argv) {
     CK(cudaDeviceSynchronize());
     V vs[] = {
         {"base_m1w8u4", run_m<1, 8, 4, 3>},
-        {"m1w8u6", run_m<1, 8, 6, 3>},
-        {"m1w8u8", run_m<1, 8, 8, 3>},
-        {"m1w8u4_f3", run_m<1, 8, 4, 6>},
-        {"m1w8u8_f3", run_m<1, 8, 8, 6>},
-        {"m1w4u4", run_m<1, 4, 4, 3>},
-        {"m1w4u8", run_m<1, 4, 8, 3>},
-        {"m1w4u8_f3", run_m<1, 4, 8, 6>},
-        {"m1w4u8_f6", run_m<1, 4, 8, 12>},
-        {"m2w4u4", run_m<2, 4, 4, 3>},
-        {"m2w4u4_f3", run_m<2, 4, 4, 6>},
-        {"m2w8u4", run_m<2, 8, 4, 3>},
-        {"m2w4u6_f3", run_m<2, 4, 6, 6>},
+        {"m1w4u4_f3", run_m<1, 4, 4, 6>},
+        {"m1w1u4_s8", run_m<1, 1, 4, 3, 8>},
+        {"m1w2u4_s8", run_m<1, 2, 4, 3, 8>},
+        {"m1w4u4_s8", run_m<1, 4, 4, 3, 8>},
+        {"m1w8u4_s8", run_m<1, 8, 4, 3, 8>},
+        {"m1w2u4_s4", run_m<1, 2, 4, 3, 4>},
+        {"m1w4u4_s4", run_m<1, 4, 4, 3, 4>},
+        {"m1w2u8_s4", run_m<1, 2, 8, 3, 4>},
+        {"m1w1u2_s8", run_m<1, 1, 2, 3, 8>},
+        {"m2w2u4_s8", run_m<2, 2, 4, 3, 8>},
         {"cublas_bf16", run_cublas},
     };
     printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");
