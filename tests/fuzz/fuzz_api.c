@@ -114,7 +114,8 @@ static void make_tensor(rd *r, const tmpl *tp, const int64_t *v, sf_dtype main_d
     const uint8_t sm = rd8(r);
     switch (sm & 3) {
     case 1: /* padded outer strides */
-        for (int i = 0; i + 1 < rank; i++) t->stride[i] += 1 + (sm >> 4);
+        for (int i = 0; i + 1 < rank; i++) /* saturating: a stride may be near INT64_MAX already */
+            t->stride[i] = t->stride[i] > INT64_MAX - 16 ? INT64_MAX : t->stride[i] + 1 + (sm >> 4);
         break;
     case 2: /* a zero stride */
         if (rank > 0) t->stride[(sm >> 2) % rank] = 0;
