@@ -4,7 +4,7 @@
 // against cuBLAS's GEMM and GEMM + element-wise SwiGLU: CUDA-graph replays of
 // 20 calls, M 1 and 16, each checked against a float32 cuBLAS product.  A
 // plain process (no torch): bench/gpu_swiglu_gemm.py times the library.
-//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude --expt-relaxed-constexpr \
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_swiglu bench/harness/gemv_swiglu.cu -lcublas
 //   ./gemv_swiglu [once|time [I K]]  (once: one launch each, for ncu / compute-sanitizer)
 #include <cublas_v2.h>
@@ -16,18 +16,10 @@
 #include <cmath>
 #include <cstring>
 #include "gemm_swiglu/decode.cuh"
+#include "harness/harness.cuh"
 
 using namespace sf_gs;
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
-__global__ void fill(uint16_t *p, size_t n, uint32_t seed, float sc) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        float v = ((h & 0xffffff) / 16777216.0f - 0.5f) * sc;
-        p[i] = __bfloat16_as_ushort(__float2bfloat16(v));
-    }
-}
 __global__ void swiglu_ew(const __nv_bfloat16 *h, __nv_bfloat16 *y, int M, int I) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= M * I) return;
@@ -37,25 +29,6 @@ __global__ void swiglu_ew(const __nv_bfloat16 *h, __nv_bfloat16 *y, int M, int I
 }
 
 typedef void (*Launch)(const GsArgs &, cudaStream_t);
-static float graph_ms(Launch f, const GsArgs &a, cudaStream_t s, int calls = 20, int reps = 15) {
-    for (int i = 0; i < 3; i++) f(a, s);
-    CK(cudaStreamSynchronize(s));
-    cudaGraph_t gr; cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < calls; i++) f(a, s);
-    CK(cudaStreamEndCapture(s, &gr));
-    CK(cudaGraphInstantiate(&ge, gr, 0));
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    std::vector<float> t;
-    CK(cudaGraphLaunch(ge, s));
-    for (int r = 0; r < reps; r++) {
-        cudaEventRecord(e0, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-        float ms; cudaEventElapsedTime(&ms, e0, e1); t.push_back(ms / calls);
-    }
-    std::sort(t.begin(), t.end());
-    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
-    return t[t.size() / 2];
-}
 
 static cublasHandle_t hb;
 static uint16_t *g_w, *g_h;
@@ -90,8 +63,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&y, (size_t)16 * I * 2));
     CK(cudaMalloc(&g_h, (size_t)16 * 2 * I * 2));
     CK(cudaMalloc(&ref, (size_t)16 * 2 * I * 4));
-    fill<<<1024, 256>>>(g_w, (size_t)2 * I * K, 1u, 0.04f);
-    fill<<<64, 256>>>(x, (size_t)16 * K, 7u, 2.0f);
+    fill16<<<1024, 256>>>(g_w, (size_t)2 * I * K, 1u, 0.04f, 0.5f);
+    fill16<<<64, 256>>>(x, (size_t)16 * K, 7u, 2.0f, 0.5f);
     // reference: f32 product
     {
         float al = 1, be = 0;

@@ -5,7 +5,7 @@
 // calls at Llama-8B's gate+up, gate, down and q/o, M 1 and 16.  Each variant
 // is checked against the library's row (base_m1w8u4), which the tests check
 // against the reference.
-//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude --expt-relaxed-constexpr \
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
 //   ./gemv_wq [once]               (once: one launch each, for ncu)
 #include <cublas_v2.h>
@@ -17,24 +17,10 @@
 #include <cmath>
 #include <cstring>
 #include "gemm_wq/decode.cuh"
+#include "harness/harness.cuh"
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 typedef __nv_bfloat16 T;
 
-__global__ void fill16(uint16_t *p, size_t n, uint32_t seed, float sc, float off) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __bfloat16_as_ushort(__float2bfloat16(((h & 0xffffff) / 16777216.0f - off) * sc));
-    }
-}
-__global__ void fill8(uint8_t *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = (uint8_t)(h >> 8);
-    }
-}
 
 struct Prob { WqdArgs a; int sms; };
 typedef void (*Launch)(const Prob &, cudaStream_t);
@@ -83,25 +69,6 @@ static void run_cublas(const Prob &p, cudaStream_t s) {
                  p.a.K, &be, g_yb, CUDA_R_16BF, p.a.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-static float graph_ms(Launch f, const Prob &a, cudaStream_t s, int calls = 20, int reps = 15) {
-    for (int i = 0; i < 3; i++) f(a, s);
-    CK(cudaStreamSynchronize(s));
-    cudaGraph_t gr; cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < calls; i++) f(a, s);
-    CK(cudaStreamEndCapture(s, &gr));
-    CK(cudaGraphInstantiate(&ge, gr, 0));
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    std::vector<float> t;
-    CK(cudaGraphLaunch(ge, s));
-    for (int r = 0; r < reps; r++) {
-        cudaEventRecord(e0, s); CK(cudaGraphLaunch(ge, s)); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-        float ms; cudaEventElapsedTime(&ms, e0, e1); t.push_back(ms / calls);
-    }
-    std::sort(t.begin(), t.end());
-    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
-    return t[t.size() / 2];
-}
 
 struct V { const char *name; Launch f; };
 

@@ -291,24 +291,21 @@ inline uint32_t emu_lop3(uint32_t a, uint32_t b, uint32_t c, uint32_t lut) {
         r |= ((lut >> ((a >> i & 1) << 2 | (b >> i & 1) << 1 | (c >> i & 1))) & 1u) << i;
     return r;
 }
-// fma.rn on two 16-bit halves (one rounding each: exact in double, then rounded)
-inline uint32_t emu_fma2_h(uint32_t a, uint32_t b, uint32_t c) {
+// fma.rn on two 16-bit halves (each product and sum in double, then rounded)
+template <typename H, float (*TOF)(H), H (*FROMF)(float)> inline uint32_t emu_fma2(uint32_t a, uint32_t b, uint32_t c) {
     uint32_t r = 0;
     for (int h = 0; h < 2; h++) {
-        __half x{(uint16_t)(a >> 16 * h)}, y{(uint16_t)(b >> 16 * h)}, z{(uint16_t)(c >> 16 * h)};
-        const double v = (double)__half2float(x) * __half2float(y) + __half2float(z);
-        r |= (uint32_t)__float2half_rn((float)v).v << 16 * h;
+        H x{(uint16_t)(a >> 16 * h)}, y{(uint16_t)(b >> 16 * h)}, z{(uint16_t)(c >> 16 * h)};
+        const double v = (double)TOF(x) * TOF(y) + TOF(z);
+        r |= (uint32_t)FROMF((float)v).v << 16 * h;
     }
     return r;
 }
+inline uint32_t emu_fma2_h(uint32_t a, uint32_t b, uint32_t c) {
+    return emu_fma2<__half, __half2float, __float2half_rn>(a, b, c);
+}
 inline uint32_t emu_fma2_b(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r = 0;
-    for (int h = 0; h < 2; h++) {
-        __nv_bfloat16 x{(uint16_t)(a >> 16 * h)}, y{(uint16_t)(b >> 16 * h)}, z{(uint16_t)(c >> 16 * h)};
-        const double v = (double)__bfloat162float(x) * __bfloat162float(y) + __bfloat162float(z);
-        r |= (uint32_t)__float2bfloat16_rn((float)v).v << 16 * h;
-    }
-    return r;
+    return emu_fma2<__nv_bfloat16, __bfloat162float, __float2bfloat16_rn>(a, b, c);
 }
 inline uint16_t __half_as_ushort(__half h) { return h.v; }
 inline __half __ushort_as_half(uint16_t v) { __half h; h.v = v; return h; }
