@@ -19,6 +19,7 @@
  * table, lengths) before the pass, and reads the logits after it.
  */
 #include "model.h"
+#include "layer/dec_gemv.h"
 #include "layer/gemv_norm.h"
 
 #include <math.h>
@@ -552,6 +553,13 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
      * runs sf_gemm and sf_swiglu instead */
     m->fused_mlp = dev != SF_DEVICE_CPU && (m->act == SF_BF16 || m->act == SF_F16) &&
                    !(force && strstr(force, "gemm_swiglu:apart"));
+    /* and the attention layers' decode products with their norms and
+     * residual adds fused in, each launched as a programmatic dependent of
+     * the kernel ahead (2); SF_AUTOTUNE_FORCE=dec_gemv:apart keeps the
+     * launches above, dec_gemv:nopdl launches them plainly (1) */
+    m->dec_fuse = !m->fused_mlp || (force && strstr(force, "dec_gemv:apart")) ? 0
+                  : force && strstr(force, "dec_gemv:nopdl")                ? 1
+                                                                            : 2;
     if (dev != SF_DEVICE_CPU && !(force && strstr(force, "gemv_norm:apart"))) {
         const size_t gb = sf_gemv_norm_scratch_bytes((int)D);
         void *z = calloc(1, gb);
@@ -648,6 +656,101 @@ static sf_status linear_norm(sfm_model *m, const sfm_linear *L, void *x, int64_t
     return s != SF_OK ? s : norm(m, m->tmp, w, T, 0);
 }
 
+#ifdef SF_WITH_CUDA
+/* The arguments of a decode-step product on layer/dec_gemv.h: y = x W^T
+ * (+ bias), with x NULL x = RMSNorm(m->x) * nw (the layer's norm, from the
+ * f32 residual stream); SF_DEC_RES: m->x += x W^T. */
+static void dec_args(const sfm_model *m, const sfm_linear *L, sf_dec_out out, const void *x, const sf_tensor *nw,
+                     int64_t T, void *y, sf_dec_gemv_args *a) {
+    memset(a, 0, sizeof *a);
+    a->dt = m->act, a->out = out;
+    a->x = x, a->ldx = L->k;
+    if (!x) a->nres = (const float *)m->x, a->ldn = m->cfg->hidden_size, a->nw = (const float *)nw->data;
+    a->eps = (float)m->cfg->norm_eps;
+    a->w = L->w.data, a->ldw = L->w.stride[0];
+    a->bias = L->bias.data;
+    if (out == SF_DEC_RES) a->res = (float *)m->x, a->ldr = L->n;
+    else a->y = y, a->ldy = L->n;
+    a->M = (int)T, a->N = (int)L->n, a->K = (int)L->k;
+    a->pdl = m->dec_fuse == 2;
+}
+/* the gate/up product with SwiGLU, x = RMSNorm(m->x) * post_norm -> m->a */
+static void dec_mlp_args(const sfm_model *m, const sfm_layer *ly, int64_t T, sf_dec_gemv_args *a) {
+    const int64_t F = m->cfg->intermediate_size;
+    const sfm_linear *L = ly->gate_up.n ? &ly->gate_up : &ly->gate;
+    dec_args(m, L, SF_DEC_SWIGLU, NULL, &ly->post_norm, T, m->a, a);
+    a->N = (int)F, a->ldy = F;
+    if (ly->gate_up.n) {
+        a->w_up = (const char *)L->w.data + (size_t)F * (size_t)L->w.stride[0] * sf_dtype_size(m->act);
+        a->ldu = L->w.stride[0];
+    } else {
+        a->w_up = ly->up.w.data, a->ldu = ly->up.w.stride[0];
+    }
+}
+static int dec_weight_ok(const sfm_model *m, const sfm_linear *L, int bias_ok) {
+    return !L->quant && L->w.dtype == m->act && L->w.rank == 2 && L->w.stride[1] == 1 &&
+           (!L->bias.data || (bias_ok && L->bias.dtype == m->act && L->bias.stride[0] == 1));
+}
+static int dec_norm_ok(const sf_tensor *w) { return w->data && w->dtype == SF_F32 && w->stride[0] == 1; }
+#endif
+
+/* Whether attention layer ly's decode step (T rows) runs on the fused
+ * products of layer/dec_gemv.h: q/k/v with the input norm in the prologue,
+ * o_proj adding into the residual stream, gate/up with the post-attention
+ * norm and SwiGLU, down_proj adding into the stream.  The next layer's
+ * norm is then in that layer's prologue, so the layer after one that runs
+ * this way must too (or down_proj takes the old way, which writes m->h). */
+static int dec_layer_ok(const sfm_model *m, const sfm_layer *ly, int64_t T) {
+#ifdef SF_WITH_CUDA
+    if (!m->dec_fuse || T > SF_DEC_NORM_MAX_ROWS || ly->mamba) return 0;
+    if (!dec_norm_ok(&ly->in_norm) || !dec_norm_ok(&ly->post_norm)) return 0;
+    const sfm_linear *qkv[3] = {&ly->qkv, NULL, NULL};
+    void *out[3] = {m->qkv, NULL, NULL};
+    if (!ly->qkv.n) qkv[0] = &ly->q, qkv[1] = &ly->k, qkv[2] = &ly->v, out[0] = m->q, out[1] = m->k, out[2] = m->v;
+    sf_dec_gemv_args a;
+    for (int i = 0; i < 3 && qkv[i]; i++) {
+        if (!dec_weight_ok(m, qkv[i], 1)) return 0;
+        dec_args(m, qkv[i], SF_DEC_PLAIN, NULL, &ly->in_norm, T, out[i], &a);
+        if (sf_dec_gemv_supports(&a)) return 0;
+    }
+    if (!dec_weight_ok(m, &ly->o, 0) || !dec_weight_ok(m, &ly->down, 0)) return 0;
+    if (ly->gate_up.n ? !dec_weight_ok(m, &ly->gate_up, 0) : !dec_weight_ok(m, &ly->gate, 0) || !dec_weight_ok(m, &ly->up, 0))
+        return 0;
+    dec_args(m, &ly->o, SF_DEC_RES, m->att, NULL, T, NULL, &a);
+    if (sf_dec_gemv_supports(&a)) return 0;
+    dec_args(m, &ly->down, SF_DEC_RES, m->a, NULL, T, NULL, &a);
+    if (sf_dec_gemv_supports(&a)) return 0;
+    dec_mlp_args(m, ly, T, &a);
+    return sf_dec_gemv_supports(&a) == NULL;
+#else
+    (void)m, (void)ly, (void)T;
+    return 0;
+#endif
+}
+
+/* One product of a layer that dec_layer_ok accepted (on the GPU). */
+static sf_status dec_linear(sfm_model *m, const sfm_linear *L, sf_dec_out out, const void *x, const sf_tensor *nw,
+                            int64_t T, void *y) {
+#ifdef SF_WITH_CUDA
+    sf_dec_gemv_args a;
+    dec_args(m, L, out, x, nw, T, y, &a);
+    return sf_cuda_dec_gemv(m->ctx, &a);
+#else
+    (void)m, (void)L, (void)out, (void)x, (void)nw, (void)T, (void)y;
+    return SF_ERR_UNSUPPORTED;
+#endif
+}
+static sf_status dec_mlp(sfm_model *m, const sfm_layer *ly, int64_t T) {
+#ifdef SF_WITH_CUDA
+    sf_dec_gemv_args a;
+    dec_mlp_args(m, ly, T, &a);
+    return sf_cuda_dec_gemv(m->ctx, &a);
+#else
+    (void)m, (void)ly, (void)T;
+    return SF_ERR_UNSUPPORTED;
+#endif
+}
+
 #define STEP(call)                                                                                   \
     do {                                                                                             \
         sf_status s_ = (call);                                                                       \
@@ -719,13 +822,17 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
 
     l = 0;
     STEP(norm(m, m->tmp, &m->layers[0].in_norm, T, 1));
+    int dec = decode && dec_layer_ok(m, &m->layers[0], T);
     for (l = 0; l < c->num_layers; l++) {
         const sfm_layer *ly = &m->layers[l];
         const sf_tensor *next_norm = l + 1 < c->num_layers ? &m->layers[l + 1].in_norm : &m->final_norm;
+        /* this layer on the fused decode products (dec), and the next one */
+        const int dec_next = decode && l + 1 < c->num_layers && dec_layer_ok(m, &m->layers[l + 1], T);
         if (ly->mamba) {
             if ((st = sfm_mamba_mixer(m, ly->mamba, n, T, cu, slots, ix->slots, decode, err, errlen)) != SF_OK) return st;
             if (c->arch == SFM_ARCH_MAMBA2) { /* no MLP: straight to the next layer's norm */
                 STEP(linear_norm(m, &ly->mamba->out_proj, m->yn, T, next_norm));
+                dec = dec_next;
                 continue;
             }
             STEP(linear_norm(m, &ly->mamba->out_proj, m->yn, T, &ly->post_norm));
@@ -738,7 +845,8 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
         if (ly->qkv.n) {
             /* one product; the rotation splits it: q and k rotated into their
              * buffers, v read in place from its columns */
-            STEP(sfm_linear_apply(m, &ly->qkv, m->h, T, m->qkv));
+            STEP(dec ? dec_linear(m, &ly->qkv, SF_DEC_PLAIN, NULL, &ly->in_norm, T, m->qkv)
+                     : sfm_linear_apply(m, &ly->qkv, m->h, T, m->qkv));
             const int64_t QD = (int64_t)H * hd, KD = (int64_t)Hkv * hd, W = QD + 2 * KD;
             const size_t es = sf_dtype_size(m->act);
             rp.q = strided(m->qkv, m->act, dev, 3, q3, (int64_t[]){W, hd, 1});
@@ -746,9 +854,15 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             vin = strided((char *)m->qkv + (size_t)(QD + KD) * es, m->act, dev, 3, k3, (int64_t[]){W, hd, 1});
             rp.q_out = qt, rp.k_out = kt;
         } else {
-            STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
-            STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
-            STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
+            if (dec) {
+                STEP(dec_linear(m, &ly->q, SF_DEC_PLAIN, NULL, &ly->in_norm, T, m->q));
+                STEP(dec_linear(m, &ly->k, SF_DEC_PLAIN, NULL, &ly->in_norm, T, m->k));
+                STEP(dec_linear(m, &ly->v, SF_DEC_PLAIN, NULL, &ly->in_norm, T, m->v));
+            } else {
+                STEP(sfm_linear_apply(m, &ly->q, m->h, T, m->q));
+                STEP(sfm_linear_apply(m, &ly->k, m->h, T, m->k));
+                STEP(sfm_linear_apply(m, &ly->v, m->h, T, m->v));
+            }
             rp.q = qt, rp.k = kt;
         }
         rp.positions = sf_tensor_contiguous(ix->pos, SF_I32, dev, 1, (int64_t[]){T});
@@ -801,9 +915,18 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             fp.causal = 1;
             STEP(sf_attn_fwd(m->ctx, &fp));
         }
-        STEP(linear_norm(m, &ly->o, m->att, T, &ly->post_norm));
         sf_swiglu_params sp;
+        if (dec) {
+            STEP(dec_linear(m, &ly->o, SF_DEC_RES, m->att, NULL, T, NULL));
+            STEP(dec_mlp(m, ly, T));
+            if (dec_next) STEP(dec_linear(m, &ly->down, SF_DEC_RES, m->a, NULL, T, NULL));
+            else STEP(linear_norm(m, &ly->down, m->a, T, next_norm));
+            dec = dec_next;
+            continue;
+        }
+        STEP(linear_norm(m, &ly->o, m->att, T, &ly->post_norm));
     mlp:
+        dec = dec_next;
         if (fused_mlp_ok(m, ly, T)) {
             STEP(fused_mlp(m, ly, T));
             STEP(linear_norm(m, &ly->down, m->a, T, next_norm));

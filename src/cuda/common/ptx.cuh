@@ -118,6 +118,24 @@ static __device__ __forceinline__ float sf_silu_sfu(float v) {
     return v * sf_rcp_approx(1.0f + sf_ex2(v * -1.4426950408889634f));
 }
 
+/* Programmatic dependent launch (sm_90): a kernel launched with the
+ * programmatic stream serialisation attribute may start before the kernel
+ * ahead of it in the stream has finished; sf_pdl_wait() blocks until that
+ * kernel has completed and its writes are visible (everything that reads
+ * its output or writes what it reads goes after), and sf_pdl_launch() lets
+ * the next such kernel start once every block of this one has called it.
+ * Both do nothing in a kernel launched without the attribute. */
+static __device__ __forceinline__ void sf_pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void sf_pdl_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* tanh by the SFU (absolute error below 2^-10.9). */
 static __device__ __forceinline__ float sf_tanh_approx(float x) {
     float y;

@@ -16,4 +16,17 @@ struct GsArgs {
                                 two adjacent outputs in one store          */
 };
 
+/* The decode kernel's other modes (decode.cuh DecOut, NORM: the engine's
+ * layer products, layer/dec_gemv.h).  Their own type: sf_gemm_swiglu's
+ * kernel keeps the smaller argument block (with these fields in it ptxas
+ * spilled 12 bytes at the dec4 row's 128-register cap). */
+struct GsArgsX : GsArgs {
+    const float *nres, *nw;  /* NORM: x = RMSNorm(nres) * nw, (M, K), (K)   */
+    int64_t nres_rs;
+    float eps;
+    const void *bias;        /* plain: (I) of the weights' dtype, or NULL   */
+    float *res;              /* res: (M, I) f32, += x W^T                   */
+    int64_t res_rs;
+};
+
 #endif

@@ -59,46 +59,114 @@ __device__ __forceinline__ uint4 dec_ld8(const uint16_t *p, int k, int K, bool o
     return v;
 }
 
+/* 16 bytes at element i of the shared rows x (zeros when !ok) */
+__device__ __forceinline__ uint4 dec_lds8(const uint4 *x, int i, int K, bool ok) {
+    (void)K;
+    return ok ? *(const uint4 *)((const uint16_t *)x + i) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+/* What a block produces.  swiglu: silu(x w_gate^T) * (x w_up^T), 8 outputs
+ * (a gate row and an up row each); plain: y = x W^T (+ bias), 16 outputs
+ * (W's rows n0 .. n0 + 15 as two sets of 8); res: the same 16 products
+ * added to an f32 residual stream, res += x W^T (the engine's o_proj and
+ * down_proj, layer/dec_gemv.h). */
+enum class DecOut : int { swiglu = 0, plain = 1, res = 2 };
+
 /* MINB blocks per SM at least (the register cap that gives).  The row
  * takes U 8 at 4 blocks an SM (127 registers, no spills): 256 bytes of
  * weights in flight a lane.  At U 4 and 7 blocks ptxas spills 24 bytes,
  * and that kernel ran 0.116 ms a call in a torch process against 0.082 ms
  * in a plain one (H100, M 1); the spill-free one runs 0.082 in both.  CC: each warp takes a contiguous quarter (1 / WK) of the chunks,
  * so its U loads in flight are consecutive 64-byte pieces of each row, else
- * every WK-th chunk (H200, M 1: 3.69 -> 3.93 TB/s with the prefetch). */
-template <typename T, int WK, int U, bool VEC, int MINB = 1, bool PF = false, bool CC = false>
-__global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const GsArgs a) {
-    __shared__ float red[WK][2][16][9]; /* [warp][gate, up][row][output], padded */
+ * every WK-th chunk (H200, M 1: 3.69 -> 3.93 TB/s with the prefetch).
+ * NORM (M <= 16): x is not read from a.x but made first, in shared memory,
+ * as RMSNorm(a.nres) * a.nw rounded to T: the norm that precedes a decode
+ * step's product runs in its prologue instead of a launch of its own
+ * (every block redoes it: M rows of K f32 from L2, small next to the
+ * weights).  Dynamic shared memory: M rows of K + 8 elements (the 16-byte
+ * pad puts the rows g of a warp's loads on distinct banks). */
+template <typename T, int WK, int U, bool VEC, int MINB = 1, bool PF = false, bool CC = false,
+          DecOut OUT = DecOut::swiglu, bool NORM = false, typename A = GsArgs>
+__global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
+    constexpr bool SW = OUT == DecOut::swiglu;
+    constexpr int NB = SW ? 8 : 16; /* outputs a block */
+    static_assert(!NORM || VEC, "the norm prologue takes 16-byte rows");
+    __shared__ float red[WK][2][16][9]; /* [warp][gate, up | rows n0.., n0 + 8..][row][output], padded */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int n0 = blockIdx.x * 8, n = n0 + g;
-    const bool nok = n < a.I;
-    const uint16_t *wg = (const uint16_t *)a.wg + (int64_t)(nok ? n : 0) * a.wg_rs;
-    const uint16_t *wu = (const uint16_t *)a.wu + (int64_t)(nok ? n : 0) * a.wu_rs;
+    const int n0 = blockIdx.x * NB, na = n0 + g, nb = SW ? na : na + 8;
+    const bool oka = na < a.I, okb = SW ? oka : nb < a.I;
+    const uint16_t *wg = (const uint16_t *)a.wg + (int64_t)(oka ? na : 0) * a.wg_rs;
+    const uint16_t *wu = SW ? (const uint16_t *)a.wu + (int64_t)(okb ? nb : 0) * a.wu_rs
+                            : (const uint16_t *)a.wg + (int64_t)(okb ? nb : 0) * a.wg_rs;
     const int K = a.K, nch = (K + 31) / 32;
+    extern __shared__ uint4 gs_dyn[];
+    /* chunks [cb, ce) stepped by cs, U at a time cstep apart */
+    const int cpw = (nch + WK - 1) / WK;
+    const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
+    const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
+    uint4 bg[U], bu[U];
+    /* every weight load of the U chunks at c0 first: U * 32 bytes in flight per lane */
+    auto load = [&](int c0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * cstep, k = c * 32 + 8 * q;
+            bg[u] = dec_ld8<VEC, true, PF>(wg, k, K, oka && c < ce);
+            bu[u] = dec_ld8<VEC, true, PF>(wu, k, K, okb && c < ce);
+        }
+    };
+    /* the first chunks' weights go out before anything that waits: the
+     * kernel ahead (launched as a programmatic dependent, the weights are
+     * the one input it cannot have written) and the norm's prologue */
+    load(cb);
+    sf_pdl_wait();
+    sf_pdl_launch();
+    if constexpr (NORM) {
+        __shared__ float rstd[16];
+        uint16_t *xs = (uint16_t *)gs_dyn;
+        const int xs_rs = K + 8;
+        for (int m = w; m < a.M; m += WK) {
+            const float4 *r = (const float4 *)(a.nres + (int64_t)m * a.nres_rs);
+            float s = 0.0f;
+            for (int i = lane; i < K / 4; i += 32) {
+                const float4 v = r[i];
+                s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+            if (lane == 0) rstd[m] = rsqrtf(s / (float)K + a.eps);
+        }
+        __syncthreads();
+        const int kv = K / 8;
+        for (int i = threadIdx.x; i < a.M * kv; i += WK * 32) {
+            const int m = i / kv, k = (i - m * kv) * 8;
+            const float4 *r = (const float4 *)(a.nres + (int64_t)m * a.nres_rs + k);
+            const float4 *nw = (const float4 *)(a.nw + k);
+            const float4 r0 = r[0], r1 = r[1], w0 = nw[0], w1 = nw[1];
+            const float rs = rstd[m];
+            uint4 v;
+            v.x = sf_mma16<T>::pack(r0.x * rs * w0.x, r0.y * rs * w0.y);
+            v.y = sf_mma16<T>::pack(r0.z * rs * w0.z, r0.w * rs * w0.w);
+            v.z = sf_mma16<T>::pack(r1.x * rs * w1.x, r1.y * rs * w1.y);
+            v.w = sf_mma16<T>::pack(r1.z * rs * w1.z, r1.w * rs * w1.w);
+            *(uint4 *)(xs + (int64_t)m * xs_rs + k) = v;
+        }
+        __syncthreads();
+    }
 
     for (int mc = 0; mc < a.M; mc += 16) {
         const bool ok0 = mc + g < a.M, ok1 = mc + g + 8 < a.M;
         const uint16_t *x0 = (const uint16_t *)a.x + (int64_t)(ok0 ? mc + g : 0) * a.x_rs;
         const uint16_t *x1 = (const uint16_t *)a.x + (int64_t)(ok1 ? mc + g + 8 : 0) * a.x_rs;
         float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        /* chunks [cb, ce) stepped by cs, U at a time cstep apart */
-        const int cpw = (nch + WK - 1) / WK;
-        const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
-        const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
         for (int c0 = cb; c0 < ce; c0 += cs) {
-            uint4 bg[U], bu[U];
-            /* every weight load of the U chunks first: U * 32 bytes in flight per lane */
+            if (mc || c0 != cb) load(c0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * cstep, k = c * 32 + 8 * q;
-                bg[u] = dec_ld8<VEC, true, PF>(wg, k, K, nok && c < ce);
-                bu[u] = dec_ld8<VEC, true, PF>(wu, k, K, nok && c < ce);
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * cstep, k = c * 32 + 8 * q;
-                const uint4 xa = dec_ld8<VEC>(x0, k, K, ok0 && c < ce);
-                const uint4 xb = dec_ld8<VEC>(x1, k, K, ok1 && c < ce);
+                const uint4 xa = NORM ? dec_lds8(gs_dyn, g * (K + 8) + k, K, ok0 && c < ce && k < K)
+                                      : dec_ld8<VEC>(x0, k, K, ok0 && c < ce);
+                const uint4 xb = NORM ? dec_lds8(gs_dyn, (g + 8) * (K + 8) + k, K, ok1 && c < ce && k < K)
+                                      : dec_ld8<VEC>(x1, k, K, ok1 && c < ce);
                 const uint32_t a1[4] = {xa.x, xb.x, xa.y, xb.y}, a2[4] = {xa.z, xb.z, xa.w, xb.w};
                 sf_mma16<T>::run(cg, a1, bg[u].x, bg[u].y);
                 sf_mma16<T>::run(cu, a1, bu[u].x, bu[u].y);
@@ -116,16 +184,30 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const GsArgs a) {
         red[w][1][g + 8][2 * q] = cu[2];
         red[w][1][g + 8][2 * q + 1] = cu[3];
         __syncthreads();
-        for (int e = threadIdx.x; e < 128; e += WK * 32) {
-            const int m = e >> 3, o = e & 7;
-            if (mc + m < a.M && n0 + o < a.I) {
-                float sg = 0.0f, su = 0.0f;
+        for (int e = threadIdx.x; e < 16 * NB; e += WK * 32) {
+            const int m = SW ? e >> 3 : e >> 4, o = SW ? e & 7 : e & 15;
+            if constexpr (SW) {
+                if (mc + m < a.M && n0 + o < a.I) {
+                    float sg = 0.0f, su = 0.0f;
 #pragma unroll
-                for (int v = 0; v < WK; v++) {
-                    sg += red[v][0][m][o];
-                    su += red[v][1][m][o];
+                    for (int v = 0; v < WK; v++) {
+                        sg += red[v][0][m][o];
+                        su += red[v][1][m][o];
+                    }
+                    ((uint16_t *)a.y)[(int64_t)(mc + m) * a.y_rs + n0 + o] = GsOut<T>::one(sf_silu_sfu(sg) * su);
                 }
-                ((uint16_t *)a.y)[(int64_t)(mc + m) * a.y_rs + n0 + o] = GsOut<T>::one(sf_silu_sfu(sg) * su);
+            } else {
+                if (mc + m >= a.M || n0 + o >= a.I) continue;
+                const int64_t row = mc + m;
+                float s = 0.0f;
+#pragma unroll
+                for (int v = 0; v < WK; v++) s += red[v][o >> 3][m][o & 7];
+                if constexpr (OUT == DecOut::res) {
+                    a.res[row * a.res_rs + n0 + o] += s;
+                } else {
+                    if (a.bias) s += GsOut<T>::to_f(((const uint16_t *)a.bias)[n0 + o]);
+                    ((uint16_t *)a.y)[row * a.y_rs + n0 + o] = GsOut<T>::one(s);
+                }
             }
         }
         __syncthreads(); /* red is rewritten by the next pass */

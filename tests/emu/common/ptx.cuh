@@ -172,6 +172,9 @@ static inline float sf_ex2(float x) { return emu_ftz(exp2f(x)); }
 static inline float sf_rcp_approx(float x) { return emu_ftz(1.0f / x); }
 static inline float sf_silu_sfu(float v) { return v * sf_rcp_approx(1.0f + sf_ex2(v * -1.4426950408889634f)); }
 static inline float sf_tanh_approx(float x) { return tanhf(x); }
+// programmatic dependent launch: one kernel at a time here, nothing to wait for
+static inline void sf_pdl_wait() {}
+static inline void sf_pdl_launch() {}
 
 // stmatrix m8n8 x4 (.trans), warp-collective: lane l gives the shared
 // address of row l % 8 of matrix l / 8; r[i] of lane l is row l / 4,

@@ -1,0 +1,174 @@
+/* dec_gemv.cu - the engine's decode-step products with the norm before and
+ * the residual add or SwiGLU after (dec_gemv.h), on gs_dec_kernel
+ * (gemm_swiglu/decode.cuh): its configuration rows, what a call supports,
+ * and the launch. */
+#include "autotune.h"
+#include "common/cuda_common.h"
+#include "common/config_table.h"
+#include "gemm_swiglu/decode.cuh"
+#include "layer/dec_gemv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+using namespace sf_gs;
+
+/* {name, warps along K, blocks an SM the register cap allows, about}: 8
+ * chunks of 16-byte weight loads in flight a warp, each warp a contiguous
+ * range of K, a 256-byte L2 prefetch with each load (the dec4 row of
+ * sf_gemm_swiglu).  A block takes 16 outputs (swiglu: 8), so the N of a
+ * layer's product (2048 to 3072 at 1B sizes) gives 128-192 blocks; the
+ * rows trade warps a block for blocks an SM. */
+struct DgConfig {
+    const char *name;
+    int wk;
+    int minb;
+    const char *about;
+};
+static const DgConfig dg_configs[] = {
+    {"auto", 0, 0, "the heuristic: w16 while the blocks fit one an SM, w8 while two, else w4 (swiglu: w4)"},
+    {"w16", 16, 1, "16 warps along K, one block an SM: the most bytes in flight for few blocks"},
+    {"w8", 8, 2, "8 warps along K, two blocks an SM"},
+    {"w4", 4, 4, "4 warps along K, four blocks an SM (sf_gemm_swiglu's dec4)"},
+};
+static const int DG_NCONFIG = (int)(sizeof dg_configs / sizeof dg_configs[0]);
+
+static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* [p, p + bytes) and [q, q + qbytes) share a byte */
+static bool overlap(const void *p, size_t bytes, const void *q, size_t qbytes) {
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return p && q && bytes && qbytes && a < b + qbytes && b < a + bytes;
+}
+static size_t span(int64_t rows, int64_t ld, int64_t cols, size_t es) {
+    return rows > 0 && cols > 0 ? ((size_t)(rows - 1) * (size_t)ld + (size_t)cols) * es : 0;
+}
+
+static size_t norm_smem(const sf_dec_gemv_args *a) { return (size_t)a->M * (size_t)(a->K + 8) * 2; }
+
+template <typename T, int WK, int MINB, DecOut OUT, bool NORM> sf_status launch(sf_ctx *ctx, const GsArgsX &g, unsigned blocks, size_t smem, bool pdl) {
+    void (*kern)(const GsArgsX) = gs_dec_kernel<T, WK, 8, true, MINB, true, true, OUT, NORM, GsArgsX>;
+    if (smem > 48 * 1024) {
+        /* raised once per kernel to the largest a call has asked for */
+        static size_t granted = 0;
+        if (smem > granted) {
+            const cudaError_t e = cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return sf_fail(ctx, SF_ERR_CUDA, "decode product: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
+            granted = smem;
+        }
+    }
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(WK * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = sf_cuda_stream(ctx);
+    cudaLaunchAttribute at;
+    memset(&at, 0, sizeof at);
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, g);
+    return e == cudaSuccess ? SF_OK : sf_fail(ctx, SF_ERR_CUDA, "decode product: launch: %s", cudaGetErrorString(e));
+}
+
+template <typename T, int WK, int MINB> sf_status launch_mode(sf_ctx *ctx, const sf_dec_gemv_args *a, const GsArgsX &g) {
+    const bool norm = a->x == nullptr;
+    const size_t smem = norm ? norm_smem(a) : 0;
+    const int nb = a->out == SF_DEC_SWIGLU ? 8 : 16;
+    const unsigned blocks = (unsigned)((a->N + nb - 1) / nb);
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    const bool pdl = a->pdl && cs && cs->sm_major >= 9;
+    switch (a->out) {
+    case SF_DEC_SWIGLU:
+        return norm ? launch<T, WK, MINB, DecOut::swiglu, true>(ctx, g, blocks, smem, pdl)
+                    : launch<T, WK, MINB, DecOut::swiglu, false>(ctx, g, blocks, smem, pdl);
+    case SF_DEC_PLAIN:
+        return norm ? launch<T, WK, MINB, DecOut::plain, true>(ctx, g, blocks, smem, pdl)
+                    : launch<T, WK, MINB, DecOut::plain, false>(ctx, g, blocks, smem, pdl);
+    default: return launch<T, WK, MINB, DecOut::res, false>(ctx, g, blocks, smem, pdl);
+    }
+}
+
+/* the row a call runs: its own, the pinned one, or the heuristic's */
+static int pick(sf_ctx *ctx, const sf_dec_gemv_args *a) {
+    if (a->config > 0) return a->config;
+    char buf[64];
+    if (const char *pin = sf_autotune_forced_name("dec_gemv", buf, sizeof buf))
+        for (int i = 1; i < DG_NCONFIG; i++)
+            if (strcmp(pin, dg_configs[i].name) == 0) return i;
+    if (a->out == SF_DEC_SWIGLU) return 3;
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    const int64_t sms = cs && cs->sm_count > 0 ? cs->sm_count : 132, blocks = (a->N + 15) / 16;
+    return blocks <= sms ? 1 : blocks <= 2 * sms ? 2 : 3;
+}
+
+} // namespace
+
+extern "C" int sf_dec_gemv_nconfig(void) { return DG_NCONFIG; }
+extern "C" const char *sf_dec_gemv_config_name(int i) { return i >= 0 && i < DG_NCONFIG ? dg_configs[i].name : nullptr; }
+
+extern "C" const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a) {
+    if (a->dt != SF_F16 && a->dt != SF_BF16) return "x is not f16 or bf16";
+    if (a->out != SF_DEC_PLAIN && a->out != SF_DEC_RES && a->out != SF_DEC_SWIGLU) return "no such output mode";
+    if (a->config < 0 || a->config >= DG_NCONFIG) return "no such configuration row";
+    if (a->M < 1 || a->N < 1 || a->K < 1) return "an empty product";
+    if (a->K % 8) return "K is not a multiple of 8";
+    if (a->N > 0x7ffffff0) return "N exceeds the grid";
+    const bool norm = a->x == nullptr;
+    if (!a->w || (a->out == SF_DEC_SWIGLU && !a->w_up)) return "a weight is missing";
+    if (!al16(a->w) || a->ldw % 8 || a->ldw < a->K) return "W's rows are not 16-byte aligned (or shorter than K)";
+    if (a->out == SF_DEC_SWIGLU && (!al16(a->w_up) || a->ldu % 8 || a->ldu < a->K))
+        return "W_up's rows are not 16-byte aligned (or shorter than K)";
+    if (norm) {
+        if (a->M > SF_DEC_NORM_MAX_ROWS) return "more than 4 rows with the norm";
+        if (norm_smem(a) > 96 * 1024) return "the norm's rows do not fit in 96 KB of shared memory";
+        if (!a->nres || !a->nw) return "neither x nor the norm's input";
+        if (!al16(a->nres) || !al16(a->nw) || a->ldn % 4 || a->ldn < a->K) return "the norm's rows are not 16-byte aligned";
+        if (a->out == SF_DEC_RES) return "the norm's input with the residual output (one would race the other)";
+        if (!(a->eps >= 0.0f)) return "eps is negative or NaN";
+    } else if (!al16(a->x) || (a->ldx % 8 && a->M > 1) || a->ldx < a->K) {
+        return "x's rows are not 16-byte aligned (or shorter than K)";
+    }
+    const size_t es = 2;
+    if (a->out == SF_DEC_RES) {
+        if (!a->res || a->ldr < a->N) return "the residual output is missing (or its rows are short)";
+        if (a->bias) return "a bias with the residual output";
+    } else {
+        if (!a->y || a->ldy < a->N) return "y is missing (or its rows are short)";
+        if (a->bias && a->out != SF_DEC_PLAIN) return "a bias with the SwiGLU output";
+    }
+    const void *o = a->out == SF_DEC_RES ? (const void *)a->res : a->y;
+    const size_t ob = a->out == SF_DEC_RES ? span(a->M, a->ldr, a->N, 4) : span(a->M, a->ldy, a->N, es);
+    if (overlap(o, ob, a->x, span(a->M, a->ldx, a->K, es)) || overlap(o, ob, a->w, span(a->N, a->ldw, a->K, es)) ||
+        (a->out == SF_DEC_SWIGLU && overlap(o, ob, a->w_up, span(a->N, a->ldu, a->K, es))) ||
+        (norm && overlap(o, ob, a->nres, span(a->M, a->ldn, a->K, 4))) || (norm && overlap(o, ob, a->nw, (size_t)a->K * 4)) ||
+        overlap(o, ob, a->bias, (size_t)a->N * es))
+        return "the output overlaps an input";
+    return nullptr;
+}
+
+extern "C" sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a) {
+    if (const char *why = sf_dec_gemv_supports(a)) return sf_fail(ctx, SF_ERR_INVALID_ARG, "decode product: %s", why);
+    GsArgsX g;
+    memset(&g, 0, sizeof g);
+    g.x = a->x, g.x_rs = a->ldx;
+    g.wg = a->w, g.wg_rs = a->ldw;
+    g.wu = a->out == SF_DEC_SWIGLU ? a->w_up : a->w, g.wu_rs = a->out == SF_DEC_SWIGLU ? a->ldu : a->ldw;
+    g.y = a->y, g.y_rs = a->ldy;
+    g.M = a->M, g.I = a->N, g.K = a->K;
+    g.nres = a->nres, g.nw = a->nw, g.nres_rs = a->ldn, g.eps = a->eps;
+    g.bias = a->bias;
+    g.res = a->res, g.res_rs = a->ldr;
+    const int row = pick(ctx, a);
+    const bool f16 = a->dt == SF_F16;
+    switch (row) {
+    case 1: return f16 ? launch_mode<__half, 16, 1>(ctx, a, g) : launch_mode<__nv_bfloat16, 16, 1>(ctx, a, g);
+    case 2: return f16 ? launch_mode<__half, 8, 2>(ctx, a, g) : launch_mode<__nv_bfloat16, 8, 2>(ctx, a, g);
+    default: return f16 ? launch_mode<__half, 4, 4>(ctx, a, g) : launch_mode<__nv_bfloat16, 4, 4>(ctx, a, g);
+    }
+}

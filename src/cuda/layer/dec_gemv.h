@@ -1,0 +1,74 @@
+/* dec_gemv.h - the engine's decode-step products (a few rows of x) on the
+ * weight-streaming kernel of sf_gemm_swiglu (gemm_swiglu/decode.cuh), with
+ * the layer's neighbours fused in (src/cuda/layer/dec_gemv.cu):
+ *
+ *   input   x as given, or x = RMSNorm(nres) * nw rounded to the dtype (the
+ *           norm before the product, from the f32 residual stream);
+ *   output  plain:  y = x W^T (+ bias)
+ *           res:    res += x W^T (f32: the residual add after the product)
+ *           swiglu: y = silu(x W^T) * (x W_up^T)
+ *
+ * A Llama layer's decode step is then qkv (norm in), o (res out), gate/up
+ * (norm in, SwiGLU) and down (res out): no norm or add launch of its own.
+ * Internal to the library; its test is tests/test_dec_gemv.c. */
+#ifndef SF_DEC_GEMV_H
+#define SF_DEC_GEMV_H
+
+#include "seqfuse.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sf_dec_out { SF_DEC_PLAIN = 0, SF_DEC_RES = 1, SF_DEC_SWIGLU = 2 } sf_dec_out;
+
+/* Rows of x a normed call takes at most: every block rebuilds the normed
+ * rows (M K f32 from L2), which at 16 rows cost more than the norm's own
+ * launch (H100, llama-1b batch 16: 1.99 ms a step against 1.42). */
+#define SF_DEC_NORM_MAX_ROWS 4
+
+typedef struct sf_dec_gemv_args {
+    sf_dtype dt;           /* x, W, W_up, bias, y: f16 or bf16                    */
+    sf_dec_out out;
+    const void *x;         /* (M, K), row stride ldx; NULL: the norm below       */
+    int64_t ldx;
+    const float *nres;     /* norm in: (M, K) f32, row stride ldn                 */
+    const float *nw;       /* norm in: (K) f32                                    */
+    int64_t ldn;
+    float eps;
+    const void *w, *w_up;  /* (N, K), row strides ldw, ldu (w_up: swiglu only)    */
+    int64_t ldw, ldu;
+    const void *bias;      /* plain: (N) or NULL                                  */
+    void *y;               /* plain, swiglu: (M, N), row stride ldy               */
+    int64_t ldy;
+    float *res;            /* res: (M, N) f32, row stride ldr                     */
+    int64_t ldr;
+    int M, N, K;
+    int config;            /* a row of the configuration table (0: the heuristic) */
+    int pdl;               /* launch as a programmatic dependent of the kernel
+                              ahead in the stream: its weight loads start
+                              while that kernel finishes (sm_90)            */
+} sf_dec_gemv_args;
+
+/* The configuration rows (for tests and benchmarks): their count, a row's
+ * name; SF_AUTOTUNE_FORCE=dec_gemv:NAME pins one for calls with config 0. */
+int sf_dec_gemv_nconfig(void);
+const char *sf_dec_gemv_config_name(int i);
+
+/* NULL when a call can take these arguments, else why not: f16 / bf16;
+ * M >= 1 (at most SF_DEC_NORM_MAX_ROWS with the norm, whose K f32 rows
+ * must also fit in shared memory, 96 KB); K a multiple of 8,
+ * x, W, W_up rows 16-byte aligned; the norm's rows 16-byte aligned; no
+ * output overlapping an input. */
+const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a);
+
+/* Runs it on the context's stream: one launch, no allocation, capturable. */
+sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
