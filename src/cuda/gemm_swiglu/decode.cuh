@@ -16,12 +16,16 @@
  * columns 2q, 2q + 1, 2q + 8, 2q + 9 (elements 0-3) and the next (4-7):
  * no shuffles, no shared memory in the main loop.  The warps' partial sums
  * meet in shared memory; silu(g) * u is formed there.  x rows past 16 take
- * further passes over the weights (L2 holds them only for small I K). */
+ * further passes over the weights (L2 holds them only for small I K).
+ * The same kernel serves the engine's decode-step products
+ * (layer/dec_gemv.h): a plain product or one added into an f32 residual
+ * stream (DecOut), x made by an RMSNorm prologue (NORM). */
 #ifndef SF_GEMM_SWIGLU_DECODE_CUH
 #define SF_GEMM_SWIGLU_DECODE_CUH
 
 #include "common/ptx.cuh"
 #include "gemm_swiglu/args.h"
+
 #include "gemm_swiglu/out.cuh"
 
 namespace sf_gs {
@@ -72,6 +76,17 @@ __device__ __forceinline__ uint4 dec_lds8(const uint4 *x, int i, int K, bool ok)
  * down_proj, layer/dec_gemv.h). */
 enum class DecOut : int { swiglu = 0, plain = 1, res = 2 };
 
+/* A plain or res output: y[m, n] = s (+ bias[n]) rounded to T, or
+ * res[m, n] += s. */
+template <typename T, DecOut OUT, typename A> __device__ __forceinline__ void dec_store(const A &a, int64_t m, int n, float s) {
+    if constexpr (OUT == DecOut::res) {
+        a.res[m * a.res_rs + n] += s;
+    } else {
+        if (a.bias) s += GsOut<T>::to_f(((const uint16_t *)a.bias)[n]);
+        ((uint16_t *)a.y)[m * a.y_rs + n] = GsOut<T>::one(s);
+    }
+}
+
 /* MINB blocks per SM at least (the register cap that gives).  The row
  * takes U 8 at 4 blocks an SM (127 registers, no spills): 256 bytes of
  * weights in flight a lane.  At U 4 and 7 blocks ptxas spills 24 bytes,
@@ -121,19 +136,29 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
     sf_pdl_wait();
     sf_pdl_launch();
     if constexpr (NORM) {
-        __shared__ float rstd[16];
+        /* each row's sum of squares over all the block's threads (a few
+         * loads each in flight), then the normed rows */
+        __shared__ float ssq[WK][16], rstd[16];
         uint16_t *xs = (uint16_t *)gs_dyn;
         const int xs_rs = K + 8;
-        for (int m = w; m < a.M; m += WK) {
+        for (int m = 0; m < a.M; m++) {
             const float4 *r = (const float4 *)(a.nres + (int64_t)m * a.nres_rs);
             float s = 0.0f;
-            for (int i = lane; i < K / 4; i += 32) {
+#pragma unroll 4
+            for (int i = threadIdx.x; i < K / 4; i += WK * 32) {
                 const float4 v = r[i];
                 s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             }
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-            if (lane == 0) rstd[m] = rsqrtf(s / (float)K + a.eps);
+            if (lane == 0) ssq[w][m] = s;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < a.M) {
+            float t = 0.0f;
+#pragma unroll
+            for (int v = 0; v < WK; v++) t += ssq[v][threadIdx.x];
+            rstd[threadIdx.x] = rsqrtf(t / (float)K + a.eps);
         }
         __syncthreads();
         const int kv = K / 8;
@@ -198,16 +223,10 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                 }
             } else {
                 if (mc + m >= a.M || n0 + o >= a.I) continue;
-                const int64_t row = mc + m;
                 float s = 0.0f;
 #pragma unroll
                 for (int v = 0; v < WK; v++) s += red[v][o >> 3][m][o & 7];
-                if constexpr (OUT == DecOut::res) {
-                    a.res[row * a.res_rs + n0 + o] += s;
-                } else {
-                    if (a.bias) s += GsOut<T>::to_f(((const uint16_t *)a.bias)[n0 + o]);
-                    ((uint16_t *)a.y)[row * a.y_rs + n0 + o] = GsOut<T>::one(s);
-                }
+                dec_store<T, OUT>(a, mc + m, n0 + o, s);
             }
         }
         __syncthreads(); /* red is rewritten by the next pass */

@@ -19,18 +19,18 @@ using namespace sf_gs;
 /* {name, warps along K, blocks an SM the register cap allows, about}: 8
  * chunks of 16-byte weight loads in flight a warp, each warp a contiguous
  * range of K, a 256-byte L2 prefetch with each load (the dec4 row of
- * sf_gemm_swiglu).  A block takes 16 outputs (swiglu: 8), so the N of a
- * layer's product (2048 to 3072 at 1B sizes) gives 128-192 blocks; the
- * rows trade warps a block for blocks an SM. */
+ * sf_gemm_swiglu).  A block takes 16 outputs (swiglu: 8).  Engine, ms a
+ * decode step (H100, same run): w8 for the plain and res products 1.317 at
+ * llama-1b batch 1 and 0.808 at smollm2-135m, against 1.373 / 0.859 with
+ * 16 warps and 1.482 / 0.841 with w4 (bench/RESULTS.md). */
 struct DgConfig {
     const char *name;
-    int wk;
-    int minb;
+    int wk;   /* warps along K                        */
+    int minb; /* blocks an SM the register cap allows */
     const char *about;
 };
 static const DgConfig dg_configs[] = {
-    {"auto", 0, 0, "the heuristic: w16 while the blocks fit one an SM, w8 while two, else w4 (swiglu: w4)"},
-    {"w16", 16, 1, "16 warps along K, one block an SM: the most bytes in flight for few blocks"},
+    {"auto", 0, 0, "the heuristic: w8 for plain and res products, w4 for swiglu"},
     {"w8", 8, 2, "8 warps along K, two blocks an SM"},
     {"w4", 4, 4, "4 warps along K, four blocks an SM (sf_gemm_swiglu's dec4)"},
 };
@@ -49,7 +49,8 @@ static size_t span(int64_t rows, int64_t ld, int64_t cols, size_t es) {
 
 static size_t norm_smem(const sf_dec_gemv_args *a) { return (size_t)a->M * (size_t)(a->K + 8) * 2; }
 
-template <typename T, int WK, int MINB, DecOut OUT, bool NORM> sf_status launch(sf_ctx *ctx, const GsArgsX &g, unsigned blocks, size_t smem, bool pdl) {
+template <typename T, int WK, int MINB, DecOut OUT, bool NORM>
+sf_status launch(sf_ctx *ctx, const GsArgsX &g, unsigned blocks, size_t smem, bool pdl) {
     void (*kern)(const GsArgsX) = gs_dec_kernel<T, WK, 8, true, MINB, true, true, OUT, NORM, GsArgsX>;
     if (smem > 48 * 1024) {
         /* raised once per kernel to the largest a call has asked for */
@@ -95,16 +96,16 @@ template <typename T, int WK, int MINB> sf_status launch_mode(sf_ctx *ctx, const
 }
 
 /* the row a call runs: its own, the pinned one, or the heuristic's */
-static int pick(sf_ctx *ctx, const sf_dec_gemv_args *a) {
+static int pick(const sf_dec_gemv_args *a) {
     if (a->config > 0) return a->config;
     char buf[64];
+    /* a pin applies to the plain and res products (the gate/up product
+     * keeps dec4's shape) */
+    if (a->out == SF_DEC_SWIGLU) return 2;
     if (const char *pin = sf_autotune_forced_name("dec_gemv", buf, sizeof buf))
         for (int i = 1; i < DG_NCONFIG; i++)
             if (strcmp(pin, dg_configs[i].name) == 0) return i;
-    if (a->out == SF_DEC_SWIGLU) return 3;
-    const sf_cuda_state *cs = sf_cuda_st(ctx);
-    const int64_t sms = cs && cs->sm_count > 0 ? cs->sm_count : 132, blocks = (a->N + 15) / 16;
-    return blocks <= sms ? 1 : blocks <= 2 * sms ? 2 : 3;
+    return 1;
 }
 
 } // namespace
@@ -164,11 +165,10 @@ extern "C" sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a) {
     g.nres = a->nres, g.nw = a->nw, g.nres_rs = a->ldn, g.eps = a->eps;
     g.bias = a->bias;
     g.res = a->res, g.res_rs = a->ldr;
-    const int row = pick(ctx, a);
+    const int row = pick(a);
     const bool f16 = a->dt == SF_F16;
     switch (row) {
-    case 1: return f16 ? launch_mode<__half, 16, 1>(ctx, a, g) : launch_mode<__nv_bfloat16, 16, 1>(ctx, a, g);
-    case 2: return f16 ? launch_mode<__half, 8, 2>(ctx, a, g) : launch_mode<__nv_bfloat16, 8, 2>(ctx, a, g);
+    case 1: return f16 ? launch_mode<__half, 8, 2>(ctx, a, g) : launch_mode<__nv_bfloat16, 8, 2>(ctx, a, g);
     default: return f16 ? launch_mode<__half, 4, 4>(ctx, a, g) : launch_mode<__nv_bfloat16, 4, 4>(ctx, a, g);
     }
 }

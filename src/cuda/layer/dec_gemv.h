@@ -53,7 +53,8 @@ typedef struct sf_dec_gemv_args {
 } sf_dec_gemv_args;
 
 /* The configuration rows (for tests and benchmarks): their count, a row's
- * name; SF_AUTOTUNE_FORCE=dec_gemv:NAME pins one for calls with config 0. */
+ * name; SF_AUTOTUNE_FORCE=dec_gemv:NAME pins one for the plain and res
+ * calls with config 0 (swiglu keeps w4, sf_gemm_swiglu's dec4 shape). */
 int sf_dec_gemv_nconfig(void);
 const char *sf_dec_gemv_config_name(int i);
 
