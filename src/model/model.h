@@ -61,7 +61,7 @@ typedef struct sfm_model {
     void *gn_scratch;          /* CUDA: the fused product + norm's scratch (layer/gemv_norm.h) */
     int fused_mlp;             /* CUDA, f16 / bf16: decode steps' gate/up product with SwiGLU in one
                                   sf_gemm_swiglu launch (dense weights) */
-    int dec_fuse;              /* CUDA, f16 / bf16: decode steps' attention layers on the fused
+    int dec_fuse;              /* CUDA, bf16: decode steps' attention layers on the fused
                                   products of layer/dec_gemv.h (norms in their prologues, the
                                   residual adds in their epilogues); 2: launched as
                                   programmatic dependents (layer/dec_gemv.h pdl) */

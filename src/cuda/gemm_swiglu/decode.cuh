@@ -94,11 +94,12 @@ template <typename T, DecOut OUT, typename A> __device__ __forceinline__ void de
  * in a plain one (H100, M 1); the spill-free one runs 0.082 in both.  CC: each warp takes a contiguous quarter (1 / WK) of the chunks,
  * so its U loads in flight are consecutive 64-byte pieces of each row, else
  * every WK-th chunk (H200, M 1: 3.69 -> 3.93 TB/s with the prefetch).
- * NORM (M <= 16): x is not read from a.x but made first, in shared memory,
- * as RMSNorm(a.nres) * a.nw rounded to T: the norm that precedes a decode
- * step's product runs in its prologue instead of a launch of its own
- * (every block redoes it: M rows of K f32 from L2, small next to the
- * weights).  Dynamic shared memory: M rows of K + 8 elements (the 16-byte
+ * NORM (M <= 16): the product of RMSNorm(a.nres) * a.nw, the norm that
+ * precedes a decode step's product, in its prologue instead of a launch of
+ * its own: x = a.nres * a.nw rounded to T is made in shared memory (every
+ * block redoes it: M rows of K f32 from L2, small next to the weights) and
+ * the rows' 1 / rms scales the sums at the end (rounding r nw rather than
+ * r nw / rms to T: the same relative error).  Dynamic shared memory: M rows of K + 8 elements (the 16-byte
  * pad puts the rows g of a warp's loads on distinct banks). */
 template <typename T, int WK, int U, bool VEC, int MINB = 1, bool PF = false, bool CC = false,
           DecOut OUT = DecOut::swiglu, bool NORM = false, typename A = GsArgs>
@@ -135,48 +136,49 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
     load(cb);
     sf_pdl_wait();
     sf_pdl_launch();
+    /* NORM: the rows r * nw rounded to T into shared memory, and each
+     * warp's share of every row's sum of squares; rstd scales the sums in
+     * the epilogue (silu(rstd g) * rstd u, rstd y), so the prologue is one
+     * pass of loads and one barrier */
+    __shared__ float ssq[NORM ? WK : 1][16];
     if constexpr (NORM) {
-        /* each row's sum of squares over all the block's threads (a few
-         * loads each in flight), then the normed rows */
-        __shared__ float ssq[WK][16], rstd[16];
         uint16_t *xs = (uint16_t *)gs_dyn;
-        const int xs_rs = K + 8;
+        const int xs_rs = K + 8, kv = K / 8;
         for (int m = 0; m < a.M; m++) {
-            const float4 *r = (const float4 *)(a.nres + (int64_t)m * a.nres_rs);
+            const float *rr = a.nres + (int64_t)m * a.nres_rs;
             float s = 0.0f;
-#pragma unroll 4
-            for (int i = threadIdx.x; i < K / 4; i += WK * 32) {
-                const float4 v = r[i];
-                s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll 2
+            for (int i = threadIdx.x; i < kv; i += WK * 32) {
+                const int k = i * 8;
+                const float4 r0 = *(const float4 *)(rr + k), r1 = *(const float4 *)(rr + k + 4);
+                const float4 w0 = *(const float4 *)(a.nw + k), w1 = *(const float4 *)(a.nw + k + 4);
+                s += r0.x * r0.x + r0.y * r0.y + r0.z * r0.z + r0.w * r0.w;
+                s += r1.x * r1.x + r1.y * r1.y + r1.z * r1.z + r1.w * r1.w;
+                uint4 v;
+                v.x = sf_mma16<T>::pack(r0.x * w0.x, r0.y * w0.y);
+                v.y = sf_mma16<T>::pack(r0.z * w0.z, r0.w * w0.w);
+                v.z = sf_mma16<T>::pack(r1.x * w1.x, r1.y * w1.y);
+                v.w = sf_mma16<T>::pack(r1.z * w1.z, r1.w * w1.w);
+                *(uint4 *)(xs + (int64_t)m * xs_rs + k) = v;
             }
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
             if (lane == 0) ssq[w][m] = s;
         }
         __syncthreads();
-        if ((int)threadIdx.x < a.M) {
+    }
+    /* row m's 1 / rms (NORM), or 1 */
+    auto rstd = [&](int m) {
+        if constexpr (NORM) {
             float t = 0.0f;
 #pragma unroll
-            for (int v = 0; v < WK; v++) t += ssq[v][threadIdx.x];
-            rstd[threadIdx.x] = rsqrtf(t / (float)K + a.eps);
+            for (int v = 0; v < WK; v++) t += ssq[v][m];
+            return rsqrtf(t / (float)K + a.eps);
+        } else {
+            (void)m;
+            return 1.0f;
         }
-        __syncthreads();
-        const int kv = K / 8;
-        for (int i = threadIdx.x; i < a.M * kv; i += WK * 32) {
-            const int m = i / kv, k = (i - m * kv) * 8;
-            const float4 *r = (const float4 *)(a.nres + (int64_t)m * a.nres_rs + k);
-            const float4 *nw = (const float4 *)(a.nw + k);
-            const float4 r0 = r[0], r1 = r[1], w0 = nw[0], w1 = nw[1];
-            const float rs = rstd[m];
-            uint4 v;
-            v.x = sf_mma16<T>::pack(r0.x * rs * w0.x, r0.y * rs * w0.y);
-            v.y = sf_mma16<T>::pack(r0.z * rs * w0.z, r0.w * rs * w0.w);
-            v.z = sf_mma16<T>::pack(r1.x * rs * w1.x, r1.y * rs * w1.y);
-            v.w = sf_mma16<T>::pack(r1.z * rs * w1.z, r1.w * rs * w1.w);
-            *(uint4 *)(xs + (int64_t)m * xs_rs + k) = v;
-        }
-        __syncthreads();
-    }
+    };
 
     for (int mc = 0; mc < a.M; mc += 16) {
         const bool ok0 = mc + g < a.M, ok1 = mc + g + 8 < a.M;
@@ -219,6 +221,10 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                         sg += red[v][0][m][o];
                         su += red[v][1][m][o];
                     }
+                    if constexpr (NORM) {
+                        const float rs = rstd(mc + m);
+                        sg *= rs, su *= rs;
+                    }
                     ((uint16_t *)a.y)[(int64_t)(mc + m) * a.y_rs + n0 + o] = GsOut<T>::one(sf_silu_sfu(sg) * su);
                 }
             } else {
@@ -226,7 +232,7 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                 float s = 0.0f;
 #pragma unroll
                 for (int v = 0; v < WK; v++) s += red[v][o >> 3][m][o & 7];
-                dec_store<T, OUT>(a, mc + m, n0 + o, s);
+                dec_store<T, OUT>(a, mc + m, n0 + o, NORM ? s * rstd(mc + m) : s);
             }
         }
         __syncthreads(); /* red is rewritten by the next pass */

@@ -127,6 +127,7 @@ extern "C" const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a) {
         return "W_up's rows are not 16-byte aligned (or shorter than K)";
     if (norm) {
         if (a->M > SF_DEC_NORM_MAX_ROWS) return "more than 4 rows with the norm";
+        if (a->dt != SF_BF16) return "the norm takes bf16 (r * nw is rounded before the 1 / rms scaling: f16 could overflow)";
         if (norm_smem(a) > 96 * 1024) return "the norm's rows do not fit in 96 KB of shared memory";
         if (!a->nres || !a->nw) return "neither x nor the norm's input";
         if (!al16(a->nres) || !al16(a->nw) || a->ldn % 4 || a->ldn < a->K) return "the norm's rows are not 16-byte aligned";

@@ -2,8 +2,9 @@
  * weight-streaming kernel of sf_gemm_swiglu (gemm_swiglu/decode.cuh), with
  * the layer's neighbours fused in (src/cuda/layer/dec_gemv.cu):
  *
- *   input   x as given, or x = RMSNorm(nres) * nw rounded to the dtype (the
- *           norm before the product, from the f32 residual stream);
+ *   input   x as given, or x = RMSNorm(nres) * nw (the norm before the
+ *           product, from the f32 residual stream; bf16: nres * nw is
+ *           rounded and the product scaled by 1 / rms after);
  *   output  plain:  y = x W^T (+ bias)
  *           res:    res += x W^T (f32: the residual add after the product)
  *           swiglu: y = silu(x W^T) * (x W_up^T)
@@ -59,8 +60,8 @@ int sf_dec_gemv_nconfig(void);
 const char *sf_dec_gemv_config_name(int i);
 
 /* NULL when a call can take these arguments, else why not: f16 / bf16;
- * M >= 1 (at most SF_DEC_NORM_MAX_ROWS with the norm, whose K f32 rows
- * must also fit in shared memory, 96 KB); K a multiple of 8,
+ * M >= 1 (with the norm: bf16, at most SF_DEC_NORM_MAX_ROWS rows, their K
+ * elements within 96 KB of shared memory); K a multiple of 8,
  * x, W, W_up rows 16-byte aligned; the norm's rows 16-byte aligned; no
  * output overlapping an input. */
 const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a);
