@@ -1,10 +1,11 @@
 /* gpu_test.h - host helpers of the stand-alone GPU tests (test_ssd_big,
- * test_ssd_same, test_attn_same): a seeded xorshift generator, bf16 conversions, an
+ * test_ssd_same, test_attn_same, ...): a seeded xorshift generator, bf16 and f16 conversions, an
  * allocation that fails the test, and CK, which fails it on any status but
  * SF_OK (it names the call and the error of the context `gpu` in scope). */
 #ifndef SF_GPU_TEST_H
 #define SF_GPU_TEST_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,26 @@ static inline float from_bf16(uint16_t h) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+static inline uint16_t to_f16(float f) { /* round to nearest even, finite normal range */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    int e = (int)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t m = u & 0x7fffffu;
+    if (e <= 0) return (uint16_t)sign; /* the tests' values never go that small */
+    uint32_t h = ((uint32_t)e << 10) | (m >> 13);
+    const uint32_t rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+static inline float from_f16(uint16_t h) {
+    const int e = (h >> 10) & 0x1f;
+    const float m = (float)(h & 0x3ff);
+    if (e == 31) return m != 0.0f ? NAN : (h & 0x8000u) ? -INFINITY : INFINITY;
+    const float v = e == 0 ? m * 5.9604645e-8f : ldexpf(1.0f + m / 1024.0f, e - 15);
+    return (h & 0x8000u) ? -v : v;
 }
 
 static inline void *xmalloc(size_t n) {

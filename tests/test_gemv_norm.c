@@ -12,26 +12,6 @@
 #include <math.h>
 #include <time.h>
 
-static uint16_t to_f16(float f) { /* round to nearest even, finite normal range */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    int e = (int)((u >> 23) & 0xff) - 127 + 15;
-    uint32_t m = u & 0x7fffffu;
-    if (e <= 0) return (uint16_t)sign; /* the test's values never go that small */
-    uint32_t h = ((uint32_t)e << 10) | (m >> 13);
-    const uint32_t rest = m & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-}
-static float from_f16(uint16_t h) {
-    const int e = (h >> 10) & 0x1f;
-    const float m = (float)(h & 0x3ff);
-    if (e == 31) return m != 0.0f ? NAN : (h & 0x8000u) ? -INFINITY : INFINITY;
-    const float v = e == 0 ? m * 5.9604645e-8f : ldexpf(1.0f + m / 1024.0f, e - 15);
-    return (h & 0x8000u) ? -v : v;
-}
-
 /* v rounded to dt, stored at p[i]; returns the rounded value */
 static double put(sf_dtype dt, void *p, int64_t i, double v) {
     if (dt == SF_F32) return ((float *)p)[i] = (float)v;
