@@ -53,12 +53,14 @@ template <typename T, int WK, int MINB, DecOut OUT, bool NORM>
 sf_status launch(sf_ctx *ctx, const GsArgsX &g, unsigned blocks, size_t smem, bool pdl) {
     void (*kern)(const GsArgsX) = gs_dec_kernel<T, WK, 8, true, MINB, true, true, OUT, NORM, GsArgsX>;
     if (smem > 48 * 1024) {
-        /* raised once per kernel to the largest a call has asked for */
-        static size_t granted = 0;
-        if (smem > granted) {
+        /* raised once per kernel and device to the largest a call has asked for */
+        static size_t granted[64];
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0, granted[0] = 0;
+        if (smem > granted[dev]) {
             const cudaError_t e = cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) return sf_fail(ctx, SF_ERR_CUDA, "decode product: cudaFuncSetAttribute: %s", cudaGetErrorString(e));
-            granted = smem;
+            granted[dev] = smem;
         }
     }
     cudaLaunchConfig_t cfg;
