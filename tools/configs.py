@@ -16,7 +16,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLES = (("ssd_fwd", "src/cuda/ssd/configs.h"), ("attn_fwd", "src/cuda/attn/configs.h"),
           ("gemm_wq", "src/cuda/gemm_wq/configs.h"), ("gemm_swiglu", "src/cuda/gemm_swiglu/configs.h"),
-          ("attn_bwd", "src/cuda/attn/bwd_configs.h"))
+          ("attn_bwd", "src/cuda/attn/bwd_configs.h"), ("dec_gemv", "src/cuda/layer/dec_gemv_configs.h"))
 ROW = re.compile(r'^\s*\{"([a-z0-9]+)",.*"((?:[^"\\]|\\.)*)"\},\s*$')
 BEGIN, END = "<!-- BEGIN configs (tools/configs.py readme) -->", "<!-- END configs -->"
 

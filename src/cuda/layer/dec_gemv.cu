@@ -1,12 +1,13 @@
 /* dec_gemv.cu - the engine's decode-step products with the norm before and
  * the residual add or SwiGLU after (dec_gemv.h), on gs_dec_kernel
- * (gemm_swiglu/decode.cuh): its configuration rows, what a call supports,
- * and the launch. */
+ * (gemm_swiglu/decode.cuh): what a call supports, the row it runs
+ * (dec_gemv_configs.h) and the launch. */
 #include "autotune.h"
 #include "common/cuda_common.h"
 #include "common/config_table.h"
 #include "gemm_swiglu/decode.cuh"
 #include "layer/dec_gemv.h"
+#include "layer/dec_gemv_configs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,26 +16,6 @@
 namespace {
 
 using namespace sf_gs;
-
-/* {name, warps along K, blocks an SM the register cap allows, about}: 8
- * chunks of 16-byte weight loads in flight a warp, each warp a contiguous
- * range of K, a 256-byte L2 prefetch with each load (the dec4 row of
- * sf_gemm_swiglu).  A block takes 16 outputs (swiglu: 8).  Engine, ms a
- * decode step (H100, same run): w8 for the plain and res products 1.317 at
- * llama-1b batch 1 and 0.808 at smollm2-135m, against 1.373 / 0.859 with
- * 16 warps and 1.482 / 0.841 with w4 (bench/RESULTS.md). */
-struct DgConfig {
-    const char *name;
-    int wk;   /* warps along K                        */
-    int minb; /* blocks an SM the register cap allows */
-    const char *about;
-};
-static const DgConfig dg_configs[] = {
-    {"auto", 0, 0, "the heuristic: w8 for plain and res products, w4 for swiglu"},
-    {"w8", 8, 2, "8 warps along K, two blocks an SM"},
-    {"w4", 4, 4, "4 warps along K, four blocks an SM (sf_gemm_swiglu's dec4)"},
-};
-static const int DG_NCONFIG = (int)(sizeof dg_configs / sizeof dg_configs[0]);
 
 static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -97,17 +78,31 @@ template <typename T, int WK, int MINB> sf_status launch_mode(sf_ctx *ctx, const
     }
 }
 
-/* the row a call runs: its own, the pinned one, or the heuristic's */
+static int row_named(const char *name) {
+    for (int i = 1; i < DG_NCONFIG; i++)
+        if (strcmp(dg_configs[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* the row a call runs: its own, the pinned one, or the heuristic's (w8;
+ * swiglu: w4, dec4's shape) */
 static int pick(const sf_dec_gemv_args *a) {
     if (a->config > 0) return a->config;
+    /* a pin applies to the plain and res products */
+    if (a->out == SF_DEC_SWIGLU) return row_named("w4");
     char buf[64];
-    /* a pin applies to the plain and res products (the gate/up product
-     * keeps dec4's shape) */
-    if (a->out == SF_DEC_SWIGLU) return 2;
-    if (const char *pin = sf_autotune_forced_name("dec_gemv", buf, sizeof buf))
-        for (int i = 1; i < DG_NCONFIG; i++)
-            if (strcmp(pin, dg_configs[i].name) == 0) return i;
-    return 1;
+    if (const char *pin = sf_autotune_forced_name("dec_gemv", buf, sizeof buf)) {
+        const int i = row_named(pin);
+        if (i > 0) return i;
+    }
+    return row_named("w8");
+}
+
+/* the kernel instantiation of a row's warps and register cap */
+template <typename T> sf_status run_row(sf_ctx *ctx, const DgConfig &c, const sf_dec_gemv_args *a, const GsArgsX &g) {
+    if (c.wk == 8 && c.minb == 2) return launch_mode<T, 8, 2>(ctx, a, g);
+    if (c.wk == 4 && c.minb == 4) return launch_mode<T, 4, 4>(ctx, a, g);
+    return sf_fail(ctx, SF_ERR_INTERNAL, "decode product: row %s (%d warps, %d blocks an SM) has no kernel", c.name, c.wk, c.minb);
 }
 
 } // namespace
@@ -169,9 +164,6 @@ extern "C" sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a) {
     g.bias = a->bias;
     g.res = a->res, g.res_rs = a->ldr;
     const int row = pick(a);
-    const bool f16 = a->dt == SF_F16;
-    switch (row) {
-    case 1: return f16 ? launch_mode<__half, 8, 2>(ctx, a, g) : launch_mode<__nv_bfloat16, 8, 2>(ctx, a, g);
-    default: return f16 ? launch_mode<__half, 4, 4>(ctx, a, g) : launch_mode<__nv_bfloat16, 4, 4>(ctx, a, g);
-    }
+    if (row < 1) return sf_fail(ctx, SF_ERR_INTERNAL, "decode product: the configuration table lacks w8 or w4");
+    return a->dt == SF_F16 ? run_row<__half>(ctx, dg_configs[row], a, g) : run_row<__nv_bfloat16>(ctx, dg_configs[row], a, g);
 }
