@@ -1,5 +1,6 @@
 /* gpu_test.h - host helpers of the stand-alone GPU tests (test_ssd_big,
- * test_ssd_same, test_attn_same, ...): a seeded xorshift generator, bf16 and f16 conversions, an
+ * test_ssd_same, test_attn_same, ...): a seeded xorshift generator and the
+ * test's start (device check, seed), bf16 and f16 conversions, an
  * allocation that fails the test, and CK, which fails it on any status but
  * SF_OK (it names the call and the error of the context `gpu` in scope). */
 #ifndef SF_GPU_TEST_H
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "seqfuse.h"
 
@@ -52,6 +54,21 @@ static inline float from_f16(uint16_t h) {
     if (e == 31) return m != 0.0f ? NAN : (h & 0x8000u) ? -INFINITY : INFINITY;
     const float v = e == 0 ? m * 5.9604645e-8f : ldexpf(1.0f + m / 1024.0f, e - 15);
     return (h & 0x8000u) ? -v : v;
+}
+
+/* The start of a stand-alone GPU test: 0 with the generator seeded (from
+ * SF_SEED, else the clock; the seed printed so a failure can be repeated),
+ * or 77 (CTest's skip) after saying so when there is no CUDA device. */
+static inline int gpu_test_start(const char *name) {
+    if (sf_cuda_device_count() < 1) {
+        printf("SKIP %s: no CUDA device\n", name);
+        return 77;
+    }
+    const char *se = getenv("SF_SEED");
+    const uint64_t seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
+    rng = seed * 2654435761u + 0x9e3779b97f4a7c15ULL;
+    printf("%s: seed %llu (SF_SEED to repeat)\n", name, (unsigned long long)seed);
+    return 0;
 }
 
 static inline void *xmalloc(size_t n) {

@@ -15,7 +15,6 @@
 #include "layer/dec_gemv.h"
 
 #include <math.h>
-#include <time.h>
 
 /* v rounded to dt (f16 / bf16), stored at p[i]; returns the rounded value */
 static double put(sf_dtype dt, uint16_t *p, int64_t i, double v) {
@@ -184,14 +183,8 @@ static int refusals(sf_ctx *gpu) {
 
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    if (sf_cuda_device_count() < 1) {
-        printf("SKIP test_dec_gemv: no CUDA device\n");
-        return 77;
-    }
-    const char *se = getenv("SF_SEED");
-    const uint64_t seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
-    rng = seed * 2654435761u + 0x9e3779b97f4a7c15ULL;
-    printf("test_dec_gemv: seed %llu (SF_SEED to repeat)\n", (unsigned long long)seed);
+    const int start = gpu_test_start("test_dec_gemv");
+    if (start) return start;
     sf_ctx *gpu;
     CK(sf_ctx_create(&gpu, 0));
     const mode modes[] = {{SF_DEC_PLAIN, 0, 0, "plain"}, {SF_DEC_PLAIN, 1, 1, "plain+norm+bias"},

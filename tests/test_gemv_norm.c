@@ -10,7 +10,6 @@
 #include "layer/gemv_norm.h"
 
 #include <math.h>
-#include <time.h>
 
 /* v rounded to dt, stored at p[i]; returns the rounded value */
 static double put(sf_dtype dt, void *p, int64_t i, double v) {
@@ -97,14 +96,8 @@ static int run_case(sf_ctx *gpu, sf_dtype dt, int M, int N, int K, int pad, void
 
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0; /* two shapes (for the sanitizers) */
-    if (sf_cuda_device_count() < 1) {
-        printf("SKIP test_gemv_norm: no CUDA device\n");
-        return 77;
-    }
-    const char *se = getenv("SF_SEED");
-    const uint64_t seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
-    rng = seed * 2654435761u + 0x9e3779b97f4a7c15ULL;
-    printf("test_gemv_norm: seed %llu (SF_SEED to repeat)\n", (unsigned long long)seed);
+    const int start = gpu_test_start("test_gemv_norm");
+    if (start) return start;
     sf_ctx *gpu;
     CK(sf_ctx_create(&gpu, 0));
     const int shapes[][2] = {{2048, 2048}, {2048, 8192}, {576, 576}, {576, 1536}, {37, 64}, {1, 16}, {1000, 40}};

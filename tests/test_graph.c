@@ -28,7 +28,6 @@
  * Skipped (77) without a CUDA device. */
 #include <cuda_runtime_api.h>
 
-#include <time.h>
 
 #include "gpu_test.h"
 
@@ -370,14 +369,8 @@ static int paged_tests(void) {
 }
 
 int main(void) {
-    if (sf_cuda_device_count() < 1) {
-        printf("SKIP test_graph: no CUDA device\n");
-        return 77;
-    }
-    const char *se = getenv("SF_SEED");
-    const uint64_t seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
-    rng = seed * 2654435761u + 0x9e3779b97f4a7c15ULL;
-    printf("test_graph: seed %llu (SF_SEED to repeat)\n", (unsigned long long)seed);
+    const int start = gpu_test_start("test_graph");
+    if (start) return start;
     int failures = api_tests();
     failures += paged_tests();
     return failures ? 1 : 0;

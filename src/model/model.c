@@ -555,11 +555,10 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
                    !(force && strstr(force, "gemm_swiglu:apart"));
     /* and the attention layers' decode products with their norms and
      * residual adds fused in, each launched as a programmatic dependent of
-     * the kernel ahead (2); SF_AUTOTUNE_FORCE=dec_gemv:apart keeps the
-     * launches above, dec_gemv:nopdl launches them plainly (1) */
-    m->dec_fuse = !m->fused_mlp || (force && strstr(force, "dec_gemv:apart")) ? 0
-                  : force && strstr(force, "dec_gemv:nopdl")                ? 1
-                                                                            : 2;
+     * the kernel ahead; SF_AUTOTUNE_FORCE=dec_gemv:apart keeps the
+     * launches above, dec_gemv:nopdl launches them plainly */
+    m->dec_fuse = m->fused_mlp && !(force && strstr(force, "dec_gemv:apart"));
+    m->dec_pdl = !(force && strstr(force, "dec_gemv:nopdl"));
     if (dev != SF_DEVICE_CPU && !(force && strstr(force, "gemv_norm:apart"))) {
         const size_t gb = sf_gemv_norm_scratch_bytes((int)D);
         void *z = calloc(1, gb);
@@ -672,7 +671,7 @@ static void dec_args(const sfm_model *m, const sfm_linear *L, sf_dec_out out, co
     if (out == SF_DEC_RES) a->res = (float *)m->x, a->ldr = L->n;
     else a->y = y, a->ldy = L->n;
     a->M = (int)T, a->N = (int)L->n, a->K = (int)L->k;
-    a->pdl = m->dec_fuse == 2;
+    a->pdl = m->dec_pdl;
 }
 /* the gate/up product with SwiGLU, x = RMSNorm(m->x) * post_norm -> m->a */
 static void dec_mlp_args(const sfm_model *m, const sfm_layer *ly, int64_t T, sf_dec_gemv_args *a) {

@@ -63,8 +63,8 @@ typedef struct sfm_model {
                                   sf_gemm_swiglu launch (dense weights) */
     int dec_fuse;              /* CUDA, bf16: decode steps' attention layers on the fused
                                   products of layer/dec_gemv.h (norms in their prologues, the
-                                  residual adds in their epilogues); 2: launched as
-                                  programmatic dependents (layer/dec_gemv.h pdl) */
+                                  residual adds in their epilogues) */
+    int dec_pdl;               /* and each launched as a programmatic dependent (dec_gemv.h pdl) */
     void *qkv;                 /* the stacked q/k/v product (rows, QD + 2 KD); g holds
                                   the stacked gate/up one (rows, 2F)             */
     void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */

@@ -66,8 +66,7 @@ __device__ __forceinline__ uint4 dec_ld8(const uint16_t *p, int k, int K, bool o
 }
 
 /* 16 bytes at element i of the shared rows x (zeros when !ok) */
-__device__ __forceinline__ uint4 dec_lds8(const uint4 *x, int i, int K, bool ok) {
-    (void)K;
+__device__ __forceinline__ uint4 dec_lds8(const uint4 *x, int i, bool ok) {
     return ok ? *(const uint4 *)((const uint16_t *)x + i) : make_uint4(0u, 0u, 0u, 0u);
 }
 
@@ -206,9 +205,9 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * cstep, k = c * 32 + 8 * q;
-                const uint4 xa = NORM ? dec_lds8(gs_dyn, g * (K + 8) + k, K, ok0 && c < ce && k < K)
+                const uint4 xa = NORM ? dec_lds8(gs_dyn, g * (K + 8) + k, ok0 && c < ce && k < K)
                                       : dec_ld8<VEC>(x0, k, K, ok0 && c < ce);
-                const uint4 xb = NORM ? dec_lds8(gs_dyn, (g + 8) * (K + 8) + k, K, ok1 && c < ce && k < K)
+                const uint4 xb = NORM ? dec_lds8(gs_dyn, (g + 8) * (K + 8) + k, ok1 && c < ce && k < K)
                                       : dec_ld8<VEC>(x1, k, K, ok1 && c < ce);
                 const uint32_t a1[4] = {xa.x, xb.x, xa.y, xb.y}, a2[4] = {xa.z, xb.z, xa.w, xb.w};
                 sf_mma16<T>::run(cg, a1, bg[u].x, bg[u].y);
