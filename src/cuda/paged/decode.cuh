@@ -29,12 +29,14 @@
  *
  * FP8 pools (template FP8): the ring holds the e4m3 codes (half the bytes
  * of a 16-bit tile) and each key tile's 16 K and 16 V scales (cp.async
- * like the codes; per-head scales are the same address for every key).  A
- * warp converts its tile's codes to T in a tile of its own (exact: every
- * e4m3 value is an f16 and a bf16), K before S = Q K^T, V after; the
- * scales go on the scores (s * k_scale of the key's column) and on P
- * (p * v_scale) rather than on the 16 x d codes.  The 16-bit instances are
- * the same code as before (if constexpr).
+ * like the codes; per-head scales are the same address for every key).  K's
+ * codes go from the ring into registers by ldmatrix and are converted there
+ * (exact: every e4m3 value is an f16 and a bf16) into the B fragments of
+ * S = Q K^T, with Q's fragments in the matching k order (load_qf); V, which
+ * P V needs transposed, is converted into a T tile of the warp's own first.
+ * The scales go on the scores (s * k_scale of the key's column) and on P
+ * (p * v_scale) rather than on the 16 x d codes (H100, b 32 with 4k keys:
+ * 1.60x the 16-bit speed, 1.54x with K converted through shared memory).
  *
  * ALiBi (MOD 2): the rows of a tile are (token, head) pairs of one kv
  * group, so each row has its own slope and key position; the bias
@@ -140,6 +142,9 @@ __device__ __forceinline__ void record_error(unsigned int *err, int b) {
 
 template <int D, bool FP8 = false> struct PagedTraits {
     static constexpr int NW = 4;          /* warps, each on every 4th key tile */
+    /* blocks an SM the register budget must allow: three fit in shared
+     * memory at d <= 128 (the FP8 instances took 213 registers without it) */
+    static constexpr int MINB = D <= 128 ? 3 : 1;
     /* cp.async stages per warp: two (70 KB at d 128) fit three blocks on an
      * SM where three stages fit two; the twelve warps beat the deeper ring
      * (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 keeps two (59 KB at d
@@ -227,10 +232,331 @@ __device__ __forceinline__ void combine_group(const PagedParams &p, int b, int k
     }
 }
 
+/* The keys a split of (sequence b, kv head, 16-row tile) covers and what
+ * its rows may see (split_setup): shared by the cp.async kernel below and
+ * the bulk-copy one (decode_bulk.cuh). */
+struct SplitWork {
+    int len;          /* keys of the sequence (0 when its length is bad) */
+    bool len_ok;
+    int ns;           /* splits of the sequence                          */
+    int nrows, r0;    /* query rows of the kv head, first row of the tile */
+    int ks, ke;       /* the split's keys                                */
+    int pg_first, pg_end, chk0; /* its pages; the first entry a thread checks */
+    int rlo[2], rhi[2];         /* keys each fragment row sees           */
+    int t0, t1;       /* its 16-key tiles any row of the tile sees       */
+};
+
+/* Fills w; false when this split has no keys to take (split >= ns).  The
+ * table entries of the split's pages (all of [ks, ke), window or not, so
+ * the splits of a group check every page of the sequence) are checked by
+ * finish_split, each thread its share: the first entry is loaded here and
+ * looked at after the key loop, so its latency hides behind the loads; a
+ * bad entry is read as page 0 by the loads meanwhile. */
+__device__ __forceinline__ bool split_setup(const PagedParams &p, int split, int b, int mt, int tid, int lane,
+                                            SplitWork &w) {
+    /* a length out of range: the sequence is bad and read as empty */
+    const int len_in = p.lens[(int64_t)b * p.lens_s];
+    w.len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
+                               (int64_t)len_in <= ((int64_t)p.max_pages << p.page_shift));
+    w.len = w.len_ok ? len_in : 0;
+    w.ns = nsplit_of(w.len, p.nsplit_max, p.min_split);
+    if (split >= w.ns) return false;
+    w.nrows = p.group * p.lq, w.r0 = mt * 16;
+    /* this split's keys, cut to what the tile's rows can see */
+    const int chunk = split_chunk(w.len, w.ns);
+    w.ks = split * chunk, w.ke = min(w.len, w.ks + chunk);
+    w.pg_first = w.ks >> p.page_shift;
+    w.pg_end = w.ke > w.ks ? ((w.ke - 1) >> p.page_shift) + 1 : w.pg_first;
+    const int32_t *btb = p.bt + (int64_t)b * p.bt_sb;
+    w.chk0 = w.pg_first + tid < w.pg_end ? btb[(int64_t)(w.pg_first + tid) * p.bt_sp] : 0;
+    const int g = lane >> 2;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int r = w.r0 + g + rr * 8;
+        w.rlo[rr] = w.rhi[rr] = 0;
+        if (r < w.nrows) {
+            key_range(r / p.group, p.lq, w.len, p.wl, p.wr, w.rlo[rr], w.rhi[rr]);
+            w.rlo[rr] = max(w.rlo[rr], w.ks);
+            w.rhi[rr] = min(w.rhi[rr], w.ke);
+        }
+    }
+    int lo_u, hi_u, unused;
+    key_range(w.r0 / p.group, p.lq, w.len, p.wl, p.wr, lo_u, unused);
+    key_range(min(w.r0 + 15, w.nrows - 1) / p.group, p.lq, w.len, p.wl, p.wr, unused, hi_u);
+    const int kb = max(w.ks, lo_u), kend = min(w.ke, hi_u);
+    w.t0 = kb / 16, w.t1 = kend > kb ? (kend + 15) / 16 : w.t0;
+    return true;
+}
+
+/* Q rows of the tile into sQ (16 x LDS, zeros past the group's rows and
+ * past d), one cp.async group issued by every thread. */
+template <typename T, int D>
+__device__ __forceinline__ void load_q(const PagedParams &p, T *sQ, int b, int kvh, const SplitWork &w, int tid) {
+    constexpr int LDS = D + 8;
+    const int d8 = p.d >> 3;
+    for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
+        const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
+        const int rr = w.r0 + r;
+        const bool v = rr < w.nrows && c < d8;
+        const int tok = v ? rr / p.group : 0, h = kvh * p.group + (v ? rr - tok * p.group : 0);
+        const T *src = reinterpret_cast<const T *>(p.q) + (int64_t)b * p.q_sb + (int64_t)tok * p.q_sr +
+                       (int64_t)h * p.q_sh + c * 8;
+        sf_cp_async16_zfill(sQ + r * LDS + c * 8, v ? (const void *)src : p.q, v ? 16 : 0);
+    }
+    sf_cp_async_commit();
+}
+
+/* ALiBi: each fragment row's slope (log2 units) and key position */
+__device__ __forceinline__ void alibi_rows(const PagedParams &p, int b, int kvh, const SplitWork &w, int lane,
+                                           float (&slope2)[2], int (&rpos)[2]) {
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int r = w.r0 + (lane >> 2) + rr * 8;
+        slope2[rr] = 0.f, rpos[rr] = 0;
+        if (r < w.nrows) {
+            const int tok = r / p.group, h = kvh * p.group + (r - tok * p.group);
+            slope2[rr] = p.alibi[(int64_t)b * p.alibi_sb + (int64_t)h * p.alibi_sh] * 1.4426950408889634f;
+            rpos[rr] = tok + w.len - p.lq;
+        }
+    }
+}
+
+/* FP8: the codes of a 16 x D stage tile (rows of D + 16 bytes) into the
+ * warp's T tile (16 x D + 8) */
+template <typename T, int D>
+__device__ __forceinline__ void convert_tile(const uint8_t *src, T *sconv, int lane) {
+    constexpr int CH = D / 16, LOADS = (16 * CH + 31) / 32, LDB = D + 16, LDS = D + 8;
+#pragma unroll
+    for (int it = 0; it < LOADS; it++) {
+        const int i = lane + it * 32;
+        if ((16 * CH) % 32 == 0 || i < 16 * CH) {
+            const int r = i / CH, c = i - (i / CH) * CH;
+            const uint4 in = *reinterpret_cast<const uint4 *>(src + r * LDB + c * 16);
+            const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+            uint32_t o[8];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                o[2 * k] = fp8x2_to<T>(w[k] & 0xffffu);
+                o[2 * k + 1] = fp8x2_to<T>(w[k] >> 16);
+            }
+            uint4 *dst = reinterpret_cast<uint4 *>(sconv + r * LDS + c * 16);
+            dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+            dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+    }
+}
+
+/* The Q fragments of the tile's 16 rows (sQ: 16 x D + 8).  16-bit pools:
+ * ldmatrix, the usual k order.  FP8 pools: K's codes go into the products
+ * without a shared-memory conversion (tile_step), which fixes the order of
+ * k within each 16-wide chunk: mma k-slots (2t, 2t+1, 2t+8, 2t+9) of lane
+ * quad t are columns 4t .. 4t+3, so Q's fragments are loaded in that order. */
+template <typename T, int D, bool FP8>
+__device__ __forceinline__ void load_qf(const T *sQ, uint32_t (&qf)[D / 16][4], int lane) {
+    constexpr int LDS = D + 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        if constexpr (FP8) {
+            const T *q0 = sQ + (lane >> 2) * LDS + kk * 16 + 4 * (lane & 3), *q1 = q0 + 8 * LDS;
+            qf[kk][0] = *reinterpret_cast<const uint32_t *>(q0);
+            qf[kk][1] = *reinterpret_cast<const uint32_t *>(q1);
+            qf[kk][2] = *reinterpret_cast<const uint32_t *>(q0 + 2);
+            qf[kk][3] = *reinterpret_cast<const uint32_t *>(q1 + 2);
+        } else {
+            sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+        }
+    }
+}
+
+/* One 16-key tile of a warp: S = Q K^T, the online softmax, O += P V.
+ * stage: the tile's K then V rows (16-bit: rows of D + 8 elements; FP8:
+ * rows of D + 16 codes, then 16 K and 16 V f32 scales), complete and seen
+ * by every lane.  FP8: ldmatrix of 8 keys x 16 codes hands a lane 4 codes
+ * of one key (columns 4t .. 4t+3 of the chunk), converted in registers into
+ * the B fragment of one product (load_qf's k order); V, which P V needs
+ * transposed, is converted into the warp's tile sconv first. */
 template <typename T, int D, bool FP8, int MOD>
-__global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
-    typedef PagedTraits<D, FP8> Tr;
+__device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned char *stage, T *sconv,
+                                          const uint32_t (&qf)[D / 16][4], float (&o)[D / 8][4], float (&mrow)[2],
+                                          float (&lrow)[2], int key0, const int (&rlo)[2], const int (&rhi)[2],
+                                          int lane, const float (&slope2)[2], const int (&rpos)[2],
+                                          const ScoreMod &mod) {
     constexpr bool CAP = MOD == MOD_CAP;
+    constexpr int LDS = D + 8, LDB = D + 16, KD = D / 16, NO = D / 8;
+    const int tq = lane & 3;
+    float s[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    const T *sv;
+    float vsf[2][2]; /* FP8: V scales of this lane's key columns */
+    if constexpr (FP8) {
+        const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
+        float ksf[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                ksf[i][e] = ssc[i * 8 + 2 * tq + e];
+                vsf[i][e] = ssc[16 + i * 8 + 2 * tq + e];
+            }
+        convert_tile<T, D>(stage + 16 * LDB, sconv, lane);
+        sv = sconv;
+        /* matrix lane / 8 of the x4: keys 0-7 / 8-15 (bit 0) of chunk kk / kk+1 (bit 1) */
+        const uint8_t *kr = stage + ((lane >> 3 & 1) * 8 + (lane & 7)) * LDB + (lane >> 4) * 16;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk += 2) {
+            uint32_t c[4];
+            sf_ldsm_x4(c[0], c[1], c[2], c[3], kr + kk * 16);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                sf_mma16<T>::run(s[j & 1], qf[kk + (j >> 1)], fp8x2_to<T>(c[j] & 0xffffu), fp8x2_to<T>(c[j] >> 16));
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] *= ksf[i][e & 1];
+    } else {
+        const T *sk = reinterpret_cast<const T *>(stage);
+        sv = sk + 16 * LDS;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t b0, b1, b2, b3;
+            sf_ldsm_x4(b0, b1, b2, b3, sk + ((lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
+            sf_mma16<T>::run(s[0], qf[kk], b0, b1);
+            sf_mma16<T>::run(s[1], qf[kk], b2, b3);
+        }
+    }
+    if constexpr (MOD == MOD_ALIBI) {
+        /* scale, softcap and bias here; softmax_step then only masks */
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[i][e] * p.scale_log2;
+                if (p.cap2 > 0.f) x = p.cap2 * tanhf(x / p.cap2);
+                const int dist = rpos[e >> 1] - (key0 + i * 8 + 2 * tq + (e & 1));
+                s[i][e] = x - slope2[e >> 1] * (float)(dist < 0 ? -dist : dist);
+            }
+        sf_attn::softmax_step<2, NO, false>(s, o, mrow, lrow, key0, true, rlo, rhi, tq, 1.0f, mod, 0);
+    } else {
+        sf_attn::softmax_step<2, NO, CAP>(s, o, mrow, lrow, key0, true, rlo, rhi, tq, p.scale_log2, mod, 0);
+    }
+    if constexpr (FP8) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] *= vsf[i][e & 1];
+        __syncwarp(); /* V is in the tile */
+    }
+    uint32_t pa[4];
+    pa[0] = sf_mma16<T>::pack(s[0][0], s[0][1]);
+    pa[1] = sf_mma16<T>::pack(s[0][2], s[0][3]);
+    pa[2] = sf_mma16<T>::pack(s[1][0], s[1][1]);
+    pa[3] = sf_mma16<T>::pack(s[1][2], s[1][3]);
+#pragma unroll
+    for (int j = 0; j < NO / 2; j++) {
+        uint32_t b0, b1, b2, b3;
+        sf_ldsm_x4_t(b0, b1, b2, b3, sv + (lane & 15) * LDS + j * 16 + (lane >> 4) * 8);
+        sf_mma16<T>::run(o[2 * j], pa, b0, b1);
+        sf_mma16<T>::run(o[2 * j + 1], pa, b2, b3);
+    }
+}
+
+/* After a split's key loop (every load waited for): the rest of its table
+ * checks, the merge of the CTA's NW warps (m, l, O) in shared scratch (the
+ * ring, free by now: NW x 16 x (D + 6) floats), then the output (one split)
+ * or the split's partials, and with several splits the counter and, by the
+ * last split of the group, the merge of them all. */
+template <typename T, int D, int NW>
+__device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWork &w, int split, int b, int kvh,
+                                             float (&o)[D / 8][4], const float (&mrow)[2], float (&lrow)[2],
+                                             float *scratch) {
+    constexpr int NO = D / 8, OLD = D + 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
+        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
+    }
+    /* the rest of the split's table entries (past the first a thread took) */
+    const int32_t *btb = p.bt + (int64_t)b * p.bt_sb;
+    bool bad = !w.len_ok || (w.pg_first + tid < w.pg_end && (unsigned)w.chk0 >= (unsigned)p.num_pages);
+    for (int i = w.pg_first + tid + (int)blockDim.x; i < w.pg_end; i += blockDim.x) {
+        const int pg = btb[(int64_t)i * p.bt_sp];
+        bad |= (unsigned)pg >= (unsigned)p.num_pages;
+    }
+    const bool direct = w.ns == 1 || !p.ctr;
+    /* merge the warps: m (log2 units), l and the unnormalised O of each */
+    __syncthreads(); /* every warp is done with the ring */
+    float *ms = scratch;
+    float *ls = ms + NW * 16;
+    float *os = ls + NW * 16;
+    if (tq == 0) {
+        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
+        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+    }
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        float *o0 = os + (warp * 16 + g) * OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * OLD;
+        o0[0] = o[i][0], o0[1] = o[i][1];
+        o1[0] = o[i][2], o1[1] = o[i][3];
+    }
+    bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
+    for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
+        const int r = idx / D, c = idx - (idx / D) * D;
+        const int rr = w.r0 + r;
+        if (rr >= w.nrows || c >= p.d) continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < NW; k++) M = fmaxf(M, ms[k * 16 + r]);
+        const float base = M == -INFINITY ? 0.f : M;
+        float L = 0.f, acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < NW; k++) {
+            const float f = sf_ex2(ms[k * 16 + r] - base);
+            L += ls[k * 16 + r] * f;
+            acc += os[(k * 16 + r) * OLD + c] * f;
+        }
+        const bool has = L > 0.f && !bad;
+        const float val = has ? acc / L : 0.f;
+        const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
+        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+        if (direct) {
+            T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
+            dst[c] = sf_elem<T>::from_f(val);
+            if (p.lse && c == 0)
+                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
+        } else {
+            const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
+            p.o_part[row * D + c] = val;
+            if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
+        }
+    }
+    if (bad && tid == 0) record_error(p.err, b);
+    if (direct) return;
+    /* Several splits: the last of the group to finish merges them.  Each
+     * publishes its partials (fence) before it counts itself; a bad split
+     * counts 0x10000 more, so the last one knows whether any was bad. */
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned int last_word;
+    unsigned int *ctr = p.ctr + (int64_t)b * gridDim.y + blockIdx.y;
+    if (tid == 0) {
+        const unsigned int old = atomicAdd(ctr, 1u + (bad ? 0x10000u : 0u));
+        const bool last = (old & 0xffffu) == (unsigned)w.ns - 1u;
+        last_word = last ? 1u + ((old >> 16) != 0u || bad ? 1u : 0u) : 0u;
+        if (last) *ctr = 0u; /* every split has counted: back to 0 for the next call */
+    }
+    __syncthreads();
+    if (last_word == 0u) return;
+    __threadfence();
+    const bool any_bad = last_word == 2u;
+    combine_group<T, D>(p, b, kvh, w.r0, w.nrows, w.ns, any_bad, scratch);
+}
+
+template <typename T, int D, bool FP8, int MOD>
+__global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
+    typedef PagedTraits<D, FP8> Tr;
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;
@@ -242,78 +568,22 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;
-    /* a length out of range: the sequence is bad and read as empty */
-    const int len_in = p.lens[(int64_t)b * p.lens_s];
-    const bool len_ok = len_in == 0 || (len_in > 0 && p.num_pages > 0 &&
-                                        (int64_t)len_in <= ((int64_t)p.max_pages << p.page_shift));
-    const int len = len_ok ? len_in : 0;
-    const int ns = nsplit_of(len, p.nsplit_max, p.min_split);
-    if (split >= ns) return;
-    const int nrows = p.group * p.lq, r0 = mt * 16;
-    const int d8 = p.d >> 3;
-    const int dch = FP8 ? p.d >> 4 : d8; /* valid 16-byte chunks of a pool row */
+    SplitWork w;
+    if (!split_setup(p, split, b, mt, tid, lane, w)) return;
+    const int len = w.len;
+    const int dch = FP8 ? p.d >> 4 : p.d >> 3; /* valid 16-byte chunks of a pool row */
 
     unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
-    /* Q rows of this tile (zeros past the group's rows and past d) */
-    for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
-        const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
-        const int rr = r0 + r;
-        const bool v = rr < nrows && c < d8;
-        const int tok = v ? rr / p.group : 0, h = kvh * p.group + (v ? rr - tok * p.group : 0);
-        const T *src = reinterpret_cast<const T *>(p.q) + (int64_t)b * p.q_sb + (int64_t)tok * p.q_sr +
-                       (int64_t)h * p.q_sh + c * 8;
-        sf_cp_async16_zfill(sQ + r * LDS + c * 8, v ? (const void *)src : p.q, v ? 16 : 0);
-    }
-    sf_cp_async_commit();
+    load_q<T, D>(p, sQ, b, kvh, w, tid);
 
-    /* this split's keys, cut to what the tile's rows can see */
-    const int chunk = split_chunk(len, ns);
-    const int ks = split * chunk, ke = min(len, ks + chunk);
-    /* The table entries of the split's pages (all of [ks, ke), window or
-     * not, so the splits of a group check every page of the sequence) are
-     * checked here, each thread its share: the first entry is loaded now
-     * and looked at after the key loop, so its latency hides behind the
-     * loads; a bad entry is read as page 0 by the loads meanwhile. */
-    const int pg_first = ks >> p.page_shift;
-    const int pg_end = ke > ks ? ((ke - 1) >> p.page_shift) + 1 : pg_first;
-    const int32_t *btb = p.bt + (int64_t)b * p.bt_sb;
-    const int chk0 = pg_first + tid < pg_end ? btb[(int64_t)(pg_first + tid) * p.bt_sp] : 0;
-    const int g = lane >> 2, tq = lane & 3;
-    int rlo[2], rhi[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int r = r0 + g + rr * 8;
-        rlo[rr] = rhi[rr] = 0;
-        if (r < nrows) {
-            key_range(r / p.group, p.lq, len, p.wl, p.wr, rlo[rr], rhi[rr]);
-            rlo[rr] = max(rlo[rr], ks);
-            rhi[rr] = min(rhi[rr], ke);
-        }
-    }
-    int lo_u, hi_u, unused;
-    key_range(r0 / p.group, p.lq, len, p.wl, p.wr, lo_u, unused);
-    key_range(min(r0 + 15, nrows - 1) / p.group, p.lq, len, p.wl, p.wr, unused, hi_u);
-    const int kb = max(ks, lo_u), kend = min(ke, hi_u);
-    const int t0 = kb / 16, t1 = kend > kb ? (kend + 15) / 16 : t0;
-    const int my_tiles = t1 - t0 > warp ? (t1 - t0 - warp + NW - 1) / NW : 0;
-    const int tfirst = t0 + warp, tstep = NW; /* this warp's tiles */
+    const int my_tiles = w.t1 - w.t0 > warp ? (w.t1 - w.t0 - warp + NW - 1) / NW : 0;
+    const int tfirst = w.t0 + warp, tstep = NW; /* this warp's tiles */
 
     ScoreMod mod = ScoreMod();
     mod.cap2 = p.cap2;
-    /* ALiBi: each fragment row's slope (log2 units) and key position */
     float slope2[2] = {0.f, 0.f};
     int rpos[2] = {0, 0};
-    if constexpr (MOD == MOD_ALIBI) {
-#pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            const int r = r0 + g + rr * 8;
-            if (r < nrows) {
-                const int tok = r / p.group, h = kvh * p.group + (r - tok * p.group);
-                slope2[rr] = p.alibi[(int64_t)b * p.alibi_sb + (int64_t)h * p.alibi_sh] * 1.4426950408889634f;
-                rpos[rr] = tok + len - p.lq;
-            }
-        }
-    }
+    if constexpr (MOD == MOD_ALIBI) alibi_rows(p, b, kvh, w, lane, slope2, rpos);
 
     typedef typename std::conditional<FP8, uint8_t, T>::type KV;
     /* FP8: this warp's conversion tile (K, then V, of the current key tile) */
@@ -322,7 +592,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     const KV *vc = reinterpret_cast<const KV *>(p.vc) + (int64_t)kvh * p.v_sh;
     const float *ksc = FP8 ? p.ks + (int64_t)kvh * p.ks_sh : nullptr;
     const float *vsc = FP8 ? p.vs + (int64_t)kvh * p.vs_sh : nullptr;
-    const int32_t *bt = btb;
+    const int32_t *bt = p.bt + (int64_t)b * p.bt_sb;
     const int pmask = (1 << p.page_shift) - 1;
     /* row stride of a stage tile (elements of KV) */
     constexpr int RS = FP8 ? Tr::LDB : LDS;
@@ -404,27 +674,6 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
             }
         }
     };
-    /* FP8: the codes of a 16 x D stage tile into the warp's T tile */
-    auto convert = [&](const uint8_t *src) {
-#pragma unroll
-        for (int it = 0; it < LOADS; it++) {
-            const int i = lane + it * 32;
-            if ((16 * CH) % 32 == 0 || i < 16 * CH) {
-                const int r = i / CH, c = i - (i / CH) * CH;
-                const uint4 in = *reinterpret_cast<const uint4 *>(src + r * Tr::LDB + c * 16);
-                const uint32_t w[4] = {in.x, in.y, in.z, in.w};
-                uint32_t o[8];
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    o[2 * k] = fp8x2_to<T>(w[k] & 0xffffu);
-                    o[2 * k + 1] = fp8x2_to<T>(w[k] >> 16);
-                }
-                uint4 *dst = reinterpret_cast<uint4 *>(sconv + r * LDS + c * 16);
-                dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-                dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-            }
-        }
-    };
 
 #pragma unroll
     for (int s = 0; s < ST - 1; s++) {
@@ -435,9 +684,7 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
     sf_cp_async_wait<ST - 1>();
     __syncthreads();
     uint32_t qf[KD][4];
-#pragma unroll
-    for (int kk = 0; kk < KD; kk++)
-        sf_ldsm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], sQ + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+    load_qf<T, D, FP8>(sQ, qf, lane);
     /* no lane needs this (Q is in registers); it fences the compiler, and
      * the loop below was timed with the schedule it gives */
     __syncwarp();
@@ -452,159 +699,12 @@ __global__ void __launch_bounds__(128) paged_attn(const PagedParams p) {
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        const int key0 = (tfirst + n * tstep) * 16;
-        const unsigned char *stage = ring + (n % ST) * Tr::STAGE_BYTES;
-        const T *sk, *sv;
-        float ksf[2][2], vsf[2][2]; /* FP8: scales of this lane's key columns */
-        if constexpr (FP8) {
-            const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * Tr::LDB);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    ksf[i][e] = ssc[i * 8 + 2 * tq + e];
-                    vsf[i][e] = ssc[16 + i * 8 + 2 * tq + e];
-                }
-            convert(stage);
-            __syncwarp();
-            sk = sv = sconv;
-        } else {
-            sk = reinterpret_cast<const T *>(stage);
-            sv = sk + 16 * LDS;
-        }
-        float s[2][4];
-#pragma unroll
-        for (int i = 0; i < 2; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t b0, b1, b2, b3;
-            sf_ldsm_x4(b0, b1, b2, b3, sk + ((lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
-            sf_mma16<T>::run(s[0], qf[kk], b0, b1);
-            sf_mma16<T>::run(s[1], qf[kk], b2, b3);
-        }
-        if constexpr (FP8) {
-            __syncwarp(); /* every lane is done with K: V into the tile */
-            convert(stage + 16 * Tr::LDB);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[i][e] *= ksf[i][e & 1];
-        }
-        if constexpr (MOD == MOD_ALIBI) {
-            /* scale, softcap and bias here; softmax_step then only masks */
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[i][e] * p.scale_log2;
-                    if (p.cap2 > 0.f) x = p.cap2 * tanhf(x / p.cap2);
-                    const int dist = rpos[e >> 1] - (key0 + i * 8 + 2 * tq + (e & 1));
-                    s[i][e] = x - slope2[e >> 1] * (float)(dist < 0 ? -dist : dist);
-                }
-            sf_attn::softmax_step<2, NO, false>(s, o, mrow, lrow, key0, true, rlo, rhi, tq, 1.0f, mod, 0);
-        } else {
-            sf_attn::softmax_step<2, NO, CAP>(s, o, mrow, lrow, key0, true, rlo, rhi, tq, p.scale_log2, mod, 0);
-        }
-        if constexpr (FP8) {
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[i][e] *= vsf[i][e & 1];
-            __syncwarp(); /* V is in the tile */
-        }
-        uint32_t pa[4];
-        pa[0] = sf_mma16<T>::pack(s[0][0], s[0][1]);
-        pa[1] = sf_mma16<T>::pack(s[0][2], s[0][3]);
-        pa[2] = sf_mma16<T>::pack(s[1][0], s[1][1]);
-        pa[3] = sf_mma16<T>::pack(s[1][2], s[1][3]);
-#pragma unroll
-        for (int j = 0; j < NO / 2; j++) {
-            uint32_t b0, b1, b2, b3;
-            sf_ldsm_x4_t(b0, b1, b2, b3, sv + (lane & 15) * LDS + j * 16 + (lane >> 4) * 8);
-            sf_mma16<T>::run(o[2 * j], pa, b0, b1);
-            sf_mma16<T>::run(o[2 * j + 1], pa, b2, b3);
-        }
+        tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, sconv, qf, o, mrow, lrow,
+                                  (tfirst + n * tstep) * 16, w.rlo, w.rhi, lane, slope2, rpos, mod);
         __syncwarp(); /* the stage is reloaded next iteration */
     }
     sf_cp_async_wait<0>();
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
-        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
-    }
-    /* the rest of the split's table entries (past the first a thread took) */
-    bool bad = !len_ok || (pg_first + tid < pg_end && (unsigned)chk0 >= (unsigned)p.num_pages);
-    for (int i = pg_first + tid + (int)blockDim.x; i < pg_end; i += blockDim.x) {
-        const int pg = btb[(int64_t)i * p.bt_sp];
-        bad |= (unsigned)pg >= (unsigned)p.num_pages;
-    }
-    const bool direct = ns == 1 || !p.ctr;
-    /* merge the warps: m (log2 units), l and the unnormalised O of each */
-    __syncthreads(); /* every warp is done with the ring */
-    float *ms = reinterpret_cast<float *>(sKV);
-    float *ls = ms + NW * 16;
-    float *os = ls + NW * 16;
-    if (tq == 0) {
-        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
-        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
-    }
-#pragma unroll
-    for (int i = 0; i < NO; i++) {
-        float *o0 = os + (warp * 16 + g) * Tr::OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * Tr::OLD;
-        o0[0] = o[i][0], o0[1] = o[i][1];
-        o1[0] = o[i][2], o1[1] = o[i][3];
-    }
-    bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
-    for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
-        const int r = idx / D, c = idx - (idx / D) * D;
-        const int rr = r0 + r;
-        if (rr >= nrows || c >= p.d) continue;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; w++) M = fmaxf(M, ms[w * 16 + r]);
-        const float base = M == -INFINITY ? 0.f : M;
-        float L = 0.f, acc = 0.f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            const float f = sf_ex2(ms[w * 16 + r] - base);
-            L += ls[w * 16 + r] * f;
-            acc += os[(w * 16 + r) * Tr::OLD + c] * f;
-        }
-        const bool has = L > 0.f && !bad;
-        const float val = has ? acc / L : 0.f;
-        const float lsev = has ? (M + __log2f(L)) * 0.69314718055994531f : -INFINITY;
-        const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
-        if (direct) {
-            T *dst = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)tok * p.o_sr + (int64_t)h * p.o_sh;
-            dst[c] = sf_elem<T>::from_f(val);
-            if (p.lse && c == 0)
-                p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)tok * p.l_sr] = lsev;
-        } else {
-            const int64_t row = (((int64_t)split * p.batch + b) * p.lq + tok) * p.nheads + h;
-            p.o_part[row * D + c] = val;
-            if (c == 0) p.lse_part[(((int64_t)split * p.batch + b) * p.nheads + h) * p.lq + tok] = lsev;
-        }
-    }
-    if (bad && tid == 0) record_error(p.err, b);
-    if (direct) return;
-    /* Several splits: the last of the group to finish merges them.  Each
-     * publishes its partials (fence) before it counts itself; a bad split
-     * counts 0x10000 more, so the last one knows whether any was bad. */
-    __threadfence();
-    __syncthreads();
-    __shared__ unsigned int last_word;
-    unsigned int *ctr = p.ctr + (int64_t)b * gridDim.y + blockIdx.y;
-    if (tid == 0) {
-        const unsigned int old = atomicAdd(ctr, 1u + (bad ? 0x10000u : 0u));
-        const bool last = (old & 0xffffu) == (unsigned)ns - 1u;
-        last_word = last ? 1u + ((old >> 16) != 0u || bad ? 1u : 0u) : 0u;
-        if (last) *ctr = 0u; /* every split has counted: back to 0 for the next call */
-    }
-    __syncthreads();
-    if (last_word == 0u) return;
-    __threadfence();
-    const bool any_bad = last_word == 2u;
-    combine_group<T, D>(p, b, kvh, r0, nrows, ns, any_bad, reinterpret_cast<float *>(sKV));
+    finish_split<T, D, NW>(p, w, split, b, kvh, o, mrow, lrow, reinterpret_cast<float *>(sKV));
 }
 
 } /* namespace sf_paged */

@@ -51,13 +51,15 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
     return SF_OK;
 }
 
-/* Splits of the longest sequence the table can hold: as many as fill one
- * wave of resident blocks (the kernel's occupancy times the SMs) with the
- * b x Hkv x row-tile blocks the problem has, never a second partial wave
- * (b 32, 4k keys: 3.79 TB/s at one wave, 3.26 at 1.3), never more than the
- * table's capacity can use; one when the groups outnumber the split
- * counters (counters.h) or there are none.  A function of shapes only, so
- * graph replays with other lengths keep it. */
+/* Splits of the longest sequence the table can hold: as many as make the
+ * b x Hkv x row-tile groups `per_sm` blocks an SM (at most the kernel's
+ * occupancy), never more than the table's capacity can use; one when the
+ * groups outnumber the split counters (counters.h) or there are none.  A
+ * function of shapes only, so graph replays with other lengths keep it.
+ * Fewer, longer splits than a full occupancy wave: each block pays for its
+ * Q load, its warp merge and its share of the final merge once, and one
+ * wave of equal blocks leaves no SM a block behind (H100, b 1 with 32k
+ * keys: 2.40 TB/s at one block an SM, 2.22 at three). */
 int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr) {
     const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
     if (!have_ctr || base > SF_PAGED_CTRS) return 1;
@@ -68,6 +70,13 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
     if (nsm > 64) nsm = 64;
     return nsm < 1 ? 1 : nsm;
 }
+
+/* Blocks an SM the splits aim at (split_count): one with 16-bit pages, two
+ * with FP8 pages, whose tiles cost a conversion each and want the second
+ * block's warps (H100, the best split count at b 1-16 with 4k-32k keys:
+ * one block an SM in 16-bit at every point, 2.10-2.72 TB/s against
+ * 1.93-2.57 at full occupancy; two in FP8, 1.06-2.17 TB/s of its bytes). */
+constexpr int SPLIT_BLOCKS_SM_16 = 1, SPLIT_BLOCKS_SM_FP8 = 2;
 
 /* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count:
  * "s<N>" runs N splits at most (1..MAX_SPLITS) where the counters allow
@@ -113,7 +122,9 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int64_t gy = (int64_t)p.nkv * p.mtiles;
-    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm, st && st->tile_ctr);
+    const int aim = FP8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim,
+                              st && st->tile_ctr);
     if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
