@@ -33,7 +33,8 @@
  * codes go from the ring into registers by ldmatrix and are converted there
  * (exact: every e4m3 value is an f16 and a bf16) into the B fragments of
  * S = Q K^T, with Q's fragments in the matching k order (load_qf); V, which
- * P V needs transposed, is converted into a T tile of the warp's own first.
+ * P V needs transposed, is converted into an f16 tile of the warp's own
+ * first, and P V runs in f16 whatever T is.
  * The scales go on the scores (s * k_scale of the key's column) and on P
  * (p * v_scale) rather than on the 16 x d codes (H100, b 32 with 4k keys:
  * 1.60x the 16-bit speed, 1.54x with K converted through shared memory).
@@ -374,7 +375,7 @@ __device__ __forceinline__ void load_qf(const T *sQ, uint32_t (&qf)[D / 16][4], 
  * by every lane.  FP8: ldmatrix of 8 keys x 16 codes hands a lane 4 codes
  * of one key (columns 4t .. 4t+3 of the chunk), converted in registers into
  * the B fragment of one product (load_qf's k order); V, which P V needs
- * transposed, is converted into the warp's tile sconv first. */
+ * transposed, is converted into the warp's tile sconv (f16) first. */
 template <typename T, int D, bool FP8, int MOD>
 __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned char *stage, T *sconv,
                                           const uint32_t (&qf)[D / 16][4], float (&o)[D / 8][4], float (&mrow)[2],
@@ -383,6 +384,10 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned c
                                           const ScoreMod &mod) {
     constexpr bool CAP = MOD == MOD_CAP;
     constexpr int LDS = D + 8, LDB = D + 16, KD = D / 16, NO = D / 8;
+    /* P V's operands: T, or f16 with FP8 pages (every e4m3 code is an f16,
+     * converted by one instruction a pair where bf16 takes four, and P in
+     * [0, 1] keeps more bits in f16 than in bf16) */
+    typedef typename std::conditional<FP8, __half, T>::type VT;
     const int tq = lane & 3;
     float s[2][4];
 #pragma unroll
@@ -399,7 +404,7 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned c
                 ksf[i][e] = ssc[i * 8 + 2 * tq + e];
                 vsf[i][e] = ssc[16 + i * 8 + 2 * tq + e];
             }
-        convert_tile<T, D>(stage + 16 * LDB, sconv, lane);
+        convert_tile<VT, D>(stage + 16 * LDB, reinterpret_cast<VT *>(sconv), lane);
         sv = sconv;
         /* matrix lane / 8 of the x4: keys 0-7 / 8-15 (bit 0) of chunk kk / kk+1 (bit 1) */
         const uint8_t *kr = stage + ((lane >> 3 & 1) * 8 + (lane & 7)) * LDB + (lane >> 4) * 16;
@@ -449,16 +454,16 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned c
         __syncwarp(); /* V is in the tile */
     }
     uint32_t pa[4];
-    pa[0] = sf_mma16<T>::pack(s[0][0], s[0][1]);
-    pa[1] = sf_mma16<T>::pack(s[0][2], s[0][3]);
-    pa[2] = sf_mma16<T>::pack(s[1][0], s[1][1]);
-    pa[3] = sf_mma16<T>::pack(s[1][2], s[1][3]);
+    pa[0] = sf_mma16<VT>::pack(s[0][0], s[0][1]);
+    pa[1] = sf_mma16<VT>::pack(s[0][2], s[0][3]);
+    pa[2] = sf_mma16<VT>::pack(s[1][0], s[1][1]);
+    pa[3] = sf_mma16<VT>::pack(s[1][2], s[1][3]);
 #pragma unroll
     for (int j = 0; j < NO / 2; j++) {
         uint32_t b0, b1, b2, b3;
         sf_ldsm_x4_t(b0, b1, b2, b3, sv + (lane & 15) * LDS + j * 16 + (lane >> 4) * 8);
-        sf_mma16<T>::run(o[2 * j], pa, b0, b1);
-        sf_mma16<T>::run(o[2 * j + 1], pa, b2, b3);
+        sf_mma16<VT>::run(o[2 * j], pa, b0, b1);
+        sf_mma16<VT>::run(o[2 * j + 1], pa, b2, b3);
     }
 }
 
