@@ -107,11 +107,12 @@ template <typename T, int WK, int U, bool VEC, int MINB = 1, bool PF = false, bo
 __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
     constexpr bool SW = OUT == DecOut::swiglu;
     constexpr int NB = SW ? 8 : 16; /* outputs a block */
-    /* the engine's products (layer/dec_gemv.h) issue their first weight
-     * loads before waiting on the kernel ahead; sf_gemm_swiglu's kernel
-     * keeps its code as it was (H100, M 1: 0.0886 ms with the early loads
-     * and the waits against 0.0812 without) */
-    constexpr bool PRE = !std::is_same<A, GsArgs>::value;
+    /* The engine's products (layer/dec_gemv.h) are launched as programmatic
+     * dependents: they wait for the kernel ahead before anything else, and
+     * let the next kernel launch once their weights are read (issuing the
+     * first weight loads before the wait cost 3-5% of an engine step). */
+    constexpr bool DEP = !std::is_same<A, GsArgs>::value;
+    if constexpr (DEP) sf_pdl_wait();
     static_assert(!NORM || VEC, "the norm prologue takes 16-byte rows");
     __shared__ float red[WK][2][16][9]; /* [warp][gate, up | rows n0.., n0 + 8..][row][output], padded */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -122,34 +123,10 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                             : (const uint16_t *)a.wg + (int64_t)(okb ? nb : 0) * a.wg_rs;
     const int K = a.K, nch = (K + 31) / 32;
     extern __shared__ uint4 gs_dyn[];
-    /* chunks [cb, ce) stepped by cs, U at a time cstep apart (set where the
-     * first loads need them: before the prologue with PRE, else in the
-     * pass, as sf_gemm_swiglu's kernel always had them) */
-    int cb = 0, ce = 0;
-    auto range = [&] {
-        const int cpw = (nch + WK - 1) / WK;
-        cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
-    };
+    /* chunks [cb, ce) of this warp, stepped by cs, U at a time cstep apart */
+    const int cpw = (nch + WK - 1) / WK;
+    const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
     const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
-    uint4 bg[U], bu[U];
-    /* every weight load of the U chunks at c0 first: U * 32 bytes in flight per lane */
-    auto load = [&](int c0) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * cstep, k = c * 32 + 8 * q;
-            bg[u] = dec_ld8<VEC, true, PF>(wg, k, K, oka && c < ce);
-            bu[u] = dec_ld8<VEC, true, PF>(wu, k, K, okb && c < ce);
-        }
-    };
-    /* the first chunks' weights go out before anything that waits: the
-     * kernel ahead (launched as a programmatic dependent, the weights are
-     * the one input it cannot have written) and the norm's prologue */
-    if constexpr (PRE) {
-        range();
-        load(cb);
-        sf_pdl_wait();
-        sf_pdl_launch();
-    }
     /* NORM: the rows r * nw rounded to T into shared memory, and each
      * warp's share of every row's sum of squares; rstd scales the sums in
      * the epilogue (silu(rstd g) * rstd u, rstd y), so the prologue is one
@@ -199,9 +176,15 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
         const uint16_t *x0 = (const uint16_t *)a.x + (int64_t)(ok0 ? mc + g : 0) * a.x_rs;
         const uint16_t *x1 = (const uint16_t *)a.x + (int64_t)(ok1 ? mc + g + 8 : 0) * a.x_rs;
         float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (!PRE) range();
         for (int c0 = cb; c0 < ce; c0 += cs) {
-            if (!PRE || mc || c0 != cb) load(c0);
+            uint4 bg[U], bu[U];
+            /* every weight load of the U chunks first: U * 32 bytes in flight per lane */
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * cstep, k = c * 32 + 8 * q;
+                bg[u] = dec_ld8<VEC, true, PF>(wg, k, K, oka && c < ce);
+                bu[u] = dec_ld8<VEC, true, PF>(wu, k, K, okb && c < ce);
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * cstep, k = c * 32 + 8 * q;
@@ -216,6 +199,7 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                 sf_mma16<T>::run(cu, a2, bu[u].z, bu[u].w);
             }
         }
+        if constexpr (DEP) sf_pdl_launch();
         /* C fragment: rows g, g + 8 (x rows), columns 2q, 2q + 1 (outputs) */
         red[w][0][g][2 * q] = cg[0];
         red[w][0][g][2 * q + 1] = cg[1];
