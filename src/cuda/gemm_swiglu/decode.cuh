@@ -123,10 +123,6 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                             : (const uint16_t *)a.wg + (int64_t)(okb ? nb : 0) * a.wg_rs;
     const int K = a.K, nch = (K + 31) / 32;
     extern __shared__ uint4 gs_dyn[];
-    /* chunks [cb, ce) of this warp, stepped by cs, U at a time cstep apart */
-    const int cpw = (nch + WK - 1) / WK;
-    const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
-    const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
     /* NORM: the rows r * nw rounded to T into shared memory, and each
      * warp's share of every row's sum of squares; rstd scales the sums in
      * the epilogue (silu(rstd g) * rstd u, rstd y), so the prologue is one
@@ -176,6 +172,10 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
         const uint16_t *x0 = (const uint16_t *)a.x + (int64_t)(ok0 ? mc + g : 0) * a.x_rs;
         const uint16_t *x1 = (const uint16_t *)a.x + (int64_t)(ok1 ? mc + g + 8 : 0) * a.x_rs;
         float cg[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        /* chunks [cb, ce) of this warp, stepped by cs, U at a time cstep apart */
+        const int cpw = (nch + WK - 1) / WK;
+        const int cb = CC ? w * cpw : w, ce = CC ? min(nch, (w + 1) * cpw) : nch;
+        const int cs = CC ? U : WK * U, cstep = CC ? 1 : WK;
         for (int c0 = cb; c0 < ce; c0 += cs) {
             uint4 bg[U], bu[U];
             /* every weight load of the U chunks first: U * 32 bytes in flight per lane */
