@@ -206,7 +206,7 @@ const sfc_case sfc_cases[] = {
     /* d 256 with pages of 8 (a 16-key tile spans two pages), and one long
      * sequence split across many blocks */
     {PAGED("paged_decode_d256_ps8", 2, 8, 2, 256, 1, 8), .causal = 1, .klens = {500, 77}},
-    {PAGED("paged_decode_long_b1", 1, 32, 8, 128, 1, 32), .causal = 1, .big = 1, .klens = {20011}},
+    {PAGED("paged_decode_long_b1", 1, 32, 8, 128, 1, 32), .causal = 1, .klens = {20011}},
     /* append: new tokens through the block table into poisoned pools; every
      * slot not written must stay poisoned.  Decode (1 token) crossing a page
      * boundary, page size 1, chunks that straddle pages, a chunk longer than
