@@ -7,7 +7,7 @@ copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
   - inline asm statements replaced: the ones with a host meaning (rcp, ex2,
     tanh approximations, 16-byte global loads with cache hints, lop3, f16x2 /
     bf16x2 fma) by it, includes of cuda_bf16.h / cuda_fp16.h /
-    cooperative_groups.h dropped (emu_rt.h has what they provide), any other by a call that aborts naming the
+    cuda_fp8.h, cooperative_groups.h dropped (emu_rt.h has what they provide), any other by a call that aborts naming the
     file and line (so a kernel still compiles; it fails only if it runs it);
 and, given a launcher, writes OUT/launcher_emu.cpp: the same rewrites, its
 kern<<<grid, block, smem, stream>>>(args); launches turned into
@@ -129,7 +129,7 @@ def rewrite_asm(s, fname):
 
 
 def drop_includes(s):  # the emulator's emu_rt.h stands in for these
-    return re.sub(r'^#include <(cuda_bf16|cuda_fp16|cooperative_groups)\.h>\n', "", s, flags=re.M)
+    return re.sub(r'^#include <(cuda_bf16|cuda_fp16|cuda_fp8|cooperative_groups)\.h>\n', "", s, flags=re.M)
 
 
 def rewrite_smem(s):

@@ -187,6 +187,7 @@ inline int __syncthreads_or(int v) {
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar[threadIdx.x / 32]->wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 // warp exchange: every lane posts a value, then reads lane src's (width:
 // segments of `width` lanes as __shfl_*_sync's width argument)
@@ -253,10 +254,12 @@ template <class A, class B> inline typename std::common_type<A, B>::type max(A a
 inline float __expf(float x) { return expf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 
 template <class T> inline T __ldg(const T *p) { return *p; }
+template <class T> inline T __ldcg(const T *p) { return *p; }
 struct __half { uint16_t v; };
 struct __nv_bfloat16 { uint16_t v; };
 inline float __half2float(__half h) {
@@ -267,7 +270,13 @@ inline float __half2float(__half h) {
 inline __half __float2half_rn(float f) {
     _Float16 h = (_Float16)f; __half r; memcpy(&r.v, &h, 2); return r;
 }
-struct __half2 { __half x, y; };
+struct __half2_raw { unsigned short x, y; };
+struct __half2 {
+    __half x, y;
+    __half2() = default;
+    __half2(__half a, __half b) : x(a), y(b) {}
+    explicit __half2(__half2_raw r) : x{r.x}, y{r.y} {}
+};
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
 inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.v << 16; float f; memcpy(&f, &u, 4); return f; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
@@ -312,6 +321,19 @@ inline uint16_t __half_as_ushort(__half h) { return h.v; }
 inline __half __ushort_as_half(uint16_t v) { __half h; h.v = v; return h; }
 inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t v) { __nv_bfloat16 b; b.v = v; return b; }
 inline float2 __half22float2(__half2 v) { return {__half2float(v.x), __half2float(v.y)}; }
+inline __nv_bfloat162 __float22bfloat162_rn(float2 f) { return {__float2bfloat16_rn(f.x), __float2bfloat16_rn(f.y)}; }
+// cuda_fp8.h's e4m3 pair to f16 pair (exact: every e4m3 value is an f16)
+typedef unsigned short __nv_fp8x2_storage_t;
+enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
+inline uint16_t emu_e4m3_to_half(uint8_t c) {
+    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    float v = (e == 15 && m == 7) ? NAN : e ? std::ldexp(1.0f + m / 8.0f, e - 7) : std::ldexp(m / 8.0f, -6);
+    return __float2half_rn(s ? -v : v).v;
+}
+inline __half2_raw __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t x, __nv_fp8_interpretation_t t) {
+    if (t != __NV_E4M3) { printf("EMU: e5m2 not emulated\n"); abort(); }
+    return {emu_e4m3_to_half((uint8_t)(x & 0xff)), emu_e4m3_to_half((uint8_t)(x >> 8))};
+}
 inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
 inline float __low2float(__half2 v) { return __half2float(v.x); }
 inline float __high2float(__half2 v) { return __half2float(v.y); }

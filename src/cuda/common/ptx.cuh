@@ -43,6 +43,10 @@ static __device__ __forceinline__ void sf_cp_async16(void *s, const void *g) {
 static __device__ __forceinline__ void sf_cp_async16_zfill(void *s, const void *g, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
 }
+/* 4 bytes (an f32), zero-filled when bytes is 0; in the same groups. */
+static __device__ __forceinline__ void sf_cp_async4_zfill(void *s, const void *g, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
+}
 static __device__ __forceinline__ void sf_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> static __device__ __forceinline__ void sf_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));

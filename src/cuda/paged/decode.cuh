@@ -96,10 +96,6 @@ struct PagedParams {
  * run time). */
 enum { MOD_NONE = 0, MOD_CAP = 1, MOD_ALIBI = 2 };
 
-/* 4-byte cp.async (an f32 scale), zero-filled when bytes is 0. */
-static __device__ __forceinline__ void cp_async4_zfill(void *s, const void *g, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
-}
 
 /* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
 template <typename T> __device__ __forceinline__ uint32_t fp8x2_to(uint32_t v);
@@ -648,7 +644,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
                 float *dst = reinterpret_cast<float *>(sv + 16 * RS) + lane;
                 const float *src = lane < 16 ? ksc + pg * p.ks_sp + (row0 + r) * p.ks_sr
                                              : vsc + pg * p.vs_sp + (row0 + r) * p.vs_sr;
-                cp_async4_zfill(dst, v ? src : p.ks, v ? 4 : 0);
+                sf_cp_async4_zfill(dst, v ? src : p.ks, v ? 4 : 0);
             }
         } else {
 #pragma unroll
@@ -675,7 +671,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
                     o = lane < 16 ? pg * p.ks_sp + row * p.ks_sr : pg * p.vs_sp + row * p.vs_sr;
                 }
                 float *dst = reinterpret_cast<float *>(sv + 16 * RS) + lane;
-                cp_async4_zfill(dst, (lane < 16 ? ksc : vsc) + o, v ? 4 : 0);
+                sf_cp_async4_zfill(dst, (lane < 16 ? ksc : vsc) + o, v ? 4 : 0);
             }
         }
     };

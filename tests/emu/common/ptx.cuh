@@ -119,6 +119,7 @@ struct EmuCopy {
     void *dst;
     const void *src;
     int bytes;
+    int size; /* 16, or 4 (sf_cp_async4_zfill) */
 };
 struct EmuCpState {
     std::vector<EmuCopy> open;
@@ -128,17 +129,24 @@ inline thread_local EmuCpState emu_cps;
 inline const bool emu_cp_sync = getenv("EMU_CPASYNC_SYNC") != nullptr;
 static inline void emu_copy_now(const EmuCopy &c) {
     memcpy(c.dst, c.src, c.bytes);
-    memset((char *)c.dst + c.bytes, 0, 16 - c.bytes);
+    memset((char *)c.dst + c.bytes, 0, c.size - c.bytes);
 }
 static inline void sf_cp_async16_zfill(void *s, const void *g, int bytes) {
     if (bytes < 0 || bytes > 16) { printf("EMU: cp.async of %d bytes\n", bytes); abort(); }
     if ((uintptr_t)s & 15) { printf("EMU: cp.async to unaligned shared address %p\n", s); abort(); }
     if (((uintptr_t)g & 15) && bytes) { printf("EMU: cp.async from unaligned global address %p\n", g); abort(); }
-    const EmuCopy c{s, g, bytes};
+    const EmuCopy c{s, g, bytes, 16};
     if (emu_cp_sync) emu_copy_now(c);
     else emu_cps.open.push_back(c);
 }
 static inline void sf_cp_async16(void *s, const void *g) { sf_cp_async16_zfill(s, g, 16); }
+static inline void sf_cp_async4_zfill(void *s, const void *g, int bytes) {
+    if (bytes != 0 && bytes != 4) { printf("EMU: 4-byte cp.async of %d bytes\n", bytes); abort(); }
+    if (((uintptr_t)s & 3) || (((uintptr_t)g & 3) && bytes)) { printf("EMU: unaligned 4-byte cp.async\n"); abort(); }
+    const EmuCopy c{s, g, bytes, 4};
+    if (emu_cp_sync) emu_copy_now(c);
+    else emu_cps.open.push_back(c);
+}
 static inline void sf_cp_async_commit() {
     if (emu_cp_sync) return;
     emu_cps.groups.push_back(std::move(emu_cps.open));

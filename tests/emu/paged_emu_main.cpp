@@ -1,0 +1,206 @@
+// paged_emu_main.cpp - sf_attn_paged's decode kernel (paged/decode.cuh:
+// paged_attn, 16-bit and FP8 pools) run by the host emulator against a
+// double-precision attention over the same keys, dequantised for FP8.
+// Pages handed out in a shuffled order, page sizes 1 / 8 / 16 / 64, ragged
+// lengths with 0, GQA 4 and 8, one and four new tokens (causal, bottom-right),
+// d 64 / 128 and 96 (padded to 128), splits merged by the last block of a
+// group (a counter), softcap; outputs and lse poisoned first, the counters
+// checked back at 0.  Built and run by run_paged_emu.sh; argument: a case
+// name (default: all).
+#include "common/cuda_common.h"
+#include "paged/decode.cuh"
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace sf_paged;
+
+struct PCase {
+    const char *name;
+    int b, H, Hkv, d, lq, ps, nsplit;
+    bool fp8;
+    float cap;
+    int lens[4];
+};
+
+template <typename T> static uint16_t bits(float v) {
+    T h = sf_elem<T>::from_f(v);
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+template <typename T> static float val(uint16_t u) {
+    T h;
+    memcpy(&h, &u, 2);
+    return sf_elem<T>::to_f(h);
+}
+static float e4m3(uint8_t c) { return __half2float(__ushort_as_half(emu_e4m3_to_half(c))); }
+static uint8_t to_e4m3(float x) { // nearest e4m3 code (ties: either; the reference dequantises the code)
+    uint8_t best = 0;
+    float bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        const float v = e4m3((uint8_t)c);
+        if (std::isnan(v)) continue;
+        const float dd = std::fabs(v - x);
+        if (dd < bd) bd = dd, best = (uint8_t)c;
+    }
+    return best;
+}
+
+template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> nd;
+    const int b = c.b, H = c.H, Hkv = c.Hkv, d = c.d, lq = c.lq, ps = c.ps, group = H / Hkv;
+    int max_pages = 1, used = 0;
+    for (int i = 0; i < b; i++) {
+        const int np = (c.lens[i] + ps - 1) / ps;
+        max_pages = std::max(max_pages, np + 1);
+        used += np;
+    }
+    const int num_pages = used + 3; // spare pages between the used ones
+    std::vector<int> perm(num_pages);
+    for (int i = 0; i < num_pages; i++) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> table((size_t)b * max_pages, 0), lens(b);
+    for (int i = 0, k = 0; i < b; i++) {
+        lens[i] = c.lens[i];
+        for (int j = 0; j < (c.lens[i] + ps - 1) / ps; j++) table[(size_t)i * max_pages + j] = perm[k++];
+    }
+    const size_t pool_el = (size_t)num_pages * ps * Hkv * d, es = FP8 ? 1 : 2;
+    std::vector<uint4> kb(pool_el * es / 16 + 1), vb(kb.size());
+    std::vector<float> kval(pool_el), vval(pool_el), ksc((size_t)num_pages * ps * Hkv, 1.f), vsc(ksc.size(), 1.f);
+    for (size_t r = 0; r < (size_t)num_pages * ps * Hkv; r++) { // one (page, row, head) row of d
+        float kr[256], vr[256], ka = 0, va = 0;
+        for (int e = 0; e < d; e++) kr[e] = nd(rng), vr[e] = nd(rng), ka = std::max(ka, std::fabs(kr[e])), va = std::max(va, std::fabs(vr[e]));
+        if (FP8) ksc[r] = ka / 448.f, vsc[r] = va / 448.f;
+        for (int e = 0; e < d; e++) {
+            const size_t i = r * d + e;
+            if (FP8) {
+                const uint8_t kc = to_e4m3(kr[e] / ksc[r]), vc = to_e4m3(vr[e] / vsc[r]);
+                ((uint8_t *)kb.data())[i] = kc, ((uint8_t *)vb.data())[i] = vc;
+                kval[i] = e4m3(kc) * ksc[r], vval[i] = e4m3(vc) * vsc[r];
+            } else {
+                ((uint16_t *)kb.data())[i] = bits<T>(kr[e]), ((uint16_t *)vb.data())[i] = bits<T>(vr[e]);
+                kval[i] = val<T>(((uint16_t *)kb.data())[i]), vval[i] = val<T>(((uint16_t *)vb.data())[i]);
+            }
+        }
+    }
+    const size_t qn = (size_t)b * lq * H * d;
+    std::vector<uint4> qb(qn * 2 / 16 + 1), ob(qb.size());
+    std::vector<float> qval(qn);
+    for (size_t i = 0; i < qn; i++) ((uint16_t *)qb.data())[i] = bits<T>(nd(rng)), qval[i] = val<T>(((uint16_t *)qb.data())[i]);
+    memset(ob.data(), 0xff, ob.size() * 16); // poison
+    std::vector<float> lse((size_t)b * H * lq, NAN);
+    const int mtiles = (group * lq + 15) / 16;
+    std::vector<float> opart((size_t)c.nsplit * b * lq * H * D), lpart((size_t)c.nsplit * b * H * lq);
+    std::vector<unsigned int> ctr((size_t)b * Hkv * mtiles, 0u);
+    unsigned int err = 0;
+
+    PagedParams p;
+    memset(&p, 0, sizeof p);
+    p.q = qb.data(), p.o = ob.data(), p.lse = lse.data(), p.kc = kb.data(), p.vc = vb.data();
+    p.q_sb = (int64_t)lq * H * d, p.q_sr = (int64_t)H * d, p.q_sh = d;
+    p.o_sb = p.q_sb, p.o_sr = p.q_sr, p.o_sh = p.q_sh;
+    p.l_sb = (int64_t)H * lq, p.l_sh = lq, p.l_sr = 1;
+    p.k_sp = p.v_sp = (int64_t)ps * Hkv * d, p.k_sr = p.v_sr = (int64_t)Hkv * d, p.k_sh = p.v_sh = d;
+    p.bt = table.data(), p.bt_sb = max_pages, p.bt_sp = 1;
+    p.lens = lens.data(), p.lens_s = 1;
+    p.batch = b, p.nheads = H, p.nkv = Hkv, p.group = group, p.lq = lq, p.d = d;
+    int shift = 0;
+    while ((1 << shift) < ps) shift++;
+    p.page_shift = shift, p.max_pages = max_pages, p.num_pages = num_pages;
+    p.wl = -1, p.wr = 0; // causal
+    const double scale = 1.0 / std::sqrt((double)d);
+    p.scale_log2 = (float)(scale * 1.4426950408889634);
+    p.cap2 = c.cap * 1.4426950408889634f;
+    p.mtiles = mtiles;
+    p.nsplit_max = c.nsplit, p.min_split = 16;
+    p.o_part = opart.data(), p.lse_part = lpart.data();
+    p.ctr = c.nsplit > 1 ? ctr.data() : nullptr;
+    p.err = &err;
+    if (FP8) p.ks = ksc.data(), p.vs = vsc.data(), p.ks_sp = p.vs_sp = (int64_t)ps * Hkv, p.ks_sr = p.vs_sr = Hkv, p.ks_sh = p.vs_sh = 1;
+
+    typedef PagedTraits<D, FP8> Tr;
+    const dim3 grid((unsigned)c.nsplit, (unsigned)(Hkv * mtiles), (unsigned)b);
+    if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP>, grid, dim3(128), Tr::SMEM, p);
+    else emu_launch(paged_attn<T, D, FP8, MOD_NONE>, grid, dim3(128), Tr::SMEM, p);
+
+    // reference: row (token t, head h) of sequence i over keys [0, len - lq + t]
+    double maxref = 0, maxerr = 0, lerr = 0;
+    int bad = 0;
+    for (int i = 0; i < b; i++)
+        for (int t = 0; t < lq; t++)
+            for (int h = 0; h < H; h++) {
+                const int kvh = h / group, len = lens[i], hi = std::min(len, len - lq + t + 1);
+                std::vector<double> s(std::max(hi, 0));
+                double mx = -INFINITY;
+                const float *q = &qval[(((size_t)i * lq + t) * H + h) * d];
+                for (int j = 0; j < hi; j++) {
+                    const size_t r = (((size_t)table[(size_t)i * max_pages + j / ps] * ps + j % ps) * Hkv + kvh) * d;
+                    double a = 0;
+                    for (int e = 0; e < d; e++) a += (double)q[e] * kval[r + e];
+                    a *= scale;
+                    if (c.cap > 0.f) a = c.cap * std::tanh(a / c.cap);
+                    s[j] = a, mx = std::max(mx, a);
+                }
+                double l = 0;
+                for (int j = 0; j < hi; j++) s[j] = std::exp(s[j] - mx), l += s[j];
+                const uint16_t *o = (const uint16_t *)ob.data() + (((size_t)i * lq + t) * H + h) * d;
+                for (int e = 0; e < d; e++) {
+                    double ref = 0;
+                    for (int j = 0; j < hi; j++) {
+                        const size_t r = (((size_t)table[(size_t)i * max_pages + j / ps] * ps + j % ps) * Hkv + kvh) * d;
+                        ref += s[j] * vval[r + e];
+                    }
+                    ref = hi > 0 ? ref / l : 0.0;
+                    const float got = val<T>(o[e]);
+                    if (!std::isfinite(got)) bad++;
+                    maxref = std::max(maxref, std::fabs(ref));
+                    maxerr = std::max(maxerr, std::fabs(got - ref));
+                }
+                const double lref = hi > 0 ? mx + std::log(l) : -INFINITY;
+                const float lg = lse[((size_t)i * H + h) * lq + t];
+                if (hi > 0) lerr = std::max(lerr, std::fabs(lg - lref) / std::max(1.0, std::fabs(lref)));
+                else if (!(std::isinf(lg) && lg < 0)) bad++;
+            }
+    for (unsigned int w : ctr) bad += w != 0u;
+    bad += err != 0u;
+    const double tol = sizeof(T) == 2 && std::is_same<T, __nv_bfloat16>::value ? 2e-2 : 5e-3;
+    const double rel = maxerr / std::max(maxref, 1e-30);
+    const bool ok = bad == 0 && rel <= tol && lerr <= 1e-4;
+    printf("%s %-24s %s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
+           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", d, rel, tol, lerr,
+           bad ? " (non-finite outputs, a bad lse, a counter left set or an error recorded)" : "");
+    return ok ? 0 : 1;
+}
+
+template <typename T> static int run_d(const PCase &c) {
+    const int dp = c.d <= 64 ? 64 : 128;
+    if (c.fp8) return dp == 64 ? run_t<T, 64, true>(c) : run_t<T, 128, true>(c);
+    return dp == 64 ? run_t<T, 64, false>(c) : run_t<T, 128, false>(c);
+}
+
+int main(int argc, char **argv) {
+    static const PCase cases[] = {
+        {"decode_ps16_gqa4", 3, 8, 2, 128, 1, 16, 1, false, 0.f, {37, 0, 70}},
+        {"decode_split4_ps16", 2, 8, 2, 64, 1, 16, 4, false, 0.f, {100, 33}},
+        {"decode_split3_ps8", 2, 16, 2, 128, 1, 8, 3, false, 0.f, {90, 5}},
+        {"decode_ps1_d96", 2, 4, 1, 96, 1, 1, 2, false, 0.f, {23, 40}},
+        {"lq4_ps64_gqa4", 2, 4, 1, 64, 4, 64, 2, false, 0.f, {70, 3}},
+        {"softcap_split2", 2, 8, 2, 64, 1, 16, 2, false, 2.f, {48, 64}},
+        {"fp8_decode_split2", 2, 8, 2, 128, 1, 16, 2, true, 0.f, {60, 17}},
+        {"fp8_ps8_d64", 2, 8, 1, 64, 4, 8, 3, true, 0.f, {50, 0}},
+    };
+    const std::string only = argc > 1 ? argv[1] : "";
+    int fails = 0, ran = 0;
+    for (const PCase &c : cases) {
+        if (!only.empty() && only != c.name) continue;
+        ran++;
+        fails += run_d<__nv_bfloat16>(c);
+        fails += run_d<__half>(c);
+    }
+    if (!ran) { printf("no case named %s\n", only.c_str()); return 1; }
+    printf("%d case(s), %d failure(s)\n", ran, fails);
+    return fails ? 1 : 0;
+}
