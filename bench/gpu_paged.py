@@ -14,6 +14,8 @@ scales; "fp8 speedup" is the bf16 time over the fp8 time.
     PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_paged.py \\
         [--results bench/RESULTS.md] [--csv out.csv] [--plot [out.png]]
     python3 bench/gpu_paged.py --from-csv out.csv --plot    (redraw without a GPU)
+    ... bench/gpu_paged.py --split-sweep 0,1,2,4,8,16,32 --points 1:32768:1:16,8:8192:1:16
+                                                            (the split count pinned: split_count's aim)
 """
 import argparse
 import sys
@@ -153,6 +155,28 @@ def read_csv(path):
         return [dict(zip(keys, line.strip().split(","))) for line in f if line.strip()]
 
 
+def split_sweep(points, counts, fp8):
+    """Each point with SF_AUTOTUNE_FORCE=attn_paged:s<N> for each N (0: unpinned); TB/s per N."""
+    import os
+    base = os.environ.get("SF_AUTOTUNE_FORCE", "")
+    print("b ctx lq page | " + " ".join(f"{'own' if n == 0 else 's' + str(n):>11s}" for n in counts)
+          + " | best bf16, best fp8   (bf16 / fp8 TB/s)")
+    for b, ctx, lq, ps in points:
+        got = []
+        for n in counts:
+            os.environ["SF_AUTOTUNE_FORCE"] = ",".join(v for v in (base, f"attn_paged:s{n}" if n else "") if v)
+            r, by, _ = run_point(b, ctx, lq, ps, False, fp8)
+            got.append((by / (r["ours"] * 1e-3) / 1e12,
+                        r["fp8_bytes"] / (r["fp8"] * 1e-3) / 1e12 if r["fp8"] == r["fp8"] else float("nan")))
+        os.environ["SF_AUTOTUNE_FORCE"] = base
+        bi = max(range(len(counts)), key=lambda i: got[i][0])
+        fi = max(range(len(counts)), key=lambda i: got[i][1] if got[i][1] == got[i][1] else -1)
+        name = lambda i: "own" if counts[i] == 0 else f"s{counts[i]}"
+        print(f"{b} {ctx} {lq} {ps} | " + " ".join(f"{x:5.2f}/{y:5.2f}" for x, y in got)
+              + f" | {name(bi)}, {name(fi)}", flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=None)
@@ -167,6 +191,9 @@ def main():
     ap.add_argument("--from-csv", default="", metavar="CSV",
                     help="no GPU: draw --plot from an earlier run's --csv (title from --title)")
     ap.add_argument("--title", default="paged decode, H 32 / Hkv 8, d 128, bf16")
+    ap.add_argument("--split-sweep", default="", metavar="N,N,...",
+                    help="seqfuse alone at each point with its split count pinned to each N (0: its own "
+                         "choice), bf16 and fp8 TB/s and the best N of each (checks split_count's aim)")
     a = ap.parse_args()
     if a.from_csv:
         if a.plot:
@@ -183,6 +210,8 @@ def main():
     print(f"{'b':>4s} {'ctx':>6s} {'lq':>3s} {'page':>4s}   ours TB/s   cuDNN    flash   efficient   "
           f"ours/best peer  err vs peer")
     points = [tuple(int(v) for v in pt.split(":")) for pt in a.points.split(",")] if a.points else POINTS
+    if a.split_sweep:
+        return split_sweep(points, [int(v) for v in a.split_sweep.split(",")], not a.no_fp8)
     for b, ctx, lq, ps in points:
         r, by, err = run_point(b, ctx, lq, ps, not a.no_peers, not a.no_fp8)
         fp8_bytes, fp8_err = r.pop("fp8_bytes"), r.pop("fp8_err")
