@@ -73,9 +73,8 @@ int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr
 
 /* Blocks an SM the splits aim at (split_count): one with 16-bit pages, two
  * with FP8 pages, whose tiles cost a conversion each and want the second
- * block's warps (H100, the best split count at b 1-16 with 4k-32k keys:
- * one block an SM in 16-bit at every point, 2.10-2.72 TB/s against
- * 1.93-2.57 at full occupancy; two in FP8, 1.06-2.17 TB/s of its bytes). */
+ * block's warps (on the H100 the best pinned split count at every point of
+ * b 1-16 with 4k-32k keys; bench/gpu_paged.py --split-sweep). */
 constexpr int SPLIT_BLOCKS_SM_16 = 1, SPLIT_BLOCKS_SM_FP8 = 2;
 
 /* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count:
