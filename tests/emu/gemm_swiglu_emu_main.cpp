@@ -9,6 +9,7 @@
 // than K; outputs poisoned first.  Built and run by run_gemm_swiglu_emu.sh;
 // argument: a case name (default: all).
 #include "common/cuda_common.h"
+#include "emu_bits.h"
 #include "gemm_swiglu/decode.cuh"
 #include <random>
 #include <string>
@@ -18,17 +19,6 @@ using namespace sf_gs;
 
 struct GsCase { const char *name; int M, I, K, pad; bool f16; };
 
-template <typename T> static uint16_t bits(float v) {
-    T h = sf_elem<T>::from_f(v);
-    uint16_t b;
-    memcpy(&b, &h, 2);
-    return b;
-}
-template <typename T> static float val(uint16_t b) {
-    T h;
-    memcpy(&h, &b, 2);
-    return sf_elem<T>::to_f(h);
-}
 
 template <typename T> static int run_t(const GsCase &c, const char *which) {
     std::mt19937_64 rng(11);

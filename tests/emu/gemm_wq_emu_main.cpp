@@ -8,6 +8,7 @@
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).
 #include "common/cuda_common.h"
+#include "emu_bits.h"
 #include "gemm_wq/decode.cuh"
 #include <random>
 #include <string>
@@ -15,8 +16,6 @@
 
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
-template <typename T> static uint16_t bits16(float v) { T h = sf_elem<T>::from_f(v); uint16_t b; memcpy(&b, &h, 2); return b; }
-template <typename T> static float val(uint16_t b) { T h; memcpy(&h, &b, 2); return sf_elem<T>::to_f(h); }
 
 template <typename T, bool I4, bool MN, int NT> static void launch(const WqdArgs &a) {
     using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4>;
@@ -33,11 +32,11 @@ template <typename T> static int run_t(const WqCase &c) {
     uint16_t *x = (uint16_t *)xb.data(), *y = (uint16_t *)yb.data();
     uint8_t *w = (uint8_t *)wb.data();
     std::vector<uint16_t> sc(ng * c.N), mn(ng * c.N), bias(c.N);
-    for (int64_t i = 0; i < (int64_t)c.M * c.K; i++) x[i] = bits16<T>(nd(rng));
+    for (int64_t i = 0; i < (int64_t)c.M * c.K; i++) x[i] = bits<T>(nd(rng));
     for (int64_t i = 0; i < c.N * rb; i++) w[i] = (uint8_t)ud(rng);
-    for (auto &v : sc) v = bits16<T>(0.005f + 0.01f * (ud(rng) / 255.0f));
-    for (auto &v : mn) v = bits16<T>(-0.05f + 0.1f * (ud(rng) / 255.0f));
-    for (auto &v : bias) v = bits16<T>(0.1f * nd(rng));
+    for (auto &v : sc) v = bits<T>(0.005f + 0.01f * (ud(rng) / 255.0f));
+    for (auto &v : mn) v = bits<T>(-0.05f + 0.1f * (ud(rng) / 255.0f));
+    for (auto &v : bias) v = bits<T>(0.1f * nd(rng));
     memset(y, 0xff, (size_t)c.M * c.N * 2);
     WqdArgs a{};
     a.x = x; a.x_rs = c.K; a.w = w; a.w_rb = rb; a.scales = sc.data(); a.mins = c.mins ? mn.data() : nullptr;

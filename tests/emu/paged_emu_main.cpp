@@ -8,6 +8,7 @@
 // checked back at 0.  Built and run by run_paged_emu.sh; argument: a case
 // name (default: all).
 #include "common/cuda_common.h"
+#include "emu_bits.h"
 #include "paged/decode.cuh"
 #include <algorithm>
 #include <random>
@@ -24,17 +25,6 @@ struct PCase {
     int lens[4];
 };
 
-template <typename T> static uint16_t bits(float v) {
-    T h = sf_elem<T>::from_f(v);
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
-}
-template <typename T> static float val(uint16_t u) {
-    T h;
-    memcpy(&h, &u, 2);
-    return sf_elem<T>::to_f(h);
-}
 static float e4m3(uint8_t c) { return __half2float(__ushort_as_half(emu_e4m3_to_half(c))); }
 static uint8_t to_e4m3(float x) { // nearest e4m3 code (ties: either; the reference dequantises the code)
     uint8_t best = 0;
