@@ -21,6 +21,7 @@
 #include "model.h"
 #include "layer/dec_gemv.h"
 #include "layer/gemv_norm.h"
+#include "fused_ops.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -200,16 +201,29 @@ sf_status sfm_host_f32(sfm_model *m, const sfm_tensor *t, float **out, char *err
     return SF_OK;
 }
 
+/* Row r of a stacked part whose heads of hd rows have their first R rows
+ * in rotary pairs: r itself, or the source row that goes there (row 2i of
+ * a head takes its row i, row 2i + 1 its row i + R/2). */
+static int64_t pair_row(int64_t r, int hd, int R) {
+    if (!hd) return r;
+    const int64_t j = r % hd;
+    return j >= R ? r : r - j + (j % 2 ? R / 2 + j / 2 : j / 2);
+}
+
 /* Weights w[0..np) stacked by rows into one linear (n = the sum of ns, k)
  * when they are all 2-D (ns[i], k) of one type: *done = 1 and L loaded, the
  * biases (any of them, absent ones zero) stacked into one f32 vector; else
  * *done = 0 and nothing loaded (the caller loads them one by one, which
  * also names any mis-shaped tensor).  GGUF block rows and float rows are
- * whole rows, so stacking the bytes stacks the matrices.  The stacked copy
- * is kept only where the model reads it in place (a CPU context). */
+ * whole rows, so stacking the bytes stacks the matrices.  rope_hd > 0: the
+ * first two parts (q, k) are heads of rope_hd rows whose first rope_R rows
+ * are reordered into rotary pairs (pair_row; sf_rope's GPT-J order, which
+ * the decode step's fused q/k/v product rotates in place, dec_gemv.h), their
+ * bias entries alike.  The stacked copy is kept only where the model reads
+ * it in place (a CPU context). */
 static sf_status load_stacked(sfm_model *m, const sfm_tensor *const *w, const sfm_tensor *const *b, int np,
-                              const int64_t *ns, int64_t k, int dequantize, sfm_linear *L, int *done,
-                              char *err, size_t errlen) {
+                              const int64_t *ns, int64_t k, int rope_hd, int rope_R, int dequantize, sfm_linear *L,
+                              int *done, char *err, size_t errlen) {
     *done = 0;
     int64_t n = 0;
     uint64_t bytes = 0;
@@ -217,11 +231,18 @@ static sf_status load_stacked(sfm_model *m, const sfm_tensor *const *w, const sf
     for (int i = 0; i < np; i++) {
         if (w[i]->ndim != 2 || w[i]->shape[0] != ns[i] || w[i]->shape[1] != k || w[i]->type != w[0]->type) return SF_OK;
         if (b[i] && (b[i]->ndim != 1 || b[i]->shape[0] != ns[i])) return SF_OK;
+        if (rope_hd && i < 2 && (ns[i] % rope_hd || w[i]->nbytes % (uint64_t)ns[i])) return SF_OK;
         n += ns[i], bytes += w[i]->nbytes, any_bias |= b[i] != NULL;
     }
     char *cat = malloc(bytes ? (size_t)bytes : 1);
     if (!cat) return sfm_model_fail(err, errlen, SF_ERR_OUT_OF_MEMORY, "out of host memory stacking %s", w[0]->name);
-    for (uint64_t off = 0, i = 0; i < (uint64_t)np; off += w[i]->nbytes, i++) memcpy(cat + off, w[i]->data, (size_t)w[i]->nbytes);
+    for (uint64_t off = 0, i = 0; i < (uint64_t)np; off += w[i]->nbytes, i++) {
+        const int hd = i < 2 ? rope_hd : 0;
+        const uint64_t rb = w[i]->nbytes / (uint64_t)ns[i];
+        for (int64_t r = 0; hd && r < ns[i]; r++)
+            memcpy(cat + off + (uint64_t)r * rb, (const char *)w[i]->data + (uint64_t)pair_row(r, hd, rope_R) * rb, (size_t)rb);
+        if (!hd) memcpy(cat + off, w[i]->data, (size_t)w[i]->nbytes);
+    }
     sfm_tensor t = *w[0];
     t.shape[0] = n, t.data = cat, t.nbytes = bytes;
     sfm_tensor bt = {0};
@@ -242,7 +263,7 @@ static sf_status load_stacked(sfm_model *m, const sfm_tensor *const *w, const sf
                 free(cat);
                 return st;
             }
-            memcpy(bf + off, f, (size_t)ns[i] * 4);
+            for (int64_t r = 0; r < ns[i]; r++) bf[off + r] = f[pair_row(r, i < 2 ? rope_hd : 0, rope_R)];
         }
         bt.name = b[0] ? b[0]->name : w[0]->name, bt.type = SFM_W_F32, bt.ndim = 1, bt.shape[0] = n;
         bt.data = bf, bt.nbytes = (uint64_t)n * 4;
@@ -410,6 +431,23 @@ static sf_status ensure_rows(sfm_model *m, int64_t rows, char *err, size_t errle
     return SF_OK;
 }
 
+/* The rotary definition of attention layer ly (sf_rope's frequencies; the
+ * pairs' order its rows were loaded in), tensors left to the caller. */
+static void rope_params(const sfm_model *m, const sfm_layer *ly, sf_rope_params *rp) {
+    const sfm_config *c = m->cfg;
+    sf_rope_params_init(rp);
+    rp->rotary_dim = c->rope_dim;
+    rp->style = ly && ly->rope_pairs ? SF_ROPE_GPTJ : SF_ROPE_NEOX;
+    rp->theta = (float)c->rope_theta;
+    if (c->rope_scaling == SFM_ROPE_LLAMA3) {
+        rp->scaling = SF_ROPE_LLAMA3;
+        rp->factor = (float)c->rope_factor;
+        rp->low_freq_factor = (float)c->rope_low_freq_factor;
+        rp->high_freq_factor = (float)c->rope_high_freq_factor;
+        rp->original_max_position = c->rope_original_max_position;
+    }
+}
+
 sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, int dequantize, int page_size,
                            int64_t num_pages, int max_seqs, int max_pages_per_seq, sfm_model **out,
                            char *err, size_t errlen) {
@@ -505,8 +543,9 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
             bs[i] = i < 3 && c->attn_bias ? sfm_checkpoint_find(ck, bn) : NULL;
         }
         int stacked_qkv = 0, stacked_gu = 0;
-        if (attn) TRY(load_stacked(m, ws, bs, 3, ns, D, dequantize, &ly->qkv, &stacked_qkv, err, errlen));
-        TRY(load_stacked(m, ws + 4, bs + 4, 2, ns + 4, D, dequantize, &ly->gate_up, &stacked_gu, err, errlen));
+        if (attn) TRY(load_stacked(m, ws, bs, 3, ns, D, (int)hd, c->rope_dim, dequantize, &ly->qkv, &stacked_qkv, err, errlen));
+        ly->rope_pairs = stacked_qkv;
+        TRY(load_stacked(m, ws + 4, bs + 4, 2, ns + 4, D, 0, 0, dequantize, &ly->gate_up, &stacked_gu, err, errlen));
         for (int i = attn ? 0 : 4; i < 7; i++) {
             if ((i < 3 && stacked_qkv) || ((i == 4 || i == 5) && stacked_gu)) continue;
             TRY(sfm_load_linear(m, ws[i], bs[i], ns[i], ks[i], dequantize, lins[i], err, errlen));
@@ -559,6 +598,25 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
      * launches above, dec_gemv:nopdl launches them plainly */
     m->dec_fuse = m->fused_mlp && !(force && strstr(force, "dec_gemv:apart"));
     m->dec_pdl = !(force && strstr(force, "dec_gemv:nopdl"));
+    /* the rotary frequencies (turns a position) of the fused q/k/v product,
+     * made as sf_rope makes its own; dec_gemv:norope keeps sf_rope and
+     * sf_kv_append apart */
+    int any_pairs = 0;
+    for (int l = 0; l < L; l++) any_pairs |= m->layers[l].rope_pairs;
+    if (m->dec_fuse && any_pairs && !(force && strstr(force, "dec_gemv:norope"))) {
+        const int R = c->rope_dim;
+        double *t = calloc((size_t)(R / 2), sizeof *t);
+        sf_rope_params rp;
+        rope_params(m, NULL, &rp);
+        for (int i = 0; t && i < R / 2; i++) t[i] = sf_rope_freq(&rp, R, i) * (0.5 / 3.14159265358979323846);
+        m->rope_turns = t ? sfm_dev_alloc(m, (size_t)(R / 2) * sizeof *t) : NULL;
+        const sf_status ts = m->rope_turns ? sf_memcpy(ctx, m->rope_turns, t, (size_t)(R / 2) * sizeof *t) : SF_ERR_OUT_OF_MEMORY;
+        free(t);
+        if (ts != SF_OK) {
+            st = sfm_model_fail(err, errlen, ts, "no device memory for the rotary frequencies");
+            goto bad;
+        }
+    }
     if (dev != SF_DEVICE_CPU && !(force && strstr(force, "gemv_norm:apart"))) {
         const size_t gb = sf_gemv_norm_scratch_bytes((int)D);
         void *z = calloc(1, gb);
@@ -800,6 +858,42 @@ static sf_status fused_mlp(sfm_model *m, const sfm_layer *ly, int64_t T) {
  * cu and slots on the host too (a prefill's per-sequence calls).  Nothing
  * here allocates, synchronises or reads back: the decode step is
  * capturable. */
+/* A decode step's paged attention of layer l: q (n, 1, H, d) from m->q
+ * over the layer's pages, into m->att. */
+static sf_status paged_decode(sfm_model *m, int l, int n, sf_tensor bt, sf_tensor lens_t) {
+    const sfm_config *c = m->cfg;
+    const int dev = sf_ctx_device(m->ctx);
+    sf_attn_paged_params pp;
+    sf_attn_paged_params_init(&pp);
+    const int64_t sq[4] = {n, 1, c->num_heads, c->head_dim};
+    pp.q = sf_tensor_contiguous(m->q, m->act, dev, 4, sq);
+    pp.out = sf_tensor_contiguous(m->att, m->act, dev, 4, sq);
+    pp.k_cache = m->kpool[l], pp.v_cache = m->vpool[l];
+    pp.block_table = bt, pp.seqlens = lens_t;
+    pp.causal = 1;
+    return sf_attn_paged(m->ctx, &pp);
+}
+
+#ifdef SF_WITH_CUDA
+/* The decode step's q/k/v product of attention layer l with the rotation
+ * and the append in its epilogue (dec_gemv.h SF_DEC_QKV): the input norm
+ * in its prologue, q into m->q, k and v into slot clen of each row's
+ * pages. */
+static void dec_qkv_args(const sfm_model *m, const sfm_layer *ly, int l, int n, const sfm_index *ix, sf_dec_gemv_args *a) {
+    const sfm_config *c = m->cfg;
+    dec_args(m, &ly->qkv, SF_DEC_QKV, NULL, &ly->in_norm, n, NULL, a);
+    sf_dec_rope *r = &a->rope;
+    r->q = m->q, r->k_cache = m->kpool[l].data, r->v_cache = m->vpool[l].data;
+    r->cache_page_stride = m->kpool[l].stride[0], r->cache_row_stride = m->kpool[l].stride[1];
+    if (m->vpool[l].stride[0] != r->cache_page_stride || m->vpool[l].stride[1] != r->cache_row_stride) r->v_cache = NULL;
+    r->num_pages = (int)m->kpool[l].shape[0], r->page_size = m->page_size;
+    r->pos = ix->pos, r->lens = ix->clen, r->block_table = ix->bt;
+    r->bt_stride = m->max_pages_per_seq, r->max_pages = m->max_pages_per_seq;
+    r->turns = m->rope_turns;
+    r->qd = c->num_heads * c->head_dim, r->kd = c->num_kv_heads * c->head_dim, r->hd = c->head_dim, r->R = c->rope_dim;
+}
+#endif
+
 sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm_index *ix, const int32_t *cu,
                            const int32_t *slots, char *err, size_t errlen) {
     const sfm_config *c = m->cfg;
@@ -838,7 +932,20 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             goto mlp;
         }
         sf_rope_params rp;
-        sf_rope_params_init(&rp);
+        rope_params(m, ly, &rp);
+#ifdef SF_WITH_CUDA
+        if (dec && decode && ly->rope_pairs && m->rope_turns) {
+            /* q/k/v, the rotation and the append in one launch (dec_gemv.h
+             * SF_DEC_QKV), where it takes this layer's arguments */
+            sf_dec_gemv_args a;
+            dec_qkv_args(m, ly, l, n, ix, &a);
+            if (!sf_dec_gemv_supports(&a)) {
+                STEP(sf_cuda_dec_gemv(m->ctx, &a));
+                STEP(paged_decode(m, l, n, bt, lens_t));
+                goto attn_out;
+            }
+        }
+#endif
         /* v: its own buffer, or its columns of the stacked product */
         sf_tensor vin = vt;
         if (ly->qkv.n) {
@@ -865,15 +972,6 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             rp.q = qt, rp.k = kt;
         }
         rp.positions = sf_tensor_contiguous(ix->pos, SF_I32, dev, 1, (int64_t[]){T});
-        rp.rotary_dim = c->rope_dim;
-        rp.theta = (float)c->rope_theta;
-        if (c->rope_scaling == SFM_ROPE_LLAMA3) {
-            rp.scaling = SF_ROPE_LLAMA3;
-            rp.factor = (float)c->rope_factor;
-            rp.low_freq_factor = (float)c->rope_low_freq_factor;
-            rp.high_freq_factor = (float)c->rope_high_freq_factor;
-            rp.original_max_position = c->rope_original_max_position;
-        }
         STEP(sf_rope(m->ctx, &rp));
         sf_kv_append_params ap;
         sf_kv_append_params_init(&ap);
@@ -885,15 +983,7 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
                                      (int64_t[]){vin.stride[0], vin.stride[0], hd, 1});
             ap.block_table = bt, ap.cache_seqlens = clens_t;
             STEP(sf_kv_append(m->ctx, &ap));
-            sf_attn_paged_params pp;
-            sf_attn_paged_params_init(&pp);
-            const int64_t sq[4] = {n, 1, H, hd};
-            pp.q = sf_tensor_contiguous(m->q, m->act, dev, 4, sq);
-            pp.out = sf_tensor_contiguous(m->att, m->act, dev, 4, sq);
-            pp.k_cache = m->kpool[l], pp.v_cache = m->vpool[l];
-            pp.block_table = bt, pp.seqlens = lens_t;
-            pp.causal = 1;
-            STEP(sf_attn_paged(m->ctx, &pp));
+            STEP(paged_decode(m, l, n, bt, lens_t));
         } else {
             /* each prompt's K/V into its pages (a call per sequence: lengths differ) */
             for (int i = 0; i < n; i++) {
@@ -914,6 +1004,9 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             fp.causal = 1;
             STEP(sf_attn_fwd(m->ctx, &fp));
         }
+#ifdef SF_WITH_CUDA
+    attn_out:; /* the fused q/k/v product above did the rotation and the append */
+#endif
         sf_swiglu_params sp;
         if (dec) {
             STEP(dec_linear(m, &ly->o, SF_DEC_RES, m->att, NULL, T, NULL));

@@ -37,6 +37,7 @@ typedef struct sfm_layer {
      * separate ones are then empty.  One launch instead of three (two): a
      * decode step's small products are latency-bound. */
     sfm_linear qkv, gate_up;
+    int rope_pairs;               /* qkv's q and k rows in rotary pairs (GPT-J order) */
     sfm_mamba *mamba;             /* non-NULL: a Mamba-2 layer */
 } sfm_layer;
 
@@ -65,6 +66,8 @@ typedef struct sfm_model {
                                   products of layer/dec_gemv.h (norms in their prologues, the
                                   residual adds in their epilogues) */
     int dec_pdl;               /* and each launched as a programmatic dependent (dec_gemv.h pdl) */
+    double *rope_turns;        /* CUDA: (rope_dim / 2) f_i / 2 pi for the fused q/k/v
+                                  product's rotation (dec_gemv.h SF_DEC_QKV), or NULL */
     void *qkv;                 /* the stacked q/k/v product (rows, QD + 2 KD); g holds
                                   the stacked gate/up one (rows, 2F)             */
     void *zxd, *xbc, *y, *yn;  /* Mamba-2: in_proj out, conv out, SSD out, norm out */

@@ -256,6 +256,7 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __log2f(float x) { return log2f(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline void sincospif(float x, float *s, float *c) { *s = (float)sin(3.14159265358979323846 * x), *c = (float)cos(3.14159265358979323846 * x); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 
 template <class T> inline T __ldg(const T *p) { return *p; }

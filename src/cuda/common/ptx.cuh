@@ -129,6 +129,15 @@ static __device__ __forceinline__ float sf_silu_sfu(float v) {
  * its output or writes what it reads goes after), and sf_pdl_launch() lets
  * the next such kernel start once every block of this one has called it.
  * Both do nothing in a kernel launched without the attribute. */
+/* The paged kernels' error word (host-mapped, cuda_common.h paged_err_d):
+ * the first bad row b of a call is recorded as b + 1. */
+static __device__ __forceinline__ void sf_record_row_error(unsigned int *err, int b) {
+    if (err && *(volatile unsigned int *)err == 0u) {
+        *(volatile unsigned int *)err = (unsigned int)b + 1u;
+        __threadfence_system();
+    }
+}
+
 static __device__ __forceinline__ void sf_pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -19,13 +19,15 @@
  * further passes over the weights (L2 holds them only for small I K).
  * The same kernel serves the engine's decode-step products
  * (layer/dec_gemv.h): a plain product or one added into an f32 residual
- * stream (DecOut), x made by an RMSNorm prologue (NORM). */
+ * stream, or q/k/v with the rotary embedding and the KV-cache append
+ * (DecOut), x made by an RMSNorm prologue (NORM). */
 #ifndef SF_GEMM_SWIGLU_DECODE_CUH
 #define SF_GEMM_SWIGLU_DECODE_CUH
 
 #include "common/ptx.cuh"
 #include "gemm_swiglu/args.h"
 
+#include "fused/rope.cuh"
 #include "gemm_swiglu/out.cuh"
 
 #include <type_traits>
@@ -74,8 +76,9 @@ __device__ __forceinline__ uint4 dec_lds8(const uint4 *x, int i, bool ok) {
  * (a gate row and an up row each); plain: y = x W^T (+ bias), 16 outputs
  * (W's rows n0 .. n0 + 15 as two sets of 8); res: the same 16 products
  * added to an f32 residual stream, res += x W^T (the engine's o_proj and
- * down_proj, layer/dec_gemv.h). */
-enum class DecOut : int { swiglu = 0, plain = 1, res = 2 };
+ * down_proj, layer/dec_gemv.h); qkv: the plain product's 16 outputs as 8
+ * pairs, rotated and stored to q or the paged KV cache (dec_qkv_store). */
+enum class DecOut : int { swiglu = 0, plain = 1, res = 2, qkv = 3 };
 
 /* A plain or res output: y[m, n] = s (+ bias[n]) rounded to T, or
  * res[m, n] += s. */
@@ -86,6 +89,39 @@ template <typename T, DecOut OUT, typename A> __device__ __forceinline__ void de
         if (a.bias) s += GsOut<T>::to_f(((const uint16_t *)a.bias)[n]);
         ((uint16_t *)a.y)[m * a.y_rs + n] = GsOut<T>::one(s);
     }
+}
+
+/* A qkv output pair: outputs n, n + 1 (n even) of row m, s0 and s1 with
+ * the bias added.  q's and k's pairs in a head's first R channels are
+ * rotary pairs (args.h GsRope): rotated at the row's position (rope.cuh's
+ * angle: turns reduced in double, sincospif in f32); q's go to its buffer,
+ * k's and v's to the cache slot of the row's length, through the block
+ * table.  A length outside the table, or a page outside the pool, skips
+ * the row's k and v and records the row in the error word (as
+ * sf_kv_append does). */
+template <typename T, typename A> __device__ __forceinline__ void dec_qkv_store(const A &a, int64_t m, int n, float s0, float s1) {
+    const GsRope &r = a.rope;
+    const bool isq = n < r.qd, isv = n >= r.qd + r.kd;
+    const int c = isq ? n : isv ? n - r.qd - r.kd : n - r.qd; /* column in q, k or v */
+    const int p = c % r.hd;
+    if (!isv && p < r.R) sf_rope_rotate(s0, s1, sf_rope_cs(r.pos[m], r.turns[p >> 1]));
+    const uint32_t v = (uint32_t)GsOut<T>::one(s0) | (uint32_t)GsOut<T>::one(s1) << 16;
+    if (isq) {
+        *(uint32_t *)((uint16_t *)r.q + m * r.qd + c) = v;
+        return;
+    }
+    const int64_t slot = r.lens[m];
+    if (slot < 0 || slot >= ((int64_t)r.max_pages << r.page_shift)) {
+        if (n == r.qd) sf_record_row_error(r.err, (int)m);
+        return;
+    }
+    const int64_t pg = r.bt[m * r.bt_rs + (slot >> r.page_shift)];
+    if (pg < 0 || pg >= r.num_pages) {
+        if (n == r.qd) sf_record_row_error(r.err, (int)m);
+        return;
+    }
+    const int64_t off = pg * r.c_sp + (slot & (((int64_t)1 << r.page_shift) - 1)) * r.c_sr + c;
+    *(uint32_t *)((uint16_t *)(isv ? r.vc : r.kc) + off) = v;
 }
 
 /* MINB blocks per SM at least (the register cap that gives).  The row
@@ -226,6 +262,26 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                     }
                     ((uint16_t *)a.y)[(int64_t)(mc + m) * a.y_rs + n0 + o] = GsOut<T>::one(sf_silu_sfu(sg) * su);
                 }
+            } else if constexpr (OUT == DecOut::qkv) {
+                /* pairs (n, n + 1): the first 128 threads take one each */
+                if (e >= 8 * 16) continue;
+                const int pm = e >> 3, po = (e & 7) * 2;
+                if (mc + pm >= a.M || n0 + po >= a.I) continue;
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int v = 0; v < WK; v++) {
+                    s0 += red[v][po >> 3][pm][po & 7];
+                    s1 += red[v][po >> 3][pm][(po & 7) + 1];
+                }
+                if constexpr (NORM) {
+                    const float rs = rstd(mc + pm);
+                    s0 *= rs, s1 *= rs;
+                }
+                if (a.bias) {
+                    s0 += GsOut<T>::to_f(((const uint16_t *)a.bias)[n0 + po]);
+                    s1 += GsOut<T>::to_f(((const uint16_t *)a.bias)[n0 + po + 1]);
+                }
+                dec_qkv_store<T>(a, mc + pm, n0 + po, s0, s1);
             } else {
                 if (mc + m >= a.M || n0 + o >= a.I) continue;
                 float s = 0.0f;

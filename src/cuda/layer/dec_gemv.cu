@@ -74,6 +74,9 @@ template <typename T, int WK, int MINB> sf_status launch_mode(sf_ctx *ctx, const
     case SF_DEC_PLAIN:
         return norm ? launch<T, WK, MINB, DecOut::plain, true>(ctx, g, blocks, smem, pdl)
                     : launch<T, WK, MINB, DecOut::plain, false>(ctx, g, blocks, smem, pdl);
+    case SF_DEC_QKV:
+        return norm ? launch<T, WK, MINB, DecOut::qkv, true>(ctx, g, blocks, smem, pdl)
+                    : launch<T, WK, MINB, DecOut::qkv, false>(ctx, g, blocks, smem, pdl);
     default: return launch<T, WK, MINB, DecOut::res, false>(ctx, g, blocks, smem, pdl);
     }
 }
@@ -105,6 +108,43 @@ template <typename T> sf_status run_row(sf_ctx *ctx, const DgConfig &c, const sf
     return sf_fail(ctx, SF_ERR_INTERNAL, "decode product: row %s (%d warps, %d blocks an SM) has no kernel", c.name, c.wk, c.minb);
 }
 
+static size_t x_span(const sf_dec_gemv_args *a) { return a->x ? span(a->M, a->ldx, a->K, 2) : 0; }
+
+/* the qkv output's own checks (after the common ones) */
+static const char *qkv_supports(const sf_dec_gemv_args *a) {
+    const sf_dec_rope *r = &a->rope;
+    if (a->y || a->res) return "y or a residual output with the qkv output (q, k and v go to rope.q and the cache)";
+    if (r->hd < 2 || r->hd % 2) return "the head dim is not even";
+    if (r->R < 0 || r->R % 2 || r->R > r->hd) return "the rotary dim is not even, or exceeds the head dim";
+    if (r->qd < r->hd || r->qd % r->hd || r->kd < r->hd || r->kd % r->hd) return "q or k is not a whole number of heads";
+    if ((int64_t)a->N != (int64_t)r->qd + 2 * (int64_t)r->kd) return "N is not qd + 2 kd";
+    if (!r->q || !r->k_cache || !r->v_cache || !r->pos || !r->lens || !r->block_table || (r->R && !r->turns))
+        return "a qkv tensor (q, caches, positions, lengths, block table or frequencies) is missing";
+    if (((uintptr_t)r->q | (uintptr_t)r->k_cache | (uintptr_t)r->v_cache) & 3) return "q or a cache is not 4-byte aligned";
+    if (r->page_size < 1 || (r->page_size & (r->page_size - 1)) || r->page_size > (1 << 20)) return "the page size is not a power of two";
+    if (r->num_pages < 1 || r->max_pages < 1 || r->bt_stride < r->max_pages) return "no pages, or block-table rows shorter than max_pages";
+    if (r->cache_row_stride < r->kd || r->cache_row_stride % 2) return "the cache's row stride is odd or shorter than kd";
+    if (r->cache_page_stride < (int64_t)r->page_size * r->cache_row_stride || r->cache_page_stride % 2)
+        return "the cache's page stride is odd or shorter than its rows";
+    const size_t qb = span(a->M, r->qd, r->qd, 2);
+    const size_t cb = span((int64_t)r->num_pages, r->cache_page_stride, (int64_t)r->page_size * r->cache_row_stride, 2);
+    const void *outs[3] = {r->q, r->k_cache, r->v_cache};
+    const size_t ob[3] = {qb, cb, cb};
+    for (int i = 0; i < 3; i++) {
+        for (int j = i + 1; j < 3; j++)
+            if (overlap(outs[i], ob[i], outs[j], ob[j])) return "q, the K cache and the V cache overlap";
+        if (overlap(outs[i], ob[i], a->x, x_span(a)) || overlap(outs[i], ob[i], a->w, span(a->N, a->ldw, a->K, 2)) ||
+            overlap(outs[i], ob[i], a->bias, (size_t)a->N * 2) ||
+            (!a->x && overlap(outs[i], ob[i], a->nres, span(a->M, a->ldn, a->K, 4))) ||
+            (!a->x && overlap(outs[i], ob[i], a->nw, (size_t)a->K * 4)) ||
+            overlap(outs[i], ob[i], r->pos, (size_t)a->M * 4) || overlap(outs[i], ob[i], r->lens, (size_t)a->M * 4) ||
+            overlap(outs[i], ob[i], r->block_table, span(a->M, r->bt_stride, r->max_pages, 4)) ||
+            overlap(outs[i], ob[i], r->turns, (size_t)(r->R / 2) * 8))
+            return "an output (q or a cache) overlaps an input";
+    }
+    return nullptr;
+}
+
 } // namespace
 
 extern "C" int sf_dec_gemv_nconfig(void) { return DG_NCONFIG; }
@@ -112,7 +152,8 @@ extern "C" const char *sf_dec_gemv_config_name(int i) { return i >= 0 && i < DG_
 
 extern "C" const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a) {
     if (a->dt != SF_F16 && a->dt != SF_BF16) return "x is not f16 or bf16";
-    if (a->out != SF_DEC_PLAIN && a->out != SF_DEC_RES && a->out != SF_DEC_SWIGLU) return "no such output mode";
+    if (a->out != SF_DEC_PLAIN && a->out != SF_DEC_RES && a->out != SF_DEC_SWIGLU && a->out != SF_DEC_QKV)
+        return "no such output mode";
     if (a->config < 0 || a->config >= DG_NCONFIG) return "no such configuration row";
     if (a->M < 1 || a->N < 1 || a->K < 1) return "an empty product";
     if (a->K % 8) return "K is not a multiple of 8";
@@ -134,6 +175,7 @@ extern "C" const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a) {
         return "x's rows are not 16-byte aligned (or shorter than K)";
     }
     const size_t es = 2;
+    if (a->out == SF_DEC_QKV) return qkv_supports(a);
     if (a->out == SF_DEC_RES) {
         if (!a->res || a->ldr < a->N) return "the residual output is missing (or its rows are short)";
         if (a->bias) return "a bias with the residual output";
@@ -163,6 +205,20 @@ extern "C" sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a) {
     g.nres = a->nres, g.nw = a->nw, g.nres_rs = a->ldn, g.eps = a->eps;
     g.bias = a->bias;
     g.res = a->res, g.res_rs = a->ldr;
+    if (a->out == SF_DEC_QKV) {
+        const sf_dec_rope *r = &a->rope;
+        GsRope &o = g.rope;
+        o.q = r->q, o.kc = r->k_cache, o.vc = r->v_cache;
+        o.c_sp = r->cache_page_stride, o.c_sr = r->cache_row_stride;
+        o.pos = r->pos, o.lens = r->lens, o.bt = r->block_table, o.bt_rs = r->bt_stride;
+        o.turns = r->turns;
+        const sf_cuda_state *cs = sf_cuda_st(ctx);
+        o.err = cs ? cs->paged_err_d : nullptr;
+        o.qd = r->qd, o.kd = r->kd, o.hd = r->hd, o.R = r->R;
+        o.page_shift = 0;
+        while ((1 << o.page_shift) < r->page_size) o.page_shift++;
+        o.max_pages = r->max_pages, o.num_pages = r->num_pages;
+    }
     const int row = pick(a);
     if (row < 1) return sf_fail(ctx, SF_ERR_INTERNAL, "decode product: the configuration table lacks w8 or w4");
     return a->dt == SF_F16 ? run_row<__half>(ctx, dg_configs[row], a, g) : run_row<__nv_bfloat16>(ctx, dg_configs[row], a, g);

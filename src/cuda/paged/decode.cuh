@@ -130,12 +130,7 @@ constexpr int MAX_SPLITS = 256;
 /* Keys of one split: a multiple of the 16-key tile. */
 __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns - 1) / ns) + 15) & ~15; }
 
-__device__ __forceinline__ void record_error(unsigned int *err, int b) {
-    if (err && *(volatile unsigned int *)err == 0u) {
-        *(volatile unsigned int *)err = (unsigned int)b + 1u;
-        __threadfence_system();
-    }
-}
+__device__ __forceinline__ void record_error(unsigned int *err, int b) { sf_record_row_error(err, b); }
 
 template <int D, bool FP8 = false> struct PagedTraits {
     static constexpr int NW = 4;          /* warps, each on every 4th key tile */

@@ -183,6 +183,10 @@ static inline float sf_tanh_approx(float x) { return tanhf(x); }
 // programmatic dependent launch: one kernel at a time here, nothing to wait for
 static inline void sf_pdl_wait() {}
 static inline void sf_pdl_launch() {}
+// the paged kernels' error word: the first bad row b recorded as b + 1
+static inline void sf_record_row_error(unsigned int *err, int b) {
+    if (err && *err == 0u) *err = (unsigned int)b + 1u;
+}
 
 // stmatrix m8n8 x4 (.trans), warp-collective: lane l gives the shared
 // address of row l % 8 of matrix l / 8; r[i] of lane l is row l / 4,
