@@ -80,6 +80,25 @@ static inline void *xmalloc(size_t n) {
     return p;
 }
 
+/* v rounded to dt (f16 / bf16) and stored at p[i]; the rounded value */
+static inline double put16(sf_dtype dt, uint16_t *p, int64_t i, double v) {
+    if (dt == SF_BF16) return from_bf16(p[i] = to_bf16((float)v));
+    return from_f16(p[i] = to_f16((float)v));
+}
+static inline double get16(sf_dtype dt, const uint16_t *p, int64_t i) {
+    return dt == SF_BF16 ? from_bf16(p[i]) : from_f16(p[i]);
+}
+
+/* A device copy of bytes of host memory (a FAIL and exit if it cannot be made). */
+static inline void *dev_copy(sf_ctx *gpu, const void *h, size_t bytes) {
+    void *d = NULL;
+    if (sf_malloc(gpu, &d, bytes ? bytes : 4) != SF_OK || (bytes && sf_memcpy(gpu, d, h, bytes) != SF_OK)) {
+        printf("FAIL: device buffer of %zu bytes\n", bytes);
+        exit(1);
+    }
+    return d;
+}
+
 #define CK(call)                                                                                     \
     do {                                                                                             \
         sf_status s_ = (call);                                                                       \

@@ -16,29 +16,11 @@
 
 #include <math.h>
 
-/* v rounded to dt (f16 / bf16), stored at p[i]; returns the rounded value */
-static double put(sf_dtype dt, uint16_t *p, int64_t i, double v) {
-    if (dt == SF_BF16) return from_bf16(p[i] = to_bf16((float)v));
-    return from_f16(p[i] = to_f16((float)v));
-}
-static double get(sf_dtype dt, const uint16_t *p, int64_t i) {
-    return dt == SF_BF16 ? from_bf16(p[i]) : from_f16(p[i]);
-}
-
 typedef struct {
     sf_dec_out out;
     int norm, bias;
     const char *name;
 } mode;
-
-static void *dev_copy(sf_ctx *gpu, const void *h, size_t bytes) {
-    void *d = NULL;
-    if (sf_malloc(gpu, &d, bytes) != SF_OK || sf_memcpy(gpu, d, h, bytes) != SF_OK) {
-        printf("FAIL: device buffer of %zu bytes\n", bytes);
-        exit(1);
-    }
-    return d;
-}
 
 static int run_case(sf_ctx *gpu, sf_dtype dt, mode md, int config, int M, int N, int K, int pad) {
     const int64_t ldx = K + pad, ldw = K + pad, ldn = K + 4 * (pad != 0), ldy = N + 5, ldr = N + 3;
@@ -51,10 +33,10 @@ static int run_case(sf_ctx *gpu, sf_dtype dt, mode md, int config, int M, int N,
     float *nres = xmalloc(4 * (size_t)(M * ldn)), *nw = xmalloc(4 * (size_t)K), *rh = xmalloc(4 * (size_t)(M * ldr));
     float *rout = xmalloc(4 * (size_t)(M * ldr));
     for (int64_t i = 0; i < (int64_t)N * ldw; i++) {
-        wd[i] = put(dt, wh, i, urand(-1, 1) / sqrt((double)K));
-        ud[i] = put(dt, uh, i, urand(-1, 1) / sqrt((double)K));
+        wd[i] = put16(dt, wh, i, urand(-1, 1) / sqrt((double)K));
+        ud[i] = put16(dt, uh, i, urand(-1, 1) / sqrt((double)K));
     }
-    for (int n = 0; n < N; n++) bd[n] = put(dt, bh, n, urand(-0.5, 0.5));
+    for (int n = 0; n < N; n++) bd[n] = put16(dt, bh, n, urand(-0.5, 0.5));
     for (int64_t i = 0; i < M * ldr; i++) rh[i] = (float)urand(-2, 2);
     for (int k = 0; k < K; k++) nw[k] = (float)urand(0.5, 1.5);
     for (int64_t i = 0; i < M * ldn; i++) nres[i] = (float)urand(-3, 3);
@@ -63,7 +45,7 @@ static int run_case(sf_ctx *gpu, sf_dtype dt, mode md, int config, int M, int N,
         for (int k = 0; k < K; k++) ss += (double)nres[m * ldn + k] * nres[m * ldn + k];
         const double rs = 1.0 / sqrt(ss / K + neps);
         for (int k = 0; k < ldx; k++)
-            xd[m * ldx + k] = put(dt, xh, m * ldx + k, md.norm ? (k < K ? nres[m * ldn + k] * rs * nw[k] : 0) : urand(-1, 1));
+            xd[m * ldx + k] = put16(dt, xh, m * ldx + k, md.norm ? (k < K ? nres[m * ldn + k] * rs * nw[k] : 0) : urand(-1, 1));
     }
     memset(yh, 0xff, 2 * (size_t)(M * ldy)); /* NaN in both dtypes */
     void *x = dev_copy(gpu, xh, 2 * (size_t)(M * ldx)), *w = dev_copy(gpu, wh, 2 * (size_t)N * ldw);
@@ -115,11 +97,11 @@ static int run_case(sf_ctx *gpu, sf_dtype dt, mode md, int config, int M, int N,
                     tol = 2e-5 * (ag + fabs(want)) + 1e-6;
                 } else if (sw) {
                     const double sg = g / (1 + exp(-g));
-                    want = sg * up, got = get(dt, yh, m * ldy + n);
+                    want = sg * up, got = get16(dt, yh, m * ldy + n);
                     /* the normed x may round one ulp the other way: a term's worth of the dtype */
                     tol = 2 * eps_dt * (fabs(want) + 1.1 * ag * fabs(up) + au * fabs(sg)) + 1e-5;
                 } else {
-                    want = g + (md.bias ? bd[n] : 0), got = get(dt, yh, m * ldy + n);
+                    want = g + (md.bias ? bd[n] : 0), got = get16(dt, yh, m * ldy + n);
                     tol = 2 * eps_dt * (fabs(want) + ag) + 1e-5;
                 }
                 const double e = fabs(got - want) / tol;
@@ -127,12 +109,12 @@ static int run_case(sf_ctx *gpu, sf_dtype dt, mode md, int config, int M, int N,
             }
             /* the padding of y and of res stays as it was */
             for (int n = N; n < ldy; n++)
-                if (get(dt, yh, m * ldy + n) == get(dt, yh, m * ldy + n)) worst = INFINITY;
+                if (get16(dt, yh, m * ldy + n) == get16(dt, yh, m * ldy + n)) worst = INFINITY;
             for (int n = N; n < ldr; n++)
                 if (rout[m * ldr + n] != rh[m * ldr + n]) worst = INFINITY;
             if (md.out == SF_DEC_RES)
                 for (int n = 0; n < N; n++)
-                    if (get(dt, yh, m * ldy + n) == get(dt, yh, m * ldy + n)) worst = INFINITY; /* y untouched */
+                    if (get16(dt, yh, m * ldy + n) == get16(dt, yh, m * ldy + n)) worst = INFINITY; /* y untouched */
         }
         if (worst > 0) {
             printf("FAIL %s %s row %s M %d N %d K %d pad %d: error %.2f x tolerance\n", md.name, sf_dtype_name(dt),

@@ -13,31 +13,15 @@
  * the pool: that row's k and v skipped, the others written, the next
  * synchronize SF_ERR_INDEX and the one after SF_OK.  Refusals: N not
  * qd + 2 kd, an odd head dim, R past the head dim, a page size not a power
- * of two, q over the weights, a missing table.  Skipped (77) without a
- * device. */
+ * of two, q over the weights, a missing table, a misaligned prefetch.
+ * Most calls also bring their own weights into L2 after the product (the
+ * engine's o_proj prefetch).  Skipped (77) without a device. */
 #include "gpu_test.h"
 #include "layer/dec_gemv.h"
 
 #include <math.h>
 
 static const double PI = 3.14159265358979323846;
-
-static double put(sf_dtype dt, uint16_t *p, int64_t i, double v) {
-    if (dt == SF_BF16) return from_bf16(p[i] = to_bf16((float)v));
-    return from_f16(p[i] = to_f16((float)v));
-}
-static double get(sf_dtype dt, const uint16_t *p, int64_t i) {
-    return dt == SF_BF16 ? from_bf16(p[i]) : from_f16(p[i]);
-}
-
-static void *dev_copy(sf_ctx *gpu, const void *h, size_t bytes) {
-    void *d = NULL;
-    if (sf_malloc(gpu, &d, bytes ? bytes : 4) != SF_OK || (bytes && sf_memcpy(gpu, d, h, bytes) != SF_OK)) {
-        printf("FAIL: device buffer of %zu bytes\n", bytes);
-        exit(1);
-    }
-    return d;
-}
 
 typedef struct {
     int H, Hkv, hd, R, K, M, ps;
@@ -57,15 +41,15 @@ static int run_case(sf_ctx *gpu, qcase c) {
     float *nres = xmalloc(4 * (size_t)M * K), *nw = xmalloc(4 * (size_t)K);
     int32_t *bt = xmalloc(4 * (size_t)M * MP), *pos = xmalloc(4 * (size_t)M), *lens = xmalloc(4 * (size_t)M);
     int32_t *perm = xmalloc(4 * (size_t)NP);
-    for (int64_t i = 0; i < (int64_t)N * K; i++) wd[i] = put(c.dt, wh, i, urand(-1, 1) / sqrt((double)K));
-    for (int n = 0; n < N; n++) bd[n] = c.bias ? put(c.dt, bh, n, urand(-0.5, 0.5)) : 0;
+    for (int64_t i = 0; i < (int64_t)N * K; i++) wd[i] = put16(c.dt, wh, i, urand(-1, 1) / sqrt((double)K));
+    for (int n = 0; n < N; n++) bd[n] = c.bias ? put16(c.dt, bh, n, urand(-0.5, 0.5)) : 0;
     for (int k = 0; k < K; k++) nw[k] = (float)urand(0.5, 1.5);
     for (int64_t i = 0; i < (int64_t)M * K; i++) nres[i] = (float)urand(-3, 3);
     for (int m = 0; m < M; m++) {
         double ss = 0;
         for (int k = 0; k < K; k++) ss += (double)nres[m * K + k] * nres[m * K + k];
         const double rs = 1.0 / sqrt(ss / K + neps);
-        for (int k = 0; k < K; k++) xd[m * K + k] = put(c.dt, xh, m * K + k, c.norm ? nres[m * K + k] * rs * nw[k] : urand(-1, 1));
+        for (int k = 0; k < K; k++) xd[m * K + k] = put16(c.dt, xh, m * K + k, c.norm ? nres[m * K + k] * rs * nw[k] : urand(-1, 1));
     }
     for (int i = 0; i < c.R / 2; i++) turns[i] = pow(10000.0, -2.0 * i / c.R) / (2 * PI) * urand(0.5, 1.5);
     for (int i = 0; i < NP; i++) perm[i] = i;
@@ -95,6 +79,7 @@ static int run_case(sf_ctx *gpu, qcase c) {
     else a.x = x, a.ldx = K;
     a.w = w, a.ldw = K, a.bias = c.bias ? b : NULL;
     a.M = M, a.N = N, a.K = K, a.pdl = (M + K) % 2;
+    if (c.config != 1) a.prefetch = w, a.prefetch_bytes = (int64_t)N * K * 2 / 16 * 16; /* an L2 prefetch along */
     sf_dec_rope *r = &a.rope;
     r->q = q, r->k_cache = kc, r->v_cache = vc, r->cache_page_stride = csp, r->cache_row_stride = csr;
     r->num_pages = NP, r->page_size = c.ps, r->pos = posd, r->lens = lensd, r->block_table = btd;
@@ -141,7 +126,7 @@ static int run_case(sf_ctx *gpu, qcase c) {
                 const double want[2] = {y0, y1};
                 for (int j = 0; j < 2; j++) {
                     const double tol = 2 * eps_dt * (fabs(want[j]) + mag) + 1e-5;
-                    const double e = fabs(get(c.dt, o, at + j) - want[j]) / tol;
+                    const double e = fabs(get16(c.dt, o, at + j) - want[j]) / tol;
                     if (!(e <= 1.0)) worst = e != e ? INFINITY : e > worst ? e : worst;
                 }
                 if (!isq) written += 2;
@@ -149,8 +134,8 @@ static int run_case(sf_ctx *gpu, qcase c) {
         }
         /* every other slot of both pools still poisoned */
         int64_t untouched = 0;
-        for (int64_t i = 0; i < pool; i++) untouched += get(c.dt, kh, i) != get(c.dt, kh, i);
-        for (int64_t i = 0; i < pool; i++) untouched += get(c.dt, vh, i) != get(c.dt, vh, i);
+        for (int64_t i = 0; i < pool; i++) untouched += get16(c.dt, kh, i) != get16(c.dt, kh, i);
+        for (int64_t i = 0; i < pool; i++) untouched += get16(c.dt, vh, i) != get16(c.dt, vh, i);
         if (untouched != 2 * pool - written) {
             printf("FAIL %s: %lld pool elements written, want %lld\n", label, (long long)(2 * pool - untouched), (long long)written);
             failures = 1;
@@ -184,7 +169,7 @@ static int refusals(sf_ctx *gpu) {
     int failures = 0;
     const char *ok = sf_dec_gemv_supports(&a);
     if (ok) printf("FAIL refusals: a good call refused: %s\n", ok), failures++;
-    struct { const char *what; sf_dec_gemv_args a; } bad[8];
+    struct { const char *what; sf_dec_gemv_args a; } bad[9];
     int nb = 0;
     bad[nb].what = "N not qd + 2 kd", bad[nb].a = a, bad[nb].a.N = 120, nb++;
     bad[nb].what = "an odd head dim", bad[nb].a = a, bad[nb].a.rope.hd = 15, nb++;
@@ -194,6 +179,7 @@ static int refusals(sf_ctx *gpu) {
     bad[nb].what = "no block table", bad[nb].a = a, bad[nb].a.rope.block_table = NULL, nb++;
     bad[nb].what = "the K cache over the V cache", bad[nb].a = a, bad[nb].a.rope.v_cache = p + 131072 + 512, nb++;
     bad[nb].what = "a y with qkv", bad[nb].a = a, bad[nb].a.y = p + 524288, bad[nb].a.ldy = 128, nb++;
+    bad[nb].what = "a misaligned prefetch", bad[nb].a = a, bad[nb].a.prefetch = p + 8, bad[nb].a.prefetch_bytes = 64, nb++;
     for (int i = 0; i < nb; i++) {
         const char *why = sf_dec_gemv_supports(&bad[i].a);
         const sf_status st = sf_cuda_dec_gemv(gpu, &bad[i].a);

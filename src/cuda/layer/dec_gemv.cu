@@ -5,6 +5,7 @@
 #include "autotune.h"
 #include "common/cuda_common.h"
 #include "common/config_table.h"
+#include "common/launch.cuh"
 #include "gemm_swiglu/decode.cuh"
 #include "layer/dec_gemv.h"
 #include "layer/dec_gemv_configs.h"
@@ -44,19 +45,7 @@ sf_status launch(sf_ctx *ctx, const GsArgsX &g, unsigned blocks, size_t smem, bo
             granted[dev] = smem;
         }
     }
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(WK * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = sf_cuda_stream(ctx);
-    cudaLaunchAttribute at;
-    memset(&at, 0, sizeof at);
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, g);
+    const cudaError_t e = sf_launch_ex(kern, dim3(blocks), dim3(WK * 32), smem, sf_cuda_stream(ctx), pdl, 1u, g);
     return e == cudaSuccess ? SF_OK : sf_fail(ctx, SF_ERR_CUDA, "decode product: launch: %s", cudaGetErrorString(e));
 }
 
@@ -158,6 +147,8 @@ extern "C" const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a) {
     if (a->M < 1 || a->N < 1 || a->K < 1) return "an empty product";
     if (a->K % 8) return "K is not a multiple of 8";
     if (a->N > 0x7ffffff0) return "N exceeds the grid";
+    if (a->prefetch_bytes < 0 || (a->prefetch && (!al16(a->prefetch) || a->prefetch_bytes % 16)))
+        return "the prefetch is not whole 16-byte units";
     const bool norm = a->x == nullptr;
     if (!a->w || (a->out == SF_DEC_SWIGLU && !a->w_up)) return "a weight is missing";
     if (!al16(a->w) || a->ldw % 8 || a->ldw < a->K) return "W's rows are not 16-byte aligned (or shorter than K)";
@@ -205,6 +196,7 @@ extern "C" sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a) {
     g.nres = a->nres, g.nw = a->nw, g.nres_rs = a->ldn, g.eps = a->eps;
     g.bias = a->bias;
     g.res = a->res, g.res_rs = a->ldr;
+    g.pf = a->prefetch_bytes ? (const char *)a->prefetch : nullptr, g.pf_bytes = a->prefetch_bytes;
     if (a->out == SF_DEC_QKV) {
         const sf_dec_rope *r = &a->rope;
         GsRope &o = g.rope;

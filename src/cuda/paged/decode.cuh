@@ -561,6 +561,11 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
     T *sQ = reinterpret_cast<T *>(smem_raw);
     T *sKV = sQ + 16 * LDS;
 
+    /* launched as a programmatic dependent (sm_90): nothing is read before
+     * the kernel ahead is done; the next kernel may launch at once (the
+     * engine's o_proj waits for this one before reading anything) */
+    sf_pdl_wait();
+    sf_pdl_launch();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, b = blockIdx.z;
     const int kvh = blockIdx.y / p.mtiles, mt = blockIdx.y - kvh * p.mtiles;

@@ -7,6 +7,7 @@
  */
 #include "autotune.h"
 #include "common/cuda_common.h"
+#include "common/launch.cuh"
 #include "paged/append.cuh"
 #include "paged/counters.h"
 #include "paged/decode.cuh"
@@ -103,6 +104,13 @@ PagedForce paged_force() {
     return f;
 }
 
+/* SF_AUTOTUNE_FORCE=attn_paged:nopdl: a plain launch (for comparison) */
+bool paged_nopdl() {
+    char buf[32];
+    const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
+    return n && strcmp(n, "nopdl") == 0;
+}
+
 template <typename T, int D, bool FP8, int MOD>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
@@ -140,10 +148,13 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
 
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)Tr::SMEM));
-    /* one launch: the table checks and the merge of the splits are in it */
-    cudaStream_t s = sf_cuda_stream(ctx);
-    kern<<<dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), 128, Tr::SMEM, s>>>(p);
-    SF_CUDA_CHECK_LAUNCH(ctx);
+    /* one launch: the table checks and the merge of the splits are in it;
+     * on sm_90 a programmatic dependent of the kernel ahead (it waits for
+     * that kernel before reading anything, decode.cuh), so its launch
+     * overlaps that kernel's end */
+    const bool pdl = st && st->sm_major >= 9 && !paged_nopdl();
+    SF_CUDA_CHECK(ctx, sf_launch_ex(kern, dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), dim3(128),
+                                    Tr::SMEM, sf_cuda_stream(ctx), pdl, 1u, p));
     return SF_OK;
 }
 

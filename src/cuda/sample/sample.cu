@@ -3,7 +3,9 @@
  * Greedy (the hot path of a benchmark's decode step): one pass, each thread
  * keeping the largest 64-bit order key of its elements (sf_smp_key: the
  * value's order-preserving image, then the complement of the id, so the
- * maximum is the largest value with the lowest id), then a block maximum.
+ * maximum is the largest value with the lowest id), then a block maximum;
+ * on sm_90 a row is split over a cluster of blocks whose maxima meet in
+ * distributed shared memory.
  *
  * Sampling never sorts the vocabulary and keeps nothing per element (the
  * call has no workspace): the cuts of the reference (top-k, the top-p
@@ -24,8 +26,13 @@
  *            the position.
  * A top-p call is four passes over the row when the bins stay under CAP
  * (the usual case: a bin is 3 % of a weight). */
+#include "autotune.h"
 #include "common/cuda_common.h"
+#include "common/launch.cuh"
 #include "sample_ops.h"
+
+#include <cooperative_groups.h>
+#include <string.h>
 
 #define NT 1024        /* threads per row                         */
 #define CAP 2048       /* elements a search sorts in shared memory */
@@ -223,6 +230,47 @@ template <typename T> __global__ void __launch_bounds__(NT) greedy_kernel(const 
     }
 }
 
+/* Greedy over a cluster of GREEDY_CLUSTER blocks a row (sm_90): block r
+ * of the cluster takes slice r of the row (whole 16-byte vectors), puts
+ * its largest key in slot r of rank 0's shared array, and rank 0 writes
+ * the token after the cluster barrier.  One block a row is bound by the
+ * per-element work of one SM (~20 us at V 128k); eight split it. */
+#define GREEDY_CLUSTER 8
+template <typename T> __global__ void __launch_bounds__(NT) greedy_cluster_kernel(const sample_args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __shared__ red_smem red;
+    __shared__ unsigned long long part[GREEDY_CLUSTER];
+    const int rank = (int)cl.block_rank();
+    const int64_t i = blockIdx.x / GREEDY_CLUSTER, slot = row_slot(a, i);
+    row_src<T> r = make_row<T>(a, i, slot);
+    constexpr int P = 16 / (int)sizeof(T);
+    const int64_t per = ((a.V + GREEDY_CLUSTER - 1) / GREEDY_CLUSTER + P - 1) / P * P;
+    const int64_t lo = min(a.V, (int64_t)rank * per), hi = min(a.V, lo + per);
+    r.x += lo, r.V = hi - lo;
+    if (r.mark) r.mark += lo;
+    r.vec = r.vec && r.V % P == 0; /* lo is a whole number of vectors */
+    unsigned long long best = 0;
+    r.each([&](int64_t j, float v) {
+        const unsigned long long k = sf_smp_key(v, lo + j);
+        best = k > best ? k : best;
+    });
+    best = block_max_u64(best, red);
+    if (threadIdx.x == 0) cl.map_shared_rank(part, 0)[rank] = best;
+    cl.sync();
+    if (rank == 0 && threadIdx.x == 0) {
+        for (int q = 1; q < GREEDY_CLUSTER; q++) best = part[q] > best ? part[q] : best;
+        best = part[0] > best ? part[0] : best;
+        const int32_t t = best ? (int32_t)(0xffffffffu - (uint32_t)best) : 0;
+        a.tokens[i * a.ts] = t;
+        if (a.seen) a.seen[slot * a.ses + t] = 1;
+    }
+#else
+    (void)a;
+#endif
+}
+
 /* ---- sampling ---- */
 
 struct found {
@@ -393,9 +441,21 @@ template <typename T> __global__ void __launch_bounds__(NT) sample_kernel(const 
     }
 }
 
+/* greedy rows in clusters (sm_90; SF_AUTOTUNE_FORCE=sample:onecta keeps a block a row) */
+static bool greedy_clusters(sf_ctx *ctx, int64_t n) {
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    if (!cs || cs->sm_major < 9 || n * GREEDY_CLUSTER > 0x7fffffff) return false;
+    char buf[32];
+    const char *pin = sf_autotune_forced_name("sample", buf, sizeof buf);
+    return !(pin && strcmp(pin, "onecta") == 0);
+}
+
 template <typename T> static sf_status launch(sf_ctx *ctx, const sample_args &a, int64_t n) {
     cudaStream_t st = sf_cuda_stream(ctx);
-    if (a.greedy) {
+    if (a.greedy && greedy_clusters(ctx, n)) {
+        SF_CUDA_CHECK(ctx, sf_launch_ex(greedy_cluster_kernel<T>, dim3((unsigned)(n * GREEDY_CLUSTER)), dim3(NT), 0, st,
+                                        false, GREEDY_CLUSTER, a));
+    } else if (a.greedy) {
         greedy_kernel<T><<<(unsigned)n, NT, 0, st>>>(a);
     } else {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)sample_kernel<T>,
