@@ -13,9 +13,8 @@
  * the pool: that row's k and v skipped, the others written, the next
  * synchronize SF_ERR_INDEX and the one after SF_OK.  Refusals: N not
  * qd + 2 kd, an odd head dim, R past the head dim, a page size not a power
- * of two, q over the weights, a missing table, a misaligned prefetch.
- * Most calls also bring their own weights into L2 after the product (the
- * engine's o_proj prefetch).  Skipped (77) without a device. */
+ * of two, q over the weights, a missing table.  Skipped (77) without a
+ * device. */
 #include "gpu_test.h"
 #include "layer/dec_gemv.h"
 
@@ -79,7 +78,6 @@ static int run_case(sf_ctx *gpu, qcase c) {
     else a.x = x, a.ldx = K;
     a.w = w, a.ldw = K, a.bias = c.bias ? b : NULL;
     a.M = M, a.N = N, a.K = K, a.pdl = (M + K) % 2;
-    if (c.config != 1) a.prefetch = w, a.prefetch_bytes = (int64_t)N * K * 2 / 16 * 16; /* an L2 prefetch along */
     sf_dec_rope *r = &a.rope;
     r->q = q, r->k_cache = kc, r->v_cache = vc, r->cache_page_stride = csp, r->cache_row_stride = csr;
     r->num_pages = NP, r->page_size = c.ps, r->pos = posd, r->lens = lensd, r->block_table = btd;
@@ -169,7 +167,7 @@ static int refusals(sf_ctx *gpu) {
     int failures = 0;
     const char *ok = sf_dec_gemv_supports(&a);
     if (ok) printf("FAIL refusals: a good call refused: %s\n", ok), failures++;
-    struct { const char *what; sf_dec_gemv_args a; } bad[9];
+    struct { const char *what; sf_dec_gemv_args a; } bad[8];
     int nb = 0;
     bad[nb].what = "N not qd + 2 kd", bad[nb].a = a, bad[nb].a.N = 120, nb++;
     bad[nb].what = "an odd head dim", bad[nb].a = a, bad[nb].a.rope.hd = 15, nb++;
@@ -179,7 +177,6 @@ static int refusals(sf_ctx *gpu) {
     bad[nb].what = "no block table", bad[nb].a = a, bad[nb].a.rope.block_table = NULL, nb++;
     bad[nb].what = "the K cache over the V cache", bad[nb].a = a, bad[nb].a.rope.v_cache = p + 131072 + 512, nb++;
     bad[nb].what = "a y with qkv", bad[nb].a = a, bad[nb].a.y = p + 524288, bad[nb].a.ldy = 128, nb++;
-    bad[nb].what = "a misaligned prefetch", bad[nb].a = a, bad[nb].a.prefetch = p + 8, bad[nb].a.prefetch_bytes = 64, nb++;
     for (int i = 0; i < nb; i++) {
         const char *why = sf_dec_gemv_supports(&bad[i].a);
         const sf_status st = sf_cuda_dec_gemv(gpu, &bad[i].a);

@@ -598,7 +598,6 @@ sf_status sfm_model_create(sf_ctx *ctx, const sfm_checkpoint *ck, sf_dtype act, 
      * launches above, dec_gemv:nopdl launches them plainly */
     m->dec_fuse = m->fused_mlp && !(force && strstr(force, "dec_gemv:apart"));
     m->dec_pdl = !(force && strstr(force, "dec_gemv:nopdl"));
-    m->dec_prefetch = !(force && strstr(force, "dec_gemv:nopf"));
     /* the rotary frequencies (turns a position) of the fused q/k/v product,
      * made as sf_rope makes its own; dec_gemv:norope keeps sf_rope and
      * sf_kv_append apart */
@@ -891,8 +890,6 @@ static void dec_qkv_args(const sfm_model *m, const sfm_layer *ly, int l, int n, 
     r->pos = ix->pos, r->lens = ix->clen, r->block_table = ix->bt;
     r->bt_stride = m->max_pages_per_seq, r->max_pages = m->max_pages_per_seq;
     r->turns = m->rope_turns;
-    /* o_proj's weights into L2 while attention runs (DRAM idle there) */
-    if (m->dec_prefetch) a->prefetch = ly->o.w.data, a->prefetch_bytes = ly->o.n * ly->o.k * (int64_t)sf_dtype_size(m->act);
     r->qd = c->num_heads * c->head_dim, r->kd = c->num_kv_heads * c->head_dim, r->hd = c->head_dim, r->R = c->rope_dim;
 }
 #endif

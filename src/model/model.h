@@ -66,7 +66,6 @@ typedef struct sfm_model {
                                   products of layer/dec_gemv.h (norms in their prologues, the
                                   residual adds in their epilogues) */
     int dec_pdl;               /* and each launched as a programmatic dependent (dec_gemv.h pdl) */
-    int dec_prefetch;          /* the q/k/v product brings o_proj's weights into L2 */
     double *rope_turns;        /* CUDA: (rope_dim / 2) f_i / 2 pi for the fused q/k/v
                                   product's rotation (dec_gemv.h SF_DEC_QKV), or NULL */
     void *qkv;                 /* the stacked q/k/v product (rows, QD + 2 KD); g holds

@@ -138,17 +138,6 @@ static __device__ __forceinline__ void sf_record_row_error(unsigned int *err, in
     }
 }
 
-/* Brings bytes [p, p + bytes) into L2 (the bulk copy engine; p 16-byte
- * aligned, bytes a multiple of 16): no registers, no completion to wait
- * for.  sm_90; nothing before. */
-static __device__ __forceinline__ void sf_prefetch_l2(const void *p, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
 static __device__ __forceinline__ void sf_pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

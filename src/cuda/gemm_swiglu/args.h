@@ -45,8 +45,6 @@ struct GsArgsX : GsArgs {
     float *res;              /* res: (M, I) f32, += x W^T                   */
     int64_t res_rs;
     GsRope rope;             /* qkv                                        */
-    const char *pf;          /* bytes [pf, pf + pf_bytes) into L2 once the  */
-    int64_t pf_bytes;        /* block's weights are read (16-byte units)    */
 };
 
 #endif

@@ -235,15 +235,7 @@ __global__ void __launch_bounds__(WK * 32, MINB) gs_dec_kernel(const A a) {
                 sf_mma16<T>::run(cu, a2, bu[u].z, bu[u].w);
             }
         }
-        if constexpr (DEP) {
-            sf_pdl_launch();
-            /* a later product's weights into L2, a slice a block */
-            if (a.pf && mc == 0 && threadIdx.x == 0) {
-                const int64_t per = ((a.pf_bytes + gridDim.x - 1) / gridDim.x + 15) & ~(int64_t)15;
-                const int64_t lo = min(a.pf_bytes, (int64_t)blockIdx.x * per), hi = min(a.pf_bytes, lo + per);
-                for (int64_t o = lo; o < hi; o += 1 << 20) sf_prefetch_l2(a.pf + o, (uint32_t)min(hi - o, (int64_t)1 << 20));
-            }
-        }
+        if constexpr (DEP) sf_pdl_launch();
         /* C fragment: rows g, g + 8 (x rows), columns 2q, 2q + 1 (outputs) */
         red[w][0][g][2 * q] = cg[0];
         red[w][0][g][2 * q + 1] = cg[1];

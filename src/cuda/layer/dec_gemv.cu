@@ -147,8 +147,6 @@ extern "C" const char *sf_dec_gemv_supports(const sf_dec_gemv_args *a) {
     if (a->M < 1 || a->N < 1 || a->K < 1) return "an empty product";
     if (a->K % 8) return "K is not a multiple of 8";
     if (a->N > 0x7ffffff0) return "N exceeds the grid";
-    if (a->prefetch_bytes < 0 || (a->prefetch && (!al16(a->prefetch) || a->prefetch_bytes % 16)))
-        return "the prefetch is not whole 16-byte units";
     const bool norm = a->x == nullptr;
     if (!a->w || (a->out == SF_DEC_SWIGLU && !a->w_up)) return "a weight is missing";
     if (!al16(a->w) || a->ldw % 8 || a->ldw < a->K) return "W's rows are not 16-byte aligned (or shorter than K)";
@@ -196,7 +194,6 @@ extern "C" sf_status sf_cuda_dec_gemv(sf_ctx *ctx, const sf_dec_gemv_args *a) {
     g.nres = a->nres, g.nw = a->nw, g.nres_rs = a->ldn, g.eps = a->eps;
     g.bias = a->bias;
     g.res = a->res, g.res_rs = a->ldr;
-    g.pf = a->prefetch_bytes ? (const char *)a->prefetch : nullptr, g.pf_bytes = a->prefetch_bytes;
     if (a->out == SF_DEC_QKV) {
         const sf_dec_rope *r = &a->rope;
         GsRope &o = g.rope;

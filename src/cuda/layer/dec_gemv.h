@@ -77,10 +77,6 @@ typedef struct sf_dec_gemv_args {
     int64_t ldr;
     int M, N, K;
     sf_dec_rope rope;      /* SF_DEC_QKV: where q, k and v go (y unused)    */
-    const void *prefetch;  /* or NULL: bytes a later kernel reads (a later   */
-    int64_t prefetch_bytes;/* product's weights), brought into L2 once this
-                              call's weights are read (sm_90; 16-byte aligned,
-                              a multiple of 16 bytes)                       */
     int config;            /* a row of the configuration table (0: the heuristic) */
     int pdl;               /* launch as a programmatic dependent of the kernel
                               ahead in the stream: its weight loads start

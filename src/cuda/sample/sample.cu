@@ -231,9 +231,9 @@ template <typename T> __global__ void __launch_bounds__(NT) greedy_kernel(const 
 }
 
 /* Greedy over a cluster of GREEDY_CLUSTER blocks a row (sm_90): block r
- * of the cluster takes slice r of the row (whole 16-byte vectors), puts
- * its largest key in slot r of rank 0's shared array, and rank 0 writes
- * the token after the cluster barrier.  One block a row is bound by the
+ * of the cluster takes slice r of the row (whole 16-byte vectors) and
+ * keeps its largest key in shared memory; after the cluster barrier rank
+ * 0 reads the others' (distributed shared memory) and writes the token.  One block a row is bound by the
  * per-element work of one SM (~20 us at V 128k); eight split it. */
 #define GREEDY_CLUSTER 8
 template <typename T> __global__ void __launch_bounds__(NT) greedy_cluster_kernel(const sample_args a) {
@@ -241,7 +241,7 @@ template <typename T> __global__ void __launch_bounds__(NT) greedy_cluster_kerne
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
     __shared__ red_smem red;
-    __shared__ unsigned long long part[GREEDY_CLUSTER];
+    __shared__ unsigned long long part;
     const int rank = (int)cl.block_rank();
     const int64_t i = blockIdx.x / GREEDY_CLUSTER, slot = row_slot(a, i);
     row_src<T> r = make_row<T>(a, i, slot);
@@ -257,15 +257,18 @@ template <typename T> __global__ void __launch_bounds__(NT) greedy_cluster_kerne
         best = k > best ? k : best;
     });
     best = block_max_u64(best, red);
-    if (threadIdx.x == 0) cl.map_shared_rank(part, 0)[rank] = best;
+    if (threadIdx.x == 0) part = best;
     cl.sync();
     if (rank == 0 && threadIdx.x == 0) {
-        for (int q = 1; q < GREEDY_CLUSTER; q++) best = part[q] > best ? part[q] : best;
-        best = part[0] > best ? part[0] : best;
+        for (int q = 1; q < GREEDY_CLUSTER; q++) {
+            const unsigned long long v = *cl.map_shared_rank(&part, q);
+            best = v > best ? v : best;
+        }
         const int32_t t = best ? (int32_t)(0xffffffffu - (uint32_t)best) : 0;
         a.tokens[i * a.ts] = t;
         if (a.seen) a.seen[slot * a.ses + t] = 1;
     }
+    cl.sync(); /* the peers' maxima stay until rank 0 has read them */
 #else
     (void)a;
 #endif

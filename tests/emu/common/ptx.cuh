@@ -183,8 +183,6 @@ static inline float sf_tanh_approx(float x) { return tanhf(x); }
 // programmatic dependent launch: one kernel at a time here, nothing to wait for
 static inline void sf_pdl_wait() {}
 static inline void sf_pdl_launch() {}
-// an L2 prefetch: no effect on the host
-static inline void sf_prefetch_l2(const void *, uint32_t) {}
 // the paged kernels' error word: the first bad row b recorded as b + 1
 static inline void sf_record_row_error(unsigned int *err, int b) {
     if (err && *err == 0u) *err = (unsigned int)b + 1u;
