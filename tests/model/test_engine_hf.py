@@ -46,6 +46,21 @@ def tiny(request, tmp_path_factory):
     return request.param, str(d), model
 
 
+# transformers 5.17 to 5.22 compute these tiny Mamba-2 models differently
+# from 5.23 on (relative logit differences of 0.4-0.6 from the fourth
+# generated token); the engine agrees with 5.23-5.25 to 1e-6, so the
+# comparisons take 5.23 at least for the architectures with Mamba-2 layers.
+MAMBA_REF_MIN = (5, 23)
+
+
+def need_reference(arch):
+    """Skips (saying why) where the installed transformers is not a
+    reference for arch."""
+    have = tuple(int(x) for x in transformers.__version__.split(".")[:2] if x.isdigit())
+    if arch in ("mamba2", "bamba") and have < MAMBA_REF_MIN:
+        pytest.skip(f"transformers {transformers.__version__} < 5.23: its Mamba-2 layers differ from later versions")
+
+
 def hf_logits(model, ids):
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].double().numpy()
@@ -53,6 +68,7 @@ def hf_logits(model, ids):
 
 def test_logits_every_step(tiny):
     arch, path, model = tiny
+    need_reference(arch)
     with seqfuse.Engine(path, max_seqs=4, max_seq_len=128, page_size=4) as e:
         assert e.vocab_size == 320 and {"llama3": "llama"}.get(arch, arch) in e.describe()
         for p in PROMPTS + [LONG]:
@@ -70,6 +86,7 @@ def test_logits_every_step(tiny):
 
 def test_greedy_matches_generate(tiny):
     arch, path, model = tiny
+    need_reference(arch)
     with seqfuse.Engine(path, max_seqs=4, max_seq_len=64) as e:
         for p in PROMPTS:
             ours = e.generate([p], max_new_tokens=NEW, ignore_eos=True, return_logits=True)[0]
@@ -164,6 +181,7 @@ def test_16bit_activations(tiny, dtype, tol):
     states and logits f32): every step's logits within the dtype's rounding
     of transformers' f32 ones, teacher-forced on the tokens generated."""
     arch, path, model = tiny
+    need_reference(arch)
     with seqfuse.Engine(path, max_seqs=2, max_seq_len=128, page_size=8, dtype=dtype) as e:
         assert e.describe().endswith({"bfloat16": "bf16", "float16": "f16"}[dtype])
         for p in (PROMPTS[0], LONG):
