@@ -48,7 +48,7 @@ def tiny(request, tmp_path_factory):
 
 # transformers 5.17 to 5.22 compute these tiny Mamba-2 models differently
 # from 5.23 on (relative logit differences of 0.4-0.6 from the fourth
-# generated token); the engine agrees with 5.23-5.25 to 1e-6, so the
+# generated token); the engine agrees with 5.23 and 5.25 to 1e-6, so the
 # comparisons take 5.23 at least for the architectures with Mamba-2 layers.
 MAMBA_REF_MIN = (5, 23)
 
