@@ -233,8 +233,9 @@ template <typename T> __global__ void __launch_bounds__(NT) greedy_kernel(const 
 /* Greedy over a cluster of GREEDY_CLUSTER blocks a row (sm_90): block r
  * of the cluster takes slice r of the row (whole 16-byte vectors) and
  * keeps its largest key in shared memory; after the cluster barrier rank
- * 0 reads the others' (distributed shared memory) and writes the token.  One block a row is bound by the
- * per-element work of one SM (~20 us at V 128k); eight split it. */
+ * 0 reads the others' (distributed shared memory) and writes the token.
+ * One block a row is bound by the per-element work of one SM (~20 us at
+ * V 128k); eight split it. */
 #define GREEDY_CLUSTER 8
 template <typename T> __global__ void __launch_bounds__(NT) greedy_cluster_kernel(const sample_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
