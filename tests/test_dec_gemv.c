@@ -11,8 +11,7 @@
  * output, a bias with it, no such row); half the calls launched as
  * programmatic dependents.  --quick: small shapes only (for
  * compute-sanitizer).  Skipped (77) without a device. */
-#include "gpu_test.h"
-#include "layer/dec_gemv.h"
+#include "dec_test.h"
 
 #include <math.h>
 
@@ -140,7 +139,7 @@ static int refusals(sf_ctx *gpu) {
     int failures = 0;
     const char *ok = sf_dec_gemv_supports(&a);
     if (ok) printf("FAIL refusals: a good call refused: %s\n", ok), failures++;
-    struct { const char *what; sf_dec_gemv_args a; } bad[10];
+    dec_bad bad[10];
     int nb = 0;
     bad[nb].what = "5 normed rows", bad[nb].a = a, bad[nb].a.x = NULL, bad[nb].a.nres = (float *)(p + 131072),
     bad[nb].a.nw = (float *)(p + 262144), bad[nb].a.ldn = 64, bad[nb].a.M = 5, nb++;
@@ -154,11 +153,7 @@ static int refusals(sf_ctx *gpu) {
     bad[nb].what = "row 99", bad[nb].a = a, bad[nb].a.config = 99, nb++;
     bad[nb].what = "f16 with the norm", bad[nb].a = bad[0].a, bad[nb].a.M = 1, bad[nb].a.dt = SF_F16, nb++;
     bad[nb].what = "f32", bad[nb].a = a, bad[nb].a.dt = SF_F32, nb++;
-    for (int i = 0; i < nb; i++) {
-        const char *why = sf_dec_gemv_supports(&bad[i].a);
-        const sf_status st = sf_cuda_dec_gemv(gpu, &bad[i].a);
-        if (!why || st == SF_OK) printf("FAIL refusals: %s served\n", bad[i].what), failures++;
-    }
+    failures += dec_all_refused(gpu, bad, nb);
     sf_free(gpu, buf);
     return failures;
 }

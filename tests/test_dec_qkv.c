@@ -15,8 +15,7 @@
  * qd + 2 kd, an odd head dim, R past the head dim, a page size not a power
  * of two, q over the weights, a missing table.  Skipped (77) without a
  * device. */
-#include "gpu_test.h"
-#include "layer/dec_gemv.h"
+#include "dec_test.h"
 
 #include <math.h>
 
@@ -167,7 +166,7 @@ static int refusals(sf_ctx *gpu) {
     int failures = 0;
     const char *ok = sf_dec_gemv_supports(&a);
     if (ok) printf("FAIL refusals: a good call refused: %s\n", ok), failures++;
-    struct { const char *what; sf_dec_gemv_args a; } bad[8];
+    dec_bad bad[8];
     int nb = 0;
     bad[nb].what = "N not qd + 2 kd", bad[nb].a = a, bad[nb].a.N = 120, nb++;
     bad[nb].what = "an odd head dim", bad[nb].a = a, bad[nb].a.rope.hd = 15, nb++;
@@ -177,11 +176,7 @@ static int refusals(sf_ctx *gpu) {
     bad[nb].what = "no block table", bad[nb].a = a, bad[nb].a.rope.block_table = NULL, nb++;
     bad[nb].what = "the K cache over the V cache", bad[nb].a = a, bad[nb].a.rope.v_cache = p + 131072 + 512, nb++;
     bad[nb].what = "a y with qkv", bad[nb].a = a, bad[nb].a.y = p + 524288, bad[nb].a.ldy = 128, nb++;
-    for (int i = 0; i < nb; i++) {
-        const char *why = sf_dec_gemv_supports(&bad[i].a);
-        const sf_status st = sf_cuda_dec_gemv(gpu, &bad[i].a);
-        if (!why || st == SF_OK) printf("FAIL refusals: %s served\n", bad[i].what), failures++;
-    }
+    failures += dec_all_refused(gpu, bad, nb);
     sf_free(gpu, buf);
     return failures;
 }

@@ -21,6 +21,16 @@ using namespace sf_gs;
 struct GsCase { const char *name; int M, I, K, pad; bool f16; };
 
 
+/* x = RMSNorm(nres) * nw rounded to T, as the kernel's prologue rounds it (rows of stride rs) */
+template <typename T> static void norm_rows(uint16_t *x, const float *nres, const float *nw, int M, int K, int64_t rs) {
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)nres[m * rs + k] * nres[m * rs + k];
+        const float rstd = (float)(1.0 / sqrt(ss / K + 1e-5));
+        for (int k = 0; k < K; k++) x[m * rs + k] = bits<T>(nres[m * rs + k] * rstd * nw[k]);
+    }
+}
+
 template <typename T> static int run_t(const GsCase &c, const char *which) {
     std::mt19937_64 rng(11);
     std::normal_distribution<float> nd;
@@ -42,13 +52,7 @@ template <typename T> static int run_t(const GsCase &c, const char *which) {
     for (auto &v : resv) v = nd(rng);
     for (int n = 0; n < c.I; n++) { biasb[n] = bits<T>(0.1f * nd(rng)); bias[n] = val<T>(biasb[n]); }
     const std::vector<float> res0 = resv;
-    if (norm)
-        for (int m = 0; m < c.M; m++) {
-            double ss = 0;
-            for (int k = 0; k < c.K; k++) ss += (double)nres[m * rs + k] * nres[m * rs + k];
-            const float rstd = (float)(1.0 / sqrt(ss / c.K + 1e-5));
-            for (int k = 0; k < c.K; k++) x[m * rs + k] = bits<T>(nres[m * rs + k] * rstd * nw[k]);
-        }
+    if (norm) norm_rows<T>(x, nres.data(), nw.data(), c.M, c.K, rs);
     GsArgsX a{};
     a.x = x; a.wg = wg; a.wu = wu; a.y = y;
     a.x_rs = rs; a.wg_rs = rs; a.wu_rs = rs; a.y_rs = c.I;
@@ -124,13 +128,7 @@ template <typename T> static int run_qkv(const GsCase &c, bool norm, int rdim) {
         for (int p = 0; p < MP; p++) bt[m * MP + p] = pg[p];
     }
     if (c.M > 1) lens[1] = MP * ps; /* past the table */
-    if (norm)
-        for (int m = 0; m < c.M; m++) {
-            double ss = 0;
-            for (int k = 0; k < c.K; k++) ss += (double)nres[m * rs + k] * nres[m * rs + k];
-            const float rstd = (float)(1.0 / sqrt(ss / c.K + 1e-5));
-            for (int k = 0; k < c.K; k++) x[m * rs + k] = bits<T>(nres[m * rs + k] * rstd * nw[k]);
-        }
+    if (norm) norm_rows<T>(x, nres.data(), nw.data(), c.M, c.K, rs);
     unsigned int err = 0;
     GsArgsX a{};
     a.x = x; a.wg = w; a.wu = w; a.x_rs = rs; a.wg_rs = rs; a.wu_rs = rs;

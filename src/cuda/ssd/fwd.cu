@@ -28,6 +28,7 @@
  * x its copy in x's dtype (b L G N each, round_in.cuh).
  */
 #include "common/cuda_common.h"
+#include "common/launch.cuh"
 #include "common/tmap.h"
 #include "ssd/round_in.cuh"
 #include "ssd/cumsum.cuh"
@@ -339,23 +340,7 @@ static sf_status ssd_fwd_general(sf_ctx *ctx, ssd_fwd_host &a, int64_t grid_stat
 template <typename... KA, typename... A>
 static cudaError_t ssd_launch_ex(void (*kern)(KA...), unsigned grid, unsigned block, size_t smem,
                                  cudaStream_t stream, unsigned cluster, A... args) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute at[2];
-    memset(at, 0, sizeof at);
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    at[1].id = cudaLaunchAttributeClusterDimension;
-    at[1].val.clusterDim.x = cluster;
-    at[1].val.clusterDim.y = 1;
-    at[1].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = cluster > 1 ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, kern, args...);
+    return sf_launch_ex(kern, dim3(grid), dim3(block), smem, stream, true, cluster, args...);
 }
 template <typename... KA, typename... A>
 static cudaError_t ssd_launch_pdl(void (*kern)(KA...), unsigned grid, unsigned block, size_t smem,
