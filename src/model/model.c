@@ -853,11 +853,6 @@ static sf_status fused_mlp(sfm_model *m, const sfm_layer *ly, int64_t T) {
     return sf_gemm_swiglu(m->ctx, &p);
 }
 
-/* The layers over T rows of n sequences (m->tmp holds the embeddings), up
- * to the final norm's output in m->h; the index tensors are in ix (device),
- * cu and slots on the host too (a prefill's per-sequence calls).  Nothing
- * here allocates, synchronises or reads back: the decode step is
- * capturable. */
 /* A decode step's paged attention of layer l: q (n, 1, H, d) from m->q
  * over the layer's pages, into m->att. */
 static sf_status paged_decode(sfm_model *m, int l, int n, sf_tensor bt, sf_tensor lens_t) {
@@ -894,6 +889,11 @@ static void dec_qkv_args(const sfm_model *m, const sfm_layer *ly, int l, int n, 
 }
 #endif
 
+/* The layers over T rows of n sequences (m->tmp holds the embeddings), up
+ * to the final norm's output in m->h; the index tensors are in ix (device),
+ * cu and slots on the host too (a prefill's per-sequence calls).  Nothing
+ * here allocates, synchronises or reads back: the decode step is
+ * capturable. */
 sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm_index *ix, const int32_t *cu,
                            const int32_t *slots, char *err, size_t errlen) {
     const sfm_config *c = m->cfg;
