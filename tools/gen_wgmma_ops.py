@@ -6,15 +6,18 @@ out = []
 out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one asm\n"
            " * statement per shape lists every f32 accumulator as an operand (written\n"
            " * out by a small script).  ss: A and B from shared memory, B K-major;\n"
-           " * rs: A from registers, B MN-major (transposed; K-major for TF32, which\n"
-           " * has no transposed operands).  Only the sm_90a pass compiles them. */\n"
+           " * sst: the same with B MN-major; rs: A from registers, B MN-major\n"
+           " * (transposed; K-major for TF32, which has no transposed operands).\n"
+           " * Only the sm_90a pass compiles them. */\n"
            "#ifndef SF_WGMMA_OPS_CUH\n#define SF_WGMMA_OPS_CUH\n\n"
            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\nnamespace sf_wg {\n")
 # (n, ss wanted, rs wanted): n 64 / 128 both; the head-dim-192/256 tiles of
 # attn_fwd_ws add S = Q K^T at 48 (narrow first tiles), 80, 96 and 112 keys (ss)
 # and O += P V at 192 and 256 columns (rs); the gate/up GEMM of sf_gemm_swiglu
-# takes ss at 256 (128 gate + 128 up columns).
+# takes ss at 256 (128 gate + 128 up columns).  sst (B MN-major from shared
+# memory): the attention backward's dQ = dS K at 64 columns.
 SHAPES = ((64, 1, 1), (128, 1, 1), (48, 1, 0), (80, 1, 0), (96, 1, 0), (112, 1, 0), (192, 0, 1), (256, 1, 1))
+SST = (64,)
 for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
     for n, want_ss, want_rs in SHAPES:
         nreg = n // 2
@@ -26,6 +29,14 @@ for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
             out.append("__device__ __forceinline__ void wgmma_ss_%s_n%d(float *d, uint64_t da, uint64_t db, int scale_d) {\n" % (ty, n))
             out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 2))
             out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1))
+            out.append('                 : %s\n' % cons)
+            out.append('                 : "l"(da), "l"(db), "r"(scale_d));\n}\n')
+        # smem x smem, B MN-major (trans-b 1); scale_d predicate
+        if n in SST:
+            out.append("/* D(64 x %d) (+)= A(desc, K-major) * B(desc, MN-major), %s */\n" % (n, ty))
+            out.append("__device__ __forceinline__ void wgmma_sst_%s_n%d(float *d, uint64_t da, uint64_t db, int scale_d) {\n" % (ty, n))
+            out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"\n' % (nreg + 2))
+            out.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 1;\\n}\\n"\n' % (n, pt, pt, dl, nreg, nreg + 1))
             out.append('                 : %s\n' % cons)
             out.append('                 : "l"(da), "l"(db), "r"(scale_d));\n}\n')
         # regs x smem, B MN-major (trans-b 1), accumulate

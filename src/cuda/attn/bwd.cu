@@ -1,6 +1,10 @@
 /* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
  *
- * Three launches per call.  The FA2 rows (16-bit operands, d <= 128:
+ * Three launches per call.  The wg rows (sm_90a, 16-bit operands, d <= 128
+ * with 16-byte rows: bwd_wg.cuh) run the FA2 rows' preprocess and
+ * postprocess around attn_bwd_wg, the same scheme on wgmma, in both modes
+ * (deterministic: the dQ partials added in key-block order, turns on a
+ * semaphore per (head, query block) zeroed by a memset).  The FA2 rows (16-bit operands, d <= 128:
  * bwd_fa2.cuh) run attn_bwd_fa2_pre (D = rowsum(dO * O) into the
  * workspace, and the fast mode's f32 dQ accumulator zeroed in the same
  * pass) when o and dq rows are 16-byte aligned, attn_bwd_fa2 (dK/dV, and
@@ -14,13 +18,15 @@
  * The configuration is the first row of the table that supports the call,
  * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
- * mode, the dQ accumulator (rows x H x d f32).
+ * mode (wg rows: both), the dQ accumulator (rows x H x d f32); the wg
+ * rows' deterministic turns (H x batch x 64-row query blocks, int32).
  */
 #include "common/cuda_common.h"
 #include "attn/bwd_configs.h"
 #include "attn/bwd_fa2.cuh"
 #include "attn/bwd_fa2_dq.cuh"
 #include "attn/bwd_simt.cuh"
+#include "attn/bwd_wg.cuh"
 #include "attn_bwd.h"
 #include "autotune.h"
 
@@ -44,17 +50,20 @@ void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t 
     }
 }
 
-/* The FA2-scheme configurations: D, the dK/dV kernel attn_bwd_fa2 (with the
- * dQ partials in the fast mode), then the accumulator's conversion (fast)
- * or attn_bwd_fa2_dq's dQ pass (deterministic); q_rows: the longest
- * sequence's query rows. */
-template <typename T, int DM, int BM, int MB>
+/* The FA2-scheme configurations: D, the dK/dV kernel attn_bwd_fa2 with the
+ * dQ partials in the fast mode, then the accumulator's conversion (fast) or
+ * attn_bwd_fa2_dq's dQ pass (deterministic); q_rows: the longest sequence's
+ * query rows.  WG: attn_bwd_wg in place of attn_bwd_fa2, the dQ partials
+ * in both modes (the deterministic one adds them in key-block order), then
+ * the conversion. */
+template <typename T, int DM, int BM, int MB, bool WG = false>
 sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows, bool aux16) {
-    constexpr int NW = 8, G = DM / 8; /* G: lanes a row in attn_bwd_fa2_pre */
+    constexpr int NW = 8, G = DM / 8; /* G: lanes a row in attn_bwd_fa2_pre; 16 NW keys a block (both kernels) */
     cudaStream_t st = sf_cuda_stream(ctx);
+    const bool acc = !det || WG; /* dQ through the f32 accumulator */
     if (p.rows_q > 0 && aux16) {
         const int64_t blocks = (p.rows_q * p.nheads * G + 255) / 256;
-        if (det) attn_bwd_fa2_pre<T, G, false><<<(unsigned)blocks, 256, 0, st>>>(p);
+        if (!acc) attn_bwd_fa2_pre<T, G, false><<<(unsigned)blocks, 256, 0, st>>>(p);
         else attn_bwd_fa2_pre<T, G, true><<<(unsigned)blocks, 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     } else if (p.rows_q > 0) {
@@ -65,7 +74,14 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
     const int64_t kb = (max_lk + 16 * NW - 1) / (16 * NW);
     if (kb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld keys (at most %d)",
                                    (long long)max_lk, 65535 * 16 * NW);
-    if (kb > 0) {
+    if (kb > 0 && WG) {
+        const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
+        const size_t ms = WgBwdSmem<DM>::bytes;
+        auto kern = det ? attn_bwd_wg<T, DM, true> : attn_bwd_wg<T, DM, false>;
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+        kern<<<grid, WgBwdSmem<DM>::NT, ms, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (kb > 0) {
         const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
         if (det) {
             const size_t ms = Fa2Smem<DM, NW, BM, false>::bytes;
@@ -80,7 +96,7 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         }
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (p.rows_q > 0 && det) {
+    if (p.rows_q > 0 && !acc) {
         const int64_t qb = (q_rows + 16 * NW - 1) / (16 * NW);
         if (qb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld query rows (at most %d)",
                                        (long long)q_rows, 65535 * 16 * NW);
@@ -149,12 +165,15 @@ sf_status launch_simt(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, 
     return SF_OK;
 }
 
-/* The instances: FA2 rows for 16-bit T only (bwd_config_supports keeps
- * f32 off them). */
+/* The instances: wg and FA2 rows for 16-bit T only (bwd_config_supports
+ * keeps f32 off them). */
 template <typename T>
 sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt,
                      bool aux16) {
     if constexpr (!std::is_same<T, float>::value) {
+        if (c.kernel == BwdKernel::wg)
+            return c.dmax == 64 ? launch_fa2<T, 64, 64, 1, true>(ctx, p, det, lk, p.lq, aux16)
+                                : launch_fa2<T, 128, 64, 1, true>(ctx, p, det, lk, p.lq, aux16);
         if (c.kernel == BwdKernel::fa2)
             return c.dmax == 64 ? (c.qrows == 32 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
                                                  : launch_fa2<T, 64, 64, 1>(ctx, p, det, lk, p.lq, aux16))
@@ -178,6 +197,19 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     if (dt != SF_F32 && dt != SF_F16 && dt != SF_BF16)
         return sf_fail(ctx, SF_ERR_DTYPE, "%s: CUDA backend: dtype %s not supported", op, sf_dtype_name(dt));
     const int d = (int)pr->headdim;
+    /* 16-byte loads of q, k, v and dout rows (the FA2 and wg kernels): d and
+     * every stride a multiple of 8 elements and the data 16-byte aligned */
+    bool vec16 = d % 8 == 0;
+    {
+        const sf_tensor *ts[] = {&f->q, &f->k, &f->v, &a->dout};
+        for (const sf_tensor *x : ts) {
+            vec16 = vec16 && ((uintptr_t)x->data % 16 == 0);
+            for (int i = 0; i < x->rank - 1; i++) vec16 = vec16 && x->stride[i] % 8 == 0;
+        }
+    }
+    const sf_cuda_state *cs = sf_cuda_st(ctx);
+    static const bool wg_code = sf_cuda_sm90a_code((const void *)attn_bwd_wg<__nv_bfloat16, 128, true>);
+    const bool sm90a = cs && cs->sm_major == 9 && wg_code;
     const BwdConfig *cfg = nullptr;
     char forced[64];
     if (sf_autotune_forced_name("attn_bwd", forced, sizeof forced)) {
@@ -186,11 +218,11 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         if (!cfg)
             return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: SF_AUTOTUNE_FORCE names configuration %s, which "
                            "attn_bwd does not have", op, forced);
-        const char *why = bwd_config_supports(*cfg, d, dt);
+        const char *why = bwd_config_supports(*cfg, d, dt, vec16, sm90a);
         if (why) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration %s: %s", op, cfg->name, why);
     } else {
         for (const BwdConfig &c : bwd_configs)
-            if (!bwd_config_supports(c, d, dt)) {
+            if (!bwd_config_supports(c, d, dt, vec16, sm90a)) {
                 cfg = &c;
                 break;
             }
@@ -227,17 +259,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         p.rows_q = pr->batch * pr->max_lq;
     }
     p.varlen = vl;
-    /* 16-byte loads of q, k, v and dout rows (the FA2 kernels): d and every
-     * stride a multiple of 8 elements and the data 16-byte aligned */
-    {
-        const sf_tensor *ts[] = {&f->q, &f->k, &f->v, &a->dout};
-        int ok = d % 8 == 0;
-        for (const sf_tensor *x : ts) {
-            ok = ok && ((uintptr_t)x->data % 16 == 0);
-            for (int i = 0; i < x->rank - 1; i++) ok = ok && x->stride[i] % 8 == 0;
-        }
-        p.vec16 = ok;
-    }
+    p.vec16 = vec16;
     p.batch = (int)pr->batch;
     p.nheads = (int)pr->nheads;
     p.heads_per_kv = (int)(pr->nheads / pr->nheads_kv);
@@ -252,19 +274,27 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     p.alibi_sb = pr->alibi_sb;
     p.alibi_sh = pr->alibi_sh;
 
-    /* workspace: D, then (fast mode) the dQ accumulator */
+    /* workspace: D, then the dQ accumulator (fast mode; wg rows in both),
+     * then the wg rows' deterministic turns (H x batch x query blocks) */
     const int det = bp->deterministic;
-    const double nD = (double)p.rows_q * p.nheads, nA = det ? 0.0 : nD * d;
-    if (4.0 * (nD + nA) + 256.0 > (double)(SIZE_MAX / 2))
-        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: the workspace (%.3g bytes) is too large", op, 4.0 * (nD + nA));
-    const size_t dbytes = ((size_t)nD * 4 + 255) / 256 * 256, abytes = (size_t)nA * 4;
-    char *ws = (char *)sf_ws_get(ctx, dbytes + abytes + 4);
+    const bool wg = cfg->kernel == BwdKernel::wg;
+    p.sem_nqb = (int)((pr->max_lq + WgBwdSmem<64>::BM - 1) / WgBwdSmem<64>::BM);
+    const double nD = (double)p.rows_q * p.nheads, nA = det && !wg ? 0.0 : nD * d;
+    const double nS = det && wg ? (double)p.nheads * p.batch * p.sem_nqb : 0.0;
+    if (4.0 * (nD + nA + nS) + 512.0 > (double)(SIZE_MAX / 2))
+        return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: the workspace (%.3g bytes) is too large", op,
+                       4.0 * (nD + nA + nS));
+    const size_t dbytes = ((size_t)nD * 4 + 255) / 256 * 256, abytes = ((size_t)nA * 4 + 255) / 256 * 256;
+    const size_t sbytes = (size_t)nS * 4;
+    char *ws = (char *)sf_ws_get(ctx, dbytes + abytes + sbytes + 4);
     if (!ws) return SF_ERR_OUT_OF_MEMORY; /* the arena set the detail */
     p.dsum = (float *)ws;
-    p.dqacc = det ? nullptr : (float *)(ws + dbytes);
+    p.dqacc = nA > 0.0 ? (float *)(ws + dbytes) : nullptr;
+    p.sem = nS > 0.0 ? (int *)(ws + dbytes + abytes) : nullptr;
+    if (sbytes) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.sem, 0, sbytes, sf_cuda_stream(ctx)));
     /* the FA2 rows' 16-byte pre/postprocess (o and dq rows too): the
      * preprocess zeroes the accumulator itself */
-    bool aux16 = cfg->kernel == BwdKernel::fa2 && p.vec16;
+    bool aux16 = cfg->kernel != BwdKernel::simt && p.vec16;
     {
         const sf_tensor *ts[] = {&f->out, &a->dq};
         for (const sf_tensor *x : ts) {

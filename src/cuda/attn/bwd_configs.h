@@ -14,9 +14,10 @@ namespace sf_attn {
 
 /* The configurations, as data, in order of preference: the kernel of the
  * dK/dV pass, the largest head dim it holds (its dK/dV registers and
- * shared tiles are sized for it) and, for the FA2 rows, the query rows a
- * block and the CTAs an SM its registers are capped for (0 for simt). */
-enum class BwdKernel { fa2, simt };
+ * shared tiles are sized for it) and, for the wg and FA2 rows, the query
+ * rows a block and the CTAs an SM its registers are capped for (0 for
+ * simt). */
+enum class BwdKernel { wg, fa2, simt };
 struct BwdConfig {
     const char *name;
     BwdKernel kernel;
@@ -26,6 +27,8 @@ struct BwdConfig {
     const char *about;
 };
 inline const BwdConfig bwd_configs[] = {
+    {"wg64", BwdKernel::wg, 64, 64, 1, "sm_90a wgmma (bwd_wg.cuh): 2 warpgroups, 128 keys kept, 64-row query blocks by cp.async (2 stages), dQ on wgmma from dS in shared memory; d <= 64, d % 8 == 0, 16-byte aligned rows"},
+    {"wg128", BwdKernel::wg, 128, 64, 1, "sm_90a wgmma (bwd_wg.cuh) as wg64, d <= 128"},
     {"fa64q32x2", BwdKernel::fa2, 64, 32, 2, "FA2 scheme at d <= 64: 8 warps, 128 keys kept, 32-row query blocks by cp.async (2 stages), registers capped for 2 CTAs an SM (65 KB of shared memory each)"},
     {"fa64", BwdKernel::fa2, 64, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 64"},
     {"fa128", BwdKernel::fa2, 128, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 128"},
@@ -34,10 +37,14 @@ inline const BwdConfig bwd_configs[] = {
     {"simt256", BwdKernel::simt, 256, 0, 0, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
 };
 
-/* NULL when configuration c can serve head dim d in dtype dt, else the reason. */
-inline const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt) {
+/* NULL when configuration c can serve head dim d in dtype dt, else the
+ * reason; vec16: d % 8 == 0 and the q, k, v, dout rows 16-byte aligned;
+ * sm90a: an sm_90 GPU and a build with sm_90a code. */
+inline const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt, bool vec16, bool sm90a) {
     if (d > c.dmax) return "head dim larger than the configuration's";
     if (c.kernel != BwdKernel::simt && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
+    if (c.kernel == BwdKernel::wg && !sm90a) return "it needs an sm_90 GPU and a build with sm_90a code";
+    if (c.kernel == BwdKernel::wg && !vec16) return "it needs d % 8 == 0 and 16-byte aligned q, k, v, dout rows";
     return nullptr;
 }
 

@@ -136,6 +136,25 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                  "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
+/* stmatrix_x4 with each 8 x 8 matrix stored transposed: lane l gives the
+ * address of row l % 8 of stored matrix l / 8, which is column l % 8 of
+ * the fragment's matrix l / 8. */
+__device__ __forceinline__ void stmatrix_x4_t(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
+/* An acquire load and a release store at GPU scope (semaphores between
+ * CTAs). */
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_gpu(int *p, int v) {
+    asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 
 /* The CTA's rank in its cluster, and a barrier over every thread of the
  * cluster.  The arrive is relaxed (a release at cluster scope costs a
@@ -194,6 +213,7 @@ __device__ __forceinline__ void fence_async_smem() {
 template <typename T, int N> struct Wg;
 template <> struct Wg<__nv_bfloat16, 64> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_bf16_n64(d, a, b, sc); }
+    static __device__ __forceinline__ void sst(float *d, uint64_t a, uint64_t b, int sc) { wgmma_sst_bf16_n64(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_bf16_n64(d, a, b, 1); }
 };
 template <> struct Wg<__nv_bfloat16, 128> {
@@ -202,6 +222,7 @@ template <> struct Wg<__nv_bfloat16, 128> {
 };
 template <> struct Wg<__half, 64> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n64(d, a, b, sc); }
+    static __device__ __forceinline__ void sst(float *d, uint64_t a, uint64_t b, int sc) { wgmma_sst_f16_n64(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n64(d, a, b, 1); }
 };
 template <> struct Wg<__half, 128> {

@@ -1,0 +1,340 @@
+/* bwd_wg.cuh - the dK/dV (and fast-mode dQ) kernel of the attention
+ * backward on Hopper wgmma (sm_90a): 16-bit operands, f32 accumulators,
+ * head dims up to D = 64 or 128, rows 16-byte aligned (p.vec16).
+ *
+ * The scheme of the FA2 kernel (bwd_fa2.cuh: a CTA per (kv head, sequence,
+ * key block), K and V of the block kept in shared memory, the group's query
+ * heads and query blocks walked with the next block's Q, dO, lse and D
+ * loading by cp.async meanwhile), its products on wgmma.  Two warpgroups;
+ * each owns 64 of the block's BN = 128 keys and their dK, dV rows (m64
+ * accumulators); query blocks of BM = 64 rows:
+ *     S^T  = K Q^T,  dP^T = V dO^T    ss m64n64k16 (K, V, Q, dO K-major)
+ *     P^T, dS^T in the accumulators     as the FA2 kernel (same rounding)
+ *     dV  += P^T dO, dK += dS^T Q       rs m64nDk16 (P^T, dS^T as A
+ *                                       fragments; dO, Q MN-major)
+ *     dQ   = dS K                       dS^T stored as dS[query][key] by
+ *                                       stmatrix.trans; sst m64n64k16 (K
+ *                                       MN-major): at D 128 each warpgroup
+ *                                       takes 64 of the columns over all 128
+ *                                       keys, at D 64 all columns over its
+ *                                       own 64 keys (both partials added)
+ * then red.global.add.v2.f32 into the f32 accumulator.  DET (the
+ * deterministic mode): the key blocks that add to a (head, query block)
+ * take turns in key order on a semaphore (p.sem, zeroed before the call),
+ * so every element's sum has one order; the waits form a wavefront one
+ * block behind the previous key block (its CTAs launch first: z is the
+ * grid's slowest dimension).  The dV / dK
+ * products run while dS is stored and the dQ product issued: one wait for
+ * all three.  Shared tiles in the 128-byte-swizzle layout of
+ * common/wgmma.cuh (column blocks of 64 elements x rows, 1024-aligned).
+ * Tiles without a masked element take the short path P = 2^(s sl2 - lse2)
+ * (S's wait first, dP's product still running); the others evaluate mask,
+ * softcap and ALiBi per element as the FA2 kernel.
+ */
+#ifndef SF_ATTN_BWD_WG_CUH
+#define SF_ATTN_BWD_WG_CUH
+
+#include "attn/bwd_fa2.cuh"
+#include "common/wgmma.cuh"
+
+namespace sf_attn {
+
+template <int D> struct WgBwdSmem {
+    static constexpr int BN = 128, BM = 64, NT = 256;
+    static constexpr int KB = BN * D * 2;  /* K or V tile, bytes  */
+    static constexpr int QB = BM * D * 2;  /* Q or dO tile        */
+    static constexpr int SB = BM * BN * 2; /* dS[query][key]      */
+    /* K, V, two stages of (Q, dO), dS, two stages of (lse2, D) */
+    static constexpr int OFF_V = KB, OFF_Q = 2 * KB, OFF_DS = 2 * KB + 4 * QB, OFF_ST = OFF_DS + SB;
+    /* + 1 KiB to align the base to 1024 */
+    static constexpr size_t bytes = (size_t)OFF_ST + 4 * BM * sizeof(float) + 1024;
+    static_assert(D == 64 || D == 128, "wgmma backward: head dim buckets 64 and 128");
+};
+
+template <typename T, int D, bool DET>
+__global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using SM = WgBwdSmem<D>;
+    constexpr int BN = SM::BN, BM = SM::BM, NT = SM::NT;
+    constexpr int NQ = BM / 8, ND = D / 8, KD = D / 16;
+    using MMA = sf_mma16<T>;
+    using sf_wg::fence_async_smem;
+    using sf_wg::load_tile_sw;
+    using sf_wg::reg_fence;
+    using sf_wg::wg_commit;
+    using sf_wg::wg_desc;
+    using sf_wg::wg_fence;
+    using sf_wg::wg_wait;
+    using sf_wg::Wg;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sraw = sf_smem_u32(smem_raw);
+    const uint32_t sbase = (sraw + 1023u) & ~1023u;
+    const uint32_t sK = sbase, sV = sbase + SM::OFF_V, sQ0 = sbase + SM::OFF_Q, sdS = sbase + SM::OFF_DS;
+    float *sStat = reinterpret_cast<float *>(smem_raw + (sbase - sraw) + SM::OFF_ST); /* stage s: lse2, then D */
+
+    const int kvh = blockIdx.x, b = blockIdx.y, j0 = blockIdx.z * BN;
+    int64_t q0, k0;
+    int lq, lk;
+    bwd_seq(p, b, q0, lq, k0, lk);
+    if (j0 >= lk) return;
+    const int nk = min(BN, lk - j0), d = p.d, d8 = d >> 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
+    const int kr = 16 * warp; /* the warp's first key in the block: warpgroup wg holds keys 64 wg.. */
+    int ib0, ib1;
+    fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
+    const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv;
+    const float L2E = 1.4426950408889634f, sl2 = p.scale * L2E;
+    const bool plain = p.softcap <= 0.f && !p.alibi;
+
+    load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
+                            p.k_sr, nk, d8, tid);
+    load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
+                            p.v_sr, nk, d8, tid);
+
+    /* item it: head kvh * hpk + it / nbq, query block ib0 + it % nbq */
+    auto issue = [&](int it) {
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
+        const uint32_t sq = sQ0 + (it & 1) * 2 * SM::QB;
+        load_tile_sw<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
+                                p.q_sr, nq, d8, tid);
+        load_tile_sw<BM, D, NT>(sq + SM::QB,
+                                (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
+                                p.do_sr, nq, d8, tid);
+    };
+    /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
+    auto stat = [&](int it) -> float {
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
+        const int r = tid & (BM - 1);
+        if (r >= nq) return tid < BM ? -INFINITY : 0.f;
+        if (tid < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
+        return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
+    };
+    float st_next = 0.f;
+    if (items > 0) {
+        issue(0);
+        if (tid < 2 * BM) sStat[tid] = stat(0);
+    }
+    sf_cp_async_commit();
+
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
+
+    for (int it = 0; it < items; it++) {
+        __syncthreads(); /* the other stage and dS: the previous item's readers are done */
+        if (it + 1 < items) {
+            issue(it + 1);
+            if (tid < 2 * BM) st_next = stat(it + 1);
+        }
+        sf_cp_async_commit();
+        sf_cp_async_wait<1>(); /* item it (and K, V) landed */
+        fence_async_smem();
+        __syncthreads();
+
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM;
+        const int nq = min(BM, lq - i0);
+        const uint32_t sQ = sQ0 + (it & 1) * 2 * SM::QB, sdO = sQ + SM::QB;
+        const float *sL = sStat + (it & 1) * 2 * BM, *sD = sL + BM;
+
+        /* S^T and dP^T: the warpgroup's 64 keys x BM queries, two commit groups */
+        float s[NQ][4], dp[NQ][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            const uint32_t koff = (kk >> 2) * (BN * 128) + wg * (64 * 128) + (kk & 3) * 32;
+            const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+            Wg<T, BM>::ss(&s[0][0], wg_desc(sK + koff, 16, 1024), wg_desc(sQ + qoff, 16, 1024), kk > 0);
+        }
+        wg_commit();
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            const uint32_t koff = (kk >> 2) * (BN * 128) + wg * (64 * 128) + (kk & 3) * 32;
+            const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+            Wg<T, BM>::ss(&dp[0][0], wg_desc(sV + koff, 16, 1024), wg_desc(sdO + qoff, 16, 1024), kk > 0);
+        }
+        wg_commit();
+
+        /* P^T and dS^T in place (element e: key kr + g + 8 (e >> 1), query 8n + 2t + (e & 1)) */
+        bool full = plain && nq == BM && nk == BN;
+        if (full) {
+            int lo0, hi0, lo1, hi1;
+            key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
+            key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
+            full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
+        }
+        if (full) {
+            wg_wait<1>();
+            reg_fence(s);
+#pragma unroll
+            for (int n = 0; n < NQ; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[n][e] = sf_ex2(fmaf(s[n][e], sl2, -sL[8 * n + 2 * t + (e & 1)]));
+            wg_wait<0>();
+            reg_fence(dp);
+#pragma unroll
+            for (int n = 0; n < NQ; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) dp[n][e] = s[n][e] * (dp[n][e] - sD[8 * n + 2 * t + (e & 1)]) * p.scale;
+        } else {
+            wg_wait<0>();
+            reg_fence(s);
+            reg_fence(dp);
+            const float slope = bwd_slope(p, b, h);
+#pragma unroll
+            for (int n = 0; n < NQ; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
+                    const int key = j0 + kl, i = i0 + ql;
+                    float P = 0.f, dS = 0.f;
+                    if (kl < nk && ql < nq) {
+                        int lo, hi;
+                        key_range(i, lq, lk, p.wl, p.wr, lo, hi);
+                        const float l = sL[ql];
+                        if (key >= lo && key < hi && l != -INFINITY) {
+                            const float tt = s[n][e] * p.scale;
+                            float sm = tt, dmod = 1.f;
+                            if (p.softcap > 0.f) {
+                                const float th = tanhf(tt / p.softcap);
+                                sm = p.softcap * th;
+                                dmod = 1.f - th * th;
+                            }
+                            if (p.alibi) {
+                                const int64_t dist = (int64_t)i + lk - lq - key;
+                                sm -= slope * (float)(dist < 0 ? -dist : dist);
+                            }
+                            P = exp2f(sm * L2E - l);
+                            dS = P * (dp[n][e] - sD[ql]) * dmod * p.scale;
+                        }
+                    }
+                    s[n][e] = P;
+                    dp[n][e] = dS;
+                }
+        }
+
+        /* P^T and dS^T as A fragments (16 queries a k-step), rounded to T */
+        uint32_t pa[BM / 16][4], ad[BM / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            pa[kk][0] = MMA::pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = MMA::pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = MMA::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = MMA::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            ad[kk][0] = MMA::pack(dp[2 * kk][0], dp[2 * kk][1]);
+            ad[kk][1] = MMA::pack(dp[2 * kk][2], dp[2 * kk][3]);
+            ad[kk][2] = MMA::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            ad[kk][3] = MMA::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+        }
+        /* dV += P^T dO, dK += dS^T Q (B MN-major: LBO the next 64 columns, SBO 8 rows) */
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            Wg<T, D>::rs(&dv[0][0], pa[kk], wg_desc(sdO + kk * 2048, BM * 128, 1024));
+            Wg<T, D>::rs(&dk[0][0], ad[kk], wg_desc(sQ + kk * 2048, BM * 128, 1024));
+        }
+        wg_commit();
+
+        float c[8][4]; /* dQ: 64 queries x 64 columns of this warpgroup */
+        {
+            /* dS^T to dS[query][key]: register r of ad[kk] is the 8 x 8 block of keys
+             * kr + 8 (r & 1).., queries 16 kk + 8 (r >> 1)..; the keys of warpgroup wg
+             * are column block wg of the K-major tile, 16-byte chunk (key % 64) / 8 */
+            const int m = lane >> 3, rr = lane & 7;
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) {
+                const int q = 16 * kk + 8 * (m >> 1) + rr, ch = ((kr & 63) >> 3) + (m & 1);
+                sf_wg::stmatrix_x4_t(sdS + wg * (BM * 128) + q * 128 + (((ch ^ q) & 7) << 4), ad[kk][0], ad[kk][1],
+                                     ad[kk][2], ad[kk][3]);
+            }
+            fence_async_smem();
+            if constexpr (D == 128) {
+                __syncthreads(); /* both warpgroups' dS */
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++)
+                    Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024),
+                                   wg_desc(sK + wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
+            } else {
+                sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS */
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + wg * (BM * 128) + kk * 32, 16, 1024),
+                                   wg_desc(sK + (wg * 64 + kk * 16) * 128, BN * 128, 1024), kk > 0);
+            }
+            wg_commit();
+        }
+        wg_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(c);
+        /* DET: this (head, query block)'s semaphore, and the count of key blocks
+         * before this one that add to it (they start at the block of the first
+         * row's first key: the blocks that see a query block are contiguous) */
+        int *sem = nullptr;
+        int turn = 0;
+        if constexpr (DET) {
+            sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
+            int lo, hi;
+            key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
+            turn = (int)blockIdx.z - lo / BN;
+            if (tid == 0)
+                while (sf_wg::ld_acquire_gpu(sem) != turn) {
+                }
+            __syncthreads();
+        }
+        {
+            const int cb = D == 128 ? 64 * wg : 0, qr = 16 * (warp & 3) + g;
+            float *acc0 = p.dqacc + (bwd_grow(p, b, q0, i0 + qr) * p.nheads + h) * (int64_t)d;
+            float *acc1 = acc0 + (int64_t)8 * p.nheads * d; /* row + 8: rows are consecutive here */
+            const bool in0 = qr < nq, in1 = qr + 8 < nq;
+            /* DET at D 64: both warpgroups add to every element, warpgroup 0 first */
+            const int rounds = DET && D == 64 ? 2 : 1;
+            for (int r = 0; r < rounds; r++) {
+                if (rounds == 1 || r == wg) {
+#pragma unroll
+                    for (int n = 0; n < 8; n++) {
+                        const int col = cb + 8 * n + 2 * t;
+                        if (col < d) { /* d % 8 == 0: the pair is in */
+                            if (in0) fa2_red2(acc0 + col, c[n][0], c[n][1]);
+                            if (in1) fa2_red2(acc1 + col, c[n][2], c[n][3]);
+                        }
+                    }
+                }
+                if (DET) {
+                    __threadfence(); /* the adds are done (performed at the GPU) before ... */
+                    __syncthreads(); /* ... the other warpgroup's, and the next block's */
+                }
+            }
+        }
+        if (DET && tid == 0) sf_wg::st_release_gpu(sem, turn + 1);
+        if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
+    }
+    sf_cp_async_wait<0>();
+
+    /* dK, dV rows kr + g and kr + g + 8 of the block (any dk, dv strides) */
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int kl = kr + g + 8 * half;
+        if (kl >= nk) continue;
+        T *gk = (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + kl) * p.dk_sr + (int64_t)kvh * p.dk_sh;
+        T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            const int col = 8 * n + 2 * t;
+            if (col < d) { /* d % 8 == 0: the pair is in */
+                gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
+                gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
+                gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
+                gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
+            }
+        }
+    }
+#else
+    (void)p;
+#endif
+}
+
+} /* namespace sf_attn */
+
+#endif
