@@ -156,11 +156,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         }
         wg_commit();
 
-        /* P^T, then dS^T, in the accumulators (element e of n-tile n: key kr + g +
-         * 8 (e >> 1), query 8n + 2t + (e & 1)).  dV += P^T dO is issued as soon
-         * as P^T is packed and runs while dS^T is computed.  The waits are the
-         * same on both paths (a wait inside one branch only makes ptxas
-         * serialize every wgmma of the kernel). */
+        /* P^T and dS^T in place (element e: key kr + g + 8 (e >> 1), query 8n + 2t + (e & 1)) */
         bool full = plain && nq == BM && nk == BN;
         if (full) {
             int lo0, hi0, lo1, hi1;
@@ -168,84 +164,76 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
             key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
             full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
         }
-        /* the masked path's P of element (n, e) from the raw score s[n][e], and its
-         * softcap derivative */
-        auto masked_p = [&](int n, int e, float &dmod) -> float {
-            const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
-            const int key = j0 + kl, i = i0 + ql;
-            dmod = 1.f;
-            if (kl >= nk || ql >= nq) return 0.f;
-            int lo, hi;
-            key_range(i, lq, lk, p.wl, p.wr, lo, hi);
-            const float l = sL[ql];
-            if (key < lo || key >= hi || l == -INFINITY) return 0.f;
-            const float tt = s[n][e] * p.scale;
-            float sm = tt;
-            if (p.softcap > 0.f) {
-                const float th = tanhf(tt / p.softcap);
-                sm = p.softcap * th;
-                dmod = 1.f - th * th;
-            }
-            if (p.alibi) {
-                const int64_t dist = (int64_t)i + lk - lq - key;
-                sm -= bwd_slope(p, b, h) * (float)(dist < 0 ? -dist : dist);
-            }
-            return exp2f(sm * L2E - l);
-        };
-        wg_wait<1>(); /* S's group */
-        reg_fence(s);
-        uint32_t pa[BM / 16][4], ad[BM / 16][4]; /* P^T, dS^T as A fragments (16 queries a k-step), rounded to T */
         if (full) {
+            wg_wait<1>();
+            reg_fence(s);
 #pragma unroll
             for (int n = 0; n < NQ; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) s[n][e] = sf_ex2(fmaf(s[n][e], sl2, -sL[8 * n + 2 * t + (e & 1)]));
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    pa[kk][j] = MMA::pack(s[2 * kk + (j >> 1)][2 * (j & 1)], s[2 * kk + (j >> 1)][2 * (j & 1) + 1]);
-        } else {
-            float dm;
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const int n = 2 * kk + (j >> 1), e = 2 * (j & 1);
-                    pa[kk][j] = MMA::pack(masked_p(n, e, dm), masked_p(n, e + 1, dm));
-                }
-        }
-        /* dV += P^T dO (B MN-major: LBO the next 64 columns, SBO 8 rows) */
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) Wg<T, D>::rs(&dv[0][0], pa[kk], wg_desc(sdO + kk * 2048, BM * 128, 1024));
-        wg_commit();
-        wg_wait<1>(); /* dP's group (dV's runs on) */
-        reg_fence(dp);
-        if (full) {
+            wg_wait<0>();
+            reg_fence(dp);
 #pragma unroll
             for (int n = 0; n < NQ; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) dp[n][e] = s[n][e] * (dp[n][e] - sD[8 * n + 2 * t + (e & 1)]) * p.scale;
         } else {
+            wg_wait<0>();
+            reg_fence(s);
+            reg_fence(dp);
+            const float slope = bwd_slope(p, b, h);
 #pragma unroll
             for (int n = 0; n < NQ; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float dm;
-                    const float P = masked_p(n, e, dm);
-                    dp[n][e] = P * (dp[n][e] - sD[8 * n + 2 * t + (e & 1)]) * dm * p.scale;
+                    const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
+                    const int key = j0 + kl, i = i0 + ql;
+                    float P = 0.f, dS = 0.f;
+                    if (kl < nk && ql < nq) {
+                        int lo, hi;
+                        key_range(i, lq, lk, p.wl, p.wr, lo, hi);
+                        const float l = sL[ql];
+                        if (key >= lo && key < hi && l != -INFINITY) {
+                            const float tt = s[n][e] * p.scale;
+                            float sm = tt, dmod = 1.f;
+                            if (p.softcap > 0.f) {
+                                const float th = tanhf(tt / p.softcap);
+                                sm = p.softcap * th;
+                                dmod = 1.f - th * th;
+                            }
+                            if (p.alibi) {
+                                const int64_t dist = (int64_t)i + lk - lq - key;
+                                sm -= slope * (float)(dist < 0 ? -dist : dist);
+                            }
+                            P = exp2f(sm * L2E - l);
+                            dS = P * (dp[n][e] - sD[ql]) * dmod * p.scale;
+                        }
+                    }
+                    s[n][e] = P;
+                    dp[n][e] = dS;
                 }
         }
+
+        /* P^T and dS^T as A fragments (16 queries a k-step), rounded to T */
+        uint32_t pa[BM / 16][4], ad[BM / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                ad[kk][j] = MMA::pack(dp[2 * kk + (j >> 1)][2 * (j & 1)], dp[2 * kk + (j >> 1)][2 * (j & 1) + 1]);
-        /* dK += dS^T Q */
+        for (int kk = 0; kk < BM / 16; kk++) {
+            pa[kk][0] = MMA::pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = MMA::pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = MMA::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = MMA::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            ad[kk][0] = MMA::pack(dp[2 * kk][0], dp[2 * kk][1]);
+            ad[kk][1] = MMA::pack(dp[2 * kk][2], dp[2 * kk][3]);
+            ad[kk][2] = MMA::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            ad[kk][3] = MMA::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+        }
+        /* dV += P^T dO, dK += dS^T Q (B MN-major: LBO the next 64 columns, SBO 8 rows) */
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) Wg<T, D>::rs(&dk[0][0], ad[kk], wg_desc(sQ + kk * 2048, BM * 128, 1024));
+        for (int kk = 0; kk < BM / 16; kk++) {
+            Wg<T, D>::rs(&dv[0][0], pa[kk], wg_desc(sdO + kk * 2048, BM * 128, 1024));
+            Wg<T, D>::rs(&dk[0][0], ad[kk], wg_desc(sQ + kk * 2048, BM * 128, 1024));
+        }
         wg_commit();
 
         float c[8][4]; /* dQ: 64 queries x 64 columns of this warpgroup */
