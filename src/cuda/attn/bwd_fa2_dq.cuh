@@ -145,19 +145,8 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_bwd_fa2_dq(const BwdParams p)
                         int lo, hi;
                         key_range(i, lq, lk, p.wl, p.wr, lo, hi);
                         if (key >= lo && key < hi && lr[hr] != -INFINITY) {
-                            const float tt = s[n][e] * p.scale;
-                            float sm = tt, dmod = 1.f;
-                            if (p.softcap > 0.f) {
-                                const float th = tanhf(tt / p.softcap);
-                                sm = p.softcap * th;
-                                dmod = 1.f - th * th;
-                            }
-                            if (p.alibi) {
-                                const int64_t dist = (int64_t)i + lk - lq - key;
-                                sm -= slope * (float)(dist < 0 ? -dist : dist);
-                            }
-                            const float P = exp2f(sm * L2E - lr[hr]);
-                            dS = P * (dp[n][e] - Dr[hr]) * dmod * p.scale;
+                            float P;
+                            bwd_elem_grad(p, s[n][e], dp[n][e], Dr[hr], lr[hr], i, key, lq, lk, slope, P, dS);
                         }
                     }
                     dp[n][e] = dS;

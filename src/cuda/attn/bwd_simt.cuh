@@ -113,6 +113,26 @@ __device__ __forceinline__ float bwd_slope(const BwdParams &p, int b, int h) {
     return p.alibi ? p.alibi[(int64_t)b * p.alibi_sb + (int64_t)h * p.alibi_sh] : 0.f;
 }
 
+/* P and dS of an element inside the mask (the tensor-core kernels' masked
+ * path): unscaled score s of row i and key `key`, the row's lse in log2
+ * units and D, dP; softcap and ALiBi as the forward. */
+__device__ __forceinline__ void bwd_elem_grad(const BwdParams &p, float s, float dp, float Dq, float lse2, int i,
+                                              int key, int lq, int lk, float slope, float &P, float &dS) {
+    const float tt = s * p.scale;
+    float sm = tt, dmod = 1.f;
+    if (p.softcap > 0.f) {
+        const float th = tanhf(tt / p.softcap);
+        sm = p.softcap * th;
+        dmod = 1.f - th * th;
+    }
+    if (p.alibi) {
+        const int64_t dist = (int64_t)i + lk - lq - key;
+        sm -= slope * (float)(dist < 0 ? -dist : dist);
+    }
+    P = exp2f(sm * 1.4426950408889634f - lse2);
+    dS = P * (dp - Dq) * dmod * p.scale;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) attn_bwd_pre(const BwdParams p) {
     const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;

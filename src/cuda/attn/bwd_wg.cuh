@@ -194,19 +194,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                         key_range(i, lq, lk, p.wl, p.wr, lo, hi);
                         const float l = sL[ql];
                         if (key >= lo && key < hi && l != -INFINITY) {
-                            const float tt = s[n][e] * p.scale;
-                            float sm = tt, dmod = 1.f;
-                            if (p.softcap > 0.f) {
-                                const float th = tanhf(tt / p.softcap);
-                                sm = p.softcap * th;
-                                dmod = 1.f - th * th;
-                            }
-                            if (p.alibi) {
-                                const int64_t dist = (int64_t)i + lk - lq - key;
-                                sm -= slope * (float)(dist < 0 ? -dist : dist);
-                            }
-                            P = exp2f(sm * L2E - l);
-                            dS = P * (dp[n][e] - sD[ql]) * dmod * p.scale;
+                            bwd_elem_grad(p, s[n][e], dp[n][e], sD[ql], l, i, key, lq, lk, slope, P, dS);
                         }
                     }
                     s[n][e] = P;
