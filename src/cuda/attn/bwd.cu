@@ -1,10 +1,12 @@
 /* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
  *
  * Three launches per call.  The wg rows (sm_90a, 16-bit operands, d <= 128
- * with 16-byte rows: bwd_wg.cuh) run the FA2 rows' preprocess and
- * postprocess around attn_bwd_wg, the same scheme on wgmma, in both modes
- * (deterministic: the dQ partials added in key-block order, turns on a
- * semaphore per (head, query block) zeroed by a memset).  The FA2 rows (16-bit operands, d <= 128:
+ * with 16-byte rows: bwd_wg.cuh) run the FA2 rows' preprocess, attn_bwd_wg
+ * (the same scheme on wgmma, the dQ partials added by bulk reduce-adds
+ * into an accumulator of 64-row tiles) and attn_bwd_wg_dq_out, in both
+ * modes (deterministic: the partials added in key-block order, counted on
+ * a counter per (head, query block); accumulator and counters zeroed by
+ * one memset).  The FA2 rows (16-bit operands, d <= 128:
  * bwd_fa2.cuh) run attn_bwd_fa2_pre (D = rowsum(dO * O) into the
  * workspace, and the fast mode's f32 dQ accumulator zeroed in the same
  * pass) when o and dq rows are 16-byte aligned, attn_bwd_fa2 (dK/dV, and
@@ -18,8 +20,9 @@
  * The configuration is the first row of the table that supports the call,
  * or the one SF_AUTOTUNE_FORCE=attn_bwd:<name> names.
  * Workspace from the context's arena: D (H x rows f32) and, in the fast
- * mode (wg rows: both), the dQ accumulator (rows x H x d f32); the wg
- * rows' deterministic turns (H x batch x 64-row query blocks, int32).
+ * mode, the dQ accumulator (rows x H x d f32; wg rows, both modes: H x
+ * acc_nb tiles of 64 x D f32); the wg rows' deterministic counters (H x
+ * batch x 64-row query blocks, int32).
  */
 #include "common/cuda_common.h"
 #include "attn/bwd_configs.h"
@@ -63,7 +66,8 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
     const bool acc = !det || WG; /* dQ through the f32 accumulator */
     if (p.rows_q > 0 && aux16) {
         const int64_t blocks = (p.rows_q * p.nheads * G + 255) / 256;
-        if (!acc) attn_bwd_fa2_pre<T, G, false><<<(unsigned)blocks, 256, 0, st>>>(p);
+        /* the wg rows' accumulator is zeroed by a memset (its own layout) */
+        if (!acc || WG) attn_bwd_fa2_pre<T, G, false><<<(unsigned)blocks, 256, 0, st>>>(p);
         else attn_bwd_fa2_pre<T, G, true><<<(unsigned)blocks, 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     } else if (p.rows_q > 0) {
@@ -96,7 +100,12 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         }
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (p.rows_q > 0 && !acc) {
+    if (p.rows_q > 0 && WG) {
+        const dim3 grid((unsigned)((q_rows + 63) / 64), (unsigned)p.batch, (unsigned)p.nheads);
+        if (aux16) attn_bwd_wg_dq_out<T, DM, true><<<grid, 256, 0, st>>>(p);
+        else attn_bwd_wg_dq_out<T, DM, false><<<grid, 256, 0, st>>>(p);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (p.rows_q > 0 && !acc) {
         const int64_t qb = (q_rows + 16 * NW - 1) / (16 * NW);
         if (qb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld query rows (at most %d)",
                                        (long long)q_rows, 65535 * 16 * NW);
@@ -274,12 +283,18 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     p.alibi_sb = pr->alibi_sb;
     p.alibi_sh = pr->alibi_sh;
 
-    /* workspace: D, then the dQ accumulator (fast mode; wg rows in both),
-     * then the wg rows' deterministic turns (H x batch x query blocks) */
+    /* workspace: D, then the dQ accumulator (fast mode; wg rows in both, in
+     * tiles of 64 query rows: per sequence its query blocks, at most
+     * rows / 64 + sequences tiles a head with packed sequences, since
+     * sequence b's first tile is q0 / 64 + b and floor(q0 / 64) +
+     * ceil(lq / 64) <= floor((q0 + lq) / 64) + 1), then the wg rows'
+     * deterministic counts (H x batch x query blocks) */
     const int det = bp->deterministic;
     const bool wg = cfg->kernel == BwdKernel::wg;
     p.sem_nqb = (int)((pr->max_lq + WgBwdSmem<64>::BM - 1) / WgBwdSmem<64>::BM);
-    const double nD = (double)p.rows_q * p.nheads, nA = det && !wg ? 0.0 : nD * d;
+    p.acc_nb = vl ? p.rows_q / 64 + pr->batch : pr->batch * p.sem_nqb;
+    const double nD = (double)p.rows_q * p.nheads;
+    const double nA = wg ? (double)p.nheads * p.acc_nb * 64 * cfg->dmax : det ? 0.0 : nD * d;
     const double nS = det && wg ? (double)p.nheads * p.batch * p.sem_nqb : 0.0;
     if (4.0 * (nD + nA + nS) + 512.0 > (double)(SIZE_MAX / 2))
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: the workspace (%.3g bytes) is too large", op,
@@ -291,7 +306,8 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     p.dsum = (float *)ws;
     p.dqacc = nA > 0.0 ? (float *)(ws + dbytes) : nullptr;
     p.sem = nS > 0.0 ? (int *)(ws + dbytes + abytes) : nullptr;
-    if (sbytes) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.sem, 0, sbytes, sf_cuda_stream(ctx)));
+    if (wg && abytes + sbytes)
+        SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes + sbytes, sf_cuda_stream(ctx)));
     /* the FA2 rows' 16-byte pre/postprocess (o and dq rows too): the
      * preprocess zeroes the accumulator itself */
     bool aux16 = cfg->kernel != BwdKernel::simt && p.vec16;
@@ -302,7 +318,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
             for (int i = 0; i < x->rank - 1; i++) aux16 = aux16 && x->stride[i] % 8 == 0;
         }
     }
-    if (abytes && !aux16) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
+    if (abytes && !aux16 && !wg) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
 
     const int64_t q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;
     switch (dt) {

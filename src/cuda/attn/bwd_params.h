@@ -20,8 +20,10 @@ struct BwdParams {
     void *dq, *dk, *dv;
     const float *lse;
     float *dsum;                  /* D = rowsum(dO * O): (H, rows) f32          */
-    float *dqacc;                 /* fast mode, and wg's deterministic one: (rows, H, d) f32, zeroed */
-    int *sem;                     /* wg's deterministic mode: (H, batch, sem_nqb) turns, zeroed */
+    float *dqacc;                 /* f32, zeroed: fast mode (rows, H, d); wg rows, both modes: per head
+                                     acc_nb tiles of 64 rows x D (bwd_wg.cuh wg_acc_tile) */
+    int64_t acc_nb;               /* wg rows: accumulator tiles a head */
+    int *sem;                     /* wg's deterministic mode: (H, batch, sem_nqb) counts, zeroed */
     int sem_nqb;                  /* query blocks of 64 rows in the longest sequence */
     int64_t q_sb, q_sr, q_sh, k_sb, k_sr, k_sh, v_sb, v_sr, v_sh;
     int64_t o_sb, o_sr, o_sh, do_sb, do_sr, do_sh;

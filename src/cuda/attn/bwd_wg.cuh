@@ -18,14 +18,17 @@
  *                                       takes 64 of the columns over all 128
  *                                       keys, at D 64 all columns over its
  *                                       own 64 keys (both partials added)
- * then red.global.add.v2.f32 into the f32 accumulator.  DET (the
- * deterministic mode): the key blocks that add to a (head, query block)
- * take turns in key order on a semaphore (p.sem, zeroed before the call),
- * so every element's sum has one order; the waits form a wavefront one
- * block behind the previous key block (its CTAs launch first: z is the
- * grid's slowest dimension).  The dV / dK
- * products run while dS is stored and the dQ product issued: one wait for
- * all three.  Shared tiles in the 128-byte-swizzle layout of
+ then each warpgroup's 64 x 64 dQ partial goes to shared memory in the
+ * accumulator's fragment order (wg_acc_off) and into the f32 accumulator
+ * by one 16 KB bulk reduce-add (cp.reduce.async.bulk), which runs while the
+ * next item is computed; attn_bwd_wg_dq_out converts the accumulator.  DET
+ * (the deterministic mode): the key blocks that add to a (head, query
+ * block) take turns in key order on a counter (p.sem, zeroed before the
+ * call), each partial's adds complete before the next may start, so every
+ * element's sum has one order; the waits form a wavefront one block behind
+ * the previous key block (its CTAs launch first: z is the grid's slowest
+ * dimension).  The dV / dK products run while dS is stored and the dQ
+ * product issued: one wait for all three.  Shared tiles in the 128-byte-swizzle layout of
  * common/wgmma.cuh (column blocks of 64 elements x rows, 1024-aligned).
  * Tiles without a masked element take the short path P = 2^(s sl2 - lse2)
  * (S's wait first, dP's product still running); the others evaluate mask,
@@ -44,12 +47,31 @@ template <int D> struct WgBwdSmem {
     static constexpr int KB = BN * D * 2;  /* K or V tile, bytes  */
     static constexpr int QB = BM * D * 2;  /* Q or dO tile        */
     static constexpr int SB = BM * BN * 2; /* dS[query][key]      */
-    /* K, V, two stages of (Q, dO), dS, two stages of (lse2, D) */
+    static constexpr int PB = 64 * 64 * 4; /* a warpgroup's dQ partial, f32 */
+    /* K, V, two stages of (Q, dO), dS, two stages of (lse2, D), the two
+     * warpgroups' dQ partials */
     static constexpr int OFF_V = KB, OFF_Q = 2 * KB, OFF_DS = 2 * KB + 4 * QB, OFF_ST = OFF_DS + SB;
+    static constexpr int OFF_DQ = OFF_ST + 4 * BM * (int)sizeof(float);
     /* + 1 KiB to align the base to 1024 */
-    static constexpr size_t bytes = (size_t)OFF_ST + 4 * BM * sizeof(float) + 1024;
+    static constexpr size_t bytes = (size_t)OFF_DQ + 2 * PB + 1024;
     static_assert(D == 64 || D == 128, "wgmma backward: head dim buckets 64 and 128");
 };
+
+/* The wg rows' dQ accumulator (p.dqacc): per head, p.acc_nb tiles of 64
+ * query rows x D columns in f32; sequence b's query block qb is tile
+ * wg_acc_tile (its blocks are contiguous and no two sequences share one).
+ * Inside a tile, D / 64 parts of 64 columns, each in the order of the wgmma
+ * accumulator fragments: element (row r, column c of the part) at
+ * ((r / 16) 8 + c / 8) 128 + (4 (r % 8) + (c % 8) / 2) 4 + 2 ((r % 16) / 8)
+ * + c % 2, so a warp's fragment is one float4 a lane, and a part one
+ * contiguous 16 KB bulk reduce-add. */
+__host__ __device__ __forceinline__ int64_t wg_acc_tile(const BwdParams &p, int b, int64_t q0, int h, int qb) {
+    const int64_t base = p.varlen ? q0 / 64 + b : (int64_t)b * p.sem_nqb; /* q0 / 64 + b: see bwd.cu */
+    return (int64_t)h * p.acc_nb + base + qb;
+}
+__host__ __device__ __forceinline__ int wg_acc_off(int r, int c) {
+    return ((r >> 4) * 8 + (c >> 3)) * 128 + (4 * (r & 7) + ((c & 7) >> 1)) * 4 + 2 * ((r >> 3) & 1) + (c & 1);
+}
 
 template <typename T, int D, bool DET>
 __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
@@ -80,6 +102,8 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     const int nk = min(BN, lk - j0), d = p.d, d8 = d >> 3;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
     const int kr = 16 * warp; /* the warp's first key in the block: warpgroup wg holds keys 64 wg.. */
+    const uint32_t sdQ = sbase + SM::OFF_DQ + wg * SM::PB; /* this warpgroup's dQ partial */
+    float4 *pdQ = reinterpret_cast<float4 *>(smem_raw + (sdQ - sraw));
     int ib0, ib1;
     fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
     const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv;
@@ -237,6 +261,9 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                                      ad[kk][2], ad[kk][3]);
             }
             fence_async_smem();
+            /* the previous item's bulk reduce has read this warpgroup's dQ
+             * partial (published to the warpgroup by the barrier below) */
+            if ((tid & 127) == 0) sf_wg::bulk_wait_read0();
             if constexpr (D == 128) {
                 __syncthreads(); /* both warpgroups' dS */
 #pragma unroll
@@ -244,7 +271,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                     Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024),
                                    wg_desc(sK + wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
             } else {
-                sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS */
+                sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS (and dQ partial) */
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
                     Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + wg * (BM * 128) + kk * 32, 16, 1024),
@@ -256,49 +283,42 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         reg_fence(dv);
         reg_fence(dk);
         reg_fence(c);
-        /* DET: this (head, query block)'s semaphore, and the count of key blocks
-         * before this one that add to it (they start at the block of the first
-         * row's first key: the blocks that see a query block are contiguous) */
-        int *sem = nullptr;
-        int turn = 0;
-        if constexpr (DET) {
-            sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
-            int lo, hi;
-            key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
-            turn = (int)blockIdx.z - lo / BN;
-            if (tid == 0)
-                while (sf_wg::ld_acquire_gpu(sem) != turn) {
-                }
-            __syncthreads();
-        }
-        {
-            const int cb = D == 128 ? 64 * wg : 0, qr = 16 * (warp & 3) + g;
-            float *acc0 = p.dqacc + (bwd_grow(p, b, q0, i0 + qr) * p.nheads + h) * (int64_t)d;
-            float *acc1 = acc0 + (int64_t)8 * p.nheads * d; /* row + 8: rows are consecutive here */
-            const bool in0 = qr < nq, in1 = qr + 8 < nq;
-            /* DET at D 64: both warpgroups add to every element, warpgroup 0 first */
-            const int rounds = DET && D == 64 ? 2 : 1;
-            for (int r = 0; r < rounds; r++) {
-                if (rounds == 1 || r == wg) {
+        /* dQ: the warpgroup's 64 x 64 partial (D 128: its 64 columns; D 64: all
+         * columns over its own keys) to shared memory in the accumulator's
+         * fragment order, one float4 a lane and n-tile (no bank conflicts),
+         * then one 16 KB bulk reduce-add into the accumulator tile, issued by
+         * the warpgroup's first thread.  Rows past nq hold zeros. */
 #pragma unroll
-                    for (int n = 0; n < 8; n++) {
-                        const int col = cb + 8 * n + 2 * t;
-                        if (col < d) { /* d % 8 == 0: the pair is in */
-                            if (in0) fa2_red2(acc0 + col, c[n][0], c[n][1]);
-                            if (in1) fa2_red2(acc1 + col, c[n][2], c[n][3]);
-                        }
-                    }
+        for (int n = 0; n < 8; n++) pdQ[((warp & 3) * 8 + n) * 32 + lane] = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
+        fence_async_smem();
+        sf_wg::named_sync(3 + wg, 128);
+        if ((tid & 127) == 0) {
+            float *dst = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D) + (D == 128 ? wg * (SM::PB / 4) : 0);
+            if constexpr (DET) {
+                /* this (head, query block)'s semaphore counts the partials added:
+                 * two a key block, the key blocks in order (they start at the
+                 * block of the first row's first key: the blocks that see a query
+                 * block are contiguous); at D 64 both warpgroups add to every
+                 * element, warpgroup 0 first */
+                int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
+                int lo, hi;
+                key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
+                const int ahead = 2 * ((int)blockIdx.z - lo / BN) + (D == 64 ? wg : 0);
+                while (sf_wg::ld_acquire_gpu(sem) < ahead) {
                 }
-                if (DET) {
-                    __threadfence(); /* the adds are done (performed at the GPU) before ... */
-                    __syncthreads(); /* ... the other warpgroup's, and the next block's */
-                }
+                sf_wg::bulk_reduce_add_f32(dst, sdQ, SM::PB);
+                sf_wg::bulk_commit();
+                sf_wg::bulk_wait<0>(); /* the adds done before the next partial's turn */
+                sf_wg::red_release_add_gpu(sem, 1);
+            } else {
+                sf_wg::bulk_reduce_add_f32(dst, sdQ, SM::PB);
+                sf_wg::bulk_commit();
             }
         }
-        if (DET && tid == 0) sf_wg::st_release_gpu(sem, turn + 1);
         if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
     }
     sf_cp_async_wait<0>();
+    if ((tid & 127) == 0) sf_wg::bulk_wait<0>(); /* the last reduce has read its source */
 
     /* dK, dV rows kr + g and kr + g + 8 of the block (any dk, dv strides) */
 #pragma unroll
@@ -321,6 +341,56 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
 #else
     (void)p;
 #endif
+}
+
+/* The wg rows' postprocess: the accumulator (wg_acc_off's fragment order)
+ * to dq.  A block per (query block, sequence, head); per 64-column part,
+ * the 16 KB read coalesced into a row-major shared tile (rows padded to 72
+ * floats: the fragment's float2 stores meet no bank twice a half-warp), then
+ * 8 elements of a row a thread (16-byte stores when V16). */
+template <typename T, int D, bool V16>
+__global__ void __launch_bounds__(256) attn_bwd_wg_dq_out(const BwdParams p) {
+    constexpr int LD = 72;
+    __shared__ float4 tile4[64 * LD / 4];
+    float *tile = reinterpret_cast<float *>(tile4);
+    const int qb = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+    int64_t q0, k0;
+    int lq, lk;
+    bwd_seq(p, b, q0, lq, k0, lk);
+    const int i0 = qb * 64;
+    if (i0 >= lq) return;
+    const int nq = min(64, lq - i0);
+    const float4 *src = reinterpret_cast<const float4 *>(p.dqacc + wg_acc_tile(p, b, q0, h, qb) * (64 * D));
+    for (int part = 0; part * 64 < p.d && part < D / 64; part++) {
+        __syncthreads(); /* the previous part's readers are done */
+        for (int x = threadIdx.x; x < 1024; x += 256) {
+            /* float4 x: n-tile n of warp w, lane (g, t): rows 16 w + g (xy) and + 8 (zw), columns 8 n + 2 t */
+            const float4 v = src[part * 1024 + x];
+            const int w = x >> 8, n = (x >> 5) & 7, lane = x & 31, r = 16 * w + (lane >> 2), c = 8 * n + 2 * (lane & 3);
+            *reinterpret_cast<float2 *>(&tile[r * LD + c]) = make_float2(v.x, v.y);
+            *reinterpret_cast<float2 *>(&tile[(r + 8) * LD + c]) = make_float2(v.z, v.w);
+        }
+        __syncthreads();
+        for (int x = threadIdx.x; x < 64 * 8; x += 256) {
+            const int r = x >> 3, c = 8 * (x & 7);
+            if (r >= nq || part * 64 + c >= p.d) continue; /* d % 8 == 0: the 8 are in */
+            const float4 u = *reinterpret_cast<const float4 *>(&tile[r * LD + c]);
+            const float4 v = *reinterpret_cast<const float4 *>(&tile[r * LD + c + 4]);
+            T *out = (T *)p.dq + (int64_t)b * p.dq_sb + (q0 + i0 + r) * p.dq_sr + (int64_t)h * p.dq_sh + part * 64 + c;
+            if constexpr (V16) {
+                uint4 o;
+                o.x = sf_mma16<T>::pack(u.x, u.y);
+                o.y = sf_mma16<T>::pack(u.z, u.w);
+                o.z = sf_mma16<T>::pack(v.x, v.y);
+                o.w = sf_mma16<T>::pack(v.z, v.w);
+                *reinterpret_cast<uint4 *>(out) = o;
+            } else {
+                const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 8; k++) out[k] = sf_elem<T>::from_f(e[k]);
+            }
+        }
+    }
 }
 
 } /* namespace sf_attn */

@@ -128,6 +128,21 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read0() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
+/* Every committed bulk group but the newest N complete: their global writes
+ * done, not only their shared sources read. */
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* `bytes` of f32 (a multiple of 16; both addresses 16-byte aligned) at
+ * shared address src added element by element into global dst by the bulk
+ * copy engine (each element's add atomic), in the thread's bulk async-group.
+ * The shared source is read in the async proxy: its writers fence first
+ * (fence_async_smem). */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
 /* Four 8 x 8 matrices of 16-bit elements to shared memory: lane l gives the
  * address of row l % 8 of matrix l / 8 and holds, in r[i], its two
  * elements of row (l / 4) of matrix i (the accumulator fragment layout). */
@@ -154,6 +169,9 @@ __device__ __forceinline__ int ld_acquire_gpu(const int *p) {
 }
 __device__ __forceinline__ void st_release_gpu(int *p, int v) {
     asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_release_add_gpu(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 /* The CTA's rank in its cluster, and a barrier over every thread of the

@@ -68,6 +68,7 @@ inline void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
 }
 inline int ld_acquire_gpu(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 inline void st_release_gpu(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+inline void red_release_add_gpu(int *p, int v) { __atomic_fetch_add(p, v, __ATOMIC_RELEASE); }
 inline uint32_t cluster_rank() { return 0; }
 inline void cluster_sync() { emu_not_emulated("cluster_sync"); }
 inline void tma_load4_mc(uint32_t, const void *, int, int, int, int, uint32_t, uint16_t) {
