@@ -52,21 +52,37 @@ sf_status launch_append(sf_ctx *ctx, const AppendParams &p, int64_t total) {
     return SF_OK;
 }
 
-/* Splits of the longest sequence the table can hold: as many as make the
- * b x Hkv x row-tile groups `per_sm` blocks an SM (at most the kernel's
- * occupancy), never more than the table's capacity can use; one when the
- * groups outnumber the split counters (counters.h) or there are none.  A
- * function of shapes only, so graph replays with other lengths keep it.
- * Fewer, longer splits than a full occupancy wave: each block pays for its
- * Q load, its warp merge and its share of the final merge once, and one
- * wave of equal blocks leaves no SM a block behind (H100, b 1 with 32k
- * keys: 2.40 TB/s at one block an SM, 2.22 at three). */
-int64_t split_count(const PagedParams &p, int64_t sms, int per_sm, bool have_ctr) {
+/* Splits of the longest sequence the table can hold.  With fewer b x Hkv x
+ * row-tile groups than `aim` blocks an SM: as many as make them `aim`
+ * blocks an SM.  Fewer, longer splits than a full occupancy wave: each
+ * block pays for its Q load, its warp merge and its share of the final
+ * merge once, and one wave of equal blocks leaves no SM a block behind
+ * (H100, b 1 with 32k keys: 2.40 TB/s at one block an SM, 2.22 at three).
+ * With more groups than that but under two full waves (`occ` blocks an SM
+ * resident), the count (1..8, at most two waves of blocks) whose blocks
+ * end closest under a whole number of waves, the fewest of equals: a last
+ * wave part full leaves SMs idle or at one block and the bytes in flight
+ * short (H100, b 32 x 8 heads with 4k keys: 2.69 TB/s at three splits,
+ * 0.97 of two waves, 2.45 unsplit, 0.65 of one).  Never more splits than
+ * the table's capacity can use; one when the groups outnumber the split
+ * counters (counters.h) or there are none.  A function of shapes only, so
+ * graph replays with other lengths keep it. */
+int64_t split_count(const PagedParams &p, int64_t sms, int aim, int occ, bool have_ctr) {
     const int64_t base = (int64_t)p.batch * p.nkv * p.mtiles;
     if (!have_ctr || base > SF_PAGED_CTRS) return 1;
     const int64_t cap_keys = (int64_t)p.max_pages << p.page_shift;
-    int64_t nsm = (int64_t)per_sm * sms / base;
     const int64_t by_len = (cap_keys + p.min_split - 1) / p.min_split;
+    const int64_t wave = (int64_t)occ * sms;
+    int64_t nsm = (int64_t)aim * sms / base;
+    if (nsm < 1 && base < 2 * wave) {
+        /* the fill of the last wave, base s / (waves s wave), in 1/1024 */
+        int64_t best_fill = -1;
+        for (int64_t s = 1; s <= 8 && s <= by_len && (s == 1 || base * s <= 2 * wave); s++) {
+            const int64_t blocks = base * s, waves = (blocks + wave - 1) / wave;
+            const int64_t fill = blocks * 1024 / (waves * wave);
+            if (fill > best_fill + 32) best_fill = fill, nsm = s; /* within 1/32: the fewer splits */
+        }
+    }
     if (nsm > by_len) nsm = by_len;
     if (nsm > 64) nsm = 64;
     return nsm < 1 ? 1 : nsm;
@@ -130,7 +146,7 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int64_t gy = (int64_t)p.nkv * p.mtiles;
     const int aim = FP8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
-    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim,
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim, per_sm,
                               st && st->tile_ctr);
     if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
