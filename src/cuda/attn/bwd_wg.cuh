@@ -18,10 +18,12 @@
  *                                       takes 64 of the columns over all 128
  *                                       keys, at D 64 all columns over its
  *                                       own 64 keys (both partials added)
- then each warpgroup's 64 x 64 dQ partial goes to shared memory in the
- * accumulator's fragment order (wg_acc_off) and into the f32 accumulator
- * by one 16 KB bulk reduce-add (cp.reduce.async.bulk), which runs while the
- * next item is computed; attn_bwd_wg_dq_out converts the accumulator.  DET
+ then the dQ partials go to shared memory in the accumulator's fragment
+ * order (wg_acc_off) - at D 128 each warpgroup's 64 columns, at D 64
+ * warpgroup 0's partial with warpgroup 1's added to it - and into the f32
+ * accumulator by 16 KB bulk reduce-adds (cp.reduce.async.bulk), which run
+ * while the next item is computed; attn_bwd_wg_dq_out converts the
+ * accumulator.  DET
  * (the deterministic mode): the key blocks that add to a (head, query
  * block) take turns in key order on a counter (p.sem, zeroed before the
  * call), each partial's adds complete before the next may start, so every
@@ -102,8 +104,10 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     const int nk = min(BN, lk - j0), d = p.d, d8 = d >> 3;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
     const int kr = 16 * warp; /* the warp's first key in the block: warpgroup wg holds keys 64 wg.. */
-    const uint32_t sdQ = sbase + SM::OFF_DQ + wg * SM::PB; /* this warpgroup's dQ partial */
-    float4 *pdQ = reinterpret_cast<float4 *>(smem_raw + (sdQ - sraw));
+    /* the dQ partials' two 16 KB buffers: at D 128 one a warpgroup, at D 64
+     * one an item parity (warpgroup 1 adds warpgroup 0's partial to its own) */
+    const uint32_t sdQ0 = sbase + SM::OFF_DQ;
+    float4 *const pdQ0 = reinterpret_cast<float4 *>(smem_raw + (sdQ0 - sraw));
     int ib0, ib1;
     fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
     const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv;
@@ -147,6 +151,8 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
 
     for (int it = 0; it < items; it++) {
+        /* D 64: item it - 2's reduce has read this item's dQ buffer (published by the barrier) */
+        if (D == 64 && tid == 128) sf_wg::bulk_wait_read<1>();
         __syncthreads(); /* the other stage and dS: the previous item's readers are done */
         if (it + 1 < items) {
             issue(it + 1);
@@ -261,9 +267,9 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                                      ad[kk][2], ad[kk][3]);
             }
             fence_async_smem();
-            /* the previous item's bulk reduce has read this warpgroup's dQ
-             * partial (published to the warpgroup by the barrier below) */
-            if ((tid & 127) == 0) sf_wg::bulk_wait_read0();
+            /* D 128: the previous item's bulk reduce has read this warpgroup's
+             * dQ buffer (published to the warpgroup by the barrier below) */
+            if (D == 128 && (tid & 127) == 0) sf_wg::bulk_wait_read0();
             if constexpr (D == 128) {
                 __syncthreads(); /* both warpgroups' dS */
 #pragma unroll
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                     Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024),
                                    wg_desc(sK + wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
             } else {
-                sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS (and dQ partial) */
+                sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS */
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
                     Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + wg * (BM * 128) + kk * 32, 16, 1024),
@@ -285,34 +291,54 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         reg_fence(c);
         /* dQ: the warpgroup's 64 x 64 partial (D 128: its 64 columns; D 64: all
          * columns over its own keys) to shared memory in the accumulator's
-         * fragment order, one float4 a lane and n-tile (no bank conflicts),
-         * then one 16 KB bulk reduce-add into the accumulator tile, issued by
-         * the warpgroup's first thread.  Rows past nq hold zeros. */
+         * fragment order, one float4 a lane and n-tile (no bank conflicts); at
+         * D 64 warpgroup 1 adds warpgroup 0's partial to its own there.  Then
+         * one 16 KB bulk reduce-add into the accumulator tile a buffer, issued
+         * by the writing warpgroup's first thread.  Rows past nq hold zeros. */
+        const int fx = ((warp & 3) * 8) * 32 + lane; /* the lane's float4, n-tile 0 */
+        float4 *buf = pdQ0 + (D == 128 ? wg : (it & 1)) * (SM::PB / 16);
+        if constexpr (D == 128) {
 #pragma unroll
-        for (int n = 0; n < 8; n++) pdQ[((warp & 3) * 8 + n) * 32 + lane] = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
-        fence_async_smem();
-        sf_wg::named_sync(3 + wg, 128);
-        if ((tid & 127) == 0) {
-            float *dst = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D) + (D == 128 ? wg * (SM::PB / 4) : 0);
-            if constexpr (DET) {
-                /* this (head, query block)'s semaphore counts the partials added:
-                 * two a key block, the key blocks in order (they start at the
-                 * block of the first row's first key: the blocks that see a query
-                 * block are contiguous); at D 64 both warpgroups add to every
-                 * element, warpgroup 0 first */
-                int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
-                int lo, hi;
-                key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
-                const int ahead = 2 * ((int)blockIdx.z - lo / BN) + (D == 64 ? wg : 0);
-                while (sf_wg::ld_acquire_gpu(sem) < ahead) {
+            for (int n = 0; n < 8; n++) buf[fx + 32 * n] = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
+        } else {
+            if (wg == 0) {
+#pragma unroll
+                for (int n = 0; n < 8; n++) buf[fx + 32 * n] = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
+            }
+            sf_wg::named_sync(3, 256); /* warpgroup 0's partial written */
+            if (wg == 1) {
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    const float4 v = buf[fx + 32 * n]; /* the same lane of warpgroup 0 wrote it */
+                    buf[fx + 32 * n] = make_float4(v.x + c[n][0], v.y + c[n][1], v.z + c[n][2], v.w + c[n][3]);
                 }
-                sf_wg::bulk_reduce_add_f32(dst, sdQ, SM::PB);
-                sf_wg::bulk_commit();
-                sf_wg::bulk_wait<0>(); /* the adds done before the next partial's turn */
-                sf_wg::red_release_add_gpu(sem, 1);
-            } else {
-                sf_wg::bulk_reduce_add_f32(dst, sdQ, SM::PB);
-                sf_wg::bulk_commit();
+            }
+        }
+        if (D == 128 || wg == 1) {
+            fence_async_smem();
+            sf_wg::named_sync(4 + wg, 128);
+            if ((tid & 127) == 0) {
+                const uint32_t sbuf = sdQ0 + (uint32_t)((buf - pdQ0) * 16);
+                float *dst = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D) + (D == 128 ? wg * (SM::PB / 4) : 0);
+                if constexpr (DET) {
+                    /* this (head, query block)'s counter counts the reduces done: D / 64
+                     * a key block, the key blocks in order (they start at the block of
+                     * the first row's first key: the blocks that see a query block are
+                     * contiguous) */
+                    int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
+                    int lo, hi;
+                    key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
+                    const int ahead = (D / 64) * ((int)blockIdx.z - lo / BN);
+                    while (sf_wg::ld_acquire_gpu(sem) < ahead) {
+                    }
+                    sf_wg::bulk_reduce_add_f32(dst, sbuf, SM::PB);
+                    sf_wg::bulk_commit();
+                    sf_wg::bulk_wait<0>(); /* the adds done before the next key block's turn */
+                    sf_wg::red_release_add_gpu(sem, 1);
+                } else {
+                    sf_wg::bulk_reduce_add_f32(dst, sbuf, SM::PB);
+                    sf_wg::bulk_commit();
+                }
             }
         }
         if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;

@@ -128,6 +128,10 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read0() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
+/* Every committed bulk group but the newest N has read its shared source. */
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
 /* Every committed bulk group but the newest N complete: their global writes
  * done, not only their shared sources read. */
 template <int N> __device__ __forceinline__ void bulk_wait() {
