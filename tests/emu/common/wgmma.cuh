@@ -20,7 +20,7 @@
 // warpgroup's barrier, and wg_commit waits at that barrier too, so a
 // warpgroup whose warps do not all issue the same wgmma steps deadlocks
 // (reported by emu_rt.h) instead of passing.
-// mbarriers, TMA, bulk copies and clusters are not emulated: they abort.
+// mbarriers and bulk copies are emulated (below); TMA and clusters abort.
 #ifndef SF_WGMMA_UTIL_CUH
 #define SF_WGMMA_UTIL_CUH
 
@@ -46,15 +46,107 @@ inline void cp_async16_u32(uint32_t dst, const void *src, int bytes) {
     fflush(stdout);
     abort();
 }
-inline void mbar_init(uint32_t, int) { emu_not_emulated("mbar_init"); }
-inline void mbar_expect_tx(uint32_t, uint32_t) { emu_not_emulated("mbar_expect_tx"); }
-inline void mbar_arrive(uint32_t) { emu_not_emulated("mbar_arrive"); }
-inline void mbar_wait(uint32_t, uint32_t) { emu_not_emulated("mbar_wait"); }
-inline void mbar_wait_sleep(uint32_t, uint32_t) { emu_not_emulated("mbar_wait_sleep"); }
-inline void mbar_arrive_cluster(uint32_t, uint32_t) { emu_not_emulated("mbar_arrive_cluster"); }
-inline void mbar_init_fence() { emu_not_emulated("mbar_init_fence"); }
-inline void mbar_init_stages(uint32_t, int) { emu_not_emulated("mbar_init_stages"); }
-inline void bulk_copy_g2s(uint32_t, const void *, uint32_t, uint32_t) { emu_not_emulated("bulk_copy_g2s"); }
+// mbarriers (shared::cta), kept beside the shared memory and keyed by
+// their address: the arrivals the phase still expects, the count, the
+// transaction bytes outstanding (may go below 0 before the expect_tx, as on
+// the GPU) and the phases completed.  A phase completes when arrivals and
+// bytes both reach 0; then the arrivals are the count again.
+// try_wait.parity p holds while the completed-phase count's parity is p (so
+// waiting for parity 1 on a fresh barrier returns at once, the producer's
+// first "empty" wait).  Bulk copies land at their call and complete their
+// bytes there.  A use before init, more arrivals than the count, or a wait
+// no arrival can end (every live thread waiting: the deadlock report) abort.
+struct EmuMbar {
+    int count = 0, pending = 0;
+    long long tx = 0;
+    unsigned long phases = 0;
+};
+inline std::mutex emu_mbar_mu;
+inline std::condition_variable emu_mbar_cv;
+inline std::map<uint32_t, EmuMbar> emu_mbars;
+inline EmuMbar &emu_mbar(uint32_t bar, const char *what) { // emu_mbar_mu held
+    auto it = emu_mbars.find(bar);
+    if (it == emu_mbars.end()) {
+        printf("EMU: %s on shared address 0x%x, no initialised mbarrier there\n", what, bar);
+        fflush(stdout);
+        abort();
+    }
+    return it->second;
+}
+inline void emu_mbar_step(EmuMbar &m, int arrivals, long long bytes, uint32_t bar) { // emu_mbar_mu held
+    m.pending -= arrivals;
+    m.tx += bytes;
+    if (m.pending < 0) {
+        printf("EMU: mbarrier 0x%x: more arrivals than its count %d in a phase\n", bar, m.count);
+        fflush(stdout);
+        abort();
+    }
+    if (m.pending == 0 && m.tx == 0) {
+        m.phases++;
+        m.pending = m.count;
+        emu_progress++;
+        emu_mbar_cv.notify_all();
+    }
+}
+inline void mbar_init(uint32_t bar, int count) {
+    if (bar & 7) { printf("EMU: mbarrier at unaligned shared address 0x%x\n", bar); abort(); }
+    std::lock_guard<std::mutex> lk(emu_mbar_mu);
+    emu_mbars[bar] = EmuMbar{count, count, 0, 0};
+}
+inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    std::lock_guard<std::mutex> lk(emu_mbar_mu);
+    emu_mbar_step(emu_mbar(bar, "mbarrier.arrive.expect_tx"), 1, (long long)bytes, bar);
+}
+inline void mbar_arrive(uint32_t bar) {
+    std::lock_guard<std::mutex> lk(emu_mbar_mu);
+    emu_mbar_step(emu_mbar(bar, "mbarrier.arrive"), 1, 0, bar);
+}
+inline void mbar_wait(uint32_t bar, uint32_t parity) {
+    std::unique_lock<std::mutex> lk(emu_mbar_mu);
+    EmuMbar &m = emu_mbar(bar, "mbarrier.try_wait");
+    if ((m.phases & 1) != (parity & 1)) return;
+    emu_wait_on[threadIdx.x] = "an mbarrier (try_wait.parity)";
+    emu_waiting++;
+    unsigned long seen = emu_progress;
+    int stuck = 0;
+    while ((m.phases & 1) == (parity & 1)) {
+        if (emu_mbar_cv.wait_for(lk, std::chrono::milliseconds(1500)) == std::cv_status::timeout &&
+            (m.phases & 1) == (parity & 1)) {
+            const bool all = emu_waiting.load() == emu_alive.load();
+            const unsigned long now = emu_progress;
+            stuck = all && now == seen ? stuck + 1 : 0;
+            seen = now;
+            if (stuck >= 2) {
+                lk.unlock();
+                emu_deadlock_report();
+            }
+        }
+    }
+    emu_waiting--;
+    emu_wait_on[threadIdx.x] = nullptr;
+}
+inline void mbar_wait_sleep(uint32_t bar, uint32_t parity) { mbar_wait(bar, parity); }
+inline void mbar_init_fence() {}
+inline void mbar_init_stages(uint32_t bar, int n) {
+    if (threadIdx.x == 0)
+        for (int i = 0; i < n; i++) mbar_init(bar + 8 * i, 1);
+    __syncthreads();
+}
+inline uint32_t cluster_rank();
+inline void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    if (rank != cluster_rank()) emu_not_emulated("an arrival on another CTA's mbarrier");
+    mbar_arrive(bar);
+}
+inline void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    if ((dst & 15) || ((uintptr_t)src & 15) || (bytes & 15)) {
+        printf("EMU: bulk copy of %u bytes, 0x%x <- %p: not 16-byte aligned\n", bytes, dst, src);
+        abort();
+    }
+    if (bytes) emu_sptr(dst + bytes - 1); // range check
+    memcpy(emu_sptr(dst), src, bytes);
+    std::lock_guard<std::mutex> lk(emu_mbar_mu);
+    emu_mbar_step(emu_mbar(bar, "cp.async.bulk (complete_tx)"), 0, -(long long)bytes, bar);
+}
 inline void tma_store4(const void *, uint32_t, int, int, int, int) { emu_not_emulated("tma_store4"); }
 // bulk groups complete at the call: the reduce-add is done when issued
 inline void bulk_commit() {}
