@@ -44,6 +44,7 @@ HOST_CALL = {  # PTX opcode -> host function of all its inputs (no outputs)
     "stmatrix.sync.aligned.m8n8.x4.shared.b16": "emu_stmatrix_x4<false>",
     "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16": "emu_stmatrix_x4<true>",
     "red.global.add.v2.f32": "emu_red_add_v2",
+    "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes": "sf_wg::emu_tma_load4",
 }
 
 
@@ -113,6 +114,14 @@ def rewrite_asm(s, fname):
             i = re.search(r'"l"\s*\((.*)\)\s*$', parts[2].strip(), flags=re.S)
             if len(o) == 4 and i:
                 repl = "{ const uint32_t *emu_p_ = (const uint32_t *)(%s); %s }" % (
+                    i.group(1), " ".join("%s = emu_p_[%d];" % (v, j) for j, v in enumerate(o)))
+        if op.startswith("setmaxnreg."):  # a register budget: nothing on the host
+            repl = ";"
+        if op == "ld.shared.v4.b32" and len(parts) >= 3:
+            o = re.findall(r'"=r"\s*\(([^()]+)\)', parts[1])
+            i = re.search(r'"r"\s*\((.*)\)\s*$', parts[2].strip(), flags=re.S)
+            if len(o) == 4 and i:
+                repl = "{ const uint32_t *emu_p_ = (const uint32_t *)emu_sptr(%s); %s }" % (
                     i.group(1), " ".join("%s = emu_p_[%d];" % (v, j) for j, v in enumerate(o)))
         if op in HOST_FN and len(parts) >= 3:
             # one output, inputs in order, immediates of the string after them

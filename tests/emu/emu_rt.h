@@ -158,6 +158,7 @@ inline unsigned char *emu_sptr(uint32_t a) {
 #define __launch_bounds__(...)
 #define __align__(x) alignas(x)
 #define __restrict__
+#define __grid_constant__
 struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) uint2 { uint32_t x, y; };
@@ -358,7 +359,7 @@ inline EmuBar *emu_named_bar(int id, int n) {
     return it->second;
 }
 
-template <class K, class A> void emu_launch(K kern, dim3 grid3, dim3 block3, size_t smem, const A &a) {
+template <class K, class... A> void emu_launch(K kern, dim3 grid3, dim3 block3, size_t smem, const A &...a) {
     const unsigned block = block3.x * block3.y * block3.z;
     if (block3.y != 1 || block3.z != 1) { printf("EMU: 2-D / 3-D blocks not emulated\n"); exit(1); }
     const unsigned long grid = (unsigned long)grid3.x * grid3.y * grid3.z;
@@ -392,7 +393,7 @@ template <class K, class A> void emu_launch(K kern, dim3 grid3, dim3 block3, siz
             th.emplace_back([&, t, bi] {
                 threadIdx.x = t;
                 blockIdx = bi;
-                kern(a);
+                kern(a...);
                 for (auto h : emu_exit_hooks)
                     if (h) h();
                 emu_alive--;

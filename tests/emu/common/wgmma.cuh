@@ -20,12 +20,13 @@
 // warpgroup's barrier, and wg_commit waits at that barrier too, so a
 // warpgroup whose warps do not all issue the same wgmma steps deadlocks
 // (reported by emu_rt.h) instead of passing.
-// mbarriers and bulk copies are emulated (below); TMA and clusters abort.
+// mbarriers, bulk copies and TMA tensor copies are emulated (below); clusters abort.
 #ifndef SF_WGMMA_UTIL_CUH
 #define SF_WGMMA_UTIL_CUH
 
 #include "common/cuda_common.h"
 #include "common/wgmma_ops.cuh"
+#include "common/tmap.h"
 
 #include <stdint.h>
 #include <map>
@@ -147,7 +148,6 @@ inline void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_
     std::lock_guard<std::mutex> lk(emu_mbar_mu);
     emu_mbar_step(emu_mbar(bar, "cp.async.bulk (complete_tx)"), 0, -(long long)bytes, bar);
 }
-inline void tma_store4(const void *, uint32_t, int, int, int, int) { emu_not_emulated("tma_store4"); }
 // bulk groups complete at the call: the reduce-add is done when issued
 inline void bulk_commit() {}
 inline void bulk_wait_read0() {}
@@ -163,8 +163,44 @@ inline void st_release_gpu(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELE
 inline void red_release_add_gpu(int *p, int v) { __atomic_fetch_add(p, v, __ATOMIC_RELEASE); }
 inline uint32_t cluster_rank() { return 0; }
 inline void cluster_sync() { emu_not_emulated("cluster_sync"); }
-inline void tma_load4_mc(uint32_t, const void *, int, int, int, int, uint32_t, uint16_t) {
-    emu_not_emulated("tma_load4_mc");
+// TMA tensor copies of the maps of common/tmap.h (EmuTmap): a box of 64
+// 16-bit columns x box rows at coordinates (c0 column, c1 row, c2 head, c3
+// batch), row r of the box at shared dst + 128 r with the 128-byte swizzle
+// (the 16-byte chunk address bits 4-6 XORed with bits 7-9, as wgmma reads it
+// here).  Loads fill what lies outside the tensor with zeros and complete
+// the whole box's bytes on the mbarrier at their call; stores skip it.
+inline uint32_t emu_sw128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
+template <bool LOAD> inline void emu_tma_box(const void *map, uint32_t sm, int c0, int c1, int c2, int c3) {
+    const EmuTmap &t = *reinterpret_cast<const EmuTmap *>(map);
+    if (sm & 127) { printf("EMU: TMA box at shared address 0x%x, not 128-byte aligned\n", sm); abort(); }
+    const bool hb = c2 >= 0 && c2 < t.dims[2] && c3 >= 0 && c3 < t.dims[3];
+    for (int r = 0; r < t.box[1]; r++)
+        for (int c = 0; c < t.box[0]; c++) {
+            const int64_t gc = (int64_t)c0 + c, gr = (int64_t)c1 + r;
+            const bool in = hb && gc >= 0 && gc < t.dims[0] && gr >= 0 && gr < t.dims[1];
+            unsigned char *g = in ? (unsigned char *)t.ptr + c3 * t.strides[2] + c2 * t.strides[1] + gr * t.strides[0] + gc * 2
+                                  : nullptr;
+            unsigned char *s = emu_sptr(emu_sw128(sm + (uint32_t)(r * 128 + c * 2)));
+            if (LOAD) {
+                if (in) memcpy(s, g, 2);
+                else memset(s, 0, 2);
+            } else if (in) {
+                memcpy(g, s, 2);
+            }
+        }
+}
+inline void emu_tma_load4(uint32_t dst, uint64_t map, int c0, int c1, int c2, int c3, uint32_t bar) {
+    const EmuTmap &t = *reinterpret_cast<const EmuTmap *>(map);
+    emu_tma_box<true>(reinterpret_cast<const void *>(map), dst, c0, c1, c2, c3);
+    std::lock_guard<std::mutex> lk(emu_mbar_mu);
+    emu_mbar_step(emu_mbar(bar, "cp.async.bulk.tensor (complete_tx)"), 0, -(long long)t.box[0] * t.box[1] * 2, bar);
+}
+inline void tma_store4(const void *map, uint32_t src, int c0, int c1, int c2, int c3) {
+    emu_tma_box<false>(map, src, c0, c1, c2, c3);
+}
+inline void tma_load4_mc(uint32_t dst, const void *map, int c0, int c1, int c2, int c3, uint32_t bar, uint16_t mask) {
+    if (mask != 1u) emu_not_emulated("a TMA multicast to other CTAs");
+    emu_tma_load4(dst, reinterpret_cast<uint64_t>(map), c0, c1, c2, c3, bar);
 }
 
 inline void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
