@@ -409,8 +409,14 @@ inline void wg_commit() {
     emu_wgs.groups.push_back(std::move(emu_wgs.open));
     emu_wgs.open.clear();
 }
+// wgmma.wait_group is warpgroup-wide: when it returns, every thread's part
+// of the retired products has read its operands (a thread that then hands
+// a stage back must not race its peers' deferred reads): the warpgroup's
+// barrier after this thread's part.
 template <int N> inline void wg_wait() {
-    if (!emu_wg_sync) emu_wg_retire(N);
+    if (emu_wg_sync) return;
+    emu_wg_retire(N);
+    emu_wg_bar[threadIdx.x / 128]->wait();
 }
 inline void wg_wait0() { wg_wait<0>(); }
 
