@@ -18,8 +18,8 @@
  *                                       takes 64 of the columns over all 128
  *                                       keys, at D 64 all columns over its
  *                                       own 64 keys (both partials added)
- then the dQ partials go to shared memory in the accumulator's fragment
- * order (wg_acc_off) - at D 128 each warpgroup's 64 columns, at D 64
+ * then the dQ partials go to shared memory in the accumulator's fragment
+ * order (wg_acc_tile's comment) - at D 128 each warpgroup's 64 columns, at D 64
  * warpgroup 0's partial with warpgroup 1's added to it - and into the f32
  * accumulator by 16 KB bulk reduce-adds (cp.reduce.async.bulk), which run
  * while the next item is computed; attn_bwd_wg_dq_out converts the
@@ -67,12 +67,9 @@ template <int D> struct WgBwdSmem {
  * ((r / 16) 8 + c / 8) 128 + (4 (r % 8) + (c % 8) / 2) 4 + 2 ((r % 16) / 8)
  * + c % 2, so a warp's fragment is one float4 a lane, and a part one
  * contiguous 16 KB bulk reduce-add. */
-__host__ __device__ __forceinline__ int64_t wg_acc_tile(const BwdParams &p, int b, int64_t q0, int h, int qb) {
+__device__ __forceinline__ int64_t wg_acc_tile(const BwdParams &p, int b, int64_t q0, int h, int qb) {
     const int64_t base = p.varlen ? q0 / 64 + b : (int64_t)b * p.sem_nqb; /* q0 / 64 + b: see bwd.cu */
     return (int64_t)h * p.acc_nb + base + qb;
-}
-__host__ __device__ __forceinline__ int wg_acc_off(int r, int c) {
-    return ((r >> 4) * 8 + (c >> 3)) * 128 + (4 * (r & 7) + ((c & 7) >> 1)) * 4 + 2 * ((r >> 3) & 1) + (c & 1);
 }
 
 template <typename T, int D, bool DET>
@@ -369,7 +366,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
 #endif
 }
 
-/* The wg rows' postprocess: the accumulator (wg_acc_off's fragment order)
+/* The wg rows' postprocess: the accumulator (wg_acc_tile's fragment order)
  * to dq.  A block per (query block, sequence, head); per 64-column part,
  * the 16 KB read coalesced into a row-major shared tile (rows padded to 72
  * floats: the fragment's float2 stores meet no bank twice a half-warp), then
