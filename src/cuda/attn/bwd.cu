@@ -1,12 +1,15 @@
 /* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
  *
- * Three launches per call.  The wg rows (sm_90a, 16-bit operands, d <= 128
- * with 16-byte rows: bwd_wg.cuh) run the FA2 rows' preprocess, attn_bwd_wg
- * (the same scheme on wgmma, the dQ partials added by bulk reduce-adds
- * into an accumulator of 64-row tiles) and attn_bwd_wg_dq_out, in both
- * modes (deterministic: the partials added in key-block order, counted on
- * a counter per (head, query block); accumulator and counters zeroed by
- * one memset).  The FA2 rows (16-bit operands, d <= 128:
+ * Three launches per call.  The ws and wg rows (sm_90a, 16-bit operands,
+ * d <= 128 with 16-byte rows) run the FA2 rows' preprocess, the main
+ * kernel - attn_bwd_ws (bwd_ws.cuh: warp-specialised, TMA loads; dense
+ * batches) or attn_bwd_wg (bwd_wg.cuh: the same products, cp.async loads
+ * by the computing warps; also packed batches), the dQ partials added by
+ * bulk reduce-adds into an accumulator of 64-row tiles - and
+ * attn_bwd_wg_dq_out, in both modes (deterministic: the partials added in
+ * key-block order, counted on a counter per (head, query block);
+ * accumulator and counters zeroed by one memset).  attn_bwd_ws falls back
+ * to attn_bwd_wg where the driver refuses a tensor map.  The FA2 rows (16-bit operands, d <= 128:
  * bwd_fa2.cuh) run attn_bwd_fa2_pre (D = rowsum(dO * O) into the
  * workspace, and the fast mode's f32 dQ accumulator zeroed in the same
  * pass) when o and dq rows are 16-byte aligned, attn_bwd_fa2 (dK/dV, and
@@ -30,11 +33,14 @@
 #include "attn/bwd_fa2_dq.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn/bwd_wg.cuh"
+#include "attn/bwd_ws.cuh"
 #include "attn_bwd.h"
 #include "autotune.h"
+#include "common/tmap.h"
 
 #include <string.h>
 
+#include <algorithm>
 #include <type_traits>
 
 using namespace sf_attn;
@@ -59,7 +65,7 @@ void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t 
  * query rows.  WG: attn_bwd_wg in place of attn_bwd_fa2, the dQ partials
  * in both modes (the deterministic one adds them in key-block order), then
  * the conversion. */
-template <typename T, int DM, int BM, int MB, bool WG = false>
+template <typename T, int DM, int BM, int MB, bool WG = false, bool WS = false>
 sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, int64_t q_rows, bool aux16) {
     constexpr int NW = 8, G = DM / 8; /* G: lanes a row in attn_bwd_fa2_pre; 16 NW keys a block (both kernels) */
     cudaStream_t st = sf_cuda_stream(ctx);
@@ -78,8 +84,32 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
     const int64_t kb = (max_lk + 16 * NW - 1) / (16 * NW);
     if (kb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld keys (at most %d)",
                                    (long long)max_lk, 65535 * 16 * NW);
-    if (kb > 0 && WG) {
-        const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
+    bool ws = WS; /* the ws kernel when the driver takes its tensor maps (else the wg one, same workspace) */
+    CUtensorMap mq, mk, mv, mdo;
+    if (kb > 0 && ws) {
+        const bool bf = std::is_same<T, __nv_bfloat16>::value;
+        const int64_t hkv = p.nheads / p.heads_per_kv;
+        ws = make_tmap(&mq, bf, p.q, p.d, p.lq, p.nheads, p.batch, p.q_sr, p.q_sh, p.q_sb, 64) &&
+             make_tmap(&mk, bf, p.k, p.d, p.lk, hkv, p.batch, p.k_sr, p.k_sh, p.k_sb, 128) &&
+             make_tmap(&mv, bf, p.v, p.d, p.lk, hkv, p.batch, p.v_sr, p.v_sh, p.v_sb, 128) &&
+             make_tmap(&mdo, bf, p.dout, p.d, p.lq, p.nheads, p.batch, p.do_sr, p.do_sh, p.do_sb, 64);
+    }
+    /* the wg and ws kernels' 1-D grid: see wgb::block_of */
+    const int64_t ngroups = (kb + p.zgroup - 1) / p.zgroup;
+    if (WG && (double)ngroups * p.zgroup * (p.nheads / p.heads_per_kv) * p.batch > 2147483647.0)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld key blocks x %d kv heads x %d sequences "
+                       "(at most 2^31 - 1)", (long long)kb, p.nheads / p.heads_per_kv, p.batch);
+    const dim3 wgrid((unsigned)(ngroups * p.zgroup * (p.nheads / p.heads_per_kv) * p.batch));
+    if (kb > 0 && ws) {
+        const dim3 grid = wgrid;
+        typedef WsBwdSmem<DM, 2> SM;
+        auto kern = det ? attn_bwd_ws<T, DM, 2, true> : attn_bwd_ws<T, DM, 2, false>;
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)SM::bytes));
+        kern<<<grid, SM::NT, SM::bytes, st>>>(p, mq, mk, mv, mdo);
+        SF_CUDA_CHECK_LAUNCH(ctx);
+    } else if (kb > 0 && WG) {
+        const dim3 grid = wgrid;
         const size_t ms = WgBwdSmem<DM>::bytes;
         auto kern = det ? attn_bwd_wg<T, DM, true> : attn_bwd_wg<T, DM, false>;
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
@@ -180,6 +210,9 @@ template <typename T>
 sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int det, int64_t lk, int64_t qt,
                      bool aux16) {
     if constexpr (!std::is_same<T, float>::value) {
+        if (c.kernel == BwdKernel::ws)
+            return c.dmax == 64 ? launch_fa2<T, 64, 64, 1, true, true>(ctx, p, det, lk, p.lq, aux16)
+                                : launch_fa2<T, 128, 64, 1, true, true>(ctx, p, det, lk, p.lq, aux16);
         if (c.kernel == BwdKernel::wg)
             return c.dmax == 64 ? launch_fa2<T, 64, 64, 1, true>(ctx, p, det, lk, p.lq, aux16)
                                 : launch_fa2<T, 128, 64, 1, true>(ctx, p, det, lk, p.lq, aux16);
@@ -227,11 +260,11 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         if (!cfg)
             return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: SF_AUTOTUNE_FORCE names configuration %s, which "
                            "attn_bwd does not have", op, forced);
-        const char *why = bwd_config_supports(*cfg, d, dt, vec16, sm90a);
+        const char *why = bwd_config_supports(*cfg, d, dt, vec16, sm90a, pr->varlen);
         if (why) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration %s: %s", op, cfg->name, why);
     } else {
         for (const BwdConfig &c : bwd_configs)
-            if (!bwd_config_supports(c, d, dt, vec16, sm90a)) {
+            if (!bwd_config_supports(c, d, dt, vec16, sm90a, pr->varlen)) {
                 cfg = &c;
                 break;
             }
@@ -275,6 +308,19 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     p.d = d;
     p.lq = (int)pr->max_lq;
     p.lk = (int)pr->max_lk;
+    /* the wg / ws rows' grid order (wgb::block_of, wgb::item_row): the fast
+     * mode runs a head's key blocks together, each from its own query block
+     * (d 128 L 1024: +44% over kv heads first).  The deterministic mode walks
+     * in order; without a mask a head's key blocks run together too, their
+     * turns coming one after another on the same blocks; with one their
+     * ranges differ (a key block would wait for the previous one to reach
+     * its blocks), so a key block's CTAs run before the next's. */
+    {
+        const int all = (int)std::max<int64_t>(1, (pr->max_lk + 127) / 128);
+        const bool unmasked = pr->wl < 0 && pr->wr < 0;
+        p.zgroup = !bp->deterministic || unmasked ? all : 1;
+        p.zrot = bp->deterministic ? 0 : 1;
+    }
     p.wl = (int)pr->wl;
     p.wr = (int)pr->wr;
     p.scale = pr->scale;
@@ -290,7 +336,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
      * ceil(lq / 64) <= floor((q0 + lq) / 64) + 1), then the wg rows'
      * deterministic counts (H x batch x query blocks) */
     const int det = bp->deterministic;
-    const bool wg = cfg->kernel == BwdKernel::wg;
+    const bool wg = cfg->kernel == BwdKernel::wg || cfg->kernel == BwdKernel::ws;
     p.sem_nqb = (int)((pr->max_lq + WgBwdSmem<64>::BM - 1) / WgBwdSmem<64>::BM);
     p.acc_nb = vl ? p.rows_q / 64 + pr->batch : pr->batch * p.sem_nqb;
     const double nD = (double)p.rows_q * p.nheads;

@@ -17,7 +17,7 @@ namespace sf_attn {
  * shared tiles are sized for it) and, for the wg and FA2 rows, the query
  * rows a block and the CTAs an SM its registers are capped for (0 for
  * simt). */
-enum class BwdKernel { wg, fa2, simt };
+enum class BwdKernel { ws, wg, fa2, simt };
 struct BwdConfig {
     const char *name;
     BwdKernel kernel;
@@ -27,6 +27,8 @@ struct BwdConfig {
     const char *about;
 };
 inline const BwdConfig bwd_configs[] = {
+    {"ws64", BwdKernel::ws, 64, 64, 1, "sm_90a warp-specialised (bwd_ws.cuh): the wg64 tiles and products on 2 consumer warpgroups, a producer warp loading Q, dO (TMA, 2 stages), lse and D, a writer warp adding the dQ partials by bulk reduce-adds; dense batches, d <= 64, d % 8 == 0, 16-byte aligned rows"},
+    {"ws128", BwdKernel::ws, 128, 64, 1, "sm_90a warp-specialised (bwd_ws.cuh) as ws64, d <= 128"},
     {"wg64", BwdKernel::wg, 64, 64, 1, "sm_90a wgmma (bwd_wg.cuh): 2 warpgroups, 128 keys kept, 64-row query blocks by cp.async (2 stages), dQ on wgmma from dS in shared memory, added by bulk reduce-adds (cp.reduce.async.bulk) of 16 KB shared tiles; d <= 64, d % 8 == 0, 16-byte aligned rows"},
     {"wg128", BwdKernel::wg, 128, 64, 1, "sm_90a wgmma (bwd_wg.cuh) as wg64, d <= 128"},
     {"fa64q32x2", BwdKernel::fa2, 64, 32, 2, "FA2 scheme at d <= 64: 8 warps, 128 keys kept, 32-row query blocks by cp.async (2 stages), registers capped for 2 CTAs an SM (65 KB of shared memory each)"},
@@ -39,12 +41,14 @@ inline const BwdConfig bwd_configs[] = {
 
 /* NULL when configuration c can serve head dim d in dtype dt, else the
  * reason; vec16: d % 8 == 0 and the q, k, v, dout rows 16-byte aligned;
- * sm90a: an sm_90 GPU and a build with sm_90a code. */
-inline const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt, bool vec16, bool sm90a) {
+ * sm90a: an sm_90 GPU and a build with sm_90a code; varlen: a packed batch. */
+inline const char *bwd_config_supports(const BwdConfig &c, int d, sf_dtype dt, bool vec16, bool sm90a, bool varlen) {
+    const bool hopper = c.kernel == BwdKernel::wg || c.kernel == BwdKernel::ws;
     if (d > c.dmax) return "head dim larger than the configuration's";
     if (c.kernel != BwdKernel::simt && dt == SF_F32) return "f32 operands (tensor cores take f16/bf16)";
-    if (c.kernel == BwdKernel::wg && !sm90a) return "it needs an sm_90 GPU and a build with sm_90a code";
-    if (c.kernel == BwdKernel::wg && !vec16) return "it needs d % 8 == 0 and 16-byte aligned q, k, v, dout rows";
+    if (hopper && !sm90a) return "it needs an sm_90 GPU and a build with sm_90a code";
+    if (hopper && !vec16) return "it needs d % 8 == 0 and 16-byte aligned q, k, v, dout rows";
+    if (c.kernel == BwdKernel::ws && varlen) return "packed (varlen) batches: TMA tiles would read across sequences";
     return nullptr;
 }
 

@@ -36,6 +36,7 @@ struct BwdParams {
     int vec16;                    /* d % 8 == 0 and q, k, v, dout rows 16-byte aligned */
     int batch, nheads, heads_per_kv, d;
     int lq, lk;                   /* dense lengths; varlen: the packed totals    */
+    int zgroup, zrot;             /* wg / ws rows: key blocks a grid group, rotation (wgb::block_of) */
     int wl, wr;                   /* -1 unbounded; causal folded into wr = 0     */
     float scale, softcap;
     const float *alibi;

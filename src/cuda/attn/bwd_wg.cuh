@@ -28,10 +28,12 @@
  * block) take turns in key order on a counter (p.sem, zeroed before the
  * call), each partial's adds complete before the next may start, so every
  * element's sum has one order; the waits form a wavefront one block behind
- * the previous key block (its CTAs launch first: z is the grid's slowest
- * dimension).  The dV / dK products run while dS is stored and the dQ
- * product issued: one wait for all three.  Shared tiles in the 128-byte-swizzle layout of
- * common/wgmma.cuh (column blocks of 64 elements x rows, 1024-aligned).
+ * the previous key block (its CTAs launch first: wgb::block_of).  The
+ * fast mode runs a head's key blocks together, each walking the query
+ * blocks from its own (wgb::item_row).  The dV / dK products run while dS
+ * is stored and the dQ product issued: one wait for all three.  Shared
+ * tiles in the 128-byte-swizzle layout of common/wgmma.cuh (column blocks
+ * of 64 elements x rows, 1024-aligned).
  * Tiles without a masked element take the short path P = 2^(s sl2 - lse2)
  * (S's wait first, dP's product still running); the others evaluate mask,
  * softcap and ALiBi per element as the FA2 kernel.
@@ -72,33 +74,279 @@ __device__ __forceinline__ int64_t wg_acc_tile(const BwdParams &p, int b, int64_
     return (int64_t)h * p.acc_nb + base + qb;
 }
 
+/* The per-item steps of the wgmma backward kernels (attn_bwd_wg here,
+ * attn_bwd_ws in bwd_ws.cuh), for warpgroup wg (keys 64 wg.. of the BN = 128
+ * key block) and a BM = 64 query block.  Shared tiles in the 128-byte
+ * swizzle layout (column blocks of 64 elements x rows). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace wgb {
+
+constexpr int BN = 128, BM = 64, NQ = BM / 8;
+
+/* S^T = K Q^T and dP^T = V dO^T: two commit groups */
+template <typename T, int D>
+__device__ __forceinline__ void issue_sdp(float (&s)[NQ][4], float (&dp)[NQ][4], uint32_t sK, uint32_t sV,
+                                          uint32_t sQ, uint32_t sdO, int wg) {
+    using sf_wg::wg_desc;
+    sf_wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t koff = (kk >> 2) * (BN * 128) + wg * (64 * 128) + (kk & 3) * 32;
+        const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+        sf_wg::Wg<T, BM>::ss(&s[0][0], wg_desc(sK + koff, 16, 1024), wg_desc(sQ + qoff, 16, 1024), kk > 0);
+    }
+    sf_wg::wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t koff = (kk >> 2) * (BN * 128) + wg * (64 * 128) + (kk & 3) * 32;
+        const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+        sf_wg::Wg<T, BM>::ss(&dp[0][0], wg_desc(sV + koff, 16, 1024), wg_desc(sdO + qoff, 16, 1024), kk > 0);
+    }
+    sf_wg::wg_commit();
+}
+
+/* Whether every element of the (query block i0.. nq rows, key block j0.. nk
+ * keys) tile is unmasked and plain (no softcap, no ALiBi: the caller's
+ * loop-invariant); such a tile takes the short path.  (Written as one
+ * conditional update: an early return cost 44 bytes of spills at D 128.) */
+__device__ __forceinline__ bool tile_full(const BwdParams &p, bool plain, int i0, int nq, int j0, int nk, int lq, int lk) {
+    bool full = plain && nq == BM && nk == BN;
+    if (full) {
+        int lo0, hi0, lo1, hi1;
+        key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
+        key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
+        full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
+    }
+    return full;
+}
+
+/* S^T, dP^T (both commit groups in flight) to P^T and dS^T in place;
+ * element e of n-tile n: key kr + g + 8 (e >> 1), query 8 n + 2 t + (e & 1).
+ * sL: the rows' lse (log2 units), sD: their D.  full: tile_full; otherwise
+ * mask, softcap and ALiBi per element as the FA2 kernel. */
+__device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[NQ][4], float (&dp)[NQ][4], const float *sL,
+                                     const float *sD, bool full, int b, int h, int i0, int nq, int j0, int nk, int lq,
+                                     int lk, int kr, int g, int t) {
+    const float sl2 = p.scale * 1.4426950408889634f;
+    if (full) {
+        sf_wg::wg_wait<1>();
+        sf_wg::reg_fence(s);
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = sf_ex2(fmaf(s[n][e], sl2, -sL[8 * n + 2 * t + (e & 1)]));
+        sf_wg::wg_wait<0>();
+        sf_wg::reg_fence(dp);
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dp[n][e] = s[n][e] * (dp[n][e] - sD[8 * n + 2 * t + (e & 1)]) * p.scale;
+    } else {
+        sf_wg::wg_wait<0>();
+        sf_wg::reg_fence(s);
+        sf_wg::reg_fence(dp);
+        const float slope = bwd_slope(p, b, h);
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
+                const int key = j0 + kl, i = i0 + ql;
+                float P = 0.f, dS = 0.f;
+                if (kl < nk && ql < nq) {
+                    int lo, hi;
+                    key_range(i, lq, lk, p.wl, p.wr, lo, hi);
+                    const float l = sL[ql];
+                    if (key >= lo && key < hi && l != -INFINITY) {
+                        bwd_elem_grad(p, s[n][e], dp[n][e], sD[ql], l, i, key, lq, lk, slope, P, dS);
+                    }
+                }
+                s[n][e] = P;
+                dp[n][e] = dS;
+            }
+    }
+}
+
+/* P^T and dS^T as rs A fragments (16 queries a k-step), rounded to T */
+template <typename T>
+__device__ __forceinline__ void pack_a(const float (&s)[NQ][4], const float (&dp)[NQ][4], uint32_t (&pa)[BM / 16][4],
+                                       uint32_t (&ad)[BM / 16][4]) {
+    using MMA = sf_mma16<T>;
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) {
+        pa[kk][0] = MMA::pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = MMA::pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = MMA::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = MMA::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        ad[kk][0] = MMA::pack(dp[2 * kk][0], dp[2 * kk][1]);
+        ad[kk][1] = MMA::pack(dp[2 * kk][2], dp[2 * kk][3]);
+        ad[kk][2] = MMA::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+        ad[kk][3] = MMA::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+    }
+}
+
+/* dV += P^T dO, dK += dS^T Q (B MN-major: LBO the next 64 columns, SBO 8
+ * rows): one commit group */
+template <typename T, int D>
+__device__ __forceinline__ void issue_dkdv(float (&dk)[D / 8][4], float (&dv)[D / 8][4], const uint32_t (&pa)[BM / 16][4],
+                                           const uint32_t (&ad)[BM / 16][4], uint32_t sQ, uint32_t sdO) {
+    using sf_wg::wg_desc;
+    sf_wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) {
+        sf_wg::Wg<T, D>::rs(&dv[0][0], pa[kk], wg_desc(sdO + kk * 2048, BM * 128, 1024));
+        sf_wg::Wg<T, D>::rs(&dk[0][0], ad[kk], wg_desc(sQ + kk * 2048, BM * 128, 1024));
+    }
+    sf_wg::wg_commit();
+}
+
+/* dS^T to dS[query][key] in the K-major tile sdS: register r of ad[kk] is
+ * the 8 x 8 block of keys kr + 8 (r & 1).., queries 16 kk + 8 (r >> 1)..;
+ * the keys of warpgroup wg are column block wg, 16-byte chunk (key % 64) / 8.
+ * Ends with the async-proxy fence (the tile is a wgmma operand next). */
+__device__ __forceinline__ void store_ds(const uint32_t (&ad)[BM / 16][4], uint32_t sdS, int wg, int kr, int lane) {
+    const int m = lane >> 3, rr = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) {
+        const int q = 16 * kk + 8 * (m >> 1) + rr, ch = ((kr & 63) >> 3) + (m & 1);
+        sf_wg::stmatrix_x4_t(sdS + wg * (BM * 128) + q * 128 + (((ch ^ q) & 7) << 4), ad[kk][0], ad[kk][1], ad[kk][2],
+                             ad[kk][3]);
+    }
+    sf_wg::fence_async_smem();
+}
+
+/* dQ = dS K, one commit group: at D 128 warpgroup wg's 64 columns over all
+ * BN keys (both warpgroups' dS stored), at D 64 all columns over its own 64
+ * keys (its own dS stored) */
+template <typename T, int D>
+__device__ __forceinline__ void issue_dq(float (&c)[8][4], uint32_t sdS, uint32_t sK, int wg) {
+    using sf_wg::wg_desc;
+    if constexpr (D == 128) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            sf_wg::Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024),
+                                  wg_desc(sK + wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            sf_wg::Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + wg * (BM * 128) + kk * 32, 16, 1024),
+                                  wg_desc(sK + (wg * 64 + kk * 16) * 128, BN * 128, 1024), kk > 0);
+    }
+    sf_wg::wg_commit();
+}
+
+/* dK, dV rows kr + g and kr + g + 8 of key block j0 (any dk, dv strides) */
+template <typename T, int D>
+__device__ __forceinline__ void store_dkdv(const BwdParams &p, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
+                                           int b, int kvh, int64_t k0, int j0, int nk, int kr, int g, int t) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int kl = kr + g + 8 * half;
+        if (kl >= nk) continue;
+        T *gk = (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + kl) * p.dk_sr + (int64_t)kvh * p.dk_sh;
+        T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            const int col = 8 * n + 2 * t;
+            if (col < p.d) { /* d % 8 == 0: the pair is in */
+                gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
+                gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
+                gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
+                gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
+            }
+        }
+    }
+}
+
+/* The warpgroup's dQ partial c to shared memory in the accumulator's
+ * fragment order (wg_acc_tile), one float4 a lane and n-tile (no bank
+ * conflicts); ADD: added to what the same lane of the other warpgroup put
+ * there. */
+template <bool ADD>
+__device__ __forceinline__ void put_dq(float4 *buf, const float (&c)[8][4], int warp, int lane) {
+    const int fx = ((warp & 3) * 8) * 32 + lane; /* the lane's float4, n-tile 0 */
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        float4 v = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
+        if (ADD) {
+            const float4 u = buf[fx + 32 * n];
+            v = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+        }
+        buf[fx + 32 * n] = v;
+    }
+}
+
+/* The block's kv head, sequence and key block from the 1-D grid of groups
+ * of p.zgroup key blocks (a key block past the last one starts at or past
+ * every sequence's length: the kernels return):
+ * group members fastest, then kv heads, sequences, groups.  The members of
+ * a group run together and share a head's Q, dO and dQ accumulator tiles in
+ * L2; the deterministic mode takes groups of 1, so the CTAs of key block
+ * z - 1, whose reduces z waits for, start first. */
+__device__ __forceinline__ void block_of(const BwdParams &p, int &kvh, int &b, int &z) {
+    const int nkv = p.nheads / p.heads_per_kv, g = p.zgroup;
+    unsigned r = blockIdx.x;
+    const int zl = (int)(r % (unsigned)g);
+    r /= (unsigned)g;
+    kvh = (int)(r % (unsigned)nkv);
+    r /= (unsigned)nkv;
+    b = (int)(r % (unsigned)p.batch);
+    z = (int)(r / (unsigned)p.batch) * g + zl;
+}
+
+/* The rotation of key block z's walk over its nbq query blocks: 0 none,
+ * 1 forward by z, 2 backward by z. */
+__device__ __forceinline__ int item_rot(int zrot, int z, int nbq) {
+    if (zrot == 0 || nbq == 0) return 0;
+    const int r = z % nbq;
+    return zrot == 1 ? r : (nbq - r) % nbq;
+}
+
+/* The first query row of a CTA's item it (head kvh * hpk + it / nbq): its
+ * query blocks [ib0, ib0 + nbq) walked from ib0 + rot. */
+__device__ __forceinline__ int item_row(int it, int nbq, int ib0, int rot) {
+    int r = it % nbq + rot;
+    r -= r >= nbq ? nbq : 0;
+    return (ib0 + r) * BM;
+}
+
+/* The deterministic mode's turn of key block z on the (head, query block)
+ * counter: the key blocks that see a query block are contiguous, from the
+ * block of its first row's first key, each adding D / 64 reduces */
+template <int D>
+__device__ __forceinline__ int det_ahead(const BwdParams &p, int i0, int lq, int lk, int z) {
+    int lo, hi;
+    key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
+    return (D / 64) * (z - lo / BN);
+}
+
+} /* namespace wgb */
+#endif
+
 template <typename T, int D, bool DET>
 __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using SM = WgBwdSmem<D>;
     constexpr int BN = SM::BN, BM = SM::BM, NT = SM::NT;
-    constexpr int NQ = BM / 8, ND = D / 8, KD = D / 16;
-    using MMA = sf_mma16<T>;
+    constexpr int NQ = BM / 8, ND = D / 8;
     using sf_wg::fence_async_smem;
     using sf_wg::load_tile_sw;
     using sf_wg::reg_fence;
-    using sf_wg::wg_commit;
-    using sf_wg::wg_desc;
-    using sf_wg::wg_fence;
     using sf_wg::wg_wait;
-    using sf_wg::Wg;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sraw = sf_smem_u32(smem_raw);
     const uint32_t sbase = (sraw + 1023u) & ~1023u;
     const uint32_t sK = sbase, sV = sbase + SM::OFF_V, sQ0 = sbase + SM::OFF_Q, sdS = sbase + SM::OFF_DS;
     float *sStat = reinterpret_cast<float *>(smem_raw + (sbase - sraw) + SM::OFF_ST); /* stage s: lse2, then D */
 
-    const int kvh = blockIdx.x, b = blockIdx.y, j0 = blockIdx.z * BN;
+    int kvh, b, zb;
+    wgb::block_of(p, kvh, b, zb);
+    const int j0 = zb * BN;
     int64_t q0, k0;
     int lq, lk;
     bwd_seq(p, b, q0, lq, k0, lk);
     if (j0 >= lk) return;
-    const int nk = min(BN, lk - j0), d = p.d, d8 = d >> 3;
+    const int nk = min(BN, lk - j0), d8 = p.d >> 3;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
     const int kr = 16 * warp; /* the warp's first key in the block: warpgroup wg holds keys 64 wg.. */
     /* the dQ partials' two 16 KB buffers: at D 128 one a warpgroup, at D 64
@@ -107,8 +355,8 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     float4 *const pdQ0 = reinterpret_cast<float4 *>(smem_raw + (sdQ0 - sraw));
     int ib0, ib1;
     fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
-    const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv;
-    const float L2E = 1.4426950408889634f, sl2 = p.scale * L2E;
+    const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = wgb::item_rot(p.zrot, zb, nbq);
+    const float L2E = 1.4426950408889634f;
     const bool plain = p.softcap <= 0.f && !p.alibi;
 
     load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
@@ -116,9 +364,9 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
                             p.v_sr, nk, d8, tid);
 
-    /* item it: head kvh * hpk + it / nbq, query block ib0 + it % nbq */
+    /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
     auto issue = [&](int it) {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
         const uint32_t sq = sQ0 + (it & 1) * 2 * SM::QB;
         load_tile_sw<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
                                 p.q_sr, nq, d8, tid);
@@ -128,7 +376,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
     auto stat = [&](int it) -> float {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
         const int r = tid & (BM - 1);
         if (r >= nq) return tid < BM ? -INFINITY : 0.f;
         if (tid < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
@@ -160,156 +408,43 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         fence_async_smem();
         __syncthreads();
 
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM;
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot);
         const int nq = min(BM, lq - i0);
         const uint32_t sQ = sQ0 + (it & 1) * 2 * SM::QB, sdO = sQ + SM::QB;
         const float *sL = sStat + (it & 1) * 2 * BM, *sD = sL + BM;
 
-        /* S^T and dP^T: the warpgroup's 64 keys x BM queries, two commit groups */
         float s[NQ][4], dp[NQ][4];
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            const uint32_t koff = (kk >> 2) * (BN * 128) + wg * (64 * 128) + (kk & 3) * 32;
-            const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-            Wg<T, BM>::ss(&s[0][0], wg_desc(sK + koff, 16, 1024), wg_desc(sQ + qoff, 16, 1024), kk > 0);
-        }
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            const uint32_t koff = (kk >> 2) * (BN * 128) + wg * (64 * 128) + (kk & 3) * 32;
-            const uint32_t qoff = (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-            Wg<T, BM>::ss(&dp[0][0], wg_desc(sV + koff, 16, 1024), wg_desc(sdO + qoff, 16, 1024), kk > 0);
-        }
-        wg_commit();
-
-        /* P^T and dS^T in place (element e: key kr + g + 8 (e >> 1), query 8n + 2t + (e & 1)) */
-        bool full = plain && nq == BM && nk == BN;
-        if (full) {
-            int lo0, hi0, lo1, hi1;
-            key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
-            key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
-            full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
-        }
-        if (full) {
-            wg_wait<1>();
-            reg_fence(s);
-#pragma unroll
-            for (int n = 0; n < NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[n][e] = sf_ex2(fmaf(s[n][e], sl2, -sL[8 * n + 2 * t + (e & 1)]));
-            wg_wait<0>();
-            reg_fence(dp);
-#pragma unroll
-            for (int n = 0; n < NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) dp[n][e] = s[n][e] * (dp[n][e] - sD[8 * n + 2 * t + (e & 1)]) * p.scale;
-        } else {
-            wg_wait<0>();
-            reg_fence(s);
-            reg_fence(dp);
-            const float slope = bwd_slope(p, b, h);
-#pragma unroll
-            for (int n = 0; n < NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
-                    const int key = j0 + kl, i = i0 + ql;
-                    float P = 0.f, dS = 0.f;
-                    if (kl < nk && ql < nq) {
-                        int lo, hi;
-                        key_range(i, lq, lk, p.wl, p.wr, lo, hi);
-                        const float l = sL[ql];
-                        if (key >= lo && key < hi && l != -INFINITY) {
-                            bwd_elem_grad(p, s[n][e], dp[n][e], sD[ql], l, i, key, lq, lk, slope, P, dS);
-                        }
-                    }
-                    s[n][e] = P;
-                    dp[n][e] = dS;
-                }
-        }
-
-        /* P^T and dS^T as A fragments (16 queries a k-step), rounded to T */
+        wgb::issue_sdp<T, D>(s, dp, sK, sV, sQ, sdO, wg);
+        wgb::p_ds(p, s, dp, sL, sD, wgb::tile_full(p, plain, i0, nq, j0, nk, lq, lk), b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
         uint32_t pa[BM / 16][4], ad[BM / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            pa[kk][0] = MMA::pack(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = MMA::pack(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = MMA::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = MMA::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            ad[kk][0] = MMA::pack(dp[2 * kk][0], dp[2 * kk][1]);
-            ad[kk][1] = MMA::pack(dp[2 * kk][2], dp[2 * kk][3]);
-            ad[kk][2] = MMA::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            ad[kk][3] = MMA::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-        }
-        /* dV += P^T dO, dK += dS^T Q (B MN-major: LBO the next 64 columns, SBO 8 rows) */
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            Wg<T, D>::rs(&dv[0][0], pa[kk], wg_desc(sdO + kk * 2048, BM * 128, 1024));
-            Wg<T, D>::rs(&dk[0][0], ad[kk], wg_desc(sQ + kk * 2048, BM * 128, 1024));
-        }
-        wg_commit();
+        wgb::pack_a<T>(s, dp, pa, ad);
+        wgb::issue_dkdv<T, D>(dk, dv, pa, ad, sQ, sdO);
 
         float c[8][4]; /* dQ: 64 queries x 64 columns of this warpgroup */
-        {
-            /* dS^T to dS[query][key]: register r of ad[kk] is the 8 x 8 block of keys
-             * kr + 8 (r & 1).., queries 16 kk + 8 (r >> 1)..; the keys of warpgroup wg
-             * are column block wg of the K-major tile, 16-byte chunk (key % 64) / 8 */
-            const int m = lane >> 3, rr = lane & 7;
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++) {
-                const int q = 16 * kk + 8 * (m >> 1) + rr, ch = ((kr & 63) >> 3) + (m & 1);
-                sf_wg::stmatrix_x4_t(sdS + wg * (BM * 128) + q * 128 + (((ch ^ q) & 7) << 4), ad[kk][0], ad[kk][1],
-                                     ad[kk][2], ad[kk][3]);
-            }
-            fence_async_smem();
-            /* D 128: the previous item's bulk reduce has read this warpgroup's
-             * dQ buffer (published to the warpgroup by the barrier below) */
-            if (D == 128 && (tid & 127) == 0) sf_wg::bulk_wait_read0();
-            if constexpr (D == 128) {
-                __syncthreads(); /* both warpgroups' dS */
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024),
-                                   wg_desc(sK + wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
-            } else {
-                sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS */
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    Wg<T, 64>::sst(&c[0][0], wg_desc(sdS + wg * (BM * 128) + kk * 32, 16, 1024),
-                                   wg_desc(sK + (wg * 64 + kk * 16) * 128, BN * 128, 1024), kk > 0);
-            }
-            wg_commit();
-        }
+        wgb::store_ds(ad, sdS, wg, kr, lane);
+        /* D 128: the previous item's bulk reduce has read this warpgroup's
+         * dQ buffer (published to the warpgroup by the barrier below) */
+        if (D == 128 && (tid & 127) == 0) sf_wg::bulk_wait_read0();
+        if (D == 128) __syncthreads(); /* both warpgroups' dS */
+        else sf_wg::named_sync(1 + wg, 128); /* this warpgroup's dS */
+        wgb::issue_dq<T, D>(c, sdS, sK, wg);
         wg_wait<0>();
         reg_fence(dv);
         reg_fence(dk);
         reg_fence(c);
         /* dQ: the warpgroup's 64 x 64 partial (D 128: its 64 columns; D 64: all
          * columns over its own keys) to shared memory in the accumulator's
-         * fragment order, one float4 a lane and n-tile (no bank conflicts); at
-         * D 64 warpgroup 1 adds warpgroup 0's partial to its own there.  Then
-         * one 16 KB bulk reduce-add into the accumulator tile a buffer, issued
-         * by the writing warpgroup's first thread.  Rows past nq hold zeros. */
-        const int fx = ((warp & 3) * 8) * 32 + lane; /* the lane's float4, n-tile 0 */
+         * fragment order; at D 64 warpgroup 1 adds warpgroup 0's partial to its
+         * own there.  Then one 16 KB bulk reduce-add into the accumulator tile
+         * a buffer, issued by the writing warpgroup's first thread.  Rows past
+         * nq hold zeros. */
         float4 *buf = pdQ0 + (D == 128 ? wg : (it & 1)) * (SM::PB / 16);
         if constexpr (D == 128) {
-#pragma unroll
-            for (int n = 0; n < 8; n++) buf[fx + 32 * n] = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
+            wgb::put_dq<false>(buf, c, warp, lane);
         } else {
-            if (wg == 0) {
-#pragma unroll
-                for (int n = 0; n < 8; n++) buf[fx + 32 * n] = make_float4(c[n][0], c[n][1], c[n][2], c[n][3]);
-            }
+            if (wg == 0) wgb::put_dq<false>(buf, c, warp, lane);
             sf_wg::named_sync(3, 256); /* warpgroup 0's partial written */
-            if (wg == 1) {
-#pragma unroll
-                for (int n = 0; n < 8; n++) {
-                    const float4 v = buf[fx + 32 * n]; /* the same lane of warpgroup 0 wrote it */
-                    buf[fx + 32 * n] = make_float4(v.x + c[n][0], v.y + c[n][1], v.z + c[n][2], v.w + c[n][3]);
-                }
-            }
+            if (wg == 1) wgb::put_dq<true>(buf, c, warp, lane);
         }
         if (D == 128 || wg == 1) {
             fence_async_smem();
@@ -318,14 +453,10 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                 const uint32_t sbuf = sdQ0 + (uint32_t)((buf - pdQ0) * 16);
                 float *dst = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D) + (D == 128 ? wg * (SM::PB / 4) : 0);
                 if constexpr (DET) {
-                    /* this (head, query block)'s counter counts the reduces done: D / 64
-                     * a key block, the key blocks in order (they start at the block of
-                     * the first row's first key: the blocks that see a query block are
-                     * contiguous) */
+                    /* this (head, query block)'s counter counts the reduces done,
+                     * the key blocks in order */
                     int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
-                    int lo, hi;
-                    key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
-                    const int ahead = (D / 64) * ((int)blockIdx.z - lo / BN);
+                    const int ahead = wgb::det_ahead<D>(p, i0, lq, lk, zb);
                     while (sf_wg::ld_acquire_gpu(sem) < ahead) {
                     }
                     sf_wg::bulk_reduce_add_f32(dst, sbuf, SM::PB);
@@ -342,25 +473,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     }
     sf_cp_async_wait<0>();
     if ((tid & 127) == 0) sf_wg::bulk_wait<0>(); /* the last reduce has read its source */
-
-    /* dK, dV rows kr + g and kr + g + 8 of the block (any dk, dv strides) */
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int kl = kr + g + 8 * half;
-        if (kl >= nk) continue;
-        T *gk = (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + kl) * p.dk_sr + (int64_t)kvh * p.dk_sh;
-        T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            const int col = 8 * n + 2 * t;
-            if (col < d) { /* d % 8 == 0: the pair is in */
-                gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
-                gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
-                gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
-                gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
-            }
-        }
-    }
+    wgb::store_dkdv<T, D>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t);
 #else
     (void)p;
 #endif
