@@ -17,7 +17,8 @@ sf_attn_bwd call from saved out and lse; a peer's is torch.autograd.grad of its 
 skipped) next to the default choice, fast mode, printed as extra columns.
 
 --results PATH writes the run as the attn_bwd section of PATH (between <!-- BEGIN attn_bwd -->
-and <!-- END attn_bwd -->).  Each time is the median of event-timed calls after one warm-up,
+and <!-- END attn_bwd -->); --plot [PNG] draws it (bench/attn_bwd.png); --from-csv A.csv,B.csv
+writes both from earlier runs' --csv files (no GPU; each time the median over them).  Each time is the median of event-timed calls after one warm-up,
 as many calls as fit in about --budget-ms (at least 3).
 """
 import argparse
@@ -26,7 +27,9 @@ import statistics
 import sys
 import time
 
-from benchutil import BF16_TFLOPS, commit, md_table, replace_section, write_csv
+from benchutil import BF16_TFLOPS, commit, md_table, merge_rounds, replace_section, write_csv
+
+PLOT = "bench/attn_bwd.png"  # the plot bench/RESULTS.md shows
 
 try:  # the GPU side; results_section() runs without it
     import torch
@@ -136,7 +139,46 @@ def run_point(B, L, H, d, causal, dtype, budget_ms):
     return res
 
 
-def results_section(rows, torch_version=""):
+def plot(rows, path):
+    """Backward TFLOP/s against L, one panel per (head dim, mask): ours (fast and
+    deterministic) and the peers."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    combos = [(d, c) for d in sorted({int(r["d"]) for r in rows}) for c in (0, 1)]
+    combos = [dc for dc in combos if any(int(r["d"]) == dc[0] and int(r["causal"]) == dc[1] for r in rows)]
+    fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.6), sharey=True, squeeze=False)
+    for ax, (d, c) in zip(axes[0], combos):
+        sel = [r for r in rows if int(r["d"]) == d and int(r["causal"]) == c]
+        for key, lab, st in (("ours_tflops", "seqfuse", "-"), ("ours_det_tflops", "seqfuse det", "--"),
+                             ("cudnn_tflops", "cuDNN", "-"), ("fa2_tflops", "FA2 (SDPA)", "-")):
+            ax.plot([int(r["L"]) for r in sel], [float(r[key]) for r in sel], st, marker="o", label=lab)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"d {d}, {'causal' if c else 'non-causal'}")
+        ax.set_xlabel("sequence length")
+    axes[0][0].set_ylabel(f"backward TFLOP/s ({rows[0]['dtype']})")
+    axes[0][0].legend()
+    fig.suptitle(f"attention backward, {rows[0]['gpu']}, {rows[0]['date']}, commit {rows[0]['commit']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def from_csv(paths, results, plot_path, torch_version):
+    """--from-csv: the section and plot from earlier runs' CSVs, each time the median."""
+    keys = ("ours", "ours_det", "cudnn", "fa2", "ours_fb", "cudnn_fb", "fa2_fb")
+    rows, _ = merge_rounds(paths, ("B", "L", "H", "d", "causal"), tuple(k + "_ms" for k in keys))
+    for r in rows:
+        fl = fwd_flops(int(r["B"]), int(r["L"]), int(r["H"]), int(r["d"]), int(r["causal"]))
+        for k in keys:
+            r[k + "_tflops"] = (3.5 if k.endswith("_fb") else 2.5) * fl / (float(r[k + "_ms"]) * 1e-3) / 1e12
+    if plot_path:
+        plot(rows, plot_path)
+    if results:
+        how = replace_section(results, "attn_bwd", results_section(rows, torch_version, plot_path))
+        print(f"{results}: attn_bwd section {how}")
+
+
+def results_section(rows, torch_version="", plot_path=None):
     r0 = rows[0]
     out = [f"## Attention backward ({r0['dtype']})", "",
            md_table(["date", "GPU", "commit", "peers (same run, same inputs)"],
@@ -157,6 +199,8 @@ def results_section(rows, torch_version=""):
                     f"{100 * f('ours_tflops') / BF16_TFLOPS:.0f}%"])
     out.append(md_table(["d", "mask", "L", "B x H", "ours bwd", "ours det", "cuDNN bwd", "FA2 bwd",
                          "ours / cuDNN", "ours fwd+bwd", "cuDNN fwd+bwd", "ours / ceiling"], tab))
+    if plot_path:
+        out += ["", f"![attention backward]({os.path.relpath(plot_path, 'bench')})"]
     return "\n".join(out) + "\n"
 
 
@@ -172,7 +216,15 @@ def main():
     ap.add_argument("--csv", default=None)
     ap.add_argument("--results", default=None, metavar="PATH",
                     help="write the run as the attn_bwd section of PATH (e.g. a copy of bench/RESULTS.md)")
+    ap.add_argument("--plot", nargs="?", const=PLOT, default=None,
+                    help=f"write the plot (to {PLOT} unless a path is given)")
+    ap.add_argument("--from-csv", default="", metavar="A.csv,B.csv",
+                    help="no GPU: write --results / --plot from these runs' CSVs (median over them)")
+    ap.add_argument("--torch-version", default="", help="with --from-csv: the torch of those runs")
     a = ap.parse_args()
+    if a.from_csv:
+        from_csv(a.from_csv.split(","), a.results, a.plot, a.torch_version)
+        return
     if torch is None:
         raise SystemExit("needs torch and the seqfuse binding (PYTHONPATH=python)")
     dtype = getattr(torch, a.dtype)
@@ -213,8 +265,10 @@ def main():
                 rows.append(row)
     if a.csv:
         write_csv(a.csv, rows)
+    if a.plot:
+        plot(rows, a.plot)
     if a.results:
-        how = replace_section(a.results, "attn_bwd", results_section(rows, torch.__version__))
+        how = replace_section(a.results, "attn_bwd", results_section(rows, torch.__version__, a.plot))
         print(f"{a.results}: attn_bwd section {how}")
 
 

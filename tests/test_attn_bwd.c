@@ -521,6 +521,9 @@ static const bcase cases[] = {
     {"L300_d64_gqa2", 1, 4, 2, 300, 300, 64, 0, -1, -1, 0, 0, 0, 0, {0}, {0}},
     {"L330_d128_causal", 2, 2, 2, 330, 330, 128, 1, -1, -1, 0, 0, 0, 0, {0}, {0}},
     {"L256_d128_window_softcap", 1, 2, 1, 256, 384, 128, 0, 100, 30, 0, 3.0f, 0, 0, {0}, {0}},
+    /* dk, dv rows off 16-byte alignment (GPU runs; see run_bwd) */
+    {"L300_d64_gqa2_dkv+1", 1, 4, 2, 300, 300, 64, 0, -1, -1, 0, 0, 0, 0, {0}, {0}},
+    {"L200_d128_causal_dkv+1", 1, 2, 2, 200, 200, 128, 1, -1, -1, 0, 0, 0, 0, {0}, {0}},
 };
 
 static double tol_of(sf_dtype dt, int gpu) {
@@ -546,11 +549,16 @@ static sf_status run_bwd(sf_ctx *ctx, prob *P, sf_backend be, int det, int dev) 
     const size_t bytes[12] = {nqe * es, nke * es, nke * es, nqe * es, (size_t)P->nq * c->H * 4, nqe * es,
                               nqe * es, nke * es, nke * es, (size_t)(c->nvl + 1) * 4, (size_t)(c->nvl + 1) * 4,
                               (size_t)nseq(c) * c->H * 4};
-    void *dp[12] = {0};
+    /* cases named "...dkv+1": dk and dv one element past an allocation's
+     * start (rows not 16-byte aligned: the kernels' element-wise stores) */
+    const size_t shift = strstr(c->name, "dkv+1") ? es : 0;
+    void *dp[12] = {0}, *alloc[12] = {0};
     sf_status s = SF_OK;
     for (int i = 0; i < 12 && s == SF_OK; i++) {
         if (!host[i]) continue;
-        s = sf_malloc(ctx, &dp[i], bytes[i] ? bytes[i] : 4);
+        const size_t sh = i == 7 || i == 8 ? shift : 0;
+        s = sf_malloc(ctx, &alloc[i], (bytes[i] ? bytes[i] : 4) + sh);
+        dp[i] = alloc[i] ? (char *)alloc[i] + sh : NULL;
         if (s == SF_OK && bytes[i]) s = sf_memcpy(ctx, dp[i], host[i], bytes[i]);
     }
     if (s == SF_OK) {
@@ -562,7 +570,7 @@ static sf_status run_bwd(sf_ctx *ctx, prob *P, sf_backend be, int det, int dev) 
     for (int i = 6; i < 9 && s == SF_OK; i++)
         if (bytes[i]) s = sf_memcpy(ctx, host[i], dp[i], bytes[i]);
     for (int i = 0; i < 12; i++)
-        if (dp[i]) sf_free(ctx, dp[i]);
+        if (alloc[i]) sf_free(ctx, alloc[i]);
     return s;
 }
 

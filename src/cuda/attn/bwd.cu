@@ -302,6 +302,14 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     }
     p.varlen = vl;
     p.vec16 = vec16;
+    p.dkv16 = d % 8 == 0;
+    {
+        const sf_tensor *ts[] = {&a->dk, &a->dv};
+        for (const sf_tensor *x : ts) {
+            p.dkv16 = p.dkv16 && ((uintptr_t)x->data % 16 == 0);
+            for (int i = 0; i < x->rank - 1; i++) p.dkv16 = p.dkv16 && x->stride[i] % 8 == 0;
+        }
+    }
     p.batch = (int)pr->batch;
     p.nheads = (int)pr->nheads;
     p.heads_per_kv = (int)(pr->nheads / pr->nheads_kv);

@@ -27,7 +27,7 @@ struct BwdConfig {
     const char *about;
 };
 inline const BwdConfig bwd_configs[] = {
-    {"ws64", BwdKernel::ws, 64, 64, 1, "sm_90a warp-specialised (bwd_ws.cuh): the wg64 tiles and products on 2 consumer warpgroups, a producer warp loading Q, dO (TMA, 2 stages), lse and D, a writer warp adding the dQ partials by bulk reduce-adds; dense batches, d <= 64, d % 8 == 0, 16-byte aligned rows"},
+    {"ws64", BwdKernel::ws, 64, 64, 1, "sm_90a warp-specialised (bwd_ws.cuh): the wg64 tiles and products on 2 consumer warpgroups, a producer warp loading Q and dO by TMA (2 stages), a writer warp adding the dQ partials by bulk reduce-adds; dense batches, d <= 64, d % 8 == 0, 16-byte aligned rows"},
     {"ws128", BwdKernel::ws, 128, 64, 1, "sm_90a warp-specialised (bwd_ws.cuh) as ws64, d <= 128"},
     {"wg64", BwdKernel::wg, 64, 64, 1, "sm_90a wgmma (bwd_wg.cuh): 2 warpgroups, 128 keys kept, 64-row query blocks by cp.async (2 stages), dQ on wgmma from dS in shared memory, added by bulk reduce-adds (cp.reduce.async.bulk) of 16 KB shared tiles; d <= 64, d % 8 == 0, 16-byte aligned rows"},
     {"wg128", BwdKernel::wg, 128, 64, 1, "sm_90a wgmma (bwd_wg.cuh) as wg64, d <= 128"},

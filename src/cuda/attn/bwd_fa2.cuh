@@ -140,6 +140,53 @@ __device__ __forceinline__ void fa2_qblocks(int lq, int lk, int wl, int wr, int 
     }
 }
 
+/* Whether every element of the (query block i0.. nq rows, key block j0.. nk
+ * keys) tile is unmasked and plain (no softcap, no ALiBi: the caller's
+ * loop-invariant); such a tile takes the short path P = 2^(s sl2 - lse2).
+ * (Written as one conditional update: in the wgmma kernel an early return
+ * cost 44 bytes of spills.) */
+template <int BM, int BN>
+__device__ __forceinline__ bool fa2_tile_full(const BwdParams &p, bool plain, int i0, int nq, int j0, int nk, int lq,
+                                              int lk) {
+    bool full = plain && nq == BM && nk == BN;
+    if (full) {
+        int lo0, hi0, lo1, hi1;
+        key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
+        key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
+        full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
+    }
+    return full;
+}
+
+/* P^T and dS^T in place, element by element (mask, softcap, ALiBi), of a
+ * warp's 16-key fragment: element e of n-tile n is key kr + g + 8 (e >> 1),
+ * query 8 n + 2 t + (e & 1) of the (i0, j0) tile; sL the rows' lse (log2
+ * units), sD their D. */
+template <int NQ>
+__device__ __forceinline__ void fa2_masked_pds(const BwdParams &p, float (&s)[NQ][4], float (&dp)[NQ][4], const float *sL,
+                                               const float *sD, int b, int h, int i0, int nq, int j0, int nk, int lq,
+                                               int lk, int kr, int g, int t) {
+    const float slope = bwd_slope(p, b, h);
+#pragma unroll
+    for (int n = 0; n < NQ; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
+            const int key = j0 + kl, i = i0 + ql;
+            float P = 0.f, dS = 0.f;
+            if (kl < nk && ql < nq) {
+                int lo, hi;
+                key_range(i, lq, lk, p.wl, p.wr, lo, hi);
+                const float l = sL[ql];
+                if (key >= lo && key < hi && l != -INFINITY) {
+                    bwd_elem_grad(p, s[n][e], dp[n][e], sD[ql], l, i, key, lq, lk, slope, P, dS);
+                }
+            }
+            s[n][e] = P;
+            dp[n][e] = dS;
+        }
+}
+
 template <typename T, int DM, int NW, int BM, int MB, bool DQ>
 __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -245,13 +292,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
         }
 
         /* P^T and dS^T in place (element e: key kr + g + 8 (e >> 1), query 8n + 2t + (e & 1)) */
-        bool full = plain && nq == BM && nk == BN;
-        if (full) {
-            int lo0, hi0, lo1, hi1;
-            key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
-            key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
-            full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
-        }
+        const bool full = fa2_tile_full<BM, BN>(p, plain, i0, nq, j0, nk, lq, lk);
         if (full) {
 #pragma unroll
             for (int n = 0; n < NQ; n++)
@@ -263,25 +304,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
                     dp[n][e] = P * (dp[n][e] - sD[ql]) * p.scale;
                 }
         } else {
-            const float slope = bwd_slope(p, b, h);
-#pragma unroll
-            for (int n = 0; n < NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
-                    const int key = j0 + kl, i = i0 + ql;
-                    float P = 0.f, dS = 0.f;
-                    if (kl < nk && ql < nq) {
-                        int lo, hi;
-                        key_range(i, lq, lk, p.wl, p.wr, lo, hi);
-                        const float l = sL[ql];
-                        if (key >= lo && key < hi && l != -INFINITY) {
-                            bwd_elem_grad(p, s[n][e], dp[n][e], sD[ql], l, i, key, lq, lk, slope, P, dS);
-                        }
-                    }
-                    s[n][e] = P;
-                    dp[n][e] = dS;
-                }
+            fa2_masked_pds<NQ>(p, s, dp, sL, sD, b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
         }
 
         /* dV += P^T dO, dK += dS^T Q */

@@ -34,6 +34,7 @@ struct BwdParams {
     int64_t cu_q_s, cu_k_s;
     int cu_i64, varlen;
     int vec16;                    /* d % 8 == 0 and q, k, v, dout rows 16-byte aligned */
+    int dkv16;                    /* d % 8 == 0 and dk, dv rows 16-byte aligned */
     int batch, nheads, heads_per_kv, d;
     int lq, lk;                   /* dense lengths; varlen: the packed totals    */
     int zgroup, zrot;             /* wg / ws rows: key blocks a grid group, rotation (wgb::block_of) */

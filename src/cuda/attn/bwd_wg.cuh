@@ -105,25 +105,10 @@ __device__ __forceinline__ void issue_sdp(float (&s)[NQ][4], float (&dp)[NQ][4],
     sf_wg::wg_commit();
 }
 
-/* Whether every element of the (query block i0.. nq rows, key block j0.. nk
- * keys) tile is unmasked and plain (no softcap, no ALiBi: the caller's
- * loop-invariant); such a tile takes the short path.  (Written as one
- * conditional update: an early return cost 44 bytes of spills at D 128.) */
-__device__ __forceinline__ bool tile_full(const BwdParams &p, bool plain, int i0, int nq, int j0, int nk, int lq, int lk) {
-    bool full = plain && nq == BM && nk == BN;
-    if (full) {
-        int lo0, hi0, lo1, hi1;
-        key_range(i0, lq, lk, p.wl, p.wr, lo0, hi0);
-        key_range(i0 + nq - 1, lq, lk, p.wl, p.wr, lo1, hi1);
-        full = lo1 <= j0 && hi0 >= j0 + nk; /* lo and hi grow with the row */
-    }
-    return full;
-}
-
 /* S^T, dP^T (both commit groups in flight) to P^T and dS^T in place;
  * element e of n-tile n: key kr + g + 8 (e >> 1), query 8 n + 2 t + (e & 1).
- * sL: the rows' lse (log2 units), sD: their D.  full: tile_full; otherwise
- * mask, softcap and ALiBi per element as the FA2 kernel. */
+ * sL: the rows' lse (log2 units), sD: their D.  full: fa2_tile_full;
+ * otherwise fa2_masked_pds. */
 __device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[NQ][4], float (&dp)[NQ][4], const float *sL,
                                      const float *sD, bool full, int b, int h, int i0, int nq, int j0, int nk, int lq,
                                      int lk, int kr, int g, int t) {
@@ -145,25 +130,7 @@ __device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[NQ][4], floa
         sf_wg::wg_wait<0>();
         sf_wg::reg_fence(s);
         sf_wg::reg_fence(dp);
-        const float slope = bwd_slope(p, b, h);
-#pragma unroll
-        for (int n = 0; n < NQ; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kl = kr + g + 8 * (e >> 1), ql = 8 * n + 2 * t + (e & 1);
-                const int key = j0 + kl, i = i0 + ql;
-                float P = 0.f, dS = 0.f;
-                if (kl < nk && ql < nq) {
-                    int lo, hi;
-                    key_range(i, lq, lk, p.wl, p.wr, lo, hi);
-                    const float l = sL[ql];
-                    if (key >= lo && key < hi && l != -INFINITY) {
-                        bwd_elem_grad(p, s[n][e], dp[n][e], sD[ql], l, i, key, lq, lk, slope, P, dS);
-                    }
-                }
-                s[n][e] = P;
-                dp[n][e] = dS;
-            }
+        fa2_masked_pds<NQ>(p, s, dp, sL, sD, b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
     }
 }
 
@@ -235,7 +202,8 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], uint32_t sdS, uint32_
     sf_wg::wg_commit();
 }
 
-/* dK, dV rows kr + g and kr + g + 8 of key block j0 (any dk, dv strides) */
+/* dK, dV rows kr + g and kr + g + 8 of key block j0 from the fragments (any
+ * dk, dv strides): attn_bwd_wg's epilogue */
 template <typename T, int D>
 __device__ __forceinline__ void store_dkdv(const BwdParams &p, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
                                            int b, int kvh, int64_t k0, int j0, int nk, int kr, int g, int t) {
@@ -253,6 +221,53 @@ __device__ __forceinline__ void store_dkdv(const BwdParams &p, const float (&dk)
                 gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
                 gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
                 gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
+            }
+        }
+    }
+}
+
+/* dK and dV of the key block through shared memory, for 16-byte coalesced
+ * stores (scalar stores from the fragments throttled the store queue at L
+ * 1024, 16 items a CTA): attn_bwd_ws's epilogue.  stage_dkdv: the thread's
+ * fragments (rows kr + g, kr + g + 8) into two BN x D tiles at sbuf (K,
+ * then V), rows of D 16-bit elements whose 16-byte chunks are XOR-swizzled
+ * by row % 8 (conflict-free both ways); the caller then syncs every thread
+ * that staged, and copy_dkdv (NT threads) writes the rows below nk, the
+ * columns below d (16-byte stores where p.dkv16, else element by element). */
+template <typename T, int D>
+__device__ __forceinline__ void stage_dkdv(unsigned char *sbuf, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
+                                           int kr, int g, int t) {
+    using MMA = sf_mma16<T>;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = kr + g + 8 * half;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            const uint32_t off = (uint32_t)r * (D * 2) + (uint32_t)((n ^ (r & 7)) * 16 + 4 * t);
+            *reinterpret_cast<uint32_t *>(sbuf + off) = MMA::pack(dk[n][2 * half], dk[n][2 * half + 1]);
+            *reinterpret_cast<uint32_t *>(sbuf + BN * D * 2 + off) = MMA::pack(dv[n][2 * half], dv[n][2 * half + 1]);
+        }
+    }
+}
+template <typename T, int D, int NT>
+__device__ __forceinline__ void copy_dkdv(const BwdParams &p, const unsigned char *sbuf, int b, int kvh, int64_t k0, int j0,
+                                          int nk, int tid) {
+    constexpr int CH = D / 8; /* 16-byte chunks a row */
+    for (int x = tid; x < 2 * BN * CH; x += NT) {
+        const int kv = x / (BN * CH), r = (x / CH) % BN, c = x % CH;
+        if (r >= nk || 8 * c >= p.d) continue;
+        const uint4 v = *reinterpret_cast<const uint4 *>(sbuf + kv * (BN * D * 2) + r * (D * 2) + ((c ^ (r & 7)) * 16));
+        T *dst = kv ? (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + r) * p.dv_sr + (int64_t)kvh * p.dv_sh
+                    : (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + r) * p.dk_sr + (int64_t)kvh * p.dk_sh;
+        if (p.dkv16) {
+            *reinterpret_cast<uint4 *>(dst + 8 * c) = v;
+        } else {
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const uint32_t *pw = &w[e]; /* the two 16-bit elements of word e */
+                dst[8 * c + 2 * e] = reinterpret_cast<const T *>(pw)[0];
+                dst[8 * c + 2 * e + 1] = reinterpret_cast<const T *>(pw)[1];
             }
         }
     }
@@ -308,6 +323,20 @@ __device__ __forceinline__ int item_row(int it, int nbq, int ib0, int rot) {
     int r = it % nbq + rot;
     r -= r >= nbq ? nbq : 0;
     return (ib0 + r) * BM;
+}
+
+/* The item's dQ partial into buffer buf: at D 128 the warpgroup's own 64
+ * columns; at D 64 warpgroup 0's partial, then (after named barrier bar of
+ * both warpgroups) warpgroup 1's added to it. */
+template <int D>
+__device__ __forceinline__ void put_partial(float4 *buf, const float (&c)[8][4], int wg, int warp, int lane, int bar) {
+    if constexpr (D == 128) {
+        put_dq<false>(buf, c, warp, lane);
+    } else {
+        if (wg == 0) put_dq<false>(buf, c, warp, lane);
+        sf_wg::named_sync(bar, 256); /* warpgroup 0's partial written */
+        if (wg == 1) put_dq<true>(buf, c, warp, lane);
+    }
 }
 
 /* The deterministic mode's turn of key block z on the (head, query block)
@@ -415,7 +444,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
 
         float s[NQ][4], dp[NQ][4];
         wgb::issue_sdp<T, D>(s, dp, sK, sV, sQ, sdO, wg);
-        wgb::p_ds(p, s, dp, sL, sD, wgb::tile_full(p, plain, i0, nq, j0, nk, lq, lk), b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
+        wgb::p_ds(p, s, dp, sL, sD, fa2_tile_full<BM, BN>(p, plain, i0, nq, j0, nk, lq, lk), b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
         uint32_t pa[BM / 16][4], ad[BM / 16][4];
         wgb::pack_a<T>(s, dp, pa, ad);
         wgb::issue_dkdv<T, D>(dk, dv, pa, ad, sQ, sdO);
@@ -439,13 +468,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
          * a buffer, issued by the writing warpgroup's first thread.  Rows past
          * nq hold zeros. */
         float4 *buf = pdQ0 + (D == 128 ? wg : (it & 1)) * (SM::PB / 16);
-        if constexpr (D == 128) {
-            wgb::put_dq<false>(buf, c, warp, lane);
-        } else {
-            if (wg == 0) wgb::put_dq<false>(buf, c, warp, lane);
-            sf_wg::named_sync(3, 256); /* warpgroup 0's partial written */
-            if (wg == 1) wgb::put_dq<true>(buf, c, warp, lane);
-        }
+        wgb::put_partial<D>(buf, c, wg, warp, lane, 3);
         if (D == 128 || wg == 1) {
             fence_async_smem();
             sf_wg::named_sync(4 + wg, 128);

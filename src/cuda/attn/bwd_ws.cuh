@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(384, 1)
 
             float s[NQ][4], dp[NQ][4];
             wgb::issue_sdp<T, D>(s, dp, sK, sV, sQ, sdO, cw);
-            const bool full = wgb::tile_full(p, plain, i0, nq, j0, nk, lq, lk);
+            const bool full = fa2_tile_full<BM, BN>(p, plain, i0, nq, j0, nk, lq, lk);
             wgb::p_ds(p, s, dp, sL, sD, full, b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
             uint32_t pa[BM / 16][4], ad[BM / 16][4];
             wgb::pack_a<T>(s, dp, pa, ad);
@@ -220,19 +220,20 @@ __global__ void __launch_bounds__(384, 1)
             const uint32_t use = D == 128 ? (uint32_t)it : (uint32_t)(it >> 1);
             float4 *pbuf = pdQ0 + buf * (SM::PB / 16);
             if (D == 128 || cw == 0) mbar_wait(bDqE + 8 * buf, (use & 1u) ^ 1u);
-            if (D == 128) {
-                wgb::put_dq<false>(pbuf, c, warp, lane);
-            } else {
-                if (cw == 0) wgb::put_dq<false>(pbuf, c, warp, lane);
-                sf_wg::named_sync(4, 256); /* warpgroup 0's partial written */
-                if (cw == 1) wgb::put_dq<true>(pbuf, c, warp, lane);
-            }
+            wgb::put_partial<D>(pbuf, c, cw, warp, lane, 4);
             if (D == 128 || cw == 1) {
                 sf_wg::fence_async_smem(); /* for the bulk reduce (async proxy) */
                 mbar_arrive(bDqF + 8 * buf);
             }
         }
-        wgb::store_dkdv<T, D>(p, dk, dv, b, kvh, 0, j0, nk, kr, g, t);
+        /* dK, dV staged in the Q / dO stages (64 KB at D 128: both tiles),
+         * free once both warpgroups are past their last products */
+        static_assert(NSQ * 2 * SM::QB >= 2 * BN * D * 2, "dK, dV staging fits the Q / dO stages");
+        sf_wg::named_sync(1, 256);
+        unsigned char *const sKV = smem_raw + (sQ0 - sraw);
+        wgb::stage_dkdv<T, D>(sKV, dk, dv, kr, g, t);
+        sf_wg::named_sync(1, 256);
+        wgb::copy_dkdv<T, D, 256>(p, sKV, b, kvh, 0, j0, nk, tid - 128);
     }
 #else
     (void)p;
