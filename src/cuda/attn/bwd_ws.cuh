@@ -27,8 +27,12 @@
  *        its own double buffer before the dS barrier, which publishes them
  *        (shared data in the generic proxy passes through block barriers
  *        only, which racecheck follows; the tiles come by TMA).
- * TMA zero-fills rows past lq / lk and columns past d, so padded tiles are
- * 0 as attn_bwd_wg's cp.async zero fill makes them.
+ *        At the end both warpgroups stage dK and dV in the (then free) Q / dO
+ *        stages and write them with 16-byte stores (wgb::stage_dkdv).
+ * The grid and each CTA's walk over its query blocks: wgb::block_of,
+ * wgb::item_row (as attn_bwd_wg).  TMA zero-fills rows past lq / lk and
+ * columns past d, so padded tiles are 0 as attn_bwd_wg's cp.async zero fill
+ * makes them.
  */
 #ifndef SF_ATTN_BWD_WS_CUH
 #define SF_ATTN_BWD_WS_CUH
