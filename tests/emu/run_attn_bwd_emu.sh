@@ -19,7 +19,7 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 python3 tests/emu/emu_prep.py "$W" attn src/cuda/attn/bwd.cu emu_cuda_attn_bwd sf_cuda_attn_bwd
 BLAS=$(grep -o '/[^ ]*blas[^ ]*\.so' "$BC/CMakeFiles/seqfuse.dir/link.txt" | head -1 || true)
-g++ -std=c++20 -O1 -pthread -D__CUDA_ARCH__=900 -D__CUDA_ARCH_FEAT_SM90_ALL -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
+g++ -std=c++20 -O1 -pthread ${EMU_CXXFLAGS:-} -D__CUDA_ARCH__=900 -D__CUDA_ARCH_FEAT_SM90_ALL -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
   tests/emu/attn_bwd_emu_main.cpp "$W/launcher_emu.cpp" -x none \
   "$BC"/CMakeFiles/seqfuse_obj.dir/src/{core,ref,cpu}/*.o ${BLAS} -lm -fopenmp -rdynamic -o "$W/emu"
 rc=0

@@ -9,6 +9,6 @@ set -eu
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 python3 tests/emu/emu_prep.py "$W" gemm_swiglu
-g++ -std=c++20 -O1 -pthread -D__CUDA_ARCH__=900 -D__CUDA_ARCH_FEAT_SM90_ALL -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
+g++ -std=c++20 -O1 -pthread ${EMU_CXXFLAGS:-} -D__CUDA_ARCH__=900 -D__CUDA_ARCH_FEAT_SM90_ALL -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
   tests/emu/gemm_swiglu_emu_main.cpp -lm -rdynamic -o "$W/emu"
 "$W/emu" ${1:-}

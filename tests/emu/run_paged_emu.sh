@@ -10,6 +10,6 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 python3 tests/emu/emu_prep.py "$W" paged
 python3 tests/emu/emu_prep.py "$W" attn
-g++ -std=c++20 -O1 -pthread -D__CUDA_ARCH__=900 -D__CUDA_ARCH_FEAT_SM90_ALL -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
+g++ -std=c++20 -O1 -pthread ${EMU_CXXFLAGS:-} -D__CUDA_ARCH__=900 -D__CUDA_ARCH_FEAT_SM90_ALL -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
   tests/emu/paged_emu_main.cpp -lm -rdynamic -o "$W/emu"
 "$W/emu" ${1:-}

@@ -14,7 +14,7 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 python3 tests/emu/emu_prep.py "$W" ssd src/cuda/ssd/bwd.cu emu_cuda_ssd_bwd sf_cuda_ssd_bwd
 BLAS=$(grep -o '/[^ ]*blas[^ ]*\.so' "$BC/CMakeFiles/seqfuse.dir/link.txt" | head -1 || true)
-g++ -std=c++20 -O1 -pthread -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
+g++ -std=c++20 -O1 -pthread ${EMU_CXXFLAGS:-} -I"$W" -Itests/emu -Isrc/cuda -Isrc/core -Iinclude \
   tests/emu/ssd_bwd_emu_main.cpp "$W/launcher_emu.cpp" -x none \
   "$BC"/CMakeFiles/seqfuse_obj.dir/src/{core,ref,cpu}/*.o ${BLAS} -lm -fopenmp -o "$W/emu"
 rc=0
