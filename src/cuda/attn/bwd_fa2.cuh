@@ -187,6 +187,33 @@ __device__ __forceinline__ void fa2_masked_pds(const BwdParams &p, float (&s)[NQ
         }
 }
 
+/* dK, dV rows kr + g and kr + g + 8 of key block j0 from a warp's m16
+ * fragments (any d, any dk / dv strides): the FA2 and wg kernels' epilogue */
+template <typename T, int ND>
+__device__ __forceinline__ void fa2_store_dkdv(const BwdParams &p, const float (&dk)[ND][4], const float (&dv)[ND][4],
+                                               int b, int kvh, int64_t k0, int j0, int nk, int kr, int g, int t) {
+    const int d = p.d;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int kl = kr + g + 8 * half;
+        if (kl >= nk) continue;
+        T *gk = (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + kl) * p.dk_sr + (int64_t)kvh * p.dk_sh;
+        T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            const int col = 8 * n + 2 * t;
+            if (col < d) {
+                gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
+                gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
+            }
+            if (col + 1 < d) {
+                gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
+                gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
+            }
+        }
+    }
+}
+
 template <typename T, int DM, int NW, int BM, int MB, bool DQ>
 __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -394,26 +421,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
     }
     sf_cp_async_wait<0>();
 
-    /* dK, dV rows kr + g and kr + g + 8 of the block */
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int kl = kr + g + 8 * half;
-        if (kl >= nk) continue;
-        T *gk = (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + kl) * p.dk_sr + (int64_t)kvh * p.dk_sh;
-        T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            const int col = 8 * n + 2 * t;
-            if (col < d) {
-                gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
-                gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
-            }
-            if (col + 1 < d) {
-                gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
-                gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
-            }
-        }
-    }
+    fa2_store_dkdv<T, ND>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t);
 #endif
 }
 

@@ -202,30 +202,6 @@ __device__ __forceinline__ void issue_dq(float (&c)[8][4], uint32_t sdS, uint32_
     sf_wg::wg_commit();
 }
 
-/* dK, dV rows kr + g and kr + g + 8 of key block j0 from the fragments (any
- * dk, dv strides): attn_bwd_wg's epilogue */
-template <typename T, int D>
-__device__ __forceinline__ void store_dkdv(const BwdParams &p, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
-                                           int b, int kvh, int64_t k0, int j0, int nk, int kr, int g, int t) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int kl = kr + g + 8 * half;
-        if (kl >= nk) continue;
-        T *gk = (T *)p.dk + (int64_t)b * p.dk_sb + (k0 + j0 + kl) * p.dk_sr + (int64_t)kvh * p.dk_sh;
-        T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            const int col = 8 * n + 2 * t;
-            if (col < p.d) { /* d % 8 == 0: the pair is in */
-                gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
-                gk[col + 1] = sf_elem<T>::from_f(dk[n][2 * half + 1]);
-                gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);
-                gv[col + 1] = sf_elem<T>::from_f(dv[n][2 * half + 1]);
-            }
-        }
-    }
-}
-
 /* dK and dV of the key block through shared memory, for 16-byte coalesced
  * stores (scalar stores from the fragments throttled the store queue at L
  * 1024, 16 items a CTA): attn_bwd_ws's epilogue.  stage_dkdv: the thread's
@@ -496,7 +472,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     }
     sf_cp_async_wait<0>();
     if ((tid & 127) == 0) sf_wg::bulk_wait<0>(); /* the last reduce has read its source */
-    wgb::store_dkdv<T, D>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t);
+    fa2_store_dkdv<T, ND>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t);
 #else
     (void)p;
 #endif
