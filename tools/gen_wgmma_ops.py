@@ -14,10 +14,12 @@ out.append("/* wgmma_ops.cuh - wgmma wrappers (attention and SSD kernels): one a
 # (n, ss wanted, rs wanted): n 64 / 128 both; the head-dim-192/256 tiles of
 # attn_fwd_ws add S = Q K^T at 48 (narrow first tiles), 80, 96 and 112 keys (ss)
 # and O += P V at 192 and 256 columns (rs); the gate/up GEMM of sf_gemm_swiglu
-# takes ss at 256 (128 gate + 128 up columns).  sst (B MN-major from shared
-# memory): the attention backward's dQ = dS K at 64 columns.
-SHAPES = ((64, 1, 1), (128, 1, 1), (48, 1, 0), (80, 1, 0), (96, 1, 0), (112, 1, 0), (192, 0, 1), (256, 1, 1))
-SST = (64,)
+# takes ss at 256 (128 gate + 128 up columns); the head-dim-256 backward
+# (bwd_wg256.cuh) takes S^T = K Q^T at 32 queries (ss).  sst (B MN-major from
+# shared memory): the attention backward's dQ = dS K at 64 columns, and the
+# head-dim-256 backward's dV, dK and dQ at 128.
+SHAPES = ((64, 1, 1), (128, 1, 1), (32, 1, 0), (48, 1, 0), (80, 1, 0), (96, 1, 0), (112, 1, 0), (192, 0, 1), (256, 1, 1))
+SST = (64, 128)
 for ty, pt in (("bf16", "bf16"), ("f16", "f16")):
     for n, want_ss, want_rs in SHAPES:
         nreg = n // 2

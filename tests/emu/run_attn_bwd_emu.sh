@@ -2,8 +2,8 @@
 # run_attn_bwd_emu.sh - runs the CUDA attention backward (src/cuda/attn/bwd.cu
 # and its kernels) under the host emulator against the reference backward,
 # fast and deterministic modes, for each configuration named (default: the
-# GPU-tested FA2 rows fa64 and fa128, and the wgmma rows wg64 / wg128 and
-# ws64 / ws128 when bwd_configs.h has them).  Sources prepared by emu_prep.py (sf_cuda_attn_bwd
+# GPU-tested FA2 rows fa64 and fa128, and the wgmma rows wg64 / wg128 / wg256
+# and ws64 / ws128 when bwd_configs.h has them).  Sources prepared by emu_prep.py (sf_cuda_attn_bwd
 # renamed emu_cuda_attn_bwd, launches through emu_launch), compiled for the
 # host with __CUDA_ARCH__ 800 and __CUDA_ARCH_FEAT_SM90_ALL, linked with the
 # CPU build's objects for the reference.

@@ -1,11 +1,13 @@
 /* bwd.cu - the attention backward on the GPU (sf_attn_bwd): the launcher.
  *
  * Three launches per call.  The ws and wg rows (sm_90a, 16-bit operands,
- * d <= 128 with 16-byte rows) run the FA2 rows' preprocess, the main
+ * d <= 256 with 16-byte rows) run the FA2 rows' preprocess, the main
  * kernel - attn_bwd_ws (bwd_ws.cuh: warp-specialised, TMA loads; dense
  * batches) or attn_bwd_wg (bwd_wg.cuh: the same products, cp.async loads
  * by the computing warps; also packed batches), the dQ partials added by
- * bulk reduce-adds into an accumulator of 64-row tiles - and
+ * bulk reduce-adds into an accumulator of 64-row tiles; at d > 128
+ * attn_bwd_wg256 (bwd_wg256.cuh: 64-key blocks, the partials added by
+ * red.global.add.v4) - and
  * attn_bwd_wg_dq_out, in both modes (deterministic: the partials added in
  * key-block order, counted on a counter per (head, query block);
  * accumulator and counters zeroed by one memset).  attn_bwd_ws falls back
@@ -33,6 +35,7 @@
 #include "attn/bwd_fa2_dq.cuh"
 #include "attn/bwd_simt.cuh"
 #include "attn/bwd_wg.cuh"
+#include "attn/bwd_wg256.cuh"
 #include "attn/bwd_ws.cuh"
 #include "attn_bwd.h"
 #include "autotune.h"
@@ -41,11 +44,23 @@
 #include <string.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 using namespace sf_attn;
 
 namespace {
+
+/* d a multiple of 8 and every tensor's data 16-byte aligned with row,
+ * head and batch strides multiples of 8 elements: 16-byte rows */
+bool rows16(int d, std::initializer_list<const sf_tensor *> ts) {
+    bool ok = d % 8 == 0;
+    for (const sf_tensor *x : ts) {
+        ok = ok && (uintptr_t)x->data % 16 == 0;
+        for (int i = 0; i < x->rank - 1; i++) ok = ok && x->stride[i] % 8 == 0;
+    }
+    return ok;
+}
 
 void strides3(const sf_tensor *t, int varlen, int64_t &sb, int64_t &sr, int64_t &sh) {
     if (varlen) {
@@ -81,9 +96,12 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    const int64_t kb = (max_lk + 16 * NW - 1) / (16 * NW);
+    /* keys a block: 128 (FA2, wg and ws at d <= 128), 64 (wg at d 256: bwd_wg256.cuh) */
+    constexpr int KBN = DM > 128 ? Wg256Smem::BN : 16 * NW;
+    static_assert(DM <= 128 || (WG && !WS), "head dim 256: the wg256 kernel only");
+    const int64_t kb = (max_lk + KBN - 1) / KBN;
     if (kb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld keys (at most %d)",
-                                   (long long)max_lk, 65535 * 16 * NW);
+                                   (long long)max_lk, 65535 * KBN);
     bool ws = WS; /* the ws kernel when the driver takes its tensor maps (else the wg one, same workspace) */
     CUtensorMap mq, mk, mv, mdo;
     if (kb > 0 && ws) {
@@ -100,21 +118,32 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld key blocks x %d kv heads x %d sequences "
                        "(at most 2^31 - 1)", (long long)kb, p.nheads / p.heads_per_kv, p.batch);
     const dim3 wgrid((unsigned)(ngroups * p.zgroup * (p.nheads / p.heads_per_kv) * p.batch));
-    if (kb > 0 && ws) {
-        const dim3 grid = wgrid;
-        typedef WsBwdSmem<DM, 2> SM;
-        auto kern = det ? attn_bwd_ws<T, DM, 2, true> : attn_bwd_ws<T, DM, 2, false>;
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)SM::bytes));
-        kern<<<grid, SM::NT, SM::bytes, st>>>(p, mq, mk, mv, mdo);
-        SF_CUDA_CHECK_LAUNCH(ctx);
-    } else if (kb > 0 && WG) {
-        const dim3 grid = wgrid;
-        const size_t ms = WgBwdSmem<DM>::bytes;
-        auto kern = det ? attn_bwd_wg<T, DM, true> : attn_bwd_wg<T, DM, false>;
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
-        kern<<<grid, WgBwdSmem<DM>::NT, ms, st>>>(p);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+    if constexpr (WS) {
+        if (kb > 0 && ws) {
+            typedef WsBwdSmem<DM, 2> SM;
+            auto kern = det ? attn_bwd_ws<T, DM, 2, true> : attn_bwd_ws<T, DM, 2, false>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    (int)SM::bytes));
+            kern<<<wgrid, SM::NT, SM::bytes, st>>>(p, mq, mk, mv, mdo);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+    }
+    if constexpr (WG && DM > 128) {
+        if (kb > 0) {
+            const size_t ms = Wg256Smem::bytes;
+            auto kern = det ? attn_bwd_wg256<T, true> : attn_bwd_wg256<T, false>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+            kern<<<wgrid, Wg256Smem::NT, ms, st>>>(p);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
+    } else if constexpr (WG) {
+        if (kb > 0 && !ws) {
+            const size_t ms = WgBwdSmem<DM>::bytes;
+            auto kern = det ? attn_bwd_wg<T, DM, true> : attn_bwd_wg<T, DM, false>;
+            SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ms));
+            kern<<<wgrid, WgBwdSmem<DM>::NT, ms, st>>>(p);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
     } else if (kb > 0) {
         const dim3 grid((unsigned)(p.nheads / p.heads_per_kv), (unsigned)p.batch, (unsigned)kb);
         if (det) {
@@ -130,11 +159,13 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         }
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    if (p.rows_q > 0 && WG) {
-        const dim3 grid((unsigned)((q_rows + 63) / 64), (unsigned)p.batch, (unsigned)p.nheads);
-        if (aux16) attn_bwd_wg_dq_out<T, DM, true><<<grid, 256, 0, st>>>(p);
-        else attn_bwd_wg_dq_out<T, DM, false><<<grid, 256, 0, st>>>(p);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+    if constexpr (WG) {
+        if (p.rows_q > 0) {
+            const dim3 grid((unsigned)((q_rows + 63) / 64), (unsigned)p.batch, (unsigned)p.nheads);
+            if (aux16) attn_bwd_wg_dq_out<T, DM, true><<<grid, 256, 0, st>>>(p);
+            else attn_bwd_wg_dq_out<T, DM, false><<<grid, 256, 0, st>>>(p);
+            SF_CUDA_CHECK_LAUNCH(ctx);
+        }
     } else if (p.rows_q > 0 && !acc) {
         const int64_t qb = (q_rows + 16 * NW - 1) / (16 * NW);
         if (qb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld query rows (at most %d)",
@@ -214,8 +245,9 @@ sf_status dispatch_d(sf_ctx *ctx, const BwdConfig &c, const BwdParams &p, int de
             return c.dmax == 64 ? launch_fa2<T, 64, 64, 1, true, true>(ctx, p, det, lk, p.lq, aux16)
                                 : launch_fa2<T, 128, 64, 1, true, true>(ctx, p, det, lk, p.lq, aux16);
         if (c.kernel == BwdKernel::wg)
-            return c.dmax == 64 ? launch_fa2<T, 64, 64, 1, true>(ctx, p, det, lk, p.lq, aux16)
-                                : launch_fa2<T, 128, 64, 1, true>(ctx, p, det, lk, p.lq, aux16);
+            return c.dmax == 64    ? launch_fa2<T, 64, 64, 1, true>(ctx, p, det, lk, p.lq, aux16)
+                   : c.dmax == 128 ? launch_fa2<T, 128, 64, 1, true>(ctx, p, det, lk, p.lq, aux16)
+                                   : launch_fa2<T, 256, 64, 1, true>(ctx, p, det, lk, p.lq, aux16);
         if (c.kernel == BwdKernel::fa2)
             return c.dmax == 64 ? (c.qrows == 32 ? launch_fa2<T, 64, 32, 2>(ctx, p, det, lk, p.lq, aux16)
                                                  : launch_fa2<T, 64, 64, 1>(ctx, p, det, lk, p.lq, aux16))
@@ -239,16 +271,8 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     if (dt != SF_F32 && dt != SF_F16 && dt != SF_BF16)
         return sf_fail(ctx, SF_ERR_DTYPE, "%s: CUDA backend: dtype %s not supported", op, sf_dtype_name(dt));
     const int d = (int)pr->headdim;
-    /* 16-byte loads of q, k, v and dout rows (the FA2 and wg kernels): d and
-     * every stride a multiple of 8 elements and the data 16-byte aligned */
-    bool vec16 = d % 8 == 0;
-    {
-        const sf_tensor *ts[] = {&f->q, &f->k, &f->v, &a->dout};
-        for (const sf_tensor *x : ts) {
-            vec16 = vec16 && ((uintptr_t)x->data % 16 == 0);
-            for (int i = 0; i < x->rank - 1; i++) vec16 = vec16 && x->stride[i] % 8 == 0;
-        }
-    }
+    /* 16-byte loads of q, k, v and dout rows (the FA2 and wg kernels) */
+    const bool vec16 = rows16(d, {&f->q, &f->k, &f->v, &a->dout});
     const sf_cuda_state *cs = sf_cuda_st(ctx);
     static const bool wg_code = sf_cuda_sm90a_code((const void *)attn_bwd_wg<__nv_bfloat16, 128, true>);
     const bool sm90a = cs && cs->sm_major == 9 && wg_code;
@@ -302,14 +326,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
     }
     p.varlen = vl;
     p.vec16 = vec16;
-    p.dkv16 = d % 8 == 0;
-    {
-        const sf_tensor *ts[] = {&a->dk, &a->dv};
-        for (const sf_tensor *x : ts) {
-            p.dkv16 = p.dkv16 && ((uintptr_t)x->data % 16 == 0);
-            for (int i = 0; i < x->rank - 1; i++) p.dkv16 = p.dkv16 && x->stride[i] % 8 == 0;
-        }
-    }
+    p.dkv16 = rows16(d, {&a->dk, &a->dv});
     p.batch = (int)pr->batch;
     p.nheads = (int)pr->nheads;
     p.heads_per_kv = (int)(pr->nheads / pr->nheads_kv);
@@ -324,7 +341,8 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
      * ranges differ (a key block would wait for the previous one to reach
      * its blocks), so a key block's CTAs run before the next's. */
     {
-        const int all = (int)std::max<int64_t>(1, (pr->max_lk + 127) / 128);
+        const int bn = cfg->kernel == BwdKernel::wg && cfg->dmax > 128 ? Wg256Smem::BN : 128; /* keys a block */
+        const int all = (int)std::max<int64_t>(1, (pr->max_lk + bn - 1) / bn);
         const bool unmasked = pr->wl < 0 && pr->wr < 0;
         p.zgroup = !bp->deterministic || unmasked ? all : 1;
         p.zrot = bp->deterministic ? 0 : 1;
@@ -364,14 +382,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
         SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes + sbytes, sf_cuda_stream(ctx)));
     /* the FA2 rows' 16-byte pre/postprocess (o and dq rows too): the
      * preprocess zeroes the accumulator itself */
-    bool aux16 = cfg->kernel != BwdKernel::simt && p.vec16;
-    {
-        const sf_tensor *ts[] = {&f->out, &a->dq};
-        for (const sf_tensor *x : ts) {
-            aux16 = aux16 && ((uintptr_t)x->data % 16 == 0);
-            for (int i = 0; i < x->rank - 1; i++) aux16 = aux16 && x->stride[i] % 8 == 0;
-        }
-    }
+    const bool aux16 = cfg->kernel != BwdKernel::simt && p.vec16 && rows16(d, {&f->out, &a->dq});
     if (abytes && !aux16 && !wg) SF_CUDA_CHECK(ctx, cudaMemsetAsync(p.dqacc, 0, abytes, sf_cuda_stream(ctx)));
 
     const int64_t q_tiles = (pr->max_lq + BWD_T - 1) / BWD_T;

@@ -31,6 +31,7 @@ inline const BwdConfig bwd_configs[] = {
     {"ws128", BwdKernel::ws, 128, 64, 1, "sm_90a warp-specialised (bwd_ws.cuh) as ws64, d <= 128"},
     {"wg64", BwdKernel::wg, 64, 64, 1, "sm_90a wgmma (bwd_wg.cuh): 2 warpgroups, 128 keys kept, 64-row query blocks by cp.async (2 stages), dQ on wgmma from dS in shared memory, added by bulk reduce-adds (cp.reduce.async.bulk) of 16 KB shared tiles; d <= 64, d % 8 == 0, 16-byte aligned rows"},
     {"wg128", BwdKernel::wg, 128, 64, 1, "sm_90a wgmma (bwd_wg.cuh) as wg64, d <= 128"},
+    {"wg256", BwdKernel::wg, 256, 64, 1, "sm_90a wgmma (bwd_wg256.cuh): 2 warpgroups each holding half the columns of 64 keys' dK and dV, 64-row query blocks by cp.async (2 stages), P and dS through shared memory, dQ added by red.global.add.v4 from the fragments; d <= 256, d % 8 == 0, 16-byte aligned rows"},
     {"fa64q32x2", BwdKernel::fa2, 64, 32, 2, "FA2 scheme at d <= 64: 8 warps, 128 keys kept, 32-row query blocks by cp.async (2 stages), registers capped for 2 CTAs an SM (65 KB of shared memory each)"},
     {"fa64", BwdKernel::fa2, 64, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 64"},
     {"fa128", BwdKernel::fa2, 128, 64, 1, "FA2 scheme: 8 warps, 128 keys kept, 64-row query blocks by cp.async (2 stages), d <= 128"},

@@ -188,10 +188,12 @@ __device__ __forceinline__ void fa2_masked_pds(const BwdParams &p, float (&s)[NQ
 }
 
 /* dK, dV rows kr + g and kr + g + 8 of key block j0 from a warp's m16
- * fragments (any d, any dk / dv strides): the FA2 and wg kernels' epilogue */
+ * fragments of columns c0.. (any d, any dk / dv strides): the FA2 and wg
+ * kernels' epilogue */
 template <typename T, int ND>
 __device__ __forceinline__ void fa2_store_dkdv(const BwdParams &p, const float (&dk)[ND][4], const float (&dv)[ND][4],
-                                               int b, int kvh, int64_t k0, int j0, int nk, int kr, int g, int t) {
+                                               int b, int kvh, int64_t k0, int j0, int nk, int kr, int g, int t,
+                                               int c0 = 0) {
     const int d = p.d;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -201,7 +203,7 @@ __device__ __forceinline__ void fa2_store_dkdv(const BwdParams &p, const float (
         T *gv = (T *)p.dv + (int64_t)b * p.dv_sb + (k0 + j0 + kl) * p.dv_sr + (int64_t)kvh * p.dv_sh;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
-            const int col = 8 * n + 2 * t;
+            const int col = c0 + 8 * n + 2 * t;
             if (col < d) {
                 gk[col] = sf_elem<T>::from_f(dk[n][2 * half]);
                 gv[col] = sf_elem<T>::from_f(dv[n][2 * half]);

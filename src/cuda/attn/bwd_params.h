@@ -37,7 +37,7 @@ struct BwdParams {
     int dkv16;                    /* d % 8 == 0 and dk, dv rows 16-byte aligned */
     int batch, nheads, heads_per_kv, d;
     int lq, lk;                   /* dense lengths; varlen: the packed totals    */
-    int zgroup, zrot;             /* wg / ws rows: key blocks a grid group, rotation (wgb::block_of) */
+    int zgroup, zrot;             /* wg / ws rows: key blocks a grid group, rotated walks (wgb::block_of, item_rot) */
     int wl, wr;                   /* -1 unbounded; causal folded into wr = 0     */
     float scale, softcap;
     const float *alibi;

@@ -106,10 +106,11 @@ __device__ __forceinline__ void issue_sdp(float (&s)[NQ][4], float (&dp)[NQ][4],
 }
 
 /* S^T, dP^T (both commit groups in flight) to P^T and dS^T in place;
- * element e of n-tile n: key kr + g + 8 (e >> 1), query 8 n + 2 t + (e & 1).
- * sL: the rows' lse (log2 units), sD: their D.  full: fa2_tile_full;
- * otherwise fa2_masked_pds. */
-__device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[NQ][4], float (&dp)[NQ][4], const float *sL,
+ * element e of n-tile n: key kr + g + 8 (e >> 1), query 8 n + 2 t + (e & 1)
+ * (Q n-tiles: Q 8 queries from i0).  sL: the rows' lse (log2 units), sD:
+ * their D.  full: fa2_tile_full; otherwise fa2_masked_pds. */
+template <int Q>
+__device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[Q][4], float (&dp)[Q][4], const float *sL,
                                      const float *sD, bool full, int b, int h, int i0, int nq, int j0, int nk, int lq,
                                      int lk, int kr, int g, int t) {
     const float sl2 = p.scale * 1.4426950408889634f;
@@ -117,20 +118,20 @@ __device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[NQ][4], floa
         sf_wg::wg_wait<1>();
         sf_wg::reg_fence(s);
 #pragma unroll
-        for (int n = 0; n < NQ; n++)
+        for (int n = 0; n < Q; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[n][e] = sf_ex2(fmaf(s[n][e], sl2, -sL[8 * n + 2 * t + (e & 1)]));
         sf_wg::wg_wait<0>();
         sf_wg::reg_fence(dp);
 #pragma unroll
-        for (int n = 0; n < NQ; n++)
+        for (int n = 0; n < Q; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) dp[n][e] = s[n][e] * (dp[n][e] - sD[8 * n + 2 * t + (e & 1)]) * p.scale;
     } else {
         sf_wg::wg_wait<0>();
         sf_wg::reg_fence(s);
         sf_wg::reg_fence(dp);
-        fa2_masked_pds<NQ>(p, s, dp, sL, sD, b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
+        fa2_masked_pds<Q>(p, s, dp, sL, sD, b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
     }
 }
 
@@ -285,12 +286,10 @@ __device__ __forceinline__ void block_of(const BwdParams &p, int &kvh, int &b, i
     z = (int)(r / (unsigned)p.batch) * g + zl;
 }
 
-/* The rotation of key block z's walk over its nbq query blocks: 0 none,
- * 1 forward by z, 2 backward by z. */
+/* The rotation of key block z's walk over its nbq query blocks: none, or
+ * (zrot) forward by z. */
 __device__ __forceinline__ int item_rot(int zrot, int z, int nbq) {
-    if (zrot == 0 || nbq == 0) return 0;
-    const int r = z % nbq;
-    return zrot == 1 ? r : (nbq - r) % nbq;
+    return zrot && nbq ? z % nbq : 0;
 }
 
 /* The first query row of a CTA's item it (head kvh * hpk + it / nbq): its

@@ -164,6 +164,12 @@ __device__ __forceinline__ void stmatrix_x4_t(uint32_t addr, uint32_t r0, uint32
                  : "memory");
 }
 
+/* Adds (a, b, c, d) to the four consecutive floats at p (16-byte aligned),
+ * each add atomic (red.global.add.v4.f32, sm_90). */
+__device__ __forceinline__ void red_add_v4(float *p, float a, float b, float c, float d) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
 /* An acquire load and a release store at GPU scope (semaphores between
  * CTAs). */
 __device__ __forceinline__ int ld_acquire_gpu(const int *p) {
@@ -240,6 +246,7 @@ template <> struct Wg<__nv_bfloat16, 64> {
 };
 template <> struct Wg<__nv_bfloat16, 128> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_bf16_n128(d, a, b, sc); }
+    static __device__ __forceinline__ void sst(float *d, uint64_t a, uint64_t b, int sc) { wgmma_sst_bf16_n128(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_bf16_n128(d, a, b, 1); }
 };
 template <> struct Wg<__half, 64> {
@@ -249,6 +256,7 @@ template <> struct Wg<__half, 64> {
 };
 template <> struct Wg<__half, 128> {
     static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) { wgmma_ss_f16_n128(d, a, b, sc); }
+    static __device__ __forceinline__ void sst(float *d, uint64_t a, uint64_t b, int sc) { wgmma_sst_f16_n128(d, a, b, sc); }
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_f16_n128(d, a, b, 1); }
 };
 /* TF32 (f32 operands rounded by the caller), B K-major; rs takes scale_d */
@@ -260,7 +268,8 @@ template <> struct Wg<float, 128> {
     static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b) { wgmma_rs_tf32_n128(d, a, b, 1); }
 };
 /* S tiles of 48 / 80 / 96 / 112 keys (ss only) and O tiles of 192 / 256 columns (rs
- * only): the head-dim 256 / 192 tiles of attn_fwd_ws */
+ * only): the head-dim 256 / 192 tiles of attn_fwd_ws; S^T tiles of 32 queries:
+ * the head-dim-256 backward */
 #define SF_WG_SS_ONLY(TY, NAME, N)                                                                  \
     template <> struct Wg<TY, N> {                                                                  \
         static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b, int sc) {      \
@@ -273,6 +282,8 @@ template <> struct Wg<float, 128> {
             wgmma_rs_##NAME##_n##N(d, a, b, 1);                                                     \
         }                                                                                           \
     };
+SF_WG_SS_ONLY(__nv_bfloat16, bf16, 32)
+SF_WG_SS_ONLY(__half, f16, 32)
 SF_WG_SS_ONLY(__nv_bfloat16, bf16, 48)
 SF_WG_SS_ONLY(__half, f16, 48)
 SF_WG_SS_ONLY(__nv_bfloat16, bf16, 80)

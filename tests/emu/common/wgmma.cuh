@@ -210,6 +210,13 @@ inline void stmatrix_x4_t(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, 
     emu_stmatrix_x4<true>(addr, r0, r1, r2, r3);
 }
 inline void red_add_v2(float *p, float a, float b) { emu_red_add_v2(p, a, b); }
+inline void red_add_v4(float *p, float a, float b, float c, float d) {
+    if ((uintptr_t)p & 15) { printf("EMU: red.v4 at %p not 16-byte aligned\n", (void *)p); abort(); }
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+    atomicAdd(p + 2, c);
+    atomicAdd(p + 3, d);
+}
 
 } /* namespace sf_wg */
 

@@ -1,0 +1,277 @@
+/* bwd_wg256.cuh - the dK/dV/dQ kernel of the attention backward on Hopper
+ * wgmma (sm_90a) for head dims 129..256 (D = 256; 16-byte rows, p.vec16).
+ *
+ * The scheme of attn_bwd_wg (bwd_wg.cuh: a CTA per (kv head, sequence, key
+ * block), K and V kept in shared memory, the group's query heads and query
+ * blocks walked with the next item's Q, dO, lse and D loading by cp.async
+ * meanwhile), re-partitioned because a key block's dK and dV at D 256 fill
+ * half the register file even at 64 keys (64 x 256 x 2 f32 = 128 KB): key
+ * blocks of BN = 64, query blocks of BM = 64, two warpgroups, each owning
+ * half of the columns (128 wg..) of all 64 keys' dK and dV (m64n128
+ * accumulators, 128 registers a thread):
+ *     S^T  = K Q^T,  dP^T = V dO^T    ss m64n32k16: warpgroup wg takes the
+ *                                     queries 32 wg.. of the block
+ *     P^T, dS^T in the accumulators     as the other kernels (same rounding)
+ *     -> shared: P^T, dS^T as [key][query] (stmatrix), dS as [query][key]
+ *        (stmatrix.trans); one barrier publishes both warpgroups' halves
+ *     dV  += P^T dO, dK += dS^T Q       sst m64n128k16 (A from the P^T / dS^T
+ *                                       tiles, B = the warpgroup's dO / Q
+ *                                       columns, MN-major)
+ *     dQ   = dS K                       sst m64n128k16 (the warpgroup's
+ *                                       columns of K, MN-major)
+ * The dQ partial (64 queries x the warpgroup's 128 columns, in registers)
+ * goes into the f32 accumulator (wg_acc_tile's layout, so attn_bwd_wg_dq_out
+ * converts it) by red.global.add.v4.f32 from the fragments, one float4 a
+ * lane and n-tile: shared memory has no room left for 64 KB of staged
+ * partials (K, V, two stages of Q and dO: 192 KB).  DET: the key blocks that
+ * add to a (head, query block) take turns in key order on p.sem as in
+ * attn_bwd_wg, one count a key block: the CTA's first thread waits for its
+ * turn, a barrier, every thread's adds, a barrier, then the first thread's
+ * fence and release.
+ */
+#ifndef SF_ATTN_BWD_WG256_CUH
+#define SF_ATTN_BWD_WG256_CUH
+
+#include "attn/bwd_wg.cuh"
+
+namespace sf_attn {
+
+struct Wg256Smem {
+    static constexpr int D = 256, BN = 64, BM = 64, NT = 256;
+    static constexpr int KB = BN * D * 2; /* K or V tile, bytes     */
+    static constexpr int QB = BM * D * 2; /* Q or dO tile           */
+    static constexpr int TB = BM * BN * 2; /* P^T, dS^T or dS tile  */
+    /* K, V, two stages of (Q, dO), P^T, dS^T, dS, two stages of (lse2, D) */
+    static constexpr int OFF_V = KB, OFF_Q = 2 * KB, OFF_PT = OFF_Q + 4 * QB, OFF_DST = OFF_PT + TB;
+    static constexpr int OFF_DS = OFF_DST + TB, OFF_ST = OFF_DS + TB;
+    /* + 1 KiB to align the base to 1024 */
+    static constexpr size_t bytes = (size_t)OFF_ST + 4 * BM * sizeof(float) + 1024;
+    static_assert(bytes <= 227 * 1024, "over the opt-in shared memory of sm_90");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+namespace wgb256 {
+
+constexpr int BN = Wg256Smem::BN, BM = Wg256Smem::BM, D = Wg256Smem::D;
+
+/* S^T = K Q^T and dP^T = V dO^T for the warpgroup's 32 queries (rows 32 wg..
+ * of the Q / dO tiles): two commit groups */
+template <typename T>
+__device__ __forceinline__ void issue_sdp(float (&s)[4][4], float (&dp)[4][4], uint32_t sK, uint32_t sV, uint32_t sQ,
+                                          uint32_t sdO, int wg) {
+    using sf_wg::wg_desc;
+    sf_wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t koff = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+        const uint32_t qoff = (kk >> 2) * (BM * 128) + wg * (32 * 128) + (kk & 3) * 32;
+        sf_wg::Wg<T, 32>::ss(&s[0][0], wg_desc(sK + koff, 16, 1024), wg_desc(sQ + qoff, 16, 1024), kk > 0);
+    }
+    sf_wg::wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t koff = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+        const uint32_t qoff = (kk >> 2) * (BM * 128) + wg * (32 * 128) + (kk & 3) * 32;
+        sf_wg::Wg<T, 32>::ss(&dp[0][0], wg_desc(sV + koff, 16, 1024), wg_desc(sdO + qoff, 16, 1024), kk > 0);
+    }
+    sf_wg::wg_commit();
+}
+
+/* The warp's P^T and dS^T (keys kr.. kr + 15, the warpgroup's queries 32 wg..)
+ * rounded to T into the 64 x 64 tiles sPT, sdST ([key][query]) and sdS
+ * ([query][key]), 128-byte rows with the 16-byte chunks swizzled by row % 8.
+ * Register r of the packed 16-query step kk is the 8 x 8 block of keys
+ * kr + 8 (r & 1).., queries 32 wg + 16 kk + 8 (r >> 1)..; stmatrix lane l
+ * addresses row l % 8 of block l / 8.  Ends with the async-proxy fence (the
+ * tiles are wgmma operands next). */
+template <typename T>
+__device__ __forceinline__ void store_pds(const float (&s)[4][4], const float (&dp)[4][4], uint32_t sPT, uint32_t sdST,
+                                          uint32_t sdS, int wg, int kr, int lane) {
+    using MMA = sf_mma16<T>;
+    const int m = lane >> 3, rr = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        const uint32_t p0 = MMA::pack(s[2 * kk][0], s[2 * kk][1]), p1 = MMA::pack(s[2 * kk][2], s[2 * kk][3]);
+        const uint32_t p2 = MMA::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), p3 = MMA::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        const uint32_t d0 = MMA::pack(dp[2 * kk][0], dp[2 * kk][1]), d1 = MMA::pack(dp[2 * kk][2], dp[2 * kk][3]);
+        const uint32_t d2 = MMA::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+        const uint32_t d3 = MMA::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+        /* [key][query]: lane's row key, chunk (query / 8) */
+        const int key = kr + 8 * (m & 1) + rr, qc = 4 * wg + 2 * kk + (m >> 1);
+        const uint32_t o = (uint32_t)(key * 128 + (((qc ^ key) & 7) << 4));
+        sf_wg::stmatrix_x4(sPT + o, p0, p1, p2, p3);
+        sf_wg::stmatrix_x4(sdST + o, d0, d1, d2, d3);
+        /* [query][key]: lane's row query, chunk (key / 8) */
+        const int q = 32 * wg + 16 * kk + 8 * (m >> 1) + rr, kc = (kr >> 3) + (m & 1);
+        sf_wg::stmatrix_x4_t(sdS + (uint32_t)(q * 128 + (((kc ^ q) & 7) << 4)), d0, d1, d2, d3);
+    }
+    sf_wg::fence_async_smem();
+}
+
+/* dV += P^T dO, dK += dS^T Q, dQ = dS K on the warpgroup's 128 columns
+ * (column blocks 2 wg, 2 wg + 1 of the dO / Q / K tiles): one commit group */
+template <typename T>
+__device__ __forceinline__ void issue_dkdvdq(float (&dk)[16][4], float (&dv)[16][4], float (&c)[16][4], uint32_t sPT,
+                                             uint32_t sdST, uint32_t sdS, uint32_t sQ, uint32_t sdO, uint32_t sK,
+                                             int wg) {
+    using sf_wg::wg_desc;
+    sf_wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) {
+        const uint32_t bq = 2 * wg * (BM * 128) + kk * 2048;
+        sf_wg::Wg<T, 128>::sst(&dv[0][0], wg_desc(sPT + kk * 32, 16, 1024), wg_desc(sdO + bq, BM * 128, 1024), 1);
+        sf_wg::Wg<T, 128>::sst(&dk[0][0], wg_desc(sdST + kk * 32, 16, 1024), wg_desc(sQ + bq, BM * 128, 1024), 1);
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        sf_wg::Wg<T, 128>::sst(&c[0][0], wg_desc(sdS + kk * 32, 16, 1024),
+                               wg_desc(sK + 2 * wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
+    sf_wg::wg_commit();
+}
+
+/* The warpgroup's dQ partial into accumulator tile acc (wg_acc_tile's
+ * layout: 64-column parts 2 wg, 2 wg + 1; the lane's float4 of n-tile n at
+ * ((warp % 4) 8 + n) 32 + lane of its part) */
+__device__ __forceinline__ void add_dq(float *acc, const float (&c)[16][4], int wg, int warp, int lane) {
+    float *base = acc + 2 * wg * (BM * 64) + 4 * (((warp & 3) * 8) * 32 + lane);
+#pragma unroll
+    for (int n = 0; n < 16; n++)
+        sf_wg::red_add_v4(base + (n >> 3) * (BM * 64) + 4 * 32 * (n & 7), c[n][0], c[n][1], c[n][2], c[n][3]);
+}
+
+} /* namespace wgb256 */
+#endif
+
+template <typename T, bool DET>
+__global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using SM = Wg256Smem;
+    constexpr int BN = SM::BN, BM = SM::BM, NT = SM::NT, D = SM::D;
+    using sf_wg::fence_async_smem;
+    using sf_wg::load_tile_sw;
+    using sf_wg::reg_fence;
+    using sf_wg::wg_wait;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sraw = sf_smem_u32(smem_raw);
+    const uint32_t sbase = (sraw + 1023u) & ~1023u;
+    const uint32_t sK = sbase, sV = sbase + SM::OFF_V, sQ0 = sbase + SM::OFF_Q;
+    const uint32_t sPT = sbase + SM::OFF_PT, sdST = sbase + SM::OFF_DST, sdS = sbase + SM::OFF_DS;
+    float *sStat = reinterpret_cast<float *>(smem_raw + (sbase - sraw) + SM::OFF_ST); /* stage s: lse2, then D */
+
+    int kvh, b, zb;
+    wgb::block_of(p, kvh, b, zb);
+    const int j0 = zb * BN;
+    int64_t q0, k0;
+    int lq, lk;
+    bwd_seq(p, b, q0, lq, k0, lk);
+    if (j0 >= lk) return;
+    const int nk = min(BN, lk - j0), d8 = p.d >> 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
+    const int kr = 16 * (warp & 3); /* the warp's first key in the block (every warpgroup holds all 64) */
+    int ib0, ib1;
+    fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
+    const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = wgb::item_rot(p.zrot, zb, nbq);
+    const float L2E = 1.4426950408889634f;
+    const bool plain = p.softcap <= 0.f && !p.alibi;
+
+    load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
+                            p.k_sr, nk, d8, tid);
+    load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
+                            p.v_sr, nk, d8, tid);
+
+    /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
+    auto issue = [&](int it) {
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
+        const uint32_t sq = sQ0 + (it & 1) * 2 * SM::QB;
+        load_tile_sw<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
+                                p.q_sr, nq, d8, tid);
+        load_tile_sw<BM, D, NT>(sq + SM::QB,
+                                (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
+                                p.do_sr, nq, d8, tid);
+    };
+    /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
+    auto stat = [&](int it) -> float {
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
+        const int r = tid & (BM - 1);
+        if (r >= nq) return tid < BM ? -INFINITY : 0.f;
+        if (tid < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
+        return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
+    };
+    float st_next = 0.f;
+    if (items > 0) {
+        issue(0);
+        if (tid < 2 * BM) sStat[tid] = stat(0);
+    }
+    sf_cp_async_commit();
+
+    float dk[16][4], dv[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
+
+    for (int it = 0; it < items; it++) {
+        __syncthreads(); /* the other stage and the P / dS tiles: the previous item's readers are done */
+        if (it + 1 < items) {
+            issue(it + 1);
+            if (tid < 2 * BM) st_next = stat(it + 1);
+        }
+        sf_cp_async_commit();
+        sf_cp_async_wait<1>(); /* item it (and K, V) landed */
+        fence_async_smem();
+        __syncthreads();
+
+        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot);
+        const int nq = min(BM, lq - i0);
+        const uint32_t sQ = sQ0 + (it & 1) * 2 * SM::QB, sdO = sQ + SM::QB;
+        const float *sL = sStat + (it & 1) * 2 * BM + 32 * wg, *sD = sL + BM;
+
+        /* this warpgroup's 32 queries */
+        const int iw = i0 + 32 * wg, nw = nq - 32 * wg;
+        float s[4][4], dp[4][4];
+        wgb256::issue_sdp<T>(s, dp, sK, sV, sQ, sdO, wg);
+        wgb::p_ds(p, s, dp, sL, sD, nw == 32 && fa2_tile_full<32, BN>(p, plain, iw, nw, j0, nk, lq, lk), b, h, iw, nw,
+                  j0, nk, lq, lk, kr, g, t);
+        wgb256::store_pds<T>(s, dp, sPT, sdST, sdS, wg, kr, lane);
+        sf_wg::named_sync(1, 256); /* both warpgroups' P^T, dS^T and dS */
+
+        float c[16][4]; /* dQ: 64 queries x this warpgroup's 128 columns */
+        wgb256::issue_dkdvdq<T>(dk, dv, c, sPT, sdST, sdS, sQ, sdO, sK, wg);
+        wg_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(c);
+        /* rows past nq hold zeros (their dS is 0) */
+        float *acc = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D);
+        if constexpr (DET) {
+            /* this (head, query block)'s counter counts the key blocks done, in order */
+            int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
+            if (tid == 0) {
+                int lo, hi;
+                key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
+                const int ahead = zb - lo / BN;
+                while (sf_wg::ld_acquire_gpu(sem) < ahead) {
+                }
+            }
+            sf_wg::named_sync(2, 256); /* our turn */
+            wgb256::add_dq(acc, c, wg, warp, lane);
+            sf_wg::named_sync(2, 256); /* every thread's adds issued */
+            if (tid == 0) {
+                __threadfence();
+                sf_wg::red_release_add_gpu(sem, 1);
+            }
+        } else {
+            wgb256::add_dq(acc, c, wg, warp, lane);
+        }
+        if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
+    }
+    sf_cp_async_wait<0>();
+    fa2_store_dkdv<T, 16>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t, 128 * wg);
+#else
+    (void)p;
+#endif
+}
+
+} /* namespace sf_attn */
+
+#endif
