@@ -26,8 +26,8 @@
  * partials (K, V, two stages of Q and dO: 192 KB).  DET: the key blocks that
  * add to a (head, query block) take turns in key order on p.sem as in
  * attn_bwd_wg, one count a key block: the CTA's first thread waits for its
- * turn, a barrier, every thread's adds, a barrier, then the first thread's
- * fence and release.
+ * turn while the products run, a barrier, every thread's adds, a barrier,
+ * then the first thread's fence and release.
  */
 #ifndef SF_ATTN_BWD_WG256_CUH
 #define SF_ATTN_BWD_WG256_CUH
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
     using SM = Wg256Smem;
     constexpr int BN = SM::BN, BM = SM::BM, NT = SM::NT, D = SM::D;
     using sf_wg::fence_async_smem;
-    using sf_wg::load_tile_sw;
+    using sf_wg::load_tile_sw_rs;
     using sf_wg::reg_fence;
     using sf_wg::wg_wait;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -174,20 +174,22 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
     const float L2E = 1.4426950408889634f;
     const bool plain = p.softcap <= 0.f && !p.alibi;
 
-    load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
-                            p.k_sr, nk, d8, tid);
-    load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
-                            p.v_sr, nk, d8, tid);
+    /* row-stepped tile loads (a thread keeps one 16-byte column chunk): +7% at
+     * L 16k over the index arithmetic per copy */
+    load_tile_sw_rs<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
+                               p.k_sr, nk, d8, tid);
+    load_tile_sw_rs<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
+                               p.v_sr, nk, d8, tid);
 
     /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
     auto issue = [&](int it) {
         const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
         const uint32_t sq = sQ0 + (it & 1) * 2 * SM::QB;
-        load_tile_sw<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
-                                p.q_sr, nq, d8, tid);
-        load_tile_sw<BM, D, NT>(sq + SM::QB,
-                                (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
-                                p.do_sr, nq, d8, tid);
+        load_tile_sw_rs<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
+                                   p.q_sr, nq, d8, tid);
+        load_tile_sw_rs<BM, D, NT>(sq + SM::QB,
+                                   (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
+                                   p.do_sr, nq, d8, tid);
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
     auto stat = [&](int it) -> float {
@@ -240,6 +242,17 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
 
         float c[16][4]; /* dQ: 64 queries x this warpgroup's 128 columns */
         wgb256::issue_dkdvdq<T>(dk, dv, c, sPT, sdST, sdS, sQ, sdO, sK, wg);
+        /* DET: this (head, query block)'s counter counts the key blocks done, in
+         * order; the CTA's first thread waits for this key block's turn while
+         * the products run */
+        int *const sem = DET ? p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM : nullptr;
+        if (DET && tid == 0) {
+            int lo, hi;
+            key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
+            const int ahead = zb - lo / BN;
+            while (sf_wg::ld_acquire_gpu(sem) < ahead) {
+            }
+        }
         wg_wait<0>();
         reg_fence(dv);
         reg_fence(dk);
@@ -247,15 +260,6 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         /* rows past nq hold zeros (their dS is 0) */
         float *acc = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D);
         if constexpr (DET) {
-            /* this (head, query block)'s counter counts the key blocks done, in order */
-            int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
-            if (tid == 0) {
-                int lo, hi;
-                key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
-                const int ahead = zb - lo / BN;
-                while (sf_wg::ld_acquire_gpu(sem) < ahead) {
-                }
-            }
             sf_wg::named_sync(2, 256); /* our turn */
             wgb256::add_dq(acc, c, wg, warp, lane);
             sf_wg::named_sync(2, 256); /* every thread's adds issued */
