@@ -158,6 +158,18 @@ __device__ __forceinline__ bool fa2_tile_full(const BwdParams &p, bool plain, in
     return full;
 }
 
+/* The per-row statistic a backward kernel keeps for slot x (0 .. 2 BM - 1)
+ * of the query block at row i0 of head h: x < BM the lse of row i0 + x in
+ * log2 units (-inf past the sequence's lq rows), else D of row i0 + x - BM
+ * (0 past them). */
+template <int BM>
+__device__ __forceinline__ float bwd_row_stat(const BwdParams &p, int b, int64_t q0, int h, int i0, int lq, int x) {
+    const int r = x & (BM - 1);
+    if (i0 + r >= lq) return x < BM ? -INFINITY : 0.f;
+    if (x < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * 1.4426950408889634f;
+    return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
+}
+
 /* P^T and dS^T in place, element by element (mask, softcap, ALiBi), of a
  * warp's 16-key fragment: element e of n-tile n is key kr + g + 8 (e >> 1),
  * query 8 n + 2 t + (e & 1) of the (i0, j0) tile; sL the rows' lse (log2
@@ -263,11 +275,7 @@ __global__ void __launch_bounds__(NW * 32, MB) attn_bwd_fa2(const BwdParams p) {
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row threadIdx.x % BM */
     auto stat = [&](int it) -> float {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = (ib0 + it % nbq) * BM, nq = min(BM, lq - i0);
-        const int r = threadIdx.x & (BM - 1);
-        if (r >= nq) return threadIdx.x < BM ? -INFINITY : 0.f;
-        if (threadIdx.x < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
-        return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
+        return bwd_row_stat<BM>(p, b, q0, kvh * p.heads_per_kv + it / nbq, (ib0 + it % nbq) * BM, lq, threadIdx.x);
     };
     float st_next = 0.f;
     if (items > 0) {

@@ -268,6 +268,19 @@ __device__ __forceinline__ void put_dq(float4 *buf, const float (&c)[8][4], int 
     }
 }
 
+/* Rows i0.. (nq of them) of head h's Q and dO into the stage's swizzled
+ * BM x D tiles at sq and sq + BM D 2 bytes: row-stepped cp.async by NT
+ * threads (det +2-3% over the index arithmetic per copy). */
+template <typename T, int D, int NT>
+__device__ __forceinline__ void load_qdo(const BwdParams &p, uint32_t sq, int b, int64_t q0, int h, int i0, int nq,
+                                         int d8, int tid) {
+    sf_wg::load_tile_sw_rs<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
+                                      p.q_sr, nq, d8, tid);
+    sf_wg::load_tile_sw_rs<BM, D, NT>(sq + BM * D * 2,
+                                      (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
+                                      p.do_sr, nq, d8, tid);
+}
+
 /* The block's kv head, sequence and key block from the 1-D grid of groups
  * of p.zgroup key blocks (a key block past the last one starts at or past
  * every sequence's length: the kernels return):
@@ -360,7 +373,6 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     int ib0, ib1;
     fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
     const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = wgb::item_rot(p.zrot, zb, nbq);
-    const float L2E = 1.4426950408889634f;
     const bool plain = p.softcap <= 0.f && !p.alibi;
 
     load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
@@ -371,20 +383,11 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
     auto issue = [&](int it) {
         const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
-        const uint32_t sq = sQ0 + (it & 1) * 2 * SM::QB;
-        /* row-stepped (det +2-3%) */
-        sf_wg::load_tile_sw_rs<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr +
-                                                  (int64_t)h * p.q_sh, p.q_sr, nq, d8, tid);
-        sf_wg::load_tile_sw_rs<BM, D, NT>(sq + SM::QB, (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr +
-                                                           (int64_t)h * p.do_sh, p.do_sr, nq, d8, tid);
+        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, b, q0, h, i0, nq, d8, tid);
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
     auto stat = [&](int it) -> float {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
-        const int r = tid & (BM - 1);
-        if (r >= nq) return tid < BM ? -INFINITY : 0.f;
-        if (tid < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
-        return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
+        return bwd_row_stat<BM>(p, b, q0, kvh * p.heads_per_kv + it / nbq, wgb::item_row(it, nbq, ib0, rot), lq, tid);
     };
     float st_next = 0.f;
     if (items > 0) {

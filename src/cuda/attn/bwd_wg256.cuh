@@ -171,7 +171,6 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
     int ib0, ib1;
     fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
     const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = wgb::item_rot(p.zrot, zb, nbq);
-    const float L2E = 1.4426950408889634f;
     const bool plain = p.softcap <= 0.f && !p.alibi;
 
     /* row-stepped tile loads (a thread keeps one 16-byte column chunk): +7% at
@@ -184,20 +183,11 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
     /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
     auto issue = [&](int it) {
         const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
-        const uint32_t sq = sQ0 + (it & 1) * 2 * SM::QB;
-        load_tile_sw_rs<BM, D, NT>(sq, (const T *)p.q + (int64_t)b * p.q_sb + (q0 + i0) * p.q_sr + (int64_t)h * p.q_sh,
-                                   p.q_sr, nq, d8, tid);
-        load_tile_sw_rs<BM, D, NT>(sq + SM::QB,
-                                   (const T *)p.dout + (int64_t)b * p.do_sb + (q0 + i0) * p.do_sr + (int64_t)h * p.do_sh,
-                                   p.do_sr, nq, d8, tid);
+        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, b, q0, h, i0, nq, d8, tid);
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
     auto stat = [&](int it) -> float {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
-        const int r = tid & (BM - 1);
-        if (r >= nq) return tid < BM ? -INFINITY : 0.f;
-        if (tid < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (q0 + i0 + r) * p.l_sr] * L2E;
-        return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, q0, i0 + r)];
+        return bwd_row_stat<BM>(p, b, q0, kvh * p.heads_per_kv + it / nbq, wgb::item_row(it, nbq, ib0, rot), lq, tid);
     };
     float st_next = 0.f;
     if (items > 0) {

@@ -176,10 +176,7 @@ __global__ void __launch_bounds__(384, 1)
         const int q = tid & 127;
         float *const sStatW = sStat + cw * (4 * BM);
         auto stat = [&](int it) -> float {
-            const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), r = q & (BM - 1);
-            if (i0 + r >= lq) return q < BM ? -INFINITY : 0.f;
-            if (q < BM) return p.lse[(int64_t)b * p.l_sb + (int64_t)h * p.l_sh + (int64_t)(i0 + r) * p.l_sr] * 1.4426950408889634f;
-            return p.dsum[(int64_t)h * p.rows_q + bwd_grow(p, b, 0, i0 + r)];
+            return bwd_row_stat<BM>(p, b, 0, kvh * p.heads_per_kv + it / nbq, wgb::item_row(it, nbq, ib0, rot), lq, q);
         };
         if (items > 0) sStatW[q] = stat(0);
         sf_wg::named_sync(2 + cw, 128); /* item 0's stats */
