@@ -107,7 +107,7 @@ __device__ __forceinline__ void issue_sdp(float (&s)[NQ][4], float (&dp)[NQ][4],
 
 /* S^T, dP^T (both commit groups in flight) to P^T and dS^T in place;
  * element e of n-tile n: key kr + g + 8 (e >> 1), query 8 n + 2 t + (e & 1)
- * (Q n-tiles: Q 8 queries from i0).  sL: the rows' lse (log2 units), sD:
+ * (Q n-tiles of 8 queries from i0).  sL: the rows' lse (log2 units), sD:
  * their D.  full: fa2_tile_full; otherwise fa2_masked_pds. */
 template <int Q>
 __device__ __forceinline__ void p_ds(const BwdParams &p, float (&s)[Q][4], float (&dp)[Q][4], const float *sL,
