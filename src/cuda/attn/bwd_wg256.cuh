@@ -210,11 +210,6 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         sf_cp_async_wait<0>();
         fence_async_smem();
         __syncthreads();
-        if (it + 1 < items) {
-            issue(it + 1);
-            if (tid < 2 * BM) st_next = stat(it + 1);
-        }
-        sf_cp_async_commit();
 
         const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot);
         const int nq = min(BM, lq - i0);
@@ -225,6 +220,12 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         const int iw = i0 + 32 * wg, nw = nq - 32 * wg;
         float s[4][4], dp[4][4];
         wgb256::issue_sdp<T>(s, dp, sK, sV, sQ, sdO, wg);
+        /* item it + 1's loads issued while S^T and dP^T run */
+        if (it + 1 < items) {
+            issue(it + 1);
+            if (tid < 2 * BM) st_next = stat(it + 1);
+        }
+        sf_cp_async_commit();
         wgb::p_ds(p, s, dp, sL, sD, nw == 32 && fa2_tile_full<32, BN>(p, plain, iw, nw, j0, nk, lq, lk), b, h, iw, nw,
                   j0, nk, lq, lk, kr, g, t);
         wgb256::store_pds<T>(s, dp, sPT, sdST, sdS, wg, kr, lane);
