@@ -108,8 +108,9 @@ __device__ __forceinline__ void store_pds(const float (&s)[4][4], const float (&
     sf_wg::fence_async_smem();
 }
 
-/* dV += P^T dO, dK += dS^T Q, dQ = dS K on the warpgroup's 128 columns
- * (column blocks 2 wg, 2 wg + 1 of the dO / Q / K tiles): one commit group */
+/* dQ = dS K, then dV += P^T dO and dK += dS^T Q, on the warpgroup's 128
+ * columns (column blocks 2 wg, 2 wg + 1 of the K / dO / Q tiles): two commit
+ * groups, dQ's first, so its adds can go out while dV and dK run */
 template <typename T>
 __device__ __forceinline__ void issue_dkdvdq(float (&dk)[16][4], float (&dv)[16][4], float (&c)[16][4], uint32_t sPT,
                                              uint32_t sdST, uint32_t sdS, uint32_t sQ, uint32_t sdO, uint32_t sK,
@@ -117,15 +118,16 @@ __device__ __forceinline__ void issue_dkdvdq(float (&dk)[16][4], float (&dv)[16]
     using sf_wg::wg_desc;
     sf_wg::wg_fence();
 #pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+        sf_wg::Wg<T, 128>::sst(&c[0][0], wg_desc(sdS + kk * 32, 16, 1024),
+                               wg_desc(sK + 2 * wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
+    sf_wg::wg_commit();
+#pragma unroll
     for (int kk = 0; kk < BM / 16; kk++) {
         const uint32_t bq = 2 * wg * (BM * 128) + kk * 2048;
         sf_wg::Wg<T, 128>::sst(&dv[0][0], wg_desc(sPT + kk * 32, 16, 1024), wg_desc(sdO + bq, BM * 128, 1024), 1);
         sf_wg::Wg<T, 128>::sst(&dk[0][0], wg_desc(sdST + kk * 32, 16, 1024), wg_desc(sQ + bq, BM * 128, 1024), 1);
     }
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        sf_wg::Wg<T, 128>::sst(&c[0][0], wg_desc(sdS + kk * 32, 16, 1024),
-                               wg_desc(sK + 2 * wg * (BN * 128) + kk * 2048, BN * 128, 1024), kk > 0);
     sf_wg::wg_commit();
 }
 
@@ -244,9 +246,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
             while (sf_wg::ld_acquire_gpu(sem) < ahead) {
             }
         }
-        wg_wait<0>();
-        reg_fence(dv);
-        reg_fence(dk);
+        wg_wait<1>(); /* dQ */
         reg_fence(c);
         /* rows past nq hold zeros (their dS is 0) */
         float *acc = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D);
@@ -261,6 +261,9 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         } else {
             wgb256::add_dq(acc, c, wg, warp, lane);
         }
+        wg_wait<0>(); /* dV, dK: the tiles they read are free for the next item */
+        reg_fence(dv);
+        reg_fence(dk);
         if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
     }
     sf_cp_async_wait<0>();
