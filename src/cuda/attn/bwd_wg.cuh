@@ -337,6 +337,29 @@ __device__ __forceinline__ int det_ahead(const BwdParams &p, int i0, int lq, int
     return (D / 64) * (z - lo / BN);
 }
 
+/* Where a CTA of the wg kernels works: its kv head, sequence and key block
+ * (block_of), the sequence's rows and keys, and its items (the query blocks
+ * that see the key block, times the group's heads, in item_row's order). */
+template <int BN, int BM> struct Place {
+    int kvh, b, zb, j0, nk, lq, lk, ib0, nbq, items, rot;
+    int64_t q0, k0;
+    /* false: the key block starts past the sequence's keys */
+    __device__ __forceinline__ bool init(const BwdParams &p) {
+        block_of(p, kvh, b, zb);
+        j0 = zb * BN;
+        bwd_seq(p, b, q0, lq, k0, lk);
+        if (j0 >= lk) return false;
+        nk = min(BN, lk - j0);
+        int ib1;
+        fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
+        nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = item_rot(p.zrot, zb, nbq);
+        return true;
+    }
+    /* item it: its query head and first row */
+    __device__ __forceinline__ int head(const BwdParams &p, int it) const { return kvh * p.heads_per_kv + it / nbq; }
+    __device__ __forceinline__ int row(int it) const { return item_row(it, nbq, ib0, rot); }
+};
+
 } /* namespace wgb */
 #endif
 
@@ -356,41 +379,32 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     const uint32_t sK = sbase, sV = sbase + SM::OFF_V, sQ0 = sbase + SM::OFF_Q, sdS = sbase + SM::OFF_DS;
     float *sStat = reinterpret_cast<float *>(smem_raw + (sbase - sraw) + SM::OFF_ST); /* stage s: lse2, then D */
 
-    int kvh, b, zb;
-    wgb::block_of(p, kvh, b, zb);
-    const int j0 = zb * BN;
-    int64_t q0, k0;
-    int lq, lk;
-    bwd_seq(p, b, q0, lq, k0, lk);
-    if (j0 >= lk) return;
-    const int nk = min(BN, lk - j0), d8 = p.d >> 3;
+    wgb::Place<BN, BM> pl;
+    if (!pl.init(p)) return;
+    const int d8 = p.d >> 3;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
     const int kr = 16 * warp; /* the warp's first key in the block: warpgroup wg holds keys 64 wg.. */
     /* the dQ partials' two 16 KB buffers: at D 128 one a warpgroup, at D 64
      * one an item parity (warpgroup 1 adds warpgroup 0's partial to its own) */
     const uint32_t sdQ0 = sbase + SM::OFF_DQ;
     float4 *const pdQ0 = reinterpret_cast<float4 *>(smem_raw + (sdQ0 - sraw));
-    int ib0, ib1;
-    fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
-    const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = wgb::item_rot(p.zrot, zb, nbq);
     const bool plain = p.softcap <= 0.f && !p.alibi;
 
-    load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
-                            p.k_sr, nk, d8, tid);
-    load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
-                            p.v_sr, nk, d8, tid);
+    load_tile_sw<BN, D, NT>(sK, (const T *)p.k + (int64_t)pl.b * p.k_sb + (pl.k0 + pl.j0) * p.k_sr + (int64_t)pl.kvh * p.k_sh,
+                            p.k_sr, pl.nk, d8, tid);
+    load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)pl.b * p.v_sb + (pl.k0 + pl.j0) * p.v_sr + (int64_t)pl.kvh * p.v_sh,
+                            p.v_sr, pl.nk, d8, tid);
 
-    /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
-    auto issue = [&](int it) {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
-        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, b, q0, h, i0, nq, d8, tid);
+        auto issue = [&](int it) {
+        const int h = pl.head(p, it), i0 = pl.row(it), nq = min(BM, pl.lq - i0);
+        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, pl.b, pl.q0, h, i0, nq, d8, tid);
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
     auto stat = [&](int it) -> float {
-        return bwd_row_stat<BM>(p, b, q0, kvh * p.heads_per_kv + it / nbq, wgb::item_row(it, nbq, ib0, rot), lq, tid);
+        return bwd_row_stat<BM>(p, pl.b, pl.q0, pl.head(p, it), pl.row(it), pl.lq, tid);
     };
     float st_next = 0.f;
-    if (items > 0) {
+    if (pl.items > 0) {
         issue(0);
         if (tid < 2 * BM) sStat[tid] = stat(0);
     }
@@ -402,11 +416,11 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
 
-    for (int it = 0; it < items; it++) {
+    for (int it = 0; it < pl.items; it++) {
         /* D 64: item it - 2's reduce has read this item's dQ buffer (published by the barrier) */
         if (D == 64 && tid == 128) sf_wg::bulk_wait_read<1>();
         __syncthreads(); /* the other stage and dS: the previous item's readers are done */
-        if (it + 1 < items) {
+        if (it + 1 < pl.items) {
             issue(it + 1);
             if (tid < 2 * BM) st_next = stat(it + 1);
         }
@@ -415,14 +429,14 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         fence_async_smem();
         __syncthreads();
 
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot);
-        const int nq = min(BM, lq - i0);
+        const int h = pl.head(p, it), i0 = pl.row(it);
+        const int nq = min(BM, pl.lq - i0);
         const uint32_t sQ = sQ0 + (it & 1) * 2 * SM::QB, sdO = sQ + SM::QB;
         const float *sL = sStat + (it & 1) * 2 * BM, *sD = sL + BM;
 
         float s[NQ][4], dp[NQ][4];
         wgb::issue_sdp<T, D>(s, dp, sK, sV, sQ, sdO, wg);
-        wgb::p_ds(p, s, dp, sL, sD, fa2_tile_full<BM, BN>(p, plain, i0, nq, j0, nk, lq, lk), b, h, i0, nq, j0, nk, lq, lk, kr, g, t);
+        wgb::p_ds(p, s, dp, sL, sD, fa2_tile_full<BM, BN>(p, plain, i0, nq, pl.j0, pl.nk, pl.lq, pl.lk), pl.b, h, i0, nq, pl.j0, pl.nk, pl.lq, pl.lk, kr, g, t);
         uint32_t pa[BM / 16][4], ad[BM / 16][4];
         wgb::pack_a<T>(s, dp, pa, ad);
         wgb::issue_dkdv<T, D>(dk, dv, pa, ad, sQ, sdO);
@@ -452,12 +466,12 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
             sf_wg::named_sync(4 + wg, 128);
             if ((tid & 127) == 0) {
                 const uint32_t sbuf = sdQ0 + (uint32_t)((buf - pdQ0) * 16);
-                float *dst = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D) + (D == 128 ? wg * (SM::PB / 4) : 0);
+                float *dst = p.dqacc + wg_acc_tile(p, pl.b, pl.q0, h, i0 / BM) * (BM * D) + (D == 128 ? wg * (SM::PB / 4) : 0);
                 if constexpr (DET) {
                     /* this (head, query block)'s counter counts the reduces done,
                      * the key blocks in order */
-                    int *sem = p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM;
-                    const int ahead = wgb::det_ahead<D>(p, i0, lq, lk, zb);
+                    int *sem = p.sem + ((int64_t)h * p.batch + pl.b) * p.sem_nqb + i0 / BM;
+                    const int ahead = wgb::det_ahead<D>(p, i0, pl.lq, pl.lk, pl.zb);
                     while (sf_wg::ld_acquire_gpu(sem) < ahead) {
                     }
                     sf_wg::bulk_reduce_add_f32(dst, sbuf, SM::PB);
@@ -470,11 +484,11 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
                 }
             }
         }
-        if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
+        if (it + 1 < pl.items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
     }
     sf_cp_async_wait<0>();
     if ((tid & 127) == 0) sf_wg::bulk_wait<0>(); /* the last reduce has read its source */
-    fa2_store_dkdv<T, ND>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t);
+    fa2_store_dkdv<T, ND>(p, dk, dv, pl.b, pl.kvh, pl.k0, pl.j0, pl.nk, kr, g, t);
 #else
     (void)p;
 #endif

@@ -160,39 +160,30 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
     const uint32_t sPT = sbase + SM::OFF_PT, sdST = sbase + SM::OFF_DST, sdS = sbase + SM::OFF_DS;
     float *sStat = reinterpret_cast<float *>(smem_raw + (sbase - sraw) + SM::OFF_ST); /* stage s: lse2, then D */
 
-    int kvh, b, zb;
-    wgb::block_of(p, kvh, b, zb);
-    const int j0 = zb * BN;
-    int64_t q0, k0;
-    int lq, lk;
-    bwd_seq(p, b, q0, lq, k0, lk);
-    if (j0 >= lk) return;
-    const int nk = min(BN, lk - j0), d8 = p.d >> 3;
+    wgb::Place<BN, BM> pl;
+    if (!pl.init(p)) return;
+    const int d8 = p.d >> 3;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, g = lane >> 2, t = lane & 3;
     const int kr = 16 * (warp & 3); /* the warp's first key in the block (every warpgroup holds all 64) */
-    int ib0, ib1;
-    fa2_qblocks<BM>(lq, lk, p.wl, p.wr, j0, nk, ib0, ib1);
-    const int nbq = ib1 - ib0, items = nbq * p.heads_per_kv, rot = wgb::item_rot(p.zrot, zb, nbq);
     const bool plain = p.softcap <= 0.f && !p.alibi;
 
     /* row-stepped tile loads (a thread keeps one 16-byte column chunk): +7% at
      * L 16k over the index arithmetic per copy */
-    load_tile_sw_rs<BN, D, NT>(sK, (const T *)p.k + (int64_t)b * p.k_sb + (k0 + j0) * p.k_sr + (int64_t)kvh * p.k_sh,
-                               p.k_sr, nk, d8, tid);
-    load_tile_sw_rs<BN, D, NT>(sV, (const T *)p.v + (int64_t)b * p.v_sb + (k0 + j0) * p.v_sr + (int64_t)kvh * p.v_sh,
-                               p.v_sr, nk, d8, tid);
+    load_tile_sw_rs<BN, D, NT>(sK, (const T *)p.k + (int64_t)pl.b * p.k_sb + (pl.k0 + pl.j0) * p.k_sr + (int64_t)pl.kvh * p.k_sh,
+                               p.k_sr, pl.nk, d8, tid);
+    load_tile_sw_rs<BN, D, NT>(sV, (const T *)p.v + (int64_t)pl.b * p.v_sb + (pl.k0 + pl.j0) * p.v_sr + (int64_t)pl.kvh * p.v_sh,
+                               p.v_sr, pl.nk, d8, tid);
 
-    /* item it: head kvh * hpk + it / nbq, first row wgb::item_row */
-    auto issue = [&](int it) {
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot), nq = min(BM, lq - i0);
-        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, b, q0, h, i0, nq, d8, tid);
+        auto issue = [&](int it) {
+        const int h = pl.head(p, it), i0 = pl.row(it), nq = min(BM, pl.lq - i0);
+        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, pl.b, pl.q0, h, i0, nq, d8, tid);
     };
     /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
     auto stat = [&](int it) -> float {
-        return bwd_row_stat<BM>(p, b, q0, kvh * p.heads_per_kv + it / nbq, wgb::item_row(it, nbq, ib0, rot), lq, tid);
+        return bwd_row_stat<BM>(p, pl.b, pl.q0, pl.head(p, it), pl.row(it), pl.lq, tid);
     };
     float st_next = 0.f;
-    if (items > 0) {
+    if (pl.items > 0) {
         issue(0);
         if (tid < 2 * BM) sStat[tid] = stat(0);
     }
@@ -204,7 +195,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
 
-    for (int it = 0; it < items; it++) {
+    for (int it = 0; it < pl.items; it++) {
         /* one barrier an item: item it (and K, V) landed and visible, and item
          * it - 1's readers of the other stage and of the P / dS tiles done, so
          * item it + 1's loads go out after it (+1-4% over a barrier before the
@@ -213,8 +204,8 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         fence_async_smem();
         __syncthreads();
 
-        const int h = kvh * p.heads_per_kv + it / nbq, i0 = wgb::item_row(it, nbq, ib0, rot);
-        const int nq = min(BM, lq - i0);
+        const int h = pl.head(p, it), i0 = pl.row(it);
+        const int nq = min(BM, pl.lq - i0);
         const uint32_t sQ = sQ0 + (it & 1) * 2 * SM::QB, sdO = sQ + SM::QB;
         const float *sL = sStat + (it & 1) * 2 * BM + 32 * wg, *sD = sL + BM;
 
@@ -223,13 +214,13 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         float s[4][4], dp[4][4];
         wgb256::issue_sdp<T>(s, dp, sK, sV, sQ, sdO, wg);
         /* item it + 1's loads issued while S^T and dP^T run */
-        if (it + 1 < items) {
+        if (it + 1 < pl.items) {
             issue(it + 1);
             if (tid < 2 * BM) st_next = stat(it + 1);
         }
         sf_cp_async_commit();
-        wgb::p_ds(p, s, dp, sL, sD, nw == 32 && fa2_tile_full<32, BN>(p, plain, iw, nw, j0, nk, lq, lk), b, h, iw, nw,
-                  j0, nk, lq, lk, kr, g, t);
+        wgb::p_ds(p, s, dp, sL, sD, nw == 32 && fa2_tile_full<32, BN>(p, plain, iw, nw, pl.j0, pl.nk, pl.lq, pl.lk), pl.b, h, iw, nw,
+                  pl.j0, pl.nk, pl.lq, pl.lk, kr, g, t);
         wgb256::store_pds<T>(s, dp, sPT, sdST, sdS, wg, kr, lane);
         sf_wg::named_sync(1, 256); /* both warpgroups' P^T, dS^T and dS */
 
@@ -238,18 +229,18 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         /* DET: this (head, query block)'s counter counts the key blocks done, in
          * order; the CTA's first thread waits for this key block's turn while
          * the products run */
-        int *const sem = DET ? p.sem + ((int64_t)h * p.batch + b) * p.sem_nqb + i0 / BM : nullptr;
+        int *const sem = DET ? p.sem + ((int64_t)h * p.batch + pl.b) * p.sem_nqb + i0 / BM : nullptr;
         if (DET && tid == 0) {
             int lo, hi;
-            key_range(i0, lq, lk, p.wl, p.wr, lo, hi);
-            const int ahead = zb - lo / BN;
+            key_range(i0, pl.lq, pl.lk, p.wl, p.wr, lo, hi);
+            const int ahead = pl.zb - lo / BN;
             while (sf_wg::ld_acquire_gpu(sem) < ahead) {
             }
         }
         wg_wait<1>(); /* dQ */
         reg_fence(c);
         /* rows past nq hold zeros (their dS is 0) */
-        float *acc = p.dqacc + wg_acc_tile(p, b, q0, h, i0 / BM) * (BM * D);
+        float *acc = p.dqacc + wg_acc_tile(p, pl.b, pl.q0, h, i0 / BM) * (BM * D);
         if constexpr (DET) {
             sf_wg::named_sync(2, 256); /* our turn */
             wgb256::add_dq(acc, c, wg, warp, lane);
@@ -264,10 +255,10 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         wg_wait<0>(); /* dV, dK: the tiles they read are free for the next item */
         reg_fence(dv);
         reg_fence(dk);
-        if (it + 1 < items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
+        if (it + 1 < pl.items && tid < 2 * BM) sStat[((it + 1) & 1) * 2 * BM + tid] = st_next;
     }
     sf_cp_async_wait<0>();
-    fa2_store_dkdv<T, 16>(p, dk, dv, b, kvh, k0, j0, nk, kr, g, t, 128 * wg);
+    fa2_store_dkdv<T, 16>(p, dk, dv, pl.b, pl.kvh, pl.k0, pl.j0, pl.nk, kr, g, t, 128 * wg);
 #else
     (void)p;
 #endif
