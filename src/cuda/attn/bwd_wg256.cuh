@@ -61,20 +61,18 @@ __device__ __forceinline__ void issue_sdp(float (&s)[4][4], float (&dp)[4][4], u
                                           uint32_t sdO, int wg) {
     using sf_wg::wg_desc;
     sf_wg::wg_fence();
+    /* acc = A B^T over d, A the 64 keys' rows, B the warpgroup's 32 rows: S^T (K, Q), dP^T (V, dO) */
+    auto product = [&](float *acc, uint32_t sA, uint32_t sB) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const uint32_t koff = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-        const uint32_t qoff = (kk >> 2) * (BM * 128) + wg * (32 * 128) + (kk & 3) * 32;
-        sf_wg::Wg<T, 32>::ss(&s[0][0], wg_desc(sK + koff, 16, 1024), wg_desc(sQ + qoff, 16, 1024), kk > 0);
-    }
-    sf_wg::wg_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const uint32_t koff = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
-        const uint32_t qoff = (kk >> 2) * (BM * 128) + wg * (32 * 128) + (kk & 3) * 32;
-        sf_wg::Wg<T, 32>::ss(&dp[0][0], wg_desc(sV + koff, 16, 1024), wg_desc(sdO + qoff, 16, 1024), kk > 0);
-    }
-    sf_wg::wg_commit();
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint32_t aoff = (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+            const uint32_t boff = (kk >> 2) * (BM * 128) + wg * (32 * 128) + (kk & 3) * 32;
+            sf_wg::Wg<T, 32>::ss(acc, wg_desc(sA + aoff, 16, 1024), wg_desc(sB + boff, 16, 1024), kk > 0);
+        }
+        sf_wg::wg_commit();
+    };
+    product(&s[0][0], sK, sQ);
+    product(&dp[0][0], sV, sdO);
 }
 
 /* The warp's P^T and dS^T (keys kr.. kr + 15, the warpgroup's queries 32 wg..)
