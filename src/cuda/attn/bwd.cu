@@ -96,8 +96,8 @@ sf_status launch_fa2(sf_ctx *ctx, const BwdParams &p, int det, int64_t max_lk, i
         attn_bwd_pre<T><<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(p);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
-    /* keys a block: 128 (FA2, wg and ws at d <= 128), 64 (wg at d 256: bwd_wg256.cuh) */
-    constexpr int KBN = DM > 128 ? Wg256Smem::BN : 16 * NW;
+    constexpr int KBN = bwd_keys(WS ? BwdKernel::ws : WG ? BwdKernel::wg : BwdKernel::fa2, DM);
+    static_assert(KBN == (DM > 128 ? Wg256Smem::BN : 16 * NW), "the kernels' key blocks");
     static_assert(DM <= 128 || (WG && !WS), "head dim 256: the wg256 kernel only");
     const int64_t kb = (max_lk + KBN - 1) / KBN;
     if (kb > 65535) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "sf_attn_bwd: CUDA backend: %lld keys (at most %d)",
@@ -341,7 +341,7 @@ extern "C" sf_status sf_cuda_attn_bwd(sf_ctx *ctx, const sf_attn_bwd_problem *bp
      * ranges differ (a key block would wait for the previous one to reach
      * its blocks), so a key block's CTAs run before the next's. */
     {
-        const int bn = cfg->kernel == BwdKernel::wg && cfg->dmax > 128 ? Wg256Smem::BN : 128; /* keys a block */
+        const int bn = bwd_keys(cfg->kernel, cfg->dmax);
         const int all = (int)std::max<int64_t>(1, (pr->max_lk + bn - 1) / bn);
         const bool unmasked = pr->wl < 0 && pr->wr < 0;
         p.zgroup = !bp->deterministic || unmasked ? all : 1;

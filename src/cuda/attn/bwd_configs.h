@@ -40,6 +40,13 @@ inline const BwdConfig bwd_configs[] = {
     {"simt256", BwdKernel::simt, 256, 0, 0, "f32 FMAs, tiles 32 x 32, d <= 256 (140 KB of shared memory)"},
 };
 
+/* Keys a CTA of a row's dK / dV pass holds: 64 at d > 128 on wgmma (dK
+ * and dV of 64 keys at d 256 fill half the register file), 32 on simt,
+ * else 128. */
+constexpr int bwd_keys(BwdKernel k, int dmax) {
+    return k == BwdKernel::simt ? 32 : k == BwdKernel::wg && dmax > 128 ? 64 : 128;
+}
+
 /* NULL when configuration c can serve head dim d in dtype dt, else the
  * reason; vec16: d % 8 == 0 and the q, k, v, dout rows 16-byte aligned;
  * sm90a: an sm_90 GPU and a build with sm_90a code; varlen: a packed batch. */
