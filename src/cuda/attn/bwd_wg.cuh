@@ -358,6 +358,16 @@ template <int BN, int BM> struct Place {
     /* item it: its query head and first row */
     __device__ __forceinline__ int head(const BwdParams &p, int it) const { return kvh * p.heads_per_kv + it / nbq; }
     __device__ __forceinline__ int row(int it) const { return item_row(it, nbq, ib0, rot); }
+    /* item it's Q and dO rows into the tiles at sQ (load_qdo) */
+    template <typename T, int D, int NT>
+    __device__ __forceinline__ void load_item(const BwdParams &p, uint32_t sQ, int it, int d8, int tid) const {
+        const int i0 = row(it);
+        load_qdo<T, D, NT>(p, sQ, b, q0, head(p, it), i0, min(BM, lq - i0), d8, tid);
+    }
+    /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
+    __device__ __forceinline__ float stat(const BwdParams &p, int it, int tid) const {
+        return bwd_row_stat<BM>(p, b, q0, head(p, it), row(it), lq, tid);
+    }
 };
 
 } /* namespace wgb */
@@ -395,18 +405,12 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
     load_tile_sw<BN, D, NT>(sV, (const T *)p.v + (int64_t)pl.b * p.v_sb + (pl.k0 + pl.j0) * p.v_sr + (int64_t)pl.kvh * p.v_sh,
                             p.v_sr, pl.nk, d8, tid);
 
-        auto issue = [&](int it) {
-        const int h = pl.head(p, it), i0 = pl.row(it), nq = min(BM, pl.lq - i0);
-        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, pl.b, pl.q0, h, i0, nq, d8, tid);
-    };
-    /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
-    auto stat = [&](int it) -> float {
-        return bwd_row_stat<BM>(p, pl.b, pl.q0, pl.head(p, it), pl.row(it), pl.lq, tid);
-    };
+    /* item it's Q and dO tiles into stage it % 2 */
+    auto issue = [&](int it) { pl.template load_item<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, it, d8, tid); };
     float st_next = 0.f;
     if (pl.items > 0) {
         issue(0);
-        if (tid < 2 * BM) sStat[tid] = stat(0);
+        if (tid < 2 * BM) sStat[tid] = pl.stat(p, 0, tid);
     }
     sf_cp_async_commit();
 
@@ -422,7 +426,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg(const BwdParams p) {
         __syncthreads(); /* the other stage and dS: the previous item's readers are done */
         if (it + 1 < pl.items) {
             issue(it + 1);
-            if (tid < 2 * BM) st_next = stat(it + 1);
+            if (tid < 2 * BM) st_next = pl.stat(p, it + 1, tid);
         }
         sf_cp_async_commit();
         sf_cp_async_wait<1>(); /* item it (and K, V) landed */

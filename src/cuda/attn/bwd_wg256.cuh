@@ -172,18 +172,12 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
     load_tile_sw_rs<BN, D, NT>(sV, (const T *)p.v + (int64_t)pl.b * p.v_sb + (pl.k0 + pl.j0) * p.v_sr + (int64_t)pl.kvh * p.v_sh,
                                p.v_sr, pl.nk, d8, tid);
 
-        auto issue = [&](int it) {
-        const int h = pl.head(p, it), i0 = pl.row(it), nq = min(BM, pl.lq - i0);
-        wgb::load_qdo<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, pl.b, pl.q0, h, i0, nq, d8, tid);
-    };
-    /* lse (log2 units; threads < BM) or D (threads BM..2 BM - 1) of item it's row tid % BM */
-    auto stat = [&](int it) -> float {
-        return bwd_row_stat<BM>(p, pl.b, pl.q0, pl.head(p, it), pl.row(it), pl.lq, tid);
-    };
+    /* item it's Q and dO tiles into stage it % 2 */
+    auto issue = [&](int it) { pl.template load_item<T, D, NT>(p, sQ0 + (it & 1) * 2 * SM::QB, it, d8, tid); };
     float st_next = 0.f;
     if (pl.items > 0) {
         issue(0);
-        if (tid < 2 * BM) sStat[tid] = stat(0);
+        if (tid < 2 * BM) sStat[tid] = pl.stat(p, 0, tid);
     }
     sf_cp_async_commit();
 
@@ -214,7 +208,7 @@ __global__ void __launch_bounds__(256, 1) attn_bwd_wg256(const BwdParams p) {
         /* item it + 1's loads issued while S^T and dP^T run */
         if (it + 1 < pl.items) {
             issue(it + 1);
-            if (tid < 2 * BM) st_next = stat(it + 1);
+            if (tid < 2 * BM) st_next = pl.stat(p, it + 1, tid);
         }
         sf_cp_async_commit();
         wgb::p_ds(p, s, dp, sL, sD, nw == 32 && fa2_tile_full<32, BN>(p, plain, iw, nw, pl.j0, pl.nk, pl.lq, pl.lk), pl.b, h, iw, nw,
