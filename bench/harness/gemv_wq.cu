@@ -1,10 +1,12 @@
 // gemv_wq.cu - stand-alone timing of sf_gemm_wq's streaming int4 decode
 // kernel (src/cuda/gemm_wq/decode.cuh; symmetric codes, groups of 128, bf16)
-// in shapes of its template (m16 tiles a warp, warps, chunks ahead, K split)
-// against cuBLAS bf16 on weights of the same shape: CUDA-graph replays of 20
-// calls at Llama-8B's gate+up, gate, down and q/o, M 1 and 16.  Each variant
-// is checked against the library's row (base_m1w8u4), which the tests check
-// against the reference.
+// in shapes of its template (m16 tiles a warp, warps, chunks ahead, K split,
+// x for its rows only, the codes through a shared-memory ring) against cuBLAS
+// bf16 on weights of the same shape: CUDA-graph replays of 20 calls cycling
+// through 160 MB of weight copies (cold L2, both sides) at Llama-8B's
+// gate+up, gate, down and q/o, M 1, 4 and 16.  Each variant is checked
+// against the library's row (base_m1w8u4), which the tests check against the
+// reference.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
 //   ./gemv_wq [once]               (once: one launch each, for ncu)
@@ -22,16 +24,26 @@
 typedef __nv_bfloat16 T;
 
 
-struct Prob { WqdArgs a; int sms; };
+/* the weights cycle through ncopy copies, one a call, so that a graph of
+ * calls streams them from DRAM (L2 holds 50 MB) */
+struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; };
+static unsigned g_call;
+static WqdArgs cur(const Prob &p) {
+    WqdArgs a = p.a;
+    const unsigned i = g_call++ % (unsigned)p.ncopy;
+    a.w += i * p.wstep;
+    a.scales += i * p.sstep;
+    return a;
+}
 typedef void (*Launch)(const Prob &, cudaStream_t);
 
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
  * SF > 0 fixes the split at SF blocks (a cluster) instead */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0>
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, bool XC = false, int R = 0>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U>;
-    WqdArgs a = p.a;
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, XC, R>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, XC, R>;
+    WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
     const int64_t rb = (a.N + BR - 1) / BR;
@@ -40,9 +52,9 @@ static void run_v(const Prob &p, cudaStream_t s) {
     S = S < 1 ? 1 : S > 8 ? 8 : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
-    while (Tl::smem(a.cps) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
+    while (Tl::smem(a.cps, a.M) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
     S = (nchk + a.cps - 1) / a.cps;
-    const size_t smem = Tl::smem(a.cps);
+    const size_t smem = Tl::smem(a.cps, a.M);
     static bool set = false;
     if (!set) { CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024)); set = true; }
     cudaLaunchConfig_t cfg = {};
@@ -56,16 +68,20 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0> static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF>(p, s); else run_v<MT, WARPS, U, F2, 2, SF>(p, s);
+template <int MT, int WARPS, int U, int F2, int SF = 0, bool XC = false, int R = 0>
+static void run_m(const Prob &p, cudaStream_t s) {
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, XC, R>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, XC, R>(p, s);
 }
 
 static cublasHandle_t hb;
 static uint16_t *g_wb, *g_yb;
+static int g_nb; /* copies of the bf16 weights cycled through */
 static void run_cublas(const Prob &p, cudaStream_t s) {
     float al = 1, be = 0;
     cublasSetStream(hb, s);
-    cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, p.a.N, p.a.M, p.a.K, &al, g_wb, CUDA_R_16BF, p.a.K, p.a.x, CUDA_R_16BF,
+    const uint16_t *wb = g_wb + (size_t)(g_call++ % (unsigned)g_nb) * p.a.N * p.a.K;
+    cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, p.a.N, p.a.M, p.a.K, &al, wb, CUDA_R_16BF, p.a.K, p.a.x, CUDA_R_16BF,
                  p.a.K, &be, g_yb, CUDA_R_16BF, p.a.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
@@ -79,47 +95,52 @@ int main(int argc, char **argv) {
     int dev = 0, sms = 0; cudaGetDevice(&dev); cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     const int shapes[][2] = {{28672, 4096}, {14336, 4096}, {4096, 14336}, {4096, 4096}};
     const size_t maxw = (size_t)28672 * 4096;
+    const size_t span = 160000000; /* bytes of weights a graph cycles through */
+    const size_t wcap = span + maxw / 2, scap = wcap / 64 + maxw / 64, bcap = span + maxw * 2;
     uint8_t *w; uint16_t *sc, *x, *y, *yref;
-    CK(cudaMalloc(&w, maxw / 2)); CK(cudaMalloc(&sc, maxw / 128 * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
+    CK(cudaMalloc(&w, wcap)); CK(cudaMalloc(&sc, scap * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
     CK(cudaMalloc(&y, 16 * 28672 * 2)); CK(cudaMalloc(&yref, 16 * 28672 * 2));
-    CK(cudaMalloc(&g_wb, maxw * 2)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
-    fill8<<<1024, 256>>>(w, maxw / 2, 3u);
-    fill16<<<1024, 256>>>(sc, maxw / 128, 5u, 0.01f, 0.0f);
+    CK(cudaMalloc(&g_wb, bcap)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
+    fill8<<<1024, 256>>>(w, wcap, 3u);
+    fill16<<<1024, 256>>>(sc, scap, 5u, 0.01f, 0.0f);
     fill16<<<64, 256>>>(x, 16 * 14336, 7u, 2.0f, 0.5f);
-    fill16<<<1024, 256>>>(g_wb, maxw, 9u, 0.04f, 0.5f);
+    fill16<<<1024, 256>>>(g_wb, bcap / 2, 9u, 0.04f, 0.5f);
     CK(cudaDeviceSynchronize());
     V vs[] = {
         {"base_m1w8u4", run_m<1, 8, 4, 3>},
-        {"m1w4u4_f3", run_m<1, 4, 4, 6>},
-        {"m1w1u4_s8", run_m<1, 1, 4, 3, 8>},
-        {"m1w2u4_s8", run_m<1, 2, 4, 3, 8>},
-        {"m1w4u4_s8", run_m<1, 4, 4, 3, 8>},
-        {"m1w8u4_s8", run_m<1, 8, 4, 3, 8>},
-        {"m1w2u4_s4", run_m<1, 2, 4, 3, 4>},
-        {"m1w4u4_s4", run_m<1, 4, 4, 3, 4>},
-        {"m1w2u8_s4", run_m<1, 2, 8, 3, 4>},
-        {"m1w1u2_s8", run_m<1, 1, 2, 3, 8>},
-        {"m2w2u4_s8", run_m<2, 2, 4, 3, 8>},
+        {"xc", run_m<1, 8, 4, 3, 0, true>},
+        {"xc_r6", run_m<1, 8, 4, 3, 0, true, 6>},
+        {"xc_r8", run_m<1, 8, 4, 3, 0, true, 8>},
+        {"xc_r12", run_m<1, 8, 4, 3, 0, true, 12>},
+        {"xc_r16", run_m<1, 8, 4, 3, 0, true, 16>},
+        {"xc_r8_f4", run_m<1, 8, 4, 4, 0, true, 8>},
+        {"xc_r12_f4", run_m<1, 8, 4, 4, 0, true, 12>},
+        {"xc_w4r16_f6", run_m<1, 4, 4, 6, 0, true, 16>},
+        {"xc_w4r24_f6", run_m<1, 4, 4, 6, 0, true, 24>},
         {"cublas_bf16", run_cublas},
     };
     printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");
     for (auto &sh : shapes) {
-        for (int M : {1, 16}) {
+        for (int M : {1, 4, 16}) {
             Prob p;
             memset(&p, 0, sizeof p);
             p.sms = sms;
+            p.wstep = (size_t)sh[0] * sh[1] / 2, p.sstep = (size_t)sh[0] * sh[1] / 128;
+            p.ncopy = (int)std::max<size_t>(1, (span + p.wstep - 1) / p.wstep);
+            g_nb = (int)std::max<size_t>(1, (span + (size_t)sh[0] * sh[1] * 2 - 1) / ((size_t)sh[0] * sh[1] * 2));
             p.a.x = x; p.a.x_rs = sh[1]; p.a.w = w; p.a.w_rb = sh[1] / 2; p.a.scales = sc; p.a.mins = nullptr;
             p.a.bias = nullptr; p.a.y = y; p.a.y_rs = sh[0]; p.a.M = M; p.a.N = sh[0]; p.a.K = sh[1]; p.a.group = 128;
             const double bytes = (double)sh[0] * sh[1] / 2 + (double)sh[0] * sh[1] / 128 * 2;
             float tcub = graph_ms(run_cublas, p, s);
             // baseline output as reference (the library's row, tested against the C reference)
-            p.a.y = yref; run_m<1, 8, 4, 3>(p, s); CK(cudaStreamSynchronize(s)); p.a.y = y;
+            p.a.y = yref; g_call = 0; run_m<1, 8, 4, 3>(p, s); CK(cudaStreamSynchronize(s)); p.a.y = y;
             std::vector<uint16_t> hr((size_t)M * sh[0]), hy((size_t)M * sh[0]);
             CK(cudaMemcpy(hr.data(), yref, hr.size() * 2, cudaMemcpyDeviceToHost));
             for (const V &v : vs) {
                 double maxerr = 0, maxref = 0;
                 if (v.f != run_cublas) {
                     CK(cudaMemset(y, 0xff, (size_t)16 * 28672 * 2));
+                    g_call = 0;
                     v.f(p, s);
                     CK(cudaStreamSynchronize(s));
                     CK(cudaGetLastError());
