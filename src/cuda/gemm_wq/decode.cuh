@@ -244,9 +244,9 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             float sx[NT][2];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                const int m = t * 8 + 2 * c; /* sums of rows past M are not stored */
-                sx[t][0] = MIN && m < M ? sxs[ch * 16 + m] : 0.0f;
-                sx[t][1] = MIN && m + 1 < M ? sxs[ch * 16 + m + 1] : 0.0f;
+                const int m = t * 8 + 2 * c; /* XC: sums of rows past M are not stored */
+                sx[t][0] = MIN && (!XC || m < M) ? sxs[ch * 16 + m] : 0.0f;
+                sx[t][1] = MIN && (!XC || m + 1 < M) ? sxs[ch * 16 + m + 1] : 0.0f;
             }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
