@@ -70,6 +70,23 @@ static int tc_vec(const ssd_bwd_args &a) {
     return 1;
 }
 
+/* The rows and cols kernels: compiled for headdim 64, dstate 128 (the
+ * Mamba-2 layers'; every tile count, loop bound and shared-memory offset a
+ * constant, which halves their instructions) or for any served shape
+ * (PT = NT = 0: read from a). */
+template <typename T, int PT, int NT>
+static sf_status tc_blocks(sf_ctx *ctx, const ssd_bwd_args &a, unsigned grid, size_t bsm, cudaStream_t stream) {
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_rows_kernel<T, PT, NT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bsm));
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_cols_kernel<T, PT, NT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bsm));
+    ssd_tc_rows_kernel<T, PT, NT><<<grid, SSD_BWD_THREADS, bsm, stream>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    ssd_tc_cols_kernel<T, PT, NT><<<grid, SSD_BWD_THREADS, bsm, stream>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
 template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args &a, cudaStream_t stream) {
     const int64_t nitems = (int64_t)a.ntask * a.nck, nb = a.Q / TC_BT;
     const size_t lsm = tc_state_smem(a.P, a.N, a.Q), bsm = tc_blk_layout(a.P, a.N).total;
@@ -86,14 +103,10 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (nitems > 0) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_rows_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)bsm));
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_cols_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)bsm));
-        ssd_tc_rows_kernel<T><<<(unsigned)(nitems * nb), SSD_BWD_THREADS, bsm, stream>>>(a);
-        SF_CUDA_CHECK_LAUNCH(ctx);
-        ssd_tc_cols_kernel<T><<<(unsigned)(nitems * nb), SSD_BWD_THREADS, bsm, stream>>>(a);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+        const unsigned grid = (unsigned)(nitems * nb);
+        const sf_status st = a.P == 64 && a.N == 128 ? tc_blocks<T, 64, 128>(ctx, a, grid, bsm, stream)
+                                                     : tc_blocks<T, 0, 0>(ctx, a, grid, bsm, stream);
+        if (st != SF_OK) return st;
         ssd_tc_fin_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
@@ -102,7 +115,7 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
 
 /* The tc configuration: workspace (chunk rows of cum, dt, the d(cum)
  * parts; entering states and leaving adjoints; partials per 64-token
- * block; per-head dB/dC rows), its kernels, the fixed-order reductions. */
+ * block; per-head dB/dC rows; 16-bit gy), its kernels, the fixed-order reductions. */
 static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args &a, sf_cuda_state *cs) {
     static const char *op = "sf_ssd_bwd";
     (void)cs;
@@ -121,10 +134,11 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t npart = rup32(ntask * a.npt * (2 + (int64_t)a.P));
     const int64_t nrow = rup32(nitems * a.Q), nst = nitems * PN, ndot = rup32(nitems * a.tnsl);
     const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * a.H * a.N : 0;
+    const int64_t ngy = rup32((nitems * a.Q * a.P + 1) / 2); /* 16-bit gy, in f32 words */
     /* f32 words; the two 16-bit state copies take nst words together */
-    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc;
+    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc + (double)nitems * a.Q * a.P;
     if (total_d * sizeof(float) > 9.0e18) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
-    const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc;
+    const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc + ngy;
     float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.part = ws;
@@ -141,6 +155,7 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     a.tdot = a.tdS + 2 * nst;
     a.pdB = per_head_bc ? a.tdot + ndot : NULL;
     a.pdC = per_head_bc ? a.pdB + nbc : NULL;
+    a.tgy = a.tdot + ndot + 2 * nbc;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const sf_status st =
         a.xdt == SF_BF16 ? tc_launch<__nv_bfloat16>(ctx, a, stream) : tc_launch<__half>(ctx, a, stream);

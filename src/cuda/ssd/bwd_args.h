@@ -39,6 +39,8 @@ struct ssd_bwd_args {
     float *trow, *tcol;  /* the rows' and the columns' parts of d(cum)       */
     float *tq, *tddt;    /* the state-out part of d(cum), x . d(x / dt)      */
     float *tdot;         /* <state entering, adjoint leaving>, per slice     */
+    void *tgy;           /* Q x P per item: gy = dout silu(z) in x's 16-bit
+                            dtype, as the rows kernel staged it (cols reads it) */
     int tnsl;            /* slices of 1024 state elements                    */
     int tvec;            /* x, z, dout, B, C rows 16-byte aligned            */
 };

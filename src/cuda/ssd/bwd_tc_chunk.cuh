@@ -37,21 +37,30 @@ static __device__ __forceinline__ int tc_valid(const tc_blk &b, int blk) {
     return v <= 0 ? 0 : v < TC_BT ? (int)v : TC_BT;
 }
 
+/* The block's second tile: x, gy from dout and z, or gy as the rows
+ * kernel left it (tgy). */
+enum class TcXG { x, gy, gy_ws };
+
 /* Stages the 64-token block's x or B rows, C rows, gy rows. */
 template <typename T>
-static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, const tc_blk &b, int blk, T *sBC,
-                                                     const void *BC, const int64_t *st, int g, T *sXG, bool gy) {
-    const int P = a.P, N = a.N, valid = tc_valid(b, blk);
+static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, int P, int N, const tc_blk &b, int blk,
+                                                     T *sBC, const void *BC, const int64_t *st, int g, T *sXG,
+                                                     TcXG xg) {
+    const int valid = tc_valid(b, blk);
     const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
     const bool vec = a.tvec;
     const int64_t bco = (int64_t)b.k.b * st[0] + (int64_t)g * st[2];
     tc_stage<T>(sBC, N + 8, TC_BT, N, valid, [&](int r, int c, float f[8]) {
         tc_ld8<T>(f, (const T *)BC + bco + (t0 + r) * st[1] + c, vec);
     });
-    if (gy)
+    if (xg == TcXG::gy)
         tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
                     [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
-    else
+    else if (xg == TcXG::gy_ws) {
+        const T *src = (const T *)a.tgy + (b.item * a.Q + (int64_t)blk * TC_BT) * P;
+        tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
+                    [&](int r, int c, float f[8]) { tc_ld8<T>(f, src + (int64_t)r * P + c, true); });
+    } else
         tc_stage<T>(sXG, P + 8, TC_BT, P, valid, [&](int r, int c, float f[8]) {
             tc_ld8<T>(f, (const T *)a.x + b.k.xo + (t0 + r) * a.xs[1] + c, vec);
         });
@@ -60,9 +69,8 @@ static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, cons
 /* The P x N 16-bit state at src (16-byte aligned rows) as an operand
  * tile (ld N + 8). */
 template <typename T>
-static __device__ __forceinline__ void tc_stage_state(const ssd_bwd_args &a, T *s, const T *src) {
-    const int N = a.N;
-    tc_stage<T>(s, N + 8, a.P, N, a.P,
+static __device__ __forceinline__ void tc_stage_state(int P, int N, T *s, const T *src) {
+    tc_stage<T>(s, N + 8, P, N, P,
                 [&](int r, int c, float f[8]) { tc_ld8<T>(f, src + (int64_t)r * N + c, true); });
 }
 
@@ -157,11 +165,11 @@ static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0
 }
 
 /* One CTA per (item, block i): dC_i, dz_i, the rows' part of d(cum). */
-template <typename T>
+template <typename T, int PT, int NT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
-    const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
     const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
     const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
     const int bi = blockIdx.x % nb, vi = tc_valid(b, bi);
@@ -180,10 +188,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
     tc_load_cd(a, b, bi, vI);
-    tc_stage_rows<T>(a, b, bi, sC, a.C, a.Cs, b.k.g, sG, true);
+    tc_stage_rows<T>(a, P, N, b, bi, sC, a.C, a.Cs, b.k.g, sG, TcXG::gy);
     for (int bj = 0; bj <= bi; bj++) {
         tc_load_cd(a, b, bj, vJ);
-        tc_stage_rows<T>(a, b, bj, sB, a.B, a.Bs, b.k.g, sX, false);
+        tc_stage_rows<T>(a, P, N, b, bj, sB, a.B, a.Bs, b.k.g, sX, TcXG::x);
         __syncthreads();
         tc_gemm2<T>(
             TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
@@ -205,8 +213,16 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
         __syncthreads();
     }
+    /* gy_i as staged (16-bit, rows past the end 0) for the cols kernel */
+    {
+        T *dst = (T *)a.tgy + (b.item * Q + (int64_t)bi * TC_BT) * P;
+        for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
+            const int r = i / (P / 8), c = (i % (P / 8)) * 8;
+            *reinterpret_cast<uint4 *>(dst + (int64_t)r * P + c) = *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
+        }
+    }
     /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
-    tc_stage_state<T>(a, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
+    tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
     for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
     __syncthreads();
     tc_gemm<T>(
@@ -232,7 +248,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             bwd_st(a.dC, a.Cdt, (int64_t)b.k.b * a.dCs[0] + t * a.dCs[1] + (int64_t)b.k.g * a.dCs[2] + n,
                    aN[r * ldA + n]);
     }
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
+    const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     if (a.has_z && a.dz)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -265,11 +281,11 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
 
 /* One CTA per (item, block j): dB_j, dx_j, x . d(x / dt), the columns'
  * part of d(cum), the state-out terms, the dD partial of the block. */
-template <typename T>
+template <typename T, int PT, int NT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
-    const int P = a.P, N = a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
     const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
     const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
     const int bj = blockIdx.x % nb, vj = tc_valid(b, bj);
@@ -293,10 +309,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
     tc_load_cd(a, b, bj, vJ);
-    tc_stage_rows<T>(a, b, bj, sB, a.B, a.Bs, b.k.g, sX, false);
+    tc_stage_rows<T>(a, P, N, b, bj, sB, a.B, a.Bs, b.k.g, sX, TcXG::x);
     for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
         tc_load_cd(a, b, bi, vI);
-        tc_stage_rows<T>(a, b, bi, sC, a.C, a.Cs, b.k.g, sG, true);
+        tc_stage_rows<T>(a, P, N, b, bi, sC, a.C, a.Cs, b.k.g, sG, TcXG::gy_ws);
         __syncthreads();
         tc_gemm2<T>(
             TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
@@ -320,7 +336,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         __syncthreads();
     }
     /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
-    tc_stage_state<T>(a, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
+    tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
     const float cl = a.tcum[b.item * Q + Q - 1];
     for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
     __syncthreads();
@@ -350,7 +366,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
      * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
      * 4 row tiles x P), each slot written by one lane */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3, tn = P / 16;
+    const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int tile = w + j * SSD_BWD_WARPS;

@@ -94,6 +94,11 @@ static __device__ __forceinline__ void tc_stage(T *s, int ld, int rows, int cols
     }
 }
 
+/* The warp's index, which the compiler then knows is below SSD_BWD_WARPS
+ * (the CTA's size): with constant shapes every tile test is resolved at
+ * compile time. */
+static __device__ __forceinline__ int tc_warp() { return (threadIdx.x >> 5) & (SSD_BWD_WARPS - 1); }
+
 /* Block GEMM: out (M x Nn) = sum over K of A (M x K) B (K x Nn), all
  * multiples of 16.  fa(a, m0, k0) loads the A fragment of rows m0.., fb(b,
  * n0, k0) the two B fragments of columns n0 .. n0 + 15; each warp takes 16
@@ -104,7 +109,7 @@ static __device__ __forceinline__ void tc_stage(T *s, int ld, int rows, int cols
 template <typename T, typename FA, typename FB, typename FE>
 static __device__ __forceinline__ void tc_gemm(int M, int Nn, int K, FA fa, FB fb, FE fe) {
     using F = ssd_mma<T>;
-    const int w = threadIdx.x >> 5;
+    const int w = tc_warp();
     const int tn = Nn >> 4, tiles = (M >> 4) * tn;
     for (int base = 0; base < tiles; base += 4 * SSD_BWD_WARPS) {
         float acc[4][2][4];
@@ -119,6 +124,7 @@ static __device__ __forceinline__ void tc_gemm(int M, int Nn, int K, FA fa, FB f
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[j][0][i] = acc[j][1][i] = 0.0f;
         }
+#pragma unroll
         for (int k0 = 0; k0 < K; k0 += 16) {
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -143,7 +149,7 @@ template <typename T, typename FA1, typename FB1, typename FA2, typename FB2, ty
 static __device__ __forceinline__ void tc_gemm2(int M, int Nn, int K1, int K2, FA1 fa1, FB1 fb1, FA2 fa2, FB2 fb2,
                                                 FE fe) {
     using F = ssd_mma<T>;
-    const int w = threadIdx.x >> 5;
+    const int w = tc_warp();
     const int tn = Nn >> 4, tiles = (M >> 4) * tn;
     for (int base = 0; base < tiles; base += 2 * SSD_BWD_WARPS) {
         float acc1[2][2][4], acc2[2][2][4];
@@ -158,6 +164,7 @@ static __device__ __forceinline__ void tc_gemm2(int M, int Nn, int K1, int K2, F
 #pragma unroll
             for (int i = 0; i < 4; i++) acc1[j][0][i] = acc1[j][1][i] = acc2[j][0][i] = acc2[j][1][i] = 0.0f;
         }
+#pragma unroll
         for (int k0 = 0; k0 < K1; k0 += 16) {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
@@ -169,6 +176,7 @@ static __device__ __forceinline__ void tc_gemm2(int M, int Nn, int K1, int K2, F
                 F::mma(acc1[j][1], a, b + 2);
             }
         }
+#pragma unroll
         for (int k0 = 0; k0 < K2; k0 += 16) {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
@@ -192,15 +200,22 @@ static __device__ __forceinline__ void tc_gemm2(int M, int Nn, int K1, int K2, F
 template <typename T, typename FA, typename FB>
 static __device__ __forceinline__ void tc_gemm_acc(int Nn, int K, FA fa, FB fb, float (*acc)[2][4]) {
     using F = ssd_mma<T>;
-    const int w = threadIdx.x >> 5, tn = Nn >> 4, tiles = 4 * tn;
+    const int w = tc_warp(), tn = Nn >> 4, tiles = 4 * tn;
+    int m0[4], n0[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tile = w + j * SSD_BWD_WARPS;
+        m0[j] = (tile / tn) << 4;
+        n0[j] = (tile % tn) << 4;
+    }
+#pragma unroll
     for (int k0 = 0; k0 < K; k0 += 16) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int tile = w + j * SSD_BWD_WARPS;
-            if (tile >= tiles) continue; /* warp-uniform */
+            if (w + j * SSD_BWD_WARPS >= tiles) continue; /* warp-uniform */
             uint32_t a[4], b[4];
-            fa(a, (tile / tn) << 4, k0);
-            fb(b, (tile % tn) << 4, k0);
+            fa(a, m0[j], k0);
+            fb(b, n0[j], k0);
             F::mma(acc[j][0], a, b);
             F::mma(acc[j][1], a, b + 2);
         }
@@ -254,7 +269,7 @@ static __device__ __forceinline__ void tc_gy8(const ssd_bwd_args &a, const bwd_t
         float z[8];
         tc_ld8<T>(z, (const T *)a.z + (int64_t)k.b * a.zs[0] + (int64_t)k.h * a.zs[2] + t * a.zs[1] + p, vec);
 #pragma unroll
-        for (int i = 0; i < 8; i++) f[i] *= z[i] / (1.0f + expf(-z[i]));
+        for (int i = 0; i < 8; i++) f[i] *= __fdividef(z[i], 1.0f + __expf(-z[i])); /* 0 where exp overflows */
     }
 }
 
