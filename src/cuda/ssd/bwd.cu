@@ -52,6 +52,7 @@ static void fill_args(const sf_ssd_bwd_problem *bp, ssd_bwd_args &a) {
     a.batch = (int)pr->batch; a.L = (int)pr->seqlen; a.H = (int)pr->nheads; a.P = (int)pr->headdim;
     a.N = (int)pr->dstate; a.hpg = (int)pr->heads_per_group; a.G = (int)pr->ngroups; a.Q = pr->chunk;
     a.nseq = (int)pr->nseq;
+    a.hk = 1;
     a.has_D = pr->has_D; a.D_pc = pr->D_per_channel; a.has_z = pr->has_z; a.has_bias = pr->has_dt_bias;
     a.softplus = p->dt_softplus; a.has_init = pr->has_init; a.has_final = pr->has_final; a.varlen = pr->varlen;
     a.dt_min = p->dt_min; a.dt_max = p->dt_max;
@@ -103,7 +104,7 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (nitems > 0) {
-        const unsigned grid = (unsigned)(nitems * nb);
+        const unsigned grid = (unsigned)(nitems / a.hk * nb);
         const sf_status st = a.P == 64 && a.N == 128 ? tc_blocks<T, 64, 128>(ctx, a, grid, bsm, stream)
                                                      : tc_blocks<T, 0, 0>(ctx, a, grid, bsm, stream);
         if (st != SF_OK) return st;
@@ -130,10 +131,18 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t PN = (int64_t)a.P * a.N;
     a.tnsl = (int)((PN + 1023) / 1024);
     a.tvec = tc_vec(a);
-    const bool per_head_bc = a.hpg > 1 && (a.dB || a.dC);
+    /* heads a rows / cols CTA sums dB and dC over: the largest divisor of a
+     * group's heads up to TC_HK (its whole group where that fits, else its
+     * partial rows, a tenth of the per-head ones at 80 heads a group) */
+    for (int d = TC_HK; d >= 1; d--)
+        if (a.hpg % d == 0) {
+            a.hk = d;
+            break;
+        }
+    const bool per_head_bc = a.hpg / a.hk > 1 && (a.dB || a.dC);
     const int64_t npart = rup32(ntask * a.npt * (2 + (int64_t)a.P));
     const int64_t nrow = rup32(nitems * a.Q), nst = nitems * PN, ndot = rup32(nitems * a.tnsl);
-    const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * a.H * a.N : 0;
+    const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * (a.H / a.hk) * a.N : 0;
     const int64_t ngy = rup32((nitems * a.Q * a.P + 1) / 2); /* 16-bit gy, in f32 words */
     /* f32 words; the two 16-bit state copies take nst words together */
     const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc + (double)nitems * a.Q * a.P;

@@ -29,7 +29,8 @@ struct ssd_bwd_args {
     float *X, *R;     /* cpar: per (task, chunk) P x N state and adjoint maps  */
     float *Dc;        /* cpar: per (task, chunk) decay product                 */
     int sub;          /* cpars: tokens a sub-block (states in shared memory)   */
-    float *pdB, *pdC; /* (b, L, H, N) per-head rows when a group has several heads */
+    float *pdB, *pdC; /* (b, L, H / hk, N) rows of head groups when a group has several */
+    int hk;           /* heads a partial row of pdB / pdC sums: 1, or tc's CTA's heads */
     /* tc (bwd_tc_*.cuh): per (task, chunk) item, Q tokens each */
     float *tcum, *tdt;   /* cumulative log-decay, processed dt              */
     float *tS, *tdS;     /* P x N f32: the chunk's own state and adjoint,

@@ -1,7 +1,8 @@
 /* bwd_reduce.cuh - the CUDA SSD backward's reductions, each in a fixed
  * order (bit-identical from run to run):
  *   ssd_bwd_bc_kernel:    dB, dC of groups with several heads: each
- *                         (token, group) row summed over its heads in order;
+ *                         (token, group) row summed over its partial rows
+ *                         (of a head each, or of a.hk heads) in order;
  *   ssd_bwd_param_kernel: dA, ddt_bias, dD: the partials of the tasks (and
  *                         their chunks) summed in order. */
 #ifndef SF_SSD_BWD_REDUCE_CUH
@@ -18,9 +19,10 @@ __global__ void ssd_bwd_bc_kernel(const ssd_bwd_args a) {
     const int g = (int)((i / a.N) % a.G);
     const int64_t bt = i / ((int64_t)a.N * a.G);
     const int64_t b = bt / a.L, t = bt % a.L;
-    const int64_t o = (bt * a.H + (int64_t)g * a.hpg) * a.N + n;
+    const int nrow = a.H / a.hk, per = a.hpg / a.hk; /* partial rows: a token's, a group's */
+    const int64_t o = (bt * nrow + (int64_t)g * per) * a.N + n;
     float vb = 0.0f, vc = 0.0f;
-    for (int j = 0; j < a.hpg; j++) {
+    for (int j = 0; j < per; j++) {
         vb += a.pdB[o + (int64_t)j * a.N];
         vc += a.pdC[o + (int64_t)j * a.N];
     }

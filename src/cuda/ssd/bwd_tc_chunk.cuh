@@ -41,18 +41,27 @@ static __device__ __forceinline__ int tc_valid(const tc_blk &b, int blk) {
  * kernel left it (tgy). */
 enum class TcXG { x, gy, gy_ws };
 
-/* Stages the 64-token block's x or B rows, C rows, gy rows. */
+/* Stages the 64-token block's B or C rows (the group's: the same for every
+ * head of the CTA). */
 template <typename T>
-static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, int P, int N, const tc_blk &b, int blk,
-                                                     T *sBC, const void *BC, const int64_t *st, int g, T *sXG,
-                                                     TcXG xg) {
+static __device__ __forceinline__ void tc_stage_bc(const ssd_bwd_args &a, int N, const tc_blk &b, int blk, T *sBC,
+                                                   const void *BC, const int64_t *st) {
     const int valid = tc_valid(b, blk);
     const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
     const bool vec = a.tvec;
-    const int64_t bco = (int64_t)b.k.b * st[0] + (int64_t)g * st[2];
+    const int64_t bco = (int64_t)b.k.b * st[0] + (int64_t)b.k.g * st[2];
     tc_stage<T>(sBC, N + 8, TC_BT, N, valid, [&](int r, int c, float f[8]) {
         tc_ld8<T>(f, (const T *)BC + bco + (t0 + r) * st[1] + c, vec);
     });
+}
+
+/* Stages the 64-token block's x or gy rows (the head's). */
+template <typename T>
+static __device__ __forceinline__ void tc_stage_xg(const ssd_bwd_args &a, int P, const tc_blk &b, int blk, T *sXG,
+                                                   TcXG xg) {
+    const int valid = tc_valid(b, blk);
+    const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
+    const bool vec = a.tvec;
     if (xg == TcXG::gy)
         tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
                     [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
@@ -64,6 +73,23 @@ static __device__ __forceinline__ void tc_stage_rows(const ssd_bwd_args &a, int 
         tc_stage<T>(sXG, P + 8, TC_BT, P, valid, [&](int r, int c, float f[8]) {
             tc_ld8<T>(f, (const T *)a.x + b.k.xo + (t0 + r) * a.xs[1] + c, vec);
         });
+}
+
+/* The CTA's place in the rows / cols grids: (batch, head group of a.hk
+ * heads, chunk) times the chunk's blocks; the item of its head j. */
+struct tc_cta {
+    int64_t gi; /* (batch, head group, chunk) */
+    int blk;
+};
+static __device__ __forceinline__ tc_cta tc_cta_of(const ssd_bwd_args &a) {
+    const int nb = a.Q / TC_BT;
+    return tc_cta{(int64_t)(blockIdx.x / nb), (int)(blockIdx.x % nb)};
+}
+static __device__ __forceinline__ int64_t tc_item(const ssd_bwd_args &a, const tc_cta &c, int j) {
+    const int nhg = a.H / a.hk;
+    const int64_t bh = c.gi / a.nck, chunk = c.gi % a.nck;
+    const int64_t task = (bh / nhg) * a.H + (bh % nhg) * a.hk + j;
+    return task * a.nck + chunk;
 }
 
 /* The P x N 16-bit state at src (16-byte aligned rows) as an operand
@@ -164,15 +190,38 @@ static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0
         }
 }
 
-/* One CTA per (item, block i): dC_i, dz_i, the rows' part of d(cum). */
+/* The CTA's dB or dC rows (64 x N f32 in acc, ld columns, its first
+ * vi rows valid), summed over its heads: into the output when those heads
+ * are the whole group, else into the head group's partial rows
+ * (b, L, H / hk, N) of part. */
+static __device__ __forceinline__ void tc_store_bc(const ssd_bwd_args &a, const tc_blk &b0, int64_t t0, int vi,
+                                                   int N, const float *acc, int ld, float *part, void *out,
+                                                   const int64_t *os, int odt) {
+    const int nhg = a.H / a.hk, hg = b0.k.h / a.hk;
+    for (int i = threadIdx.x; i < vi * N; i += SSD_BWD_THREADS) {
+        const int r = i / N, n = i % N;
+        const int64_t t = t0 + r;
+        if (part)
+            part[(((int64_t)b0.k.b * a.L + t) * nhg + hg) * N + n] = acc[r * ld + n];
+        else if (out)
+            bwd_st(out, odt, (int64_t)b0.k.b * os[0] + t * os[1] + (int64_t)b0.k.g * os[2] + n, acc[r * ld + n]);
+    }
+}
+
+/* One CTA per (batch, head group, chunk, block i): for each of its a.hk
+ * heads dz_i and the rows' part of d(cum); dC_i summed over those heads
+ * (into dC when they are the whole group, else into the group's partial
+ * rows pdC that ssd_bwd_bc_kernel sums). */
 template <typename T, int PT, int NT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
-    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
+    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, ldP = P + 8, ldN = N + 8, nq = N / 16;
     const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
-    const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
-    const int bi = blockIdx.x % nb, vi = tc_valid(b, bi);
+    const tc_cta cta = tc_cta_of(a);
+    const int bi = cta.blk;
+    const tc_blk b0 = tc_blk_of(a, tc_item(a, cta, 0));
+    const int vi = tc_valid(b0, bi); /* the same for every head (no varlen) */
     if (vi == 0) return;
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oV), *sX = (T *)(smraw + L.oX);
@@ -180,118 +229,123 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     float *aN = (float *)(smraw + L.oaN), *zr = (float *)(smraw + L.oz);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *vI = v, *vJ = v + 2 * TC_BT;
-    float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
-    tc_load_cd(a, b, bi, vI);
-    tc_stage_rows<T>(a, P, N, b, bi, sC, a.C, a.Cs, b.k.g, sG, TcXG::gy);
-    for (int bj = 0; bj <= bi; bj++) {
-        tc_load_cd(a, b, bj, vJ);
-        tc_stage_rows<T>(a, P, N, b, bj, sB, a.B, a.Bs, b.k.g, sX, TcXG::x);
-        __syncthreads();
-        tc_gemm2<T>(
-            TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
-            [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
-            [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
-                tc_wm<T, true>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zr);
-            });
-        __syncthreads();
-        tc_gemm<T>(
-            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); },
-            [&](int m0, int n0, float (*acc)[4]) {
-                tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
-            });
-        tc_gemm_acc<T>(
-            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
-        __syncthreads();
-    }
-    /* gy_i as staged (16-bit, rows past the end 0) for the cols kernel */
-    {
-        T *dst = (T *)a.tgy + (b.item * Q + (int64_t)bi * TC_BT) * P;
-        for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
-            const int r = i / (P / 8), c = (i % (P / 8)) * 8;
-            *reinterpret_cast<uint4 *>(dst + (int64_t)r * P + c) = *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
-        }
-    }
-    /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
-    tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
-    for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
-    __syncthreads();
-    tc_gemm<T>(
-        TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
-        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
-    tc_gemm_acc<T>(
-        P, N,
-        [&](uint32_t f[4], int m0, int k0) {
-            F::load_a(f, sC, ldN, m0, k0);
-            tc_scale_rows<T>(f, vJ, m0);
-        },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
-    __syncthreads();
-    const int64_t t0 = b.c0 + (int64_t)bi * TC_BT;
-    const int h = b.k.h;
-    for (int i = threadIdx.x; i < vi * N; i += SSD_BWD_THREADS) {
-        const int r = i / N, n = i % N;
-        const int64_t t = t0 + r;
-        if (a.pdC)
-            a.pdC[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[r * ldA + n];
-        else if (a.dC)
-            bwd_st(a.dC, a.Cdt, (int64_t)b.k.b * a.dCs[0] + t * a.dCs[1] + (int64_t)b.k.g * a.dCs[2] + n,
-                   aN[r * ldA + n]);
-    }
+    const int64_t t0 = b0.c0 + (int64_t)bi * TC_BT;
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
-    if (a.has_z && a.dz)
+    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
+    tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
+    for (int hj = 0; hj < a.hk; hj++) {
+        const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
+        float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int tile = w + j * SSD_BWD_WARPS;
-            if (tile >= 4 * tn) continue;
+        for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const int r = (tile / tn) * 16 + g + 8 * ((e >> 1) & 1);
-                const int p = (tile % tn) * 16 + 8 * (e >> 2) + 2 * tq + (e & 1);
-                if (r >= vi) continue;
-                const int64_t t = t0 + r;
-                const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
-                const float y = acc[j][e >> 2][e & 3] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
-                const float dy =
-                    bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
-                const float zv =
-                    bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
-                const float sg = 1.0f / (1.0f + expf(-zv));
-                bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
-                       dy * y * sg * (1.0f + zv * (1.0f - sg)));
+            for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+        for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
+        tc_load_cd(a, b, bi, vI);
+        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy);
+        for (int bj = 0; bj <= bi; bj++) {
+            tc_load_cd(a, b, bj, vJ);
+            tc_stage_bc<T>(a, N, b, bj, sB, a.B, a.Bs);
+            tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
+            __syncthreads();
+            tc_gemm2<T>(
+                TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
+                [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
+                [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
+                    tc_wm<T, true>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zr);
+                });
+            __syncthreads();
+            tc_gemm<T>(
+                TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); },
+                [&](int m0, int n0, float (*acc)[4]) {
+                    tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
+                });
+            tc_gemm_acc<T>(
+                P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
+            __syncthreads();
+        }
+        /* gy_i as staged (16-bit, rows past the end 0) for the cols kernel */
+        {
+            T *dst = (T *)a.tgy + (b.item * Q + (int64_t)bi * TC_BT) * P;
+            for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
+                const int r = i / (P / 8), c = (i % (P / 8)) * 8;
+                *reinterpret_cast<uint4 *>(dst + (int64_t)r * P + c) =
+                    *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
             }
         }
-    for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
-        float s = 0.0f;
-        for (int c = 0; c < 4; c++) s += zr[r * 4 + c];
-        for (int c = 0; c < nq; c++) s += zq[r * nq + c];
-        a.trow[b.item * Q + bi * TC_BT + r] = s;
+        /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
+        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
+        for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
+        __syncthreads();
+        tc_gemm<T>(
+            TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
+            [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
+        tc_gemm_acc<T>(
+            P, N,
+            [&](uint32_t f[4], int m0, int k0) {
+                F::load_a(f, sC, ldN, m0, k0);
+                tc_scale_rows<T>(f, vJ, m0);
+            },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
+        __syncthreads();
+        const int h = b.k.h;
+        if (a.has_z && a.dz)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int tile = w + j * SSD_BWD_WARPS;
+                if (tile >= 4 * tn) continue;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int r = (tile / tn) * 16 + g + 8 * ((e >> 1) & 1);
+                    const int p = (tile % tn) * 16 + 8 * (e >> 2) + 2 * tq + (e & 1);
+                    if (r >= vi) continue;
+                    const int64_t t = t0 + r;
+                    const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+                    const float y = acc[j][e >> 2][e & 3] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
+                    const float dy =
+                        bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
+                    const float zv =
+                        bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
+                    const float sg = 1.0f / (1.0f + expf(-zv));
+                    bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
+                           dy * y * sg * (1.0f + zv * (1.0f - sg)));
+                }
+            }
+        for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
+            float s = 0.0f;
+            for (int c = 0; c < 4; c++) s += zr[r * 4 + c];
+            for (int c = 0; c < nq; c++) s += zq[r * nq + c];
+            a.trow[b.item * Q + bi * TC_BT + r] = s;
+        }
+        __syncthreads(); /* sX, zr, zq, vI are the next head's */
     }
+    tc_store_bc(a, b0, t0, vi, N, aN, ldA, a.pdC, a.dC, a.dCs, a.Cdt);
 }
 
-/* One CTA per (item, block j): dB_j, dx_j, x . d(x / dt), the columns'
- * part of d(cum), the state-out terms, the dD partial of the block. */
+/* One CTA per (batch, head group, chunk, block j): for each of its a.hk
+ * heads dx_j, x . d(x / dt), the columns' part of d(cum), the state-out
+ * terms, the dD partial of the block; dB_j summed over those heads (as
+ * dC_i in the rows kernel). */
 template <typename T, int PT, int NT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
     const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, nb = Q / TC_BT, ldP = P + 8, ldN = N + 8, nq = N / 16;
     const int ldA = N + 8; /* the f32 accumulator's rows: conflict-free float2 access */
-    const tc_blk b = tc_blk_of(a, blockIdx.x / nb);
-    const int bj = blockIdx.x % nb, vj = tc_valid(b, bj);
-    float *part = a.part + ((int64_t)blockIdx.x) * (2 + P); /* (item, block) */
+    const tc_cta cta = tc_cta_of(a);
+    const int bj = cta.blk;
+    const tc_blk b0 = tc_blk_of(a, tc_item(a, cta, 0));
+    const int vj = tc_valid(b0, bj); /* the same for every head (no varlen) */
     if (vj == 0) {
-        for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) part[2 + p] = 0.0f;
+        for (int hj = 0; hj < a.hk; hj++) {
+            float *part = a.part + (tc_item(a, cta, hj) * nb + bj) * (2 + P); /* (item, block) */
+            for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) part[2 + p] = 0.0f;
+        }
         return;
     }
     const tc_blk_smem L = tc_blk_layout(P, N);
@@ -301,122 +355,123 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *xr = (float *)(smraw + L.or_), *dp = (float *)(smraw + L.oc);
     float *vI = v, *vJ = v + 2 * TC_BT;
-    float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
-    for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
-    tc_load_cd(a, b, bj, vJ);
-    tc_stage_rows<T>(a, P, N, b, bj, sB, a.B, a.Bs, b.k.g, sX, TcXG::x);
-    for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
-        tc_load_cd(a, b, bi, vI);
-        tc_stage_rows<T>(a, P, N, b, bi, sC, a.C, a.Cs, b.k.g, sG, TcXG::gy_ws);
-        __syncthreads();
-        tc_gemm2<T>(
-            TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
-            [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
-            [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
-                tc_wm<T, false>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zc);
-            });
-        __syncthreads();
-        /* W and M are stored [i][j]: k-major for the transposed products */
-        tc_gemm<T>(
-            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); },
-            [&](int m0, int n0, float (*acc)[4]) {
-                tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
-            });
-        tc_gemm_acc<T>(
-            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
-        __syncthreads();
-    }
-    /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
-    tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
-    const float cl = a.tcum[b.item * Q + Q - 1];
-    for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
-    __syncthreads();
-    tc_gemm_acc<T>(
-        P, N,
-        [&](uint32_t f[4], int m0, int k0) {
-            F::load_a(f, sB, ldN, m0, k0);
-            tc_scale_rows<T>(f, vI, m0);
-        },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
-    tc_gemm<T>(
-        TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sX, ldP, m0, k0); },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
-        [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN); });
-    __syncthreads();
-    const int64_t t0 = b.c0 + (int64_t)bj * TC_BT;
-    const int h = b.k.h;
-    for (int i = threadIdx.x; i < vj * N; i += SSD_BWD_THREADS) {
-        const int r = i / N, n = i % N;
-        const int64_t t = t0 + r;
-        if (a.pdB)
-            a.pdB[(((int64_t)b.k.b * a.L + t) * a.H + h) * N + n] = aN[r * ldA + n];
-        else if (a.dB)
-            bwd_st(a.dB, a.Bdt, (int64_t)b.k.b * a.dBs[0] + t * a.dBs[1] + (int64_t)b.k.g * a.dBs[2] + n,
-                   aN[r * ldA + n]);
-    }
-    /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
-     * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
-     * 4 row tiles x P), each slot written by one lane */
+    const int64_t t0 = b0.c0 + (int64_t)bj * TC_BT;
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
+    for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
+    tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
+    for (int hj = 0; hj < a.hk; hj++) {
+        const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
+        float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int tile = w + j * SSD_BWD_WARPS;
-        if (tile >= 4 * tn) continue; /* warp-uniform */
-        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
-        float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int hf = (e >> 1) & 1, ci = 2 * (e >> 2) + (e & 1);
-            const int r = m0 + g + 8 * hf, p = n0 + 8 * (e >> 2) + 2 * tq + (e & 1);
-            if (r >= vj) continue;
-            const int64_t t = t0 + r;
-            const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
-            const float gy = bwd_dy(a, b.k, t, p);
-            const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
-            rs[hf] += xv * gv;
-            cs[ci] += gy * xv;
-            if (a.dx)
-                bwd_st(a.dx, a.xdt, (int64_t)b.k.b * a.dxs[0] + t * a.dxs[1] + (int64_t)h * a.dxs[2] + p,
-                       vJ[TC_BT + r] * gv + Dv * gy);
+            for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+        for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
+        tc_load_cd(a, b, bj, vJ);
+        tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
+        for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
+            tc_load_cd(a, b, bi, vI);
+            tc_stage_bc<T>(a, N, b, bi, sC, a.C, a.Cs);
+            tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
+            __syncthreads();
+            tc_gemm2<T>(
+                TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
+                [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
+                [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
+                    tc_wm<T, false>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zc);
+                });
+            __syncthreads();
+            /* W and M are stored [i][j]: k-major for the transposed products */
+            tc_gemm<T>(
+                TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); },
+                [&](int m0, int n0, float (*acc)[4]) {
+                    tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
+                });
+            tc_gemm_acc<T>(
+                P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
+            __syncthreads();
         }
+        /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
+        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
+        const float cl = a.tcum[b.item * Q + Q - 1];
+        for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
+        __syncthreads();
+        tc_gemm_acc<T>(
+            P, N,
+            [&](uint32_t f[4], int m0, int k0) {
+                F::load_a(f, sB, ldN, m0, k0);
+                tc_scale_rows<T>(f, vI, m0);
+            },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
+        tc_gemm<T>(
+            TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sX, ldP, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
+            [&](int m0, int n0, float (*acc)[4]) {
+                tc_add<T>(aN, ldA, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN);
+            });
+        __syncthreads();
+        const int h = b.k.h;
+        /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
+         * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
+         * 4 row tiles x P), each slot written by one lane */
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const float v2 = tc_quad_sum(rs[hf]);
-            if (tq == 0) xr[(m0 + g + 8 * hf) * tn + (n0 >> 4)] = v2;
-        }
+        for (int j = 0; j < 4; j++) {
+            const int tile = w + j * SSD_BWD_WARPS;
+            if (tile >= 4 * tn) continue; /* warp-uniform */
+            const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+            float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int ci = 0; ci < 4; ci++) {
-            const float v2 = tc_col_sum(cs[ci]);
-            if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
+            for (int e = 0; e < 8; e++) {
+                const int hf = (e >> 1) & 1, ci = 2 * (e >> 2) + (e & 1);
+                const int r = m0 + g + 8 * hf, p = n0 + 8 * (e >> 2) + 2 * tq + (e & 1);
+                if (r >= vj) continue;
+                const int64_t t = t0 + r;
+                const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
+                const float gy = bwd_dy(a, b.k, t, p);
+                const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+                rs[hf] += xv * gv;
+                cs[ci] += gy * xv;
+                if (a.dx)
+                    bwd_st(a.dx, a.xdt, (int64_t)b.k.b * a.dxs[0] + t * a.dxs[1] + (int64_t)h * a.dxs[2] + p,
+                           vJ[TC_BT + r] * gv + Dv * gy);
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float v2 = tc_quad_sum(rs[hf]);
+                if (tq == 0) xr[(m0 + g + 8 * hf) * tn + (n0 >> 4)] = v2;
+            }
+#pragma unroll
+            for (int ci = 0; ci < 4; ci++) {
+                const float v2 = tc_col_sum(cs[ci]);
+                if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
+            }
         }
+        __syncthreads();
+        /* per token: x . d(x / dt), the columns' d(cum), q */
+        for (int r = threadIdx.x; r < vj; r += SSD_BWD_THREADS) {
+            float s = 0.0f, q = 0.0f, zs = 0.0f;
+            for (int c = 0; c < tn; c++) s += xr[r * tn + c];
+            for (int c = 0; c < nq; c++) q += zq[r * nq + c];
+            for (int c = 0; c < 4; c++) zs += zc[c * TC_BT + r];
+            const int64_t o = b.item * Q + bj * TC_BT + r;
+            a.tddt[o] = s;
+            a.tq[o] = q;
+            a.tcol[o] = -zs - q;
+        }
+        /* the block's dD partial: row tiles in order (rows past the end: 0) */
+        float *part = a.part + (b.item * nb + bj) * (2 + (int64_t)P); /* (item, block) */
+        for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) {
+            float s = 0.0f;
+            for (int c = 0; c < 4; c++) s += dp[c * P + p];
+            part[2 + p] = s;
+        }
+        __syncthreads(); /* sX, zc, zq, xr, dp, v are the next head's */
     }
-    __syncthreads();
-    /* per token: x . d(x / dt), the columns' d(cum), q */
-    for (int r = threadIdx.x; r < vj; r += SSD_BWD_THREADS) {
-        float s = 0.0f, q = 0.0f, zs = 0.0f;
-        for (int c = 0; c < tn; c++) s += xr[r * tn + c];
-        for (int c = 0; c < nq; c++) q += zq[r * nq + c];
-        for (int c = 0; c < 4; c++) zs += zc[c * TC_BT + r];
-        const int64_t o = b.item * Q + bj * TC_BT + r;
-        a.tddt[o] = s;
-        a.tq[o] = q;
-        a.tcol[o] = -zs - q;
-    }
-    /* the block's dD partial: row tiles in order (rows past the end: 0) */
-    for (int p = threadIdx.x; p < P; p += SSD_BWD_THREADS) {
-        float s = 0.0f;
-        for (int c = 0; c < 4; c++) s += dp[c * P + p];
-        part[2 + p] = s;
-    }
+    tc_store_bc(a, b0, t0, vj, N, aN, ldA, a.pdB, a.dB, a.dBs, a.Bdt);
 }
 
 /* One CTA (256 threads >= Q) per item: d(cum) summed backwards into the

@@ -16,6 +16,7 @@
 
 #define TC_BT 64         /* tokens a block of the chunk's Q x Q products */
 #define TC_LDT (TC_BT + 8) /* leading dimension of the 64 x 64 operand tiles */
+#define TC_HK 8            /* most heads a rows / cols CTA walks (bwd.cu picks) */
 
 /* Shared memory of the per-block kernels (rows and cols), in bytes; one
  * layout serves both.  T tiles (16-bit): the fixed 64 x N tile (C_i in
