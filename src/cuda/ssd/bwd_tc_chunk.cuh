@@ -13,6 +13,9 @@
  * plus, at the chunk's last token, the state-out terms: the sum of the
  * latter and exp(cl) <h, G>.  ssd_tc_fin_kernel sums d(cum) backwards
  * into d(log decay) per token, then ddt, and the dA, ddt_bias partials.
+ * A rows / cols CTA walks a.hk heads of one group (dC_i, dB_j are sums over
+ * the group's heads: its shared-memory accumulator sums them before one
+ * write); the rows kernel leaves gy_i in 16-bit (tgy) for the cols kernel.
  * Every sum runs in a fixed order: bit-identical from run to run. */
 #ifndef SF_SSD_BWD_TC_CHUNK_CUH
 #define SF_SSD_BWD_TC_CHUNK_CUH
