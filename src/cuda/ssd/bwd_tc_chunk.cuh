@@ -51,11 +51,9 @@ static __device__ __forceinline__ void tc_stage_bc(const ssd_bwd_args &a, int N,
                                                    const void *BC, const int64_t *st) {
     const int valid = tc_valid(b, blk);
     const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
-    const bool vec = a.tvec;
     const int64_t bco = (int64_t)b.k.b * st[0] + (int64_t)b.k.g * st[2];
-    tc_stage<T>(sBC, N + 8, TC_BT, N, valid, [&](int r, int c, float f[8]) {
-        tc_ld8<T>(f, (const T *)BC + bco + (t0 + r) * st[1] + c, vec);
-    });
+    ssd_stage_async<T, SSD_BWD_THREADS>(sBC, N + 8, (const T *)BC + bco + t0 * st[1], st[1], TC_BT, N, valid, N,
+                                        a.tvec);
 }
 
 /* Stages the 64-token block's x or gy rows (the head's). */
@@ -68,14 +66,19 @@ static __device__ __forceinline__ void tc_stage_xg(const ssd_bwd_args &a, int P,
     if (xg == TcXG::gy)
         tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
                     [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
-    else if (xg == TcXG::gy_ws) {
-        const T *src = (const T *)a.tgy + (b.item * a.Q + (int64_t)blk * TC_BT) * P;
-        tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
-                    [&](int r, int c, float f[8]) { tc_ld8<T>(f, src + (int64_t)r * P + c, true); });
-    } else
-        tc_stage<T>(sXG, P + 8, TC_BT, P, valid, [&](int r, int c, float f[8]) {
-            tc_ld8<T>(f, (const T *)a.x + b.k.xo + (t0 + r) * a.xs[1] + c, vec);
-        });
+    else if (xg == TcXG::gy_ws)
+        ssd_stage_async<T, SSD_BWD_THREADS>(sXG, P + 8, (const T *)a.tgy + (b.item * a.Q + (int64_t)blk * TC_BT) * P,
+                                            P, TC_BT, P, valid, P, true);
+    else
+        ssd_stage_async<T, SSD_BWD_THREADS>(sXG, P + 8, (const T *)a.x + b.k.xo + t0 * a.xs[1], a.xs[1], TC_BT, P,
+                                            valid, P, vec);
+}
+
+/* Waits for the thread's own cp.async copies of the tc_stage_* calls
+ * before it (the barrier after it makes every thread's visible). */
+static __device__ __forceinline__ void tc_stage_wait() {
+    sf_cp_async_commit();
+    sf_cp_async_wait<0>();
 }
 
 /* The CTA's place in the rows / cols grids: (batch, head group of a.hk
@@ -99,8 +102,7 @@ static __device__ __forceinline__ int64_t tc_item(const ssd_bwd_args &a, const t
  * tile (ld N + 8). */
 template <typename T>
 static __device__ __forceinline__ void tc_stage_state(int P, int N, T *s, const T *src) {
-    tc_stage<T>(s, N + 8, P, N, P,
-                [&](int r, int c, float f[8]) { tc_ld8<T>(f, src + (int64_t)r * N + c, true); });
+    ssd_stage_async<T, SSD_BWD_THREADS>(s, N + 8, src, N, P, N, P, N, true);
 }
 
 /* cum and dt of block blk into v[0..63], v[64..127] */
@@ -250,6 +252,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             tc_load_cd(a, b, bj, vJ);
             tc_stage_bc<T>(a, N, b, bj, sB, a.B, a.Bs);
             tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
+            tc_stage_wait();
             __syncthreads();
             tc_gemm2<T>(
                 TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
@@ -283,6 +286,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
         tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
+        tc_stage_wait();
         __syncthreads();
         tc_gemm<T>(
             TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
@@ -376,6 +380,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             tc_load_cd(a, b, bi, vI);
             tc_stage_bc<T>(a, N, b, bi, sC, a.C, a.Cs);
             tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
+            tc_stage_wait();
             __syncthreads();
             tc_gemm2<T>(
                 TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
@@ -402,6 +407,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
         const float cl = a.tcum[b.item * Q + Q - 1];
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
+        tc_stage_wait();
         __syncthreads();
         tc_gemm_acc<T>(
             P, N,
