@@ -140,32 +140,61 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_scan_kernel(const ssd_
                                              (int64_t)p * a.dfs[2] + (int64_t)n * a.dfs[3]]
                                     : 0.0f;
     }
+    /* each pass loads chunk c's values before it stores chunk c - 1's (the
+     * compiler cannot move a load above a store that may alias it): two
+     * chunks' loads in flight, not one */
+    float nloc[4], nec = 0.0f;
+    const auto load_fwd = [&](int c) {
+        nec = expf(a.tcum[(item0 + c) * Q + Q - 1]);
+        const float *S = a.tS + (item0 + c) * PN;
+#pragma unroll
+        for (int j = 0; j < 4; j++) nloc[j] = on[j] ? S[e[j]] : 0.0f;
+    };
+    if (nc > 0) load_fwd(0);
     for (int c = 0; c < nc; c++) {
-        const float ec = expf(a.tcum[(item0 + c) * Q + Q - 1]);
+        const float ec = nec;
+        float loc[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) loc[j] = nloc[j];
+        if (c + 1 < nc) load_fwd(c + 1);
         float *S = a.tS + (item0 + c) * PN;
         T *S16 = (T *)a.tS16 + (item0 + c) * PN;
 #pragma unroll
         for (int j = 0; j < 4; j++)
             if (on[j]) {
-                const float loc = S[e[j]];
                 S[e[j]] = h[j];
                 S16[e[j]] = sf_elem<T>::from_f(h[j]);
-                h[j] = ec * h[j] + loc;
+                h[j] = ec * h[j] + loc[j];
             }
     }
+    float nS[4];
+    const auto load_bwd = [&](int c) {
+        nec = expf(a.tcum[(item0 + c) * Q + Q - 1]);
+        const float *S = a.tS + (item0 + c) * PN, *G = a.tdS + (item0 + c) * PN;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            nloc[j] = on[j] ? G[e[j]] : 0.0f;
+            nS[j] = on[j] ? S[e[j]] : 0.0f;
+        }
+    };
+    if (nc > 0) load_bwd(nc - 1);
     for (int c = nc - 1; c >= 0; c--) {
-        const float ec = expf(a.tcum[(item0 + c) * Q + Q - 1]);
-        const float *S = a.tS + (item0 + c) * PN;
-        const float *G = a.tdS + (item0 + c) * PN;
+        const float ec = nec;
+        float loc[4], sv[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            loc[j] = nloc[j];
+            sv[j] = nS[j];
+        }
+        if (c > 0) load_bwd(c - 1);
         T *G16 = (T *)a.tdS16 + (item0 + c) * PN;
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++)
             if (on[j]) {
-                const float loc = G[e[j]];
                 G16[e[j]] = sf_elem<T>::from_f(g[j]);
-                dot += S[e[j]] * g[j];
-                g[j] = ec * g[j] + loc;
+                dot += sv[j] * g[j];
+                g[j] = ec * g[j] + loc[j];
             }
         dot = tc_block_sum(dot, red);
         if (threadIdx.x == 0) a.tdot[(item0 + c) * a.tnsl + sl] = dot;
