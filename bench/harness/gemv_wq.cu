@@ -1,7 +1,7 @@
 // gemv_wq.cu - stand-alone timing of sf_gemm_wq's streaming int4 decode
 // kernel (src/cuda/gemm_wq/decode.cuh; symmetric codes, groups of 128, bf16)
-// in shapes of its template (m16 tiles a warp, warps, chunks ahead, K split,
-// x for its rows only, the codes through a shared-memory ring) against cuBLAS
+// in shapes of its template (m16 tiles a warp, warps, chunks ahead, K split)
+// against cuBLAS
 // bf16 on weights of the same shape: CUDA-graph replays of 20 calls cycling
 // through 160 MB of weight copies (cold L2, both sides) at Llama-8B's
 // gate+up, gate, down and q/o, M 1, 4 and 16.  Each variant is checked
@@ -39,10 +39,10 @@ typedef void (*Launch)(const Prob &, cudaStream_t);
 
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
  * SF > 0 fixes the split at SF blocks (a cluster) instead */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, bool XC = false, int R = 0>
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, XC, R>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, XC, R>;
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U>;
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
@@ -52,9 +52,9 @@ static void run_v(const Prob &p, cudaStream_t s) {
     S = S < 1 ? 1 : S > 8 ? 8 : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
-    while (Tl::smem(a.cps, a.M) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
+    while (Tl::smem(a.cps) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
     S = (nchk + a.cps - 1) / a.cps;
-    const size_t smem = Tl::smem(a.cps, a.M);
+    const size_t smem = Tl::smem(a.cps);
     static bool set = false;
     if (!set) { CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024)); set = true; }
     cudaLaunchConfig_t cfg = {};
@@ -68,10 +68,10 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0, bool XC = false, int R = 0>
+template <int MT, int WARPS, int U, int F2, int SF = 0>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, XC, R>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF, XC, R>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -108,15 +108,6 @@ int main(int argc, char **argv) {
     CK(cudaDeviceSynchronize());
     V vs[] = {
         {"base_m1w8u4", run_m<1, 8, 4, 3>},
-        {"xc", run_m<1, 8, 4, 3, 0, true>},
-        {"xc_r6", run_m<1, 8, 4, 3, 0, true, 6>},
-        {"xc_r8", run_m<1, 8, 4, 3, 0, true, 8>},
-        {"xc_r12", run_m<1, 8, 4, 3, 0, true, 12>},
-        {"xc_r16", run_m<1, 8, 4, 3, 0, true, 16>},
-        {"xc_r8_f4", run_m<1, 8, 4, 4, 0, true, 8>},
-        {"xc_r12_f4", run_m<1, 8, 4, 4, 0, true, 12>},
-        {"xc_w4r16_f6", run_m<1, 4, 4, 6, 0, true, 16>},
-        {"xc_w4r24_f6", run_m<1, 4, 4, 6, 0, true, 24>},
         {"cublas_bf16", run_cublas},
     };
     printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");

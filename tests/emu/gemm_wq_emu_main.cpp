@@ -3,9 +3,7 @@
 // "stream" row: 8 warps of one m16 tile, 4 chunks ahead) run by the host
 // emulator against a double-precision x W^T of the dequantised weights:
 // int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
-// a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias;
-// each case three ways: the row (x8), x for its rows only (xc) and the codes
-// through an 8-chunk shared-memory ring as well (r8).
+// a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).
@@ -19,14 +17,10 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-static int g_xc; /* 0: the library's row; 1: x stored for the rows of x only; 2: and codes through an 8-chunk ring */
-template <typename T, bool I4, bool MN, int NT, bool XC, int R> static void launch_x(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, XC, R>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, XC, R>, dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u),
-               dim3(Tl::NTHR), Tl::smem(a.cps, a.M), a);
-}
 template <typename T, bool I4, bool MN, int NT> static void launch(const WqdArgs &a) {
-    g_xc == 2 ? launch_x<T, I4, MN, NT, true, 8>(a) : g_xc ? launch_x<T, I4, MN, NT, true, 0>(a) : launch_x<T, I4, MN, NT, false, 0>(a);
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4>, dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u),
+               dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
 
 template <typename T> static int run_t(const WqCase &c) {
@@ -76,8 +70,8 @@ template <typename T> static int run_t(const WqCase &c) {
         }
     const double rel = maxe / maxr, tol = c.f16 ? 2e-3 : 1e-2;
     const bool ok = rel <= tol;
-    printf("%-4s %-12s %s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n", ok ? "ok" : "FAIL",
-           c.name, g_xc == 2 ? "r8" : g_xc ? "xc" : "x8", c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "", c.bias ? " bias" : "", rel, tol);
+    printf("%-4s %-12s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n", ok ? "ok" : "FAIL",
+           c.name, c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "", c.bias ? " bias" : "", rel, tol);
     return ok ? 0 : 1;
 }
 
@@ -90,10 +84,7 @@ int main(int argc, char **argv) {
     int rc = 0, ran = 0;
     for (const WqCase &c : cases) {
         if (argc > 1 && strcmp(argv[1], c.name)) continue;
-        for (int xc = 0; xc < 3; xc++) {
-            g_xc = xc;
-            rc |= c.f16 ? run_t<__half>(c) : run_t<__nv_bfloat16>(c);
-        }
+        rc |= c.f16 ? run_t<__half>(c) : run_t<__nv_bfloat16>(c);
         ran++;
     }
     if (!ran) { printf("no case named %s\n", argv[1]); return 1; }

@@ -22,13 +22,6 @@
  *     sm_90 (no clusters) one block takes all of K.
  * A chunk holds whole groups (group_size a multiple of 4 slabs: 128 for
  * int4, 64 or 128 for int8); other groups go to the tiled kernels.
- * Template options the library's row leaves off (bench/harness/gemv_wq.cu
- * times them): XC keeps x in shared memory for its M rows only (lanes of
- * rows past M read zeros) instead of the whole n8 / n16 tile; R > 0 streams
- * the codes through a ring of R chunks a warp in shared memory (cp.async,
- * one commit group a chunk; a lane reads back only the 16 bytes it copied)
- * rather than U chunks in registers, so that more bytes are in flight than
- * the register file holds.
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
@@ -68,40 +61,33 @@ static __device__ __forceinline__ uint4 wqd_ld_stream(const void *p) {
     return v;
 }
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool XC = false, int R = 0>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U>
 struct WqdTile {
     static constexpr int E = INT4 ? 32 : 16; /* elements of a lane's 16-byte slab */
     static constexpr int CK = 4 * E;         /* elements of K per chunk           */
     static constexpr int W8 = E / 8;         /* 8-element words of x per slab     */
     static constexpr int BR = WARPS * MT * 16;
     static constexpr int NTHR = WARPS * 32;
-    /* rows of x stored per chunk and word */
-    static __host__ __device__ constexpr int rows(int M) { return XC ? M : NT * 8; }
-    /* shared memory: x [cps][W8][rows][4] uint4, then the chunks' sums of x
+    /* shared memory: x [cps][W8][NT][32] uint4, then the chunks' sums of x
      * [cps][16] f32 (mins only), then the partial sums [16][BR] f32 */
-    static __host__ __device__ constexpr size_t x_bytes(int cps, int M) { return (size_t)cps * W8 * rows(M) * 4 * 16; }
+    static __host__ __device__ constexpr size_t x_bytes(int cps) { return (size_t)cps * W8 * NT * 32 * 16; }
     static __host__ __device__ constexpr size_t sx_bytes(int cps) { return MIN ? (size_t)cps * 16 * 4 : 0; }
-    /* R > 0: the codes go through a ring of R chunks a warp in shared
-     * memory (cp.async) instead of U chunks in registers */
-    static __host__ __device__ constexpr size_t ring_bytes() { return (size_t)R * WARPS * MT * 2 * 32 * 16; }
-    static __host__ __device__ constexpr size_t smem(int cps, int M) {
-        return x_bytes(cps, M) + sx_bytes(cps) + (size_t)16 * BR * 4 + ring_bytes();
+    static __host__ __device__ constexpr size_t smem(int cps) {
+        return x_bytes(cps) + sx_bytes(cps) + (size_t)16 * BR * 4;
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool XC = false, int R = 0>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U>
 __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArgs a) {
-    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, XC, R>;
-    constexpr int LA = R > 0 ? R : U; /* chunks ahead */
+    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U>;
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int M = a.M, N = a.N, K = a.K;
-    const int RS = Tl::rows(M);
     uint4 *xf = (uint4 *)smem;
-    float *sxs = (float *)(smem + Tl::x_bytes(a.cps, M));
-    float *part = (float *)(smem + Tl::x_bytes(a.cps, M) + Tl::sx_bytes(a.cps));
+    float *sxs = (float *)(smem + Tl::x_bytes(a.cps));
+    float *part = (float *)(smem + Tl::x_bytes(a.cps) + Tl::sx_bytes(a.cps));
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int M = a.M, N = a.N, K = a.K;
     const int nchk = (int)(((int64_t)K + CK - 1) / CK);
     const int kc0 = (int)blockIdx.y * a.cps;
     const int nch = max(0, min(nchk, kc0 + a.cps) - kc0);
@@ -126,10 +112,8 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             mrow[i][h] = MIN ? a.mins + n : a.scales;
         }
     const int gsh = a.group / CK == 2 ? 1 : 0; /* log2(chunks per group) */
-    uint4 *ring = (uint4 *)(smem + Tl::x_bytes(a.cps, M) + Tl::sx_bytes(a.cps) + (size_t)16 * BR * 4);
-    auto slot = [&](int u, int i, int h) { return ring + (((warp * R + u) * MT + i) * 2 + h) * 32 + lane; };
-    uint4 wb[R > 0 ? 1 : U][MT][2];
-    uint16_t sb[LA][MT][2], mb[LA][MT][2];
+    uint4 wb[U][MT][2];
+    uint16_t sb[U][MT][2], mb[U][MT][2];
     auto issue = [&](int u, int ch) {
         ch = min(ch, nch - 1);
         const int64_t jo = (int64_t)((kc0 + ch) >> gsh) * N;
@@ -137,14 +121,12 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if constexpr (R > 0) sf_cp_async16(slot(u, i, h), wrow[i][h] + (int64_t)ch * 64);
-                else wb[u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * 64);
+                wb[u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * 64);
                 sb[u][i][h] = __ldg(srow[i][h] + jo);
                 if (MIN) mb[u][i][h] = __ldg(mrow[i][h] + jo);
             }
-        if (R > 0) sf_cp_async_commit(); /* one group a chunk */
     };
-    if (R == 0 && nch > 0)
+    if (nch > 0)
 #pragma unroll
         for (int u = 0; u < U; u++) issue(u, u);
 
@@ -153,31 +135,22 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
      * place into the pairs of dequant.cuh, with the chunks' sums of x for
      * the mins (a quad holds one row's chunk: summed in a fixed order) */
     const T *xg = (const T *)a.x;
-    for (int e = tid; e < nch * W8 * RS * 4; e += NTHR) {
-        const int cq = e % 4, m = (e / 4) % RS, w = (e / (4 * RS)) % W8, ch = e / (4 * RS * W8);
-        const int64_t k = (int64_t)(kc0 + ch) * CK + cq * E + 8 * w;
+    for (int e = tid; e < nch * W8 * NT * 32; e += NTHR) {
+        const int ln = e % 32, nt = (e / 32) % NT, w = (e / (32 * NT)) % W8, ch = e / (32 * NT * W8);
+        const int m = nt * 8 + (ln >> 2);
+        const int64_t k = (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w;
         const bool ok = m < M && k < K;
         sf_cp_async16_zfill(xf + e, ok ? xg + (int64_t)m * a.x_rs + k : xg, ok ? 16 : 0);
     }
     sf_cp_async_commit();
-    if (R > 0) { /* the ring's first R chunks behind x's group */
-        if (nch > 0)
-#pragma unroll
-            for (int u = 0; u < LA; u++) issue(u, u);
-        sf_cp_async_wait<LA>();
-    } else {
-        sf_cp_async_wait<0>();
-    }
+    sf_cp_async_wait<0>();
     __syncthreads();
-    /* whole warps (the shuffles below): the count rounded up to 32 */
-    for (int e = tid; e < (nch * RS * 4 + 31) / 32 * 32; e += NTHR) {
-        const bool live = e < nch * RS * 4;
-        const int cq = e % 4, m = (e / 4) % RS, ch = e / (4 * RS);
+    for (int e = tid; e < nch * NT * 32; e += NTHR) { /* whole warps: the shuffles below */
+        const int ln = e % 32, nt = (e / 32) % NT, ch = e / (32 * NT);
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < W8; w++) {
-            if (!live) break;
-            uint4 &q = xf[((ch * W8 + w) * RS + m) * 4 + cq];
+            uint4 &q = xf[((ch * W8 + w) * NT + nt) * 32 + ln];
             const uint4 v = q;
             if (MIN) {
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
@@ -192,7 +165,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
         if (MIN) {
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (live && cq == 0) sxs[ch * 16 + m] = sum;
+            if ((ln & 3) == 0) sxs[ch * 16 + nt * 8 + (ln >> 2)] = sum;
         }
     }
     __syncthreads();
@@ -205,24 +178,12 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][t][e] = 0.0f;
 
-    for (int ch0 = 0; ch0 < nch; ch0 += LA) {
+    for (int ch0 = 0; ch0 < nch; ch0 += U) {
 #pragma unroll
-        for (int u = 0; u < LA; u++) {
+        for (int u = 0; u < U; u++) {
             const int ch = ch0 + u;
             if (ch >= nch) break;
-            uint4 cw[MT][2]; /* the slot is refilled once this chunk is done */
-            if constexpr (R > 0) {
-                sf_cp_async_wait<LA - 1>(); /* chunk ch's group (a lane reads only what it copied) */
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) cw[i][h] = *slot(u, i, h);
-            } else {
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) cw[i][h] = wb[u][i][h];
-            }
+            const uint4(&cw)[MT][2] = wb[u]; /* refilled once this chunk is done */
             float s[MT][2], mn[MT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++)
@@ -237,16 +198,14 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             for (int w = 0; w < W8; w++)
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const int m = t * 8 + (lane >> 2); /* rows past those stored are 0 */
-                    const uint4 q = m < RS ? xf[((ch * W8 + w) * RS + m) * 4 + c] : make_uint4(0, 0, 0, 0);
+                    const uint4 q = xf[((ch * W8 + w) * NT + t) * 32 + lane];
                     bx[t][4 * w + 0] = q.x, bx[t][4 * w + 1] = q.y, bx[t][4 * w + 2] = q.z, bx[t][4 * w + 3] = q.w;
                 }
             float sx[NT][2];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                const int m = t * 8 + 2 * c; /* XC: sums of rows past M are not stored */
-                sx[t][0] = MIN && (!XC || m < M) ? sxs[ch * 16 + m] : 0.0f;
-                sx[t][1] = MIN && (!XC || m + 1 < M) ? sxs[ch * 16 + m + 1] : 0.0f;
+                sx[t][0] = MIN ? sxs[ch * 16 + t * 8 + 2 * c] : 0.0f;
+                sx[t][1] = MIN ? sxs[ch * 16 + t * 8 + 2 * c + 1] : 0.0f;
             }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
@@ -293,11 +252,9 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
                     }
                 }
             }
-            issue(u, ch + LA);
+            issue(u, ch + U);
         }
     }
-
-    if constexpr (R > 0) sf_cp_async_wait<0>(); /* the refills past the last chunk */
 
     /* partial sums [m][row of the block], then each block of the cluster
      * reduces its slice of them over the cluster in rank order */
