@@ -88,16 +88,27 @@ static sf_status tc_blocks(sf_ctx *ctx, const ssd_bwd_args &a, unsigned grid, si
     return SF_OK;
 }
 
+/* The chunk-state kernel, compiled for the Mamba-2 layers' shape (headdim
+ * 64, dstate 128, chunk 256) or for any served one. */
+template <typename T, int PT, int NT, int QT>
+static sf_status tc_local(sf_ctx *ctx, const ssd_bwd_args &a, unsigned grid, size_t lsm, cudaStream_t stream) {
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_local_kernel<T, PT, NT, QT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lsm));
+    ssd_tc_local_kernel<T, PT, NT, QT><<<grid, SSD_BWD_THREADS, lsm, stream>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
+    return SF_OK;
+}
+
 template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args &a, cudaStream_t stream) {
     const int64_t nitems = (int64_t)a.ntask * a.nck, nb = a.Q / TC_BT;
     const size_t lsm = tc_state_smem(a.P, a.N, a.Q), bsm = tc_blk_layout(a.P, a.N).total;
     if (nitems > 0) {
         ssd_tc_prep_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)lsm));
-        ssd_tc_local_kernel<T><<<(unsigned)nitems, SSD_BWD_THREADS, lsm, stream>>>(a);
-        SF_CUDA_CHECK_LAUNCH(ctx);
+        const sf_status st = a.P == 64 && a.N == 128 && a.Q == 256
+                                 ? tc_local<T, 64, 128, 256>(ctx, a, (unsigned)nitems, lsm, stream)
+                                 : tc_local<T, 0, 0, 0>(ctx, a, (unsigned)nitems, lsm, stream);
+        if (st != SF_OK) return st;
     }
     if (a.ntask > 0) {
         ssd_tc_scan_kernel<T><<<dim3((unsigned)a.ntask, (unsigned)a.tnsl), SSD_BWD_THREADS, 0, stream>>>(a);

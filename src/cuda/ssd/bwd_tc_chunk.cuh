@@ -74,6 +74,19 @@ static __device__ __forceinline__ void tc_stage_xg(const ssd_bwd_args &a, int P,
                                             valid, P, vec);
 }
 
+/* dout and z (with z) of the 64-token block at t0 (valid rows) into the
+ * T tiles sD, sZ (ld TC_LDT, so P <= 64), by cp.async. */
+template <typename T>
+static __device__ __forceinline__ void tc_stage_dz(const ssd_bwd_args &a, int P, const tc_blk &b, int64_t t0, int valid,
+                                                   T *sD, T *sZ) {
+    const int64_t h = b.k.h;
+    ssd_stage_async<T, SSD_BWD_THREADS>(sD, TC_LDT, (const T *)a.dout + b.k.b * a.dos[0] + h * a.dos[2] + t0 * a.dos[1],
+                                        a.dos[1], TC_BT, P, valid, P, a.tvec);
+    if (a.has_z)
+        ssd_stage_async<T, SSD_BWD_THREADS>(sZ, TC_LDT, (const T *)a.z + b.k.b * a.zs[0] + h * a.zs[2] + t0 * a.zs[1],
+                                            a.zs[1], TC_BT, P, valid, P, a.tvec);
+}
+
 /* Waits for the thread's own cp.async copies of the tc_stage_* calls
  * before it (the barrier after it makes every thread's visible). */
 static __device__ __forceinline__ void tc_stage_wait() {
@@ -105,11 +118,13 @@ static __device__ __forceinline__ void tc_stage_state(int P, int N, T *s, const 
     ssd_stage_async<T, SSD_BWD_THREADS>(s, N + 8, src, N, P, N, P, N, true);
 }
 
-/* cum and dt of block blk into v[0..63], v[64..127] */
+/* cum and dt of block blk into v[0..63], v[64..127] by cp.async (the
+ * workspace rows are 16-byte aligned): in the group tc_stage_wait waits for */
 static __device__ __forceinline__ void tc_load_cd(const ssd_bwd_args &a, const tc_blk &b, int blk, float *v) {
-    for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) {
-        v[i] = a.tcum[b.item * a.Q + blk * TC_BT + i];
-        v[TC_BT + i] = a.tdt[b.item * a.Q + blk * TC_BT + i];
+    const int i = threadIdx.x, q = TC_BT / 4; /* 16-byte pieces a row */
+    if (i < 2 * q) {
+        const float *src = (i < q ? a.tcum : a.tdt) + b.item * a.Q + blk * TC_BT;
+        sf_cp_async16(v + 4 * i, src + 4 * (i % q));
     }
 }
 
@@ -283,8 +298,11 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
                     *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
             }
         }
-        /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last) */
+        /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last);
+         * dout_i and z_i for dz into the free sW, sM (P <= 64: they fit) */
         tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
+        const bool zsm = a.has_z && a.dz && P <= TC_BT;
+        if (zsm) tc_stage_dz<T>(a, P, b, t0, vi, sW, sM);
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
         tc_stage_wait();
         __syncthreads();
@@ -315,9 +333,11 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
                     const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
                     const float y = acc[j][e >> 2][e & 3] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
                     const float dy =
-                        bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
+                        zsm ? sf_elem<T>::to_f(sW[r * TC_LDT + p])
+                            : bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
                     const float zv =
-                        bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
+                        zsm ? sf_elem<T>::to_f(sM[r * TC_LDT + p])
+                            : bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
                     const float sg = 1.0f / (1.0f + expf(-zv));
                     bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
                            dy * y * sg * (1.0f + zv * (1.0f - sg)));
@@ -405,6 +425,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         }
         /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
         tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
+        const bool gsm = P <= TC_BT; /* dout_j, z_j for gy into the free sW, sM */
+        if (gsm) tc_stage_dz<T>(a, P, b, t0, vj, sW, sM);
         const float cl = a.tcum[b.item * Q + Q - 1];
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
         tc_stage_wait();
@@ -426,7 +448,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         const int h = b.k.h;
         /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
          * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
-         * 4 row tiles x P), each slot written by one lane */
+         * 4 row tiles x P), each slot written by one lane; gy_j in f32 from
+         * dout_j and z_j as bwd_dy gives it */
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int tile = w + j * SSD_BWD_WARPS;
@@ -440,7 +463,16 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
                 if (r >= vj) continue;
                 const int64_t t = t0 + r;
                 const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
-                const float gy = bwd_dy(a, b.k, t, p);
+                float gy;
+                if (gsm) {
+                    gy = sf_elem<T>::to_f(sW[r * TC_LDT + p]);
+                    if (a.has_z) {
+                        const float zv = sf_elem<T>::to_f(sM[r * TC_LDT + p]);
+                        gy *= zv / (1.0f + expf(-zv));
+                    }
+                } else {
+                    gy = bwd_dy(a, b.k, t, p);
+                }
                 const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
                 rs[hf] += xv * gv;
                 cs[ci] += gy * xv;

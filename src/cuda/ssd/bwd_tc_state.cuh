@@ -49,12 +49,13 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_prep_kernel(const ssd_
 }
 
 /* One CTA per item: S_c into tS, R_c into tdS (the scan turns them into
- * the states and adjoints). */
-template <typename T>
+ * the states and adjoints).  PT, NT, QT: the shape compiled in (0: read
+ * from a). */
+template <typename T, int PT, int NT, int QT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_local_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
-    const int P = a.P, N = a.N, Q = a.Q, ldP = P + 8, ldN = N + 8;
+    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = QT ? QT : a.Q, ldP = P + 8, ldN = N + 8;
     const int64_t item = blockIdx.x;
     const bwd_task k = bwd_task_of(a, (int)(item / a.nck));
     const int64_t t0 = k.start + (item % a.nck) * (int64_t)Q;
@@ -79,19 +80,19 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_local_kernel(const ssd
 #pragma unroll
                 for (int q = 0; q < 8; q++) f[q] *= w[r];
             });
-            tc_stage<T>(sB, ldN, Q, N, valid, [&](int r, int c, float f[8]) {
-                tc_ld8<T>(f, (const T *)a.B + k.Bo + (t0 + r) * a.Bs[1] + c, vec);
-            });
+            ssd_stage_async<T, SSD_BWD_THREADS>(sB, ldN, (const T *)a.B + k.Bo + t0 * a.Bs[1], a.Bs[1], Q, N, valid,
+                                                N, vec);
         } else {
             tc_stage<T>(sX, ldP, Q, P, valid, [&](int r, int c, float f[8]) {
                 tc_gy8<T>(a, k, t0 + r, c, vec, f);
 #pragma unroll
                 for (int q = 0; q < 8; q++) f[q] *= w[r];
             });
-            tc_stage<T>(sB, ldN, Q, N, valid, [&](int r, int c, float f[8]) {
-                tc_ld8<T>(f, (const T *)a.C + Co + (t0 + r) * a.Cs[1] + c, vec);
-            });
+            ssd_stage_async<T, SSD_BWD_THREADS>(sB, ldN, (const T *)a.C + Co + t0 * a.Cs[1], a.Cs[1], Q, N, valid, N,
+                                                vec);
         }
+        sf_cp_async_commit();
+        sf_cp_async_wait<0>();
         __syncthreads();
         float *dst = (pass == 0 ? a.tS : a.tdS) + item * PN;
         tc_gemm<T>(
