@@ -210,6 +210,47 @@ static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0
         }
 }
 
+/* One block pair (bi, bj), its C_i, B_j, gy_i, x_j tiles staged and
+ * visible: CB and GX, then W and M (tc_wm, with Z's sums into zs), then
+ * rows: aN += W B_j, acc += (M dt_j) x_j; cols: aN += W^T C_i, acc += M^T
+ * gy_i (W and M are stored [i][j]: k-major for the transposed products).
+ * Leaves every tile free for the next pair's staging. */
+template <typename T, bool ROWS>
+static __device__ __forceinline__ void tc_pair(int P, int N, int bi, int bj, const T *sC, const T *sB, const T *sG,
+                                               const T *sX, T *sW, T *sM, const float *vI, const float *vJ, float *zs,
+                                               float *aN, int ldA, float (*acc)[2][4]) {
+    using F = ssd_mma<T>;
+    const int ldP = P + 8, ldN = N + 8;
+    tc_gemm2<T>(
+        TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
+        [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
+        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
+        [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
+            tc_wm<T, ROWS>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zs);
+        });
+    __syncthreads();
+    const auto add = [&](int m0, int n0, float (*c)[4]) {
+        tc_add<T>(aN, ldA, m0, n0, c, nullptr, nullptr, nullptr, 0, nullptr, 0);
+    };
+    if constexpr (ROWS) {
+        tc_gemm<T>(
+            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); }, add);
+        tc_gemm_acc<T>(
+            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
+    } else {
+        tc_gemm<T>(
+            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); }, add);
+        tc_gemm_acc<T>(
+            P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
+    }
+    __syncthreads();
+}
+
 /* The CTA's dB or dC rows (64 x N f32 in acc, ld columns, its first
  * vi rows valid), summed over its heads: into the output when those heads
  * are the whole group, else into the head group's partial rows
@@ -269,25 +310,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
             tc_stage_wait();
             __syncthreads();
-            tc_gemm2<T>(
-                TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
-                [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
-                [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
-                    tc_wm<T, true>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zr);
-                });
-            __syncthreads();
-            tc_gemm<T>(
-                TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); },
-                [&](int m0, int n0, float (*acc)[4]) {
-                    tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
-                });
-            tc_gemm_acc<T>(
-                P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
-            __syncthreads();
+            tc_pair<T, true>(P, N, bi, bj, sC, sB, sG, sX, sW, sM, vI, vJ, zr, aN, ldA, acc);
         }
         /* gy_i as staged (16-bit, rows past the end 0) for the cols kernel */
         {
@@ -402,26 +425,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
             tc_stage_wait();
             __syncthreads();
-            tc_gemm2<T>(
-                TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
-                [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
-                [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
-                    tc_wm<T, false>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zc);
-                });
-            __syncthreads();
-            /* W and M are stored [i][j]: k-major for the transposed products */
-            tc_gemm<T>(
-                TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); },
-                [&](int m0, int n0, float (*acc)[4]) {
-                    tc_add<T>(aN, ldA, m0, n0, acc, nullptr, nullptr, nullptr, 0, nullptr, 0);
-                });
-            tc_gemm_acc<T>(
-                P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
-                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
-            __syncthreads();
+            tc_pair<T, false>(P, N, bi, bj, sC, sB, sG, sX, sW, sM, vI, vJ, zc, aN, ldA, acc);
         }
         /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
         tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
