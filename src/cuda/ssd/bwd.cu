@@ -127,7 +127,8 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
 
 /* The tc configuration: workspace (chunk rows of cum, dt, the d(cum)
  * parts; entering states and leaving adjoints; partials per 64-token
- * block; per-head dB/dC rows; 16-bit gy), its kernels, the fixed-order reductions. */
+ * block; dB/dC rows of head groups; 16-bit gy), its kernels, the
+ * fixed-order reductions. */
 static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args &a, sf_cuda_state *cs) {
     static const char *op = "sf_ssd_bwd";
     (void)cs;
@@ -156,7 +157,7 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * (a.H / a.hk) * a.N : 0;
     const int64_t ngy = rup32((nitems * a.Q * a.P + 1) / 2); /* 16-bit gy, in f32 words */
     /* f32 words; the two 16-bit state copies take nst words together */
-    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc + (double)nitems * a.Q * a.P;
+    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc + 0.5 * nitems * a.Q * a.P;
     if (total_d * sizeof(float) > 9.0e18) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
     const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc + ngy;
     float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
