@@ -12,6 +12,7 @@
 #include "ssd/bwd_reduce.cuh"
 #include "ssd/bwd_seq.cuh"
 #include "ssd/bwd_tc_chunk.cuh"
+#include "ssd/bwd_tc_pairs.cuh"
 #include "ssd/bwd_tc_state.cuh"
 
 static void fill3(int64_t *d, const sf_tensor *t) { sf_cuda_copy_strides(d, t, t->data ? 3 : 0); }
@@ -76,7 +77,12 @@ static int tc_vec(const ssd_bwd_args &a) {
  * constant, which halves their instructions) or for any served shape
  * (PT = NT = 0: read from a). */
 template <typename T, int PT, int NT>
-static sf_status tc_blocks(sf_ctx *ctx, const ssd_bwd_args &a, unsigned grid, size_t bsm, cudaStream_t stream) {
+static sf_status tc_blocks(sf_ctx *ctx, const ssd_bwd_args &a, unsigned grid, size_t bsm, unsigned pgrid,
+                           size_t psm, cudaStream_t stream) {
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_pairs_kernel<T, PT, NT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psm));
+    ssd_tc_pairs_kernel<T, PT, NT><<<pgrid, SSD_BWD_THREADS, psm, stream>>>(a);
+    SF_CUDA_CHECK_LAUNCH(ctx);
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_rows_kernel<T, PT, NT>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bsm));
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute(ssd_tc_cols_kernel<T, PT, NT>,
@@ -115,9 +121,10 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
         SF_CUDA_CHECK_LAUNCH(ctx);
     }
     if (nitems > 0) {
-        const unsigned grid = (unsigned)(nitems / a.hk * nb);
-        const sf_status st = a.P == 64 && a.N == 128 ? tc_blocks<T, 64, 128>(ctx, a, grid, bsm, stream)
-                                                     : tc_blocks<T, 0, 0>(ctx, a, grid, bsm, stream);
+        const unsigned grid = (unsigned)(nitems / a.hk * nb), pgrid = (unsigned)(nitems / a.hk * a.npair);
+        const size_t psm = tc_pairs_layout(a.P, a.N).total;
+        const sf_status st = a.P == 64 && a.N == 128 ? tc_blocks<T, 64, 128>(ctx, a, grid, bsm, pgrid, psm, stream)
+                                                     : tc_blocks<T, 0, 0>(ctx, a, grid, bsm, pgrid, psm, stream);
         if (st != SF_OK) return st;
         ssd_tc_fin_kernel<<<(unsigned)nitems, SSD_BWD_THREADS, 0, stream>>>(a);
         SF_CUDA_CHECK_LAUNCH(ctx);
@@ -136,7 +143,8 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t ntask = pr->batch * pr->nheads;
     a.nck = (int)((pr->seqlen + a.Q - 1) / a.Q);
     const int64_t nb = a.Q / TC_BT, nitems = ntask * a.nck;
-    if (ntask > INT32_MAX || nitems * nb > INT32_MAX)
+    a.npair = (int)(nb * (nb + 1) / 2);
+    if (ntask > INT32_MAX || nitems * a.npair > INT32_MAX)
         return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: batch x nheads x chunks too large", op);
     a.ntask = (int)ntask;
     a.npt = (int)(a.nck * nb);
@@ -156,10 +164,15 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t nrow = rup32(nitems * a.Q), nst = nitems * PN, ndot = rup32(nitems * a.tnsl);
     const int64_t nbc = per_head_bc ? (int64_t)a.batch * a.L * (a.H / a.hk) * a.N : 0;
     const int64_t ngy = rup32((nitems * a.Q * a.P + 1) / 2); /* 16-bit gy, in f32 words */
+    const int64_t tile = TC_BT * TC_BT, npr = (int64_t)a.npair;
+    const int64_t ncb = rup32((int64_t)a.batch * a.nck * a.G * npr * tile);  /* f32 CB tiles */
+    const int64_t nws = rup32(nitems / a.hk * npr * tile / 2);               /* 16-bit W sums */
+    const int64_t nz = rup32(nitems * npr * TC_BT);                          /* Z's row / column sums */
     /* f32 words; the two 16-bit state copies take nst words together */
-    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc + 0.5 * nitems * a.Q * a.P;
+    const double total_d = (double)npart + 6.0 * nrow + 3.0 * nst + ndot + 2.0 * nbc + 0.5 * nitems * a.Q * a.P +
+                           (double)a.batch * a.nck * a.G * npr * tile + 0.5 * nitems * npr * tile + 2.0 * nitems * npr * TC_BT;
     if (total_d * sizeof(float) > 9.0e18) return sf_fail(ctx, SF_ERR_TOO_LARGE, "%s: workspace too large", op);
-    const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc + ngy;
+    const int64_t total = npart + 6 * nrow + 3 * nst + ndot + 2 * nbc + ngy + ncb + nws + 2 * nz;
     float *ws = (float *)sf_ws_get(ctx, (size_t)total * sizeof(float));
     if (!ws && total > 0) return SF_ERR_OUT_OF_MEMORY;
     a.part = ws;
@@ -177,6 +190,10 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     a.pdB = per_head_bc ? a.tdot + ndot : NULL;
     a.pdC = per_head_bc ? a.pdB + nbc : NULL;
     a.tgy = a.tdot + ndot + 2 * nbc;
+    a.tcb = a.tdot + ndot + 2 * nbc + ngy;
+    a.tws = a.tcb + ncb;
+    a.tzr = a.tcb + ncb + nws;
+    a.tzc = a.tzr + nz;
     cudaStream_t stream = sf_cuda_stream(ctx);
     const sf_status st =
         a.xdt == SF_BF16 ? tc_launch<__nv_bfloat16>(ctx, a, stream) : tc_launch<__half>(ctx, a, stream);
@@ -205,6 +222,7 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
     const size_t smem = bwd_smem_bytes(a.P, a.N);
     size_t tc_smem = tc_blk_layout(a.P, a.N).total;
     if (tc_state_smem(a.P, a.N, a.Q) > tc_smem) tc_smem = tc_state_smem(a.P, a.N, a.Q);
+    if (tc_pairs_layout(a.P, a.N).total > tc_smem) tc_smem = tc_pairs_layout(a.P, a.N).total;
 
     /* the configuration: a forced one, else the first that serves */
     char forced[48];

@@ -42,6 +42,13 @@ struct ssd_bwd_args {
     float *tdot;         /* <state entering, adjoint leaving>, per slice     */
     void *tgy;           /* Q x P per item: gy = dout silu(z) in x's 16-bit
                             dtype, as the rows kernel staged it (cols reads it) */
+    float *tcb;          /* per (batch, chunk, group, block pair) 64 x 64:
+                            C_i B_j^T (the pairs kernel's, read by rows / cols) */
+    void *tws;           /* per (batch, head group, chunk, block pair) 64 x
+                            64 in x's 16-bit dtype: W summed over the head
+                            group's heads (dC_i, dB_j take it once)         */
+    float *tzr, *tzc;    /* per (item, block pair) 64: row, column sums of Z */
+    int npair;           /* causal 64-token block pairs of a chunk           */
     int tnsl;            /* slices of 1024 state elements                    */
     int tvec;            /* x, z, dout, B, C rows 16-byte aligned            */
 };

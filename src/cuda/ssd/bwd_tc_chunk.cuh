@@ -20,160 +20,7 @@
 #ifndef SF_SSD_BWD_TC_CHUNK_CUH
 #define SF_SSD_BWD_TC_CHUNK_CUH
 
-#include "ssd/bwd_tc_common.cuh"
-
-/* The block's place: item (task, chunk), tokens [t0, t0 + valid) of the
- * chunk's block blk (chunk start c0). */
-struct tc_blk {
-    bwd_task k;
-    int64_t item, c0;
-};
-static __device__ __forceinline__ tc_blk tc_blk_of(const ssd_bwd_args &a, int64_t item) {
-    tc_blk b;
-    b.item = item;
-    b.k = bwd_task_of(a, (int)(item / a.nck));
-    b.c0 = b.k.start + (item % a.nck) * (int64_t)a.Q;
-    return b;
-}
-static __device__ __forceinline__ int tc_valid(const tc_blk &b, int blk) {
-    const int64_t v = b.k.end - (b.c0 + (int64_t)blk * TC_BT);
-    return v <= 0 ? 0 : v < TC_BT ? (int)v : TC_BT;
-}
-
-/* The block's second tile: x, gy from dout and z, or gy as the rows
- * kernel left it (tgy). */
-enum class TcXG { x, gy, gy_ws };
-
-/* Stages the 64-token block's B or C rows (the group's: the same for every
- * head of the CTA). */
-template <typename T>
-static __device__ __forceinline__ void tc_stage_bc(const ssd_bwd_args &a, int N, const tc_blk &b, int blk, T *sBC,
-                                                   const void *BC, const int64_t *st) {
-    const int valid = tc_valid(b, blk);
-    const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
-    const int64_t bco = (int64_t)b.k.b * st[0] + (int64_t)b.k.g * st[2];
-    ssd_stage_async<T, SSD_BWD_THREADS>(sBC, N + 8, (const T *)BC + bco + t0 * st[1], st[1], TC_BT, N, valid, N,
-                                        a.tvec);
-}
-
-/* Stages the 64-token block's x or gy rows (the head's). */
-template <typename T>
-static __device__ __forceinline__ void tc_stage_xg(const ssd_bwd_args &a, int P, const tc_blk &b, int blk, T *sXG,
-                                                   TcXG xg) {
-    const int valid = tc_valid(b, blk);
-    const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
-    const bool vec = a.tvec;
-    if (xg == TcXG::gy)
-        tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
-                    [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
-    else if (xg == TcXG::gy_ws)
-        ssd_stage_async<T, SSD_BWD_THREADS>(sXG, P + 8, (const T *)a.tgy + (b.item * a.Q + (int64_t)blk * TC_BT) * P,
-                                            P, TC_BT, P, valid, P, true);
-    else
-        ssd_stage_async<T, SSD_BWD_THREADS>(sXG, P + 8, (const T *)a.x + b.k.xo + t0 * a.xs[1], a.xs[1], TC_BT, P,
-                                            valid, P, vec);
-}
-
-/* dout and z (with z) of the 64-token block at t0 (valid rows) into the
- * T tiles sD, sZ (ld TC_LDT, so P <= 64), by cp.async. */
-template <typename T>
-static __device__ __forceinline__ void tc_stage_dz(const ssd_bwd_args &a, int P, const tc_blk &b, int64_t t0, int valid,
-                                                   T *sD, T *sZ) {
-    const int64_t h = b.k.h;
-    ssd_stage_async<T, SSD_BWD_THREADS>(sD, TC_LDT, (const T *)a.dout + b.k.b * a.dos[0] + h * a.dos[2] + t0 * a.dos[1],
-                                        a.dos[1], TC_BT, P, valid, P, a.tvec);
-    if (a.has_z)
-        ssd_stage_async<T, SSD_BWD_THREADS>(sZ, TC_LDT, (const T *)a.z + b.k.b * a.zs[0] + h * a.zs[2] + t0 * a.zs[1],
-                                            a.zs[1], TC_BT, P, valid, P, a.tvec);
-}
-
-/* Waits for the thread's own cp.async copies of the tc_stage_* calls
- * before it (the barrier after it makes every thread's visible). */
-static __device__ __forceinline__ void tc_stage_wait() {
-    sf_cp_async_commit();
-    sf_cp_async_wait<0>();
-}
-
-/* The CTA's place in the rows / cols grids: (batch, head group of a.hk
- * heads, chunk) times the chunk's blocks; the item of its head j. */
-struct tc_cta {
-    int64_t gi; /* (batch, head group, chunk) */
-    int blk;
-};
-static __device__ __forceinline__ tc_cta tc_cta_of(const ssd_bwd_args &a) {
-    const int nb = a.Q / TC_BT;
-    return tc_cta{(int64_t)(blockIdx.x / nb), (int)(blockIdx.x % nb)};
-}
-static __device__ __forceinline__ int64_t tc_item(const ssd_bwd_args &a, const tc_cta &c, int j) {
-    const int nhg = a.H / a.hk;
-    const int64_t bh = c.gi / a.nck, chunk = c.gi % a.nck;
-    const int64_t task = (bh / nhg) * a.H + (bh % nhg) * a.hk + j;
-    return task * a.nck + chunk;
-}
-
-/* The P x N 16-bit state at src (16-byte aligned rows) as an operand
- * tile (ld N + 8). */
-template <typename T>
-static __device__ __forceinline__ void tc_stage_state(int P, int N, T *s, const T *src) {
-    ssd_stage_async<T, SSD_BWD_THREADS>(s, N + 8, src, N, P, N, P, N, true);
-}
-
-/* cum and dt of block blk into v[0..63], v[64..127] by cp.async (the
- * workspace rows are 16-byte aligned): in the group tc_stage_wait waits for */
-static __device__ __forceinline__ void tc_load_cd(const ssd_bwd_args &a, const tc_blk &b, int blk, float *v) {
-    const int i = threadIdx.x, q = TC_BT / 4; /* 16-byte pieces a row */
-    if (i < 2 * q) {
-        const float *src = (i < q ? a.tcum : a.tdt) + b.item * a.Q + blk * TC_BT;
-        sf_cp_async16(v + 4 * i, src + 4 * (i % q));
-    }
-}
-
-/* W (and M times dt_j: rows, or M: cols) of the block pair (bi, bj) from
- * the CB and GX accumulators, stored as 16-bit into sW, sM; Z's row (rows)
- * or column (cols) sums added to zs.  vi: cum_i, dt_i; vj: cum_j, dt_j. */
-template <typename T, bool ROWS>
-static __device__ __forceinline__ void tc_wm(int m0, int n0, const float (*cb)[4], const float (*gx)[4], int bi, int bj,
-                                             const float *vi, const float *vj, T *sW, T *sM, float *zs) {
-    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
-    T tag{};
-    float zr[2] = {0.0f, 0.0f}, zc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int r = m0 + g + 8 * hf, c = n0 + 8 * nt + 2 * t;
-            float w[2], m[2];
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const bool causal = bj * TC_BT + c + u <= bi * TC_BT + r;
-                const float ex = causal ? expf(vi[r] - vj[c + u]) : 0.0f;
-                const float dtj = vj[TC_BT + c + u];
-                const float cbv = cb[nt][2 * hf + u];
-                w[u] = gx[nt][2 * hf + u] * ex * dtj;
-                m[u] = ROWS ? cbv * ex * dtj : cbv * ex;
-                const float z = w[u] * cbv;
-                zr[hf] += z;
-                zc[nt][u] += z;
-            }
-            *reinterpret_cast<uint32_t *>(sW + r * TC_LDT + c) = ssd_pack(tag, w[0], w[1]);
-            *reinterpret_cast<uint32_t *>(sM + r * TC_LDT + c) = ssd_pack(tag, m[0], m[1]);
-        }
-    if (ROWS) { /* zs: 64 rows x 4 column tiles */
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const float v = tc_quad_sum(zr[hf]);
-            if (t == 0) zs[(m0 + g + 8 * hf) * 4 + (n0 >> 4)] += v;
-        }
-    } else { /* zs: 4 row tiles x 64 columns */
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const float v = tc_col_sum(zc[nt][u]);
-                if (g == 0) zs[(m0 >> 4) * TC_BT + n0 + 8 * nt + 2 * t + u] += v;
-            }
-    }
-}
+#include "ssd/bwd_tc_blk.cuh"
 
 /* acc (16 x 16 tile at m0, n0) times the row scale sc[row] added to dst
  * (ld columns, f32); with q, also the row sums of (that) . s16 (a 16-bit
@@ -210,46 +57,86 @@ static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0
         }
 }
 
-/* One block pair (bi, bj), its C_i, B_j, gy_i, x_j tiles staged and
- * visible: CB and GX, then W and M (tc_wm, with Z's sums into zs), then
- * rows: aN += W B_j, acc += (M dt_j) x_j; cols: aN += W^T C_i, acc += M^T
- * gy_i (W and M are stored [i][j]: k-major for the transposed products).
- * Leaves every tile free for the next pair's staging. */
+
+/* The f32 CB tile of block pair pp (the pairs kernel's) into sCB (64 x
+ * TC_LDCB floats, at oV), by cp.async. */
+static __device__ __forceinline__ void tc_stage_cb(const float *cbt, int pp, float *sCB) {
+    ssd_stage_async<float, SSD_BWD_THREADS>(sCB, TC_LDCB, cbt + pp * (int64_t)(TC_BT * TC_BT), TC_BT, TC_BT, TC_BT,
+                                            TC_BT, TC_BT, true);
+}
+
+/* One block pair (bi, bj) of a head, x_j (rows) or gy_i (cols) and CB
+ * (tc_stage_cb) staged and visible: M = CB e (times dt_j: rows), as 16-bit
+ * into sM; then rows: acc += M x_j, cols: acc += M^T gy_i (M is stored
+ * [i][j]: k-major for the transposed product).  Leaves every tile free for
+ * the next pair's staging. */
 template <typename T, bool ROWS>
-static __device__ __forceinline__ void tc_pair(int P, int N, int bi, int bj, const T *sC, const T *sB, const T *sG,
-                                               const T *sX, T *sW, T *sM, const float *vI, const float *vJ, float *zs,
-                                               float *aN, int ldA, float (*acc)[2][4]) {
+static __device__ __forceinline__ void tc_pair_m(int P, int bi, int bj, const float *sCB, const T *sG, const T *sX,
+                                                 T *sM, const float *vI, const float *vJ, float (*acc)[2][4]) {
     using F = ssd_mma<T>;
-    const int ldP = P + 8, ldN = N + 8;
-    tc_gemm2<T>(
-        TC_BT, TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sB, ldN, n0, k0); },
-        [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
-        [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sX, ldP, n0, k0); },
-        [&](int m0, int n0, float (*cb)[4], float (*gx)[4]) {
-            tc_wm<T, ROWS>(m0, n0, cb, gx, bi, bj, vI, vJ, sW, sM, zs);
-        });
+    constexpr int V = TC_BT * TC_BT / 4 / SSD_BWD_THREADS; /* float4 pieces a thread */
+    const int ldP = P + 8;
+    T tag{};
+#pragma unroll
+    for (int u = 0; u < V; u++) {
+        const int idx = threadIdx.x + u * SSD_BWD_THREADS, r = idx >> 4, c = (idx & 15) << 2;
+        const float4 c4 = *reinterpret_cast<const float4 *>(sCB + r * TC_LDCB + c);
+        const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+        float m[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const bool causal = bj * TC_BT + c + e <= bi * TC_BT + r;
+            const float ex = causal ? expf(vI[r] - vJ[c + e]) : 0.0f;
+            m[e] = ROWS ? cv[e] * ex * vJ[TC_BT + c + e] : cv[e] * ex;
+        }
+        *reinterpret_cast<uint2 *>(sM + r * TC_LDT + c) = make_uint2(ssd_pack(tag, m[0], m[1]), ssd_pack(tag, m[2], m[3]));
+    }
     __syncthreads();
-    const auto add = [&](int m0, int n0, float (*c)[4]) {
-        tc_add<T>(aN, ldA, m0, n0, c, nullptr, nullptr, nullptr, 0, nullptr, 0);
-    };
-    if constexpr (ROWS) {
-        tc_gemm<T>(
-            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sB, ldN, n0, k0); }, add);
+    if constexpr (ROWS)
         tc_gemm_acc<T>(
             P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sM, TC_LDT, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sX, ldP, n0, k0); }, acc);
-    } else {
-        tc_gemm<T>(
-            TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sC, ldN, n0, k0); }, add);
+    else
         tc_gemm_acc<T>(
             P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
-    }
     __syncthreads();
 }
+
+/* The head group's dC_i (rows: sum over j <= i of Ws_ij B_j) or dB_j
+ * (cols: sum over i >= j of Ws_ij^T C_i) added to aN, Ws the pairs
+ * kernel's W summed over the group's heads (tws); sW and sBC (ld N + 8)
+ * are free. */
+template <typename T, bool ROWS>
+static __device__ __forceinline__ void tc_ws_products(const ssd_bwd_args &a, int N, const tc_cta &cta, const tc_blk &b0,
+                                                      int blk, T *sW, T *sBC, float *aN, int ldA) {
+    using F = ssd_mma<T>;
+    const int ldN = N + 8, nb = a.Q / TC_BT;
+    const auto add = [&](int m0, int n0, float (*c)[4]) {
+        tc_add<T>(aN, ldA, m0, n0, c, nullptr, nullptr, nullptr, 0, nullptr, 0);
+    };
+    const int lo = ROWS ? 0 : blk, hi = ROWS ? blk : nb - 1;
+    for (int o = lo; o <= hi; o++) {
+        if (!ROWS && tc_valid(b0, o) == 0) break;
+        const int pp = ROWS ? tc_pair_ix(blk, o) : tc_pair_ix(o, blk);
+        const T *ws = (const T *)a.tws + (cta.gi * a.npair + pp) * (int64_t)(TC_BT * TC_BT);
+        ssd_stage_async<T, SSD_BWD_THREADS>(sW, TC_LDT, ws, TC_BT, TC_BT, TC_BT, TC_BT, TC_BT, true);
+        if (ROWS) tc_stage_bc<T>(a, N, b0, o, sBC, a.B, a.Bs);
+        else tc_stage_bc<T>(a, N, b0, o, sBC, a.C, a.Cs);
+        tc_stage_wait();
+        __syncthreads();
+        if constexpr (ROWS)
+            tc_gemm<T>(
+                TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sW, TC_LDT, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sBC, ldN, n0, k0); }, add);
+        else
+            tc_gemm<T>(
+                TC_BT, N, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sW, TC_LDT, m0, k0); },
+                [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sBC, ldN, n0, k0); }, add);
+        __syncthreads();
+    }
+}
+
 
 /* The CTA's dB or dC rows (64 x N f32 in acc, ld columns, its first
  * vi rows valid), summed over its heads: into the output when those heads
@@ -287,7 +174,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oV), *sX = (T *)(smraw + L.oX);
     T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
-    float *aN = (float *)(smraw + L.oaN), *zr = (float *)(smraw + L.oz);
+    float *sCB = (float *)(smraw + L.oV); /* in the pair loop */
+    float *aN = (float *)(smraw + L.oaN);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *vI = v, *vJ = v + 2 * TC_BT;
     const int64_t t0 = b0.c0 + (int64_t)bi * TC_BT;
@@ -301,27 +189,18 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
-        for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zr[i] = 0.0f;
         tc_load_cd(a, b, bi, vI);
-        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy);
+        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
+        const float *cbt = tc_cb_tiles(a, b);
         for (int bj = 0; bj <= bi; bj++) {
             tc_load_cd(a, b, bj, vJ);
-            tc_stage_bc<T>(a, N, b, bj, sB, a.B, a.Bs);
             tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
+            tc_stage_cb(cbt, tc_pair_ix(bi, bj), sCB);
             tc_stage_wait();
             __syncthreads();
-            tc_pair<T, true>(P, N, bi, bj, sC, sB, sG, sX, sW, sM, vI, vJ, zr, aN, ldA, acc);
+            tc_pair_m<T, true>(P, bi, bj, sCB, sG, sX, sM, vI, vJ, acc);
         }
-        /* gy_i as staged (16-bit, rows past the end 0) for the cols kernel */
-        {
-            T *dst = (T *)a.tgy + (b.item * Q + (int64_t)bi * TC_BT) * P;
-            for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
-                const int r = i / (P / 8), c = (i % (P / 8)) * 8;
-                *reinterpret_cast<uint4 *>(dst + (int64_t)r * P + c) =
-                    *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
-            }
-        }
-        /* the state entering the chunk over B_j's tile; sX still holds x_i (bj == bi last);
+        /* the state entering the chunk over the free 64 x N tile; sX still holds x_i (bj == bi last);
          * dout_i and z_i for dz into the free sW, sM (P <= 64: they fit) */
         tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
         const bool zsm = a.has_z && a.dz && P <= TC_BT;
@@ -366,14 +245,16 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
                            dy * y * sg * (1.0f + zv * (1.0f - sg)));
                 }
             }
+        /* Z's row sums over the pairs (bi, j <= bi), in order, and the state part */
         for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
             float s = 0.0f;
-            for (int c = 0; c < 4; c++) s += zr[r * 4 + c];
+            for (int bj = 0; bj <= bi; bj++) s += a.tzr[(b.item * a.npair + tc_pair_ix(bi, bj)) * TC_BT + r];
             for (int c = 0; c < nq; c++) s += zq[r * nq + c];
             a.trow[b.item * Q + bi * TC_BT + r] = s;
         }
-        __syncthreads(); /* sX, zr, zq, vI are the next head's */
+        __syncthreads(); /* sX, zq, vI are the next head's */
     }
+    tc_ws_products<T, true>(a, N, cta, b0, bi, sW, sB, aN, ldA);
     tc_store_bc(a, b0, t0, vi, N, aN, ldA, a.pdC, a.dC, a.dCs, a.Cdt);
 }
 
@@ -401,7 +282,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oV), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oC), *sX = (T *)(smraw + L.oX);
     T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
-    float *aN = (float *)(smraw + L.oaN), *zc = (float *)(smraw + L.oz);
+    float *sCB = (float *)(smraw + L.oV); /* in the pair loop */
+    float *aN = (float *)(smraw + L.oaN);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *xr = (float *)(smraw + L.or_), *dp = (float *)(smraw + L.oc);
     float *vI = v, *vJ = v + 2 * TC_BT;
@@ -416,16 +298,16 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
-        for (int i = threadIdx.x; i < TC_BT * 4; i += SSD_BWD_THREADS) zc[i] = 0.0f;
         tc_load_cd(a, b, bj, vJ);
         tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
+        const float *cbt = tc_cb_tiles(a, b);
         for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
             tc_load_cd(a, b, bi, vI);
-            tc_stage_bc<T>(a, N, b, bi, sC, a.C, a.Cs);
             tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
+            tc_stage_cb(cbt, tc_pair_ix(bi, bj), sCB);
             tc_stage_wait();
             __syncthreads();
-            tc_pair<T, false>(P, N, bi, bj, sC, sB, sG, sX, sW, sM, vI, vJ, zc, aN, ldA, acc);
+            tc_pair_m<T, false>(P, bi, bj, sCB, sG, sX, sM, vI, vJ, acc);
         }
         /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
         tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
@@ -501,7 +383,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             float s = 0.0f, q = 0.0f, zs = 0.0f;
             for (int c = 0; c < tn; c++) s += xr[r * tn + c];
             for (int c = 0; c < nq; c++) q += zq[r * nq + c];
-            for (int c = 0; c < 4; c++) zs += zc[c * TC_BT + r];
+            for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++)
+                zs += a.tzc[(b.item * a.npair + tc_pair_ix(bi, bj)) * TC_BT + r];
             const int64_t o = b.item * Q + bj * TC_BT + r;
             a.tddt[o] = s;
             a.tq[o] = q;
@@ -514,8 +397,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             for (int c = 0; c < 4; c++) s += dp[c * P + p];
             part[2 + p] = s;
         }
-        __syncthreads(); /* sX, zc, zq, xr, dp, v are the next head's */
+        __syncthreads(); /* sX, zq, xr, dp, v are the next head's */
     }
+    tc_ws_products<T, false>(a, N, cta, b0, bj, sW, sC, aN, ldA);
     tc_store_bc(a, b0, t0, vj, N, aN, ldA, a.pdB, a.dB, a.dBs, a.Bdt);
 }
 

@@ -1,0 +1,193 @@
+/* bwd_tc_pairs.cuh - the block-pair stage of the SSD backward's tc
+ * configuration (bwd_tc_chunk.cuh has the notation).  One CTA per (batch,
+ * head group of a.hk heads, chunk, causal block pair (bi, bj)):
+ *     CB = C_i B_j^T once (the group's B and C: the same for every head),
+ *     for each head: GX = gy_i x_j^T, W = GX e dt_j, the row and column
+ *     sums of Z = W CB (the pair's d(cum) terms, tzr / tzc), and W summed
+ *     over the heads in f32,
+ * then that sum once in 16-bit (tws): the rows / cols kernels take
+ * dC_i = sum_j W B_j and dB_j = sum_i W^T C_i per head group instead of
+ * per head (the products are linear in W and B, C are the group's).  CB
+ * goes out in f32 (tcb, by the group's first head group) for the rows /
+ * cols kernels' M = CB e; the diagonal pair's CTA leaves gy_i in 16-bit
+ * (tgy) for them. */
+#ifndef SF_SSD_BWD_TC_PAIRS_CUH
+#define SF_SSD_BWD_TC_PAIRS_CUH
+
+#include "ssd/bwd_tc_blk.cuh"
+
+/* Shared memory of the pairs kernel, in bytes: C_i and B_j (64 x N), gy_i
+ * and x_j (64 x P) 16-bit tiles; f32 row / column partials of Z, cum and
+ * dt rows. */
+struct tc_pairs_smem {
+    size_t oC, oB, oG, oX, ozr, ozc, ov, total;
+};
+static __host__ __device__ inline tc_pairs_smem tc_pairs_layout(int P, int N) {
+    tc_pairs_smem s;
+    const size_t ldN = (size_t)N + 8, ldP = (size_t)P + 8, t = 2;
+    size_t o = 0;
+    s.oC = o; o += TC_BT * ldN * t;
+    s.oB = o; o += TC_BT * ldN * t;
+    s.oG = o; o += TC_BT * ldP * t;
+    s.oX = o; o += TC_BT * ldP * t;
+    s.ozr = o; o += TC_BT * 4 * 4; /* 64 rows x 4 column tiles */
+    s.ozc = o; o += 4 * TC_BT * 4; /* 4 row tiles x 64 columns */
+    s.ov = o; o += 4 * TC_BT * 4;  /* cum_i, dt_i, cum_j, dt_j */
+    s.total = o;
+    return s;
+}
+
+/* The warp's two 16 x 16 tiles of a 64 x 64 output (tiles w and w + 8 of
+ * the row-major 4 x 4): the same elements for CB, GX and the W sum, so
+ * all three stay in registers. */
+static_assert(SSD_BWD_WARPS == 8, "a 64 x 64 output is two 16 x 16 tiles a warp");
+
+template <typename T, int PT, int NT>
+__global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const ssd_bwd_args a) {
+    extern __shared__ __align__(16) unsigned char smraw[];
+    using F = ssd_mma<T>;
+    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, ldP = P + 8, ldN = N + 8;
+    const int pp = (int)(blockIdx.x % (unsigned)a.npair);
+    int bi, bj;
+    tc_pair_of(pp, bi, bj);
+    const tc_cta cta{(int64_t)(blockIdx.x / (unsigned)a.npair), bi};
+    const tc_blk b0 = tc_blk_of(a, tc_item(a, cta, 0));
+    if (tc_valid(b0, bi) == 0) return; /* the same for every head (no varlen) */
+    const tc_pairs_smem L = tc_pairs_layout(P, N);
+    T *sC = (T *)(smraw + L.oC), *sB = (T *)(smraw + L.oB), *sG = (T *)(smraw + L.oG), *sX = (T *)(smraw + L.oX);
+    float *zr = (float *)(smraw + L.ozr), *zc = (float *)(smraw + L.ozc), *v = (float *)(smraw + L.ov);
+    float *vI = v, *vJ = v + 2 * TC_BT;
+    const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3;
+    int m0[2], n0[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int tile = w + j * SSD_BWD_WARPS;
+        m0[j] = (tile >> 2) << 4;
+        n0[j] = (tile & 3) << 4;
+    }
+    float cb[2][2][4], ws[2][2][4];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) cb[j][0][e] = cb[j][1][e] = ws[j][0][e] = ws[j][1][e] = 0.0f;
+
+    tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
+    tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
+    tc_stage_wait();
+    __syncthreads();
+#pragma unroll 4
+    for (int k0 = 0; k0 < N; k0 += 16)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            uint32_t fa[4], fb[4];
+            F::load_a(fa, sC, ldN, m0[j], k0);
+            F::load_b2(fb, sB, ldN, n0[j], k0);
+            F::mma(cb[j][0], fa, fb);
+            F::mma(cb[j][1], fa, fb + 2);
+        }
+    if (b0.k.h % a.hpg == 0) { /* the group's first head group writes CB */
+        float *dst = (float *)tc_cb_tiles(a, b0) + pp * (int64_t)(TC_BT * TC_BT);
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq;
+                    *reinterpret_cast<float2 *>(dst + r * TC_BT + c) =
+                        make_float2(cb[j][nt][2 * hf], cb[j][nt][2 * hf + 1]);
+                }
+    }
+
+    for (int hj = 0; hj < a.hk; hj++) {
+        const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
+        tc_load_cd(a, b, bi, vI);
+        tc_load_cd(a, b, bj, vJ);
+        tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
+        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy);
+        tc_stage_wait();
+        __syncthreads();
+        float gx[2][2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) gx[j][0][e] = gx[j][1][e] = 0.0f;
+#pragma unroll
+        for (int k0 = 0; k0 < P; k0 += 16)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                uint32_t fa[4], fb[4];
+                F::load_a(fa, sG, ldP, m0[j], k0);
+                F::load_b2(fb, sX, ldP, n0[j], k0);
+                F::mma(gx[j][0], fa, fb);
+                F::mma(gx[j][1], fa, fb + 2);
+            }
+        /* W = GX e dt_j into the sum; Z = W CB's row and column sums of the
+         * warp's tiles (each slot written by one lane) */
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float zrow[2] = {0.0f, 0.0f}, zcol[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq + u;
+                        const bool causal = bj * TC_BT + c <= bi * TC_BT + r;
+                        const float ex = causal ? expf(vI[r] - vJ[c]) : 0.0f;
+                        const float wv = gx[j][nt][2 * hf + u] * ex * vJ[TC_BT + c];
+                        ws[j][nt][2 * hf + u] += wv;
+                        const float z = wv * cb[j][nt][2 * hf + u];
+                        zrow[hf] += z;
+                        zcol[nt][u] += z;
+                    }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float s = tc_quad_sum(zrow[hf]);
+                if (tq == 0) zr[(m0[j] + g + 8 * hf) * 4 + (n0[j] >> 4)] = s;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const float s = tc_col_sum(zcol[nt][u]);
+                    if (g == 0) zc[(m0[j] >> 4) * TC_BT + n0[j] + 8 * nt + 2 * tq + u] = s;
+                }
+        }
+        __syncthreads();
+        const int64_t zo = (b.item * a.npair + pp) * TC_BT;
+        for (int i = threadIdx.x; i < 2 * TC_BT; i += SSD_BWD_THREADS) {
+            if (i < TC_BT) {
+                a.tzr[zo + i] = zr[i * 4] + zr[i * 4 + 1] + zr[i * 4 + 2] + zr[i * 4 + 3];
+            } else {
+                const int c = i - TC_BT;
+                a.tzc[zo + c] = zc[c] + zc[TC_BT + c] + zc[2 * TC_BT + c] + zc[3 * TC_BT + c];
+            }
+        }
+        if (bi == bj) { /* gy_i as staged (16-bit, rows past the end 0) */
+            T *dst = (T *)a.tgy + (b.item * Q + (int64_t)bi * TC_BT) * P;
+            for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
+                const int r = i / (P / 8), c = (i % (P / 8)) * 8;
+                *reinterpret_cast<uint4 *>(dst + (int64_t)r * P + c) =
+                    *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
+            }
+        }
+        __syncthreads(); /* sG, sX, zr, zc, v are the next head's */
+    }
+
+    /* the heads' W sum, rounded once */
+    T *dst = (T *)a.tws + (cta.gi * a.npair + pp) * (int64_t)(TC_BT * TC_BT);
+    T tag{};
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq;
+                *reinterpret_cast<uint32_t *>(dst + r * TC_BT + c) = ssd_pack(tag, ws[j][nt][2 * hf], ws[j][nt][2 * hf + 1]);
+            }
+}
+
+#endif
