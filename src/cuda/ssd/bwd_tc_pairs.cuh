@@ -16,11 +16,12 @@
 
 #include "ssd/bwd_tc_blk.cuh"
 
-/* Shared memory of the pairs kernel, in bytes: C_i and B_j (64 x N), gy_i
- * and x_j (64 x P) 16-bit tiles; f32 row / column partials of Z, cum and
- * dt rows. */
+/* Shared memory of the pairs kernel, in bytes: C_i and B_j (64 x N
+ * 16-bit), then two stages (a head's tiles while the previous head's
+ * products run) of x_j, dout_i (gy_i once converted), z_i (64 x P 16-bit)
+ * and the cum / dt rows of i and j; f32 row / column partials of Z. */
 struct tc_pairs_smem {
-    size_t oC, oB, oG, oX, ozr, ozc, ov, total;
+    size_t oC, oB, oS, stage, sX, sD, sZ, sv, ozr, ozc, total; /* s*: within a stage */
 };
 static __host__ __device__ inline tc_pairs_smem tc_pairs_layout(int P, int N) {
     tc_pairs_smem s;
@@ -28,13 +29,37 @@ static __host__ __device__ inline tc_pairs_smem tc_pairs_layout(int P, int N) {
     size_t o = 0;
     s.oC = o; o += TC_BT * ldN * t;
     s.oB = o; o += TC_BT * ldN * t;
-    s.oG = o; o += TC_BT * ldP * t;
-    s.oX = o; o += TC_BT * ldP * t;
+    s.sX = 0;
+    s.sD = s.sX + TC_BT * ldP * t;
+    s.sZ = s.sD + TC_BT * ldP * t;
+    s.sv = s.sZ + TC_BT * ldP * t; /* cum_i, dt_i, cum_j, dt_j */
+    s.stage = s.sv + 4 * TC_BT * 4;
+    s.oS = o; o += 2 * s.stage;
     s.ozr = o; o += TC_BT * 4 * 4; /* 64 rows x 4 column tiles */
     s.ozc = o; o += 4 * TC_BT * 4; /* 4 row tiles x 64 columns */
-    s.ov = o; o += 4 * TC_BT * 4;  /* cum_i, dt_i, cum_j, dt_j */
     s.total = o;
     return s;
+}
+
+/* Head j's tiles into stage st by cp.async (one commit group): x_j, dout_i,
+ * z_i, the cum / dt rows of blocks i and j. */
+template <typename T>
+static __device__ __forceinline__ void tc_pairs_stage(const ssd_bwd_args &a, int P, const tc_blk &b, int bi, int bj,
+                                                      unsigned char *st, const tc_pairs_smem &L) {
+    const int ldP = P + 8, vi = tc_valid(b, bi);
+    const int64_t ti = b.c0 + (int64_t)bi * TC_BT, h = b.k.h;
+    tc_stage_xg<T>(a, P, b, bj, (T *)(st + L.sX), TcXG::x);
+    ssd_stage_async<T, SSD_BWD_THREADS>((T *)(st + L.sD),
+                                        ldP, (const T *)a.dout + b.k.b * a.dos[0] + h * a.dos[2] + ti * a.dos[1],
+                                        a.dos[1], TC_BT, P, vi, P, a.tvec);
+    if (a.has_z)
+        ssd_stage_async<T, SSD_BWD_THREADS>((T *)(st + L.sZ), ldP,
+                                            (const T *)a.z + b.k.b * a.zs[0] + h * a.zs[2] + ti * a.zs[1], a.zs[1],
+                                            TC_BT, P, vi, P, a.tvec);
+    float *v = (float *)(st + L.sv);
+    tc_load_cd(a, b, bi, v);
+    tc_load_cd(a, b, bj, v + 2 * TC_BT);
+    sf_cp_async_commit();
 }
 
 /* The warp's two 16 x 16 tiles of a 64 x 64 output (tiles w and w + 8 of
@@ -54,9 +79,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
     const tc_blk b0 = tc_blk_of(a, tc_item(a, cta, 0));
     if (tc_valid(b0, bi) == 0) return; /* the same for every head (no varlen) */
     const tc_pairs_smem L = tc_pairs_layout(P, N);
-    T *sC = (T *)(smraw + L.oC), *sB = (T *)(smraw + L.oB), *sG = (T *)(smraw + L.oG), *sX = (T *)(smraw + L.oX);
-    float *zr = (float *)(smraw + L.ozr), *zc = (float *)(smraw + L.ozc), *v = (float *)(smraw + L.ov);
-    float *vI = v, *vJ = v + 2 * TC_BT;
+    T *sC = (T *)(smraw + L.oC), *sB = (T *)(smraw + L.oB);
+    float *zr = (float *)(smraw + L.ozr), *zc = (float *)(smraw + L.ozc);
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3;
     int m0[2], n0[2];
 #pragma unroll
@@ -73,7 +97,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
 
     tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
     tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
-    tc_stage_wait();
+    tc_pairs_stage<T>(a, P, b0, bi, bj, smraw + L.oS, L); /* with C_i, B_j: one group */
+    sf_cp_async_wait<0>();
     __syncthreads();
 #pragma unroll 4
     for (int k0 = 0; k0 < N; k0 += 16)
@@ -101,12 +126,34 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
 
     for (int hj = 0; hj < a.hk; hj++) {
         const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
-        tc_load_cd(a, b, bi, vI);
-        tc_load_cd(a, b, bj, vJ);
-        tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
-        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy);
-        tc_stage_wait();
+        unsigned char *st = smraw + L.oS + (hj & 1) * L.stage;
+        T *sX = (T *)(st + L.sX), *sG = (T *)(st + L.sD);
+        const T *sZ = (const T *)(st + L.sZ);
+        const float *vI = (const float *)(st + L.sv), *vJ = vI + 2 * TC_BT;
+        if (hj + 1 < a.hk) { /* the next head's tiles load while this one's products run */
+            tc_pairs_stage<T>(a, P, tc_blk_of(a, tc_item(a, cta, hj + 1)), bi, bj,
+                              smraw + L.oS + ((hj + 1) & 1) * L.stage, L);
+            sf_cp_async_wait<1>();
+        } else {
+            sf_cp_async_wait<0>();
+        }
         __syncthreads();
+        if (a.has_z) { /* gy = dout silu(z) in place (tc_gy8's arithmetic) */
+            for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
+                const int r = i / (P / 8), c = (i % (P / 8)) * 8;
+                uint4 *dp = reinterpret_cast<uint4 *>(sG + r * ldP + c);
+                uint4 du = *dp, zu = *reinterpret_cast<const uint4 *>(sZ + r * ldP + c);
+                T *d = reinterpret_cast<T *>(&du);
+                const T *zz = reinterpret_cast<const T *>(&zu);
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float zv = sf_elem<T>::to_f(zz[e]);
+                    d[e] = sf_elem<T>::from_f(sf_elem<T>::to_f(d[e]) * __fdividef(zv, 1.0f + __expf(-zv)));
+                }
+                *dp = du;
+            }
+            __syncthreads();
+        }
         float gx[2][2][4];
 #pragma unroll
         for (int j = 0; j < 2; j++)
@@ -173,7 +220,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
                     *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
             }
         }
-        __syncthreads(); /* sG, sX, zr, zc, v are the next head's */
+        __syncthreads(); /* this stage, zr and zc are free for the heads after */
     }
 
     /* the heads' W sum, rounded once */
