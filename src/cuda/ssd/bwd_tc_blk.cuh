@@ -17,8 +17,20 @@ struct tc_blk {
 static __device__ __forceinline__ tc_blk tc_blk_of(const ssd_bwd_args &a, int64_t item) {
     tc_blk b;
     b.item = item;
-    b.k = bwd_task_of(a, (int)(item / a.nck));
-    b.c0 = b.k.start + (item % a.nck) * (int64_t)a.Q;
+    const int it = (int)item; /* items x blocks < 2^31 (bwd.cu checks) */
+    b.k = bwd_task_of(a, it / a.nck);
+    b.c0 = b.k.start + (int64_t)(it % a.nck) * a.Q;
+    return b;
+}
+/* The same chunk of the next head (of the same group, no varlen): what
+ * bwd_task_of would give, without its divisions. */
+static __device__ __forceinline__ tc_blk tc_blk_next(const ssd_bwd_args &a, tc_blk b) {
+    b.item += a.nck;
+    b.k.h += 1;
+    b.k.A = a.A[b.k.h * a.As];
+    b.k.bias = a.has_bias ? a.dt_bias[b.k.h * a.biass] : 0.0f;
+    b.k.xo += a.xs[2];
+    b.k.dto += a.dts[2];
     return b;
 }
 static __device__ __forceinline__ int tc_valid(const tc_blk &b, int blk) {
@@ -26,9 +38,9 @@ static __device__ __forceinline__ int tc_valid(const tc_blk &b, int blk) {
     return v <= 0 ? 0 : v < TC_BT ? (int)v : TC_BT;
 }
 
-/* The block's second tile: x, gy from dout and z, or gy as the pairs
- * kernel left it (tgy). */
-enum class TcXG { x, gy, gy_ws };
+/* The block's second tile: x, or gy as the chunk-state kernel left it
+ * (tgy). */
+enum class TcXG { x, gy_ws };
 
 /* Stages the 64-token block's B or C rows (the group's: the same for every
  * head of the CTA). */
@@ -49,10 +61,7 @@ static __device__ __forceinline__ void tc_stage_xg(const ssd_bwd_args &a, int P,
     const int valid = tc_valid(b, blk);
     const int64_t t0 = b.c0 + (int64_t)blk * TC_BT;
     const bool vec = a.tvec;
-    if (xg == TcXG::gy)
-        tc_stage<T>(sXG, P + 8, TC_BT, P, valid,
-                    [&](int r, int c, float f[8]) { tc_gy8<T>(a, b.k, t0 + r, c, vec, f); });
-    else if (xg == TcXG::gy_ws)
+    if (xg == TcXG::gy_ws)
         ssd_stage_async<T, SSD_BWD_THREADS>(sXG, P + 8, (const T *)a.tgy + (b.item * a.Q + (int64_t)blk * TC_BT) * P,
                                             P, TC_BT, P, valid, P, true);
     else
@@ -91,9 +100,9 @@ static __device__ __forceinline__ tc_cta tc_cta_of(const ssd_bwd_args &a) {
     return tc_cta{(int64_t)(blockIdx.x / nb), (int)(blockIdx.x % nb)};
 }
 static __device__ __forceinline__ int64_t tc_item(const ssd_bwd_args &a, const tc_cta &c, int j) {
-    const int nhg = a.H / a.hk;
-    const int64_t bh = c.gi / a.nck, chunk = c.gi % a.nck;
-    const int64_t task = (bh / nhg) * a.H + (bh % nhg) * a.hk + j;
+    const int nhg = a.H / a.hk, gi = (int)c.gi; /* < 2^31: the grids' sizes */
+    const int bh = gi / a.nck, chunk = gi % a.nck;
+    const int64_t task = (int64_t)(bh / nhg) * a.H + (bh % nhg) * a.hk + j;
     return task * a.nck + chunk;
 }
 

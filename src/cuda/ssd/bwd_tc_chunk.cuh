@@ -182,8 +182,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
+    tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
-        const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
+        if (hj > 0) b = tc_blk_next(a, b);
         float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -291,8 +292,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
+    tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
-        const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
+        if (hj > 0) b = tc_blk_next(a, b);
         float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
         for (int j = 0; j < 4; j++)

@@ -9,8 +9,8 @@
  * dC_i = sum_j W B_j and dB_j = sum_i W^T C_i per head group instead of
  * per head (the products are linear in W and B, C are the group's).  CB
  * goes out in f32 (tcb, by the group's first head group) for the rows /
- * cols kernels' M = CB e; the diagonal pair's CTA leaves gy_i in 16-bit
- * (tgy) for them. */
+ * cols kernels' M = CB e.  gy_i comes in 16-bit (tgy) from the chunk-state
+ * kernel. */
 #ifndef SF_SSD_BWD_TC_PAIRS_CUH
 #define SF_SSD_BWD_TC_PAIRS_CUH
 
@@ -18,10 +18,10 @@
 
 /* Shared memory of the pairs kernel, in bytes: C_i and B_j (64 x N
  * 16-bit), then two stages (a head's tiles while the previous head's
- * products run) of x_j, dout_i (gy_i once converted), z_i (64 x P 16-bit)
- * and the cum / dt rows of i and j; f32 row / column partials of Z. */
+ * products run) of x_j, gy_i (64 x P 16-bit) and the cum / dt rows of i
+ * and j; f32 row / column partials of Z. */
 struct tc_pairs_smem {
-    size_t oC, oB, oS, stage, sX, sD, sZ, sv, ozr, ozc, total; /* s*: within a stage */
+    size_t oC, oB, oS, stage, sX, sG, sv, ozr, ozc, total; /* s*: within a stage */
 };
 static __host__ __device__ inline tc_pairs_smem tc_pairs_layout(int P, int N) {
     tc_pairs_smem s;
@@ -30,9 +30,8 @@ static __host__ __device__ inline tc_pairs_smem tc_pairs_layout(int P, int N) {
     s.oC = o; o += TC_BT * ldN * t;
     s.oB = o; o += TC_BT * ldN * t;
     s.sX = 0;
-    s.sD = s.sX + TC_BT * ldP * t;
-    s.sZ = s.sD + TC_BT * ldP * t;
-    s.sv = s.sZ + TC_BT * ldP * t; /* cum_i, dt_i, cum_j, dt_j */
+    s.sG = s.sX + TC_BT * ldP * t;
+    s.sv = s.sG + TC_BT * ldP * t; /* cum_i, dt_i, cum_j, dt_j */
     s.stage = s.sv + 4 * TC_BT * 4;
     s.oS = o; o += 2 * s.stage;
     s.ozr = o; o += TC_BT * 4 * 4; /* 64 rows x 4 column tiles */
@@ -41,21 +40,13 @@ static __host__ __device__ inline tc_pairs_smem tc_pairs_layout(int P, int N) {
     return s;
 }
 
-/* Head j's tiles into stage st by cp.async (one commit group): x_j, dout_i,
- * z_i, the cum / dt rows of blocks i and j. */
+/* A head's tiles into stage st by cp.async (one commit group): x_j, gy_i,
+ * the cum / dt rows of blocks i and j. */
 template <typename T>
 static __device__ __forceinline__ void tc_pairs_stage(const ssd_bwd_args &a, int P, const tc_blk &b, int bi, int bj,
                                                       unsigned char *st, const tc_pairs_smem &L) {
-    const int ldP = P + 8, vi = tc_valid(b, bi);
-    const int64_t ti = b.c0 + (int64_t)bi * TC_BT, h = b.k.h;
     tc_stage_xg<T>(a, P, b, bj, (T *)(st + L.sX), TcXG::x);
-    ssd_stage_async<T, SSD_BWD_THREADS>((T *)(st + L.sD),
-                                        ldP, (const T *)a.dout + b.k.b * a.dos[0] + h * a.dos[2] + ti * a.dos[1],
-                                        a.dos[1], TC_BT, P, vi, P, a.tvec);
-    if (a.has_z)
-        ssd_stage_async<T, SSD_BWD_THREADS>((T *)(st + L.sZ), ldP,
-                                            (const T *)a.z + b.k.b * a.zs[0] + h * a.zs[2] + ti * a.zs[1], a.zs[1],
-                                            TC_BT, P, vi, P, a.tvec);
+    tc_stage_xg<T>(a, P, b, bi, (T *)(st + L.sG), TcXG::gy_ws);
     float *v = (float *)(st + L.sv);
     tc_load_cd(a, b, bi, v);
     tc_load_cd(a, b, bj, v + 2 * TC_BT);
@@ -71,7 +62,7 @@ template <typename T, int PT, int NT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
     using F = ssd_mma<T>;
-    const int P = PT ? PT : a.P, N = NT ? NT : a.N, Q = a.Q, ldP = P + 8, ldN = N + 8;
+    const int P = PT ? PT : a.P, N = NT ? NT : a.N, ldP = P + 8, ldN = N + 8;
     const int pp = (int)(blockIdx.x % (unsigned)a.npair);
     int bi, bj;
     tc_pair_of(pp, bi, bj);
@@ -124,36 +115,20 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
                 }
     }
 
+    tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
-        const tc_blk b = hj == 0 ? b0 : tc_blk_of(a, tc_item(a, cta, hj));
+        if (hj > 0) b = tc_blk_next(a, b);
         unsigned char *st = smraw + L.oS + (hj & 1) * L.stage;
-        T *sX = (T *)(st + L.sX), *sG = (T *)(st + L.sD);
-        const T *sZ = (const T *)(st + L.sZ);
+        const T *sX = (const T *)(st + L.sX), *sG = (const T *)(st + L.sG);
         const float *vI = (const float *)(st + L.sv), *vJ = vI + 2 * TC_BT;
         if (hj + 1 < a.hk) { /* the next head's tiles load while this one's products run */
-            tc_pairs_stage<T>(a, P, tc_blk_of(a, tc_item(a, cta, hj + 1)), bi, bj,
+            tc_pairs_stage<T>(a, P, tc_blk_next(a, b), bi, bj,
                               smraw + L.oS + ((hj + 1) & 1) * L.stage, L);
             sf_cp_async_wait<1>();
         } else {
             sf_cp_async_wait<0>();
         }
         __syncthreads();
-        if (a.has_z) { /* gy = dout silu(z) in place (tc_gy8's arithmetic) */
-            for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
-                const int r = i / (P / 8), c = (i % (P / 8)) * 8;
-                uint4 *dp = reinterpret_cast<uint4 *>(sG + r * ldP + c);
-                uint4 du = *dp, zu = *reinterpret_cast<const uint4 *>(sZ + r * ldP + c);
-                T *d = reinterpret_cast<T *>(&du);
-                const T *zz = reinterpret_cast<const T *>(&zu);
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float zv = sf_elem<T>::to_f(zz[e]);
-                    d[e] = sf_elem<T>::from_f(sf_elem<T>::to_f(d[e]) * __fdividef(zv, 1.0f + __expf(-zv)));
-                }
-                *dp = du;
-            }
-            __syncthreads();
-        }
         float gx[2][2][4];
 #pragma unroll
         for (int j = 0; j < 2; j++)
@@ -210,14 +185,6 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
             } else {
                 const int c = i - TC_BT;
                 a.tzc[zo + c] = zc[c] + zc[TC_BT + c] + zc[2 * TC_BT + c] + zc[3 * TC_BT + c];
-            }
-        }
-        if (bi == bj) { /* gy_i as staged (16-bit, rows past the end 0) */
-            T *dst = (T *)a.tgy + (b.item * Q + (int64_t)bi * TC_BT) * P;
-            for (int i = threadIdx.x; i < TC_BT * P / 8; i += SSD_BWD_THREADS) {
-                const int r = i / (P / 8), c = (i % (P / 8)) * 8;
-                *reinterpret_cast<uint4 *>(dst + (int64_t)r * P + c) =
-                    *reinterpret_cast<const uint4 *>(sG + r * ldP + c);
             }
         }
         __syncthreads(); /* this stage, zr and zc are free for the heads after */

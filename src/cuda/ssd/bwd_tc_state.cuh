@@ -6,7 +6,8 @@
  *   ssd_tc_local_kernel: per item, on tensor cores, the chunk's own state
  *                        S_c = sum_s exp(cum_last - cum_s) dt_s x_s B_s^T
  *                        and the adjoint it passes back from a zero one,
- *                        R_c = sum_t exp(cum_t) gy_t C_t^T (P x N, f32);
+ *                        R_c = sum_t exp(cum_t) gy_t C_t^T (P x N, f32),
+ *                        and gy_t in 16-bit (tgy) for the block stages;
  *   ssd_tc_scan_kernel:  per (task, slice of the state), chunks in order
  *                        for the state entering each chunk (over S_c) and in
  *                        reverse for the adjoint leaving it (over R_c):
@@ -83,8 +84,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_local_kernel(const ssd
             ssd_stage_async<T, SSD_BWD_THREADS>(sB, ldN, (const T *)a.B + k.Bo + t0 * a.Bs[1], a.Bs[1], Q, N, valid,
                                                 N, vec);
         } else {
+            T *gy = (T *)a.tgy + item * Q * P; /* gy in 16-bit for the block stages */
             tc_stage<T>(sX, ldP, Q, P, valid, [&](int r, int c, float f[8]) {
                 tc_gy8<T>(a, k, t0 + r, c, vec, f);
+                ssd_vec<T>::store(gy + (int64_t)r * P + c, f);
 #pragma unroll
                 for (int q = 0; q < 8; q++) f[q] *= w[r];
             });
