@@ -86,7 +86,7 @@ static __device__ __forceinline__ void tc_pair_m(int P, int bi, int bj, const fl
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const bool causal = bj * TC_BT + c + e <= bi * TC_BT + r;
-            const float ex = causal ? expf(vI[r] - vJ[c + e]) : 0.0f;
+            const float ex = causal ? __expf(vI[r] - vJ[c + e]) : 0.0f; /* <= 1: cum falls */
             m[e] = ROWS ? cv[e] * ex * vJ[TC_BT + c + e] : cv[e] * ex;
         }
         *reinterpret_cast<uint2 *>(sM + r * TC_LDT + c) = make_uint2(ssd_pack(tag, m[0], m[1]), ssd_pack(tag, m[2], m[3]));
@@ -222,30 +222,32 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
         __syncthreads();
         const int h = b.k.h;
-        if (a.has_z && a.dz)
+        if (a.has_z && a.dz) { /* dz from y_i (registers), x_i, dout_i, z_i; 16-bit like x */
+            T *dzb = (T *)a.dz + (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t0 * a.dzs[1];
+            const T *dob = (const T *)a.dout + (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t0 * a.dos[1];
+            const T *zb = (const T *)a.z + (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t0 * a.zs[1];
+            const float Dh = a.has_D && !a.D_pc ? a.D[h * a.Ds[0]] : 0.0f;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int tile = w + j * SSD_BWD_WARPS;
-                if (tile >= 4 * tn) continue;
+                if (tile >= 4 * tn) continue; /* warp-uniform */
 #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const int r = (tile / tn) * 16 + g + 8 * ((e >> 1) & 1);
-                    const int p = (tile % tn) * 16 + 8 * (e >> 2) + 2 * tq + (e & 1);
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = (tile / tn) * 16 + g + 8 * hf;
                     if (r >= vi) continue;
-                    const int64_t t = t0 + r;
-                    const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
-                    const float y = acc[j][e >> 2][e & 3] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
-                    const float dy =
-                        zsm ? sf_elem<T>::to_f(sW[r * TC_LDT + p])
-                            : bwd_ld(a.dout, a.xdt, (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t * a.dos[1] + p);
-                    const float zv =
-                        zsm ? sf_elem<T>::to_f(sM[r * TC_LDT + p])
-                            : bwd_ld(a.z, a.xdt, (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t * a.zs[1] + p);
-                    const float sg = 1.0f / (1.0f + expf(-zv));
-                    bwd_st(a.dz, a.xdt, (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t * a.dzs[1] + p,
-                           dy * y * sg * (1.0f + zv * (1.0f - sg)));
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int p = (tile % tn) * 16 + 8 * (q >> 1) + 2 * tq + (q & 1);
+                        const float Dv = a.has_D && a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : Dh;
+                        const float y = acc[j][q >> 1][2 * hf + (q & 1)] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
+                        const float dy = sf_elem<T>::to_f(zsm ? sW[r * TC_LDT + p] : dob[r * a.dos[1] + p]);
+                        const float zv = sf_elem<T>::to_f(zsm ? sM[r * TC_LDT + p] : zb[r * a.zs[1] + p]);
+                        const float sg = __fdividef(1.0f, 1.0f + __expf(-zv)); /* 0 where exp overflows */
+                        dzb[r * a.dzs[1] + p] = sf_elem<T>::from_f(dy * y * sg * (1.0f + zv * (1.0f - sg)));
+                    }
                 }
             }
+        }
         /* Z's row sums over the pairs (bi, j <= bi), in order, and the state part */
         for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
             float s = 0.0f;
@@ -338,6 +340,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
          * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
          * 4 row tiles x P), each slot written by one lane; gy_j in f32 from
          * dout_j and z_j as bwd_dy gives it */
+        T *dxb = a.dx ? (T *)a.dx + (int64_t)b.k.b * a.dxs[0] + (int64_t)h * a.dxs[2] + t0 * a.dxs[1] : nullptr;
+        const float Dh = a.has_D && !a.D_pc ? a.D[h * a.Ds[0]] : 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int tile = w + j * SSD_BWD_WARPS;
@@ -349,24 +353,21 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
                 const int hf = (e >> 1) & 1, ci = 2 * (e >> 2) + (e & 1);
                 const int r = m0 + g + 8 * hf, p = n0 + 8 * (e >> 2) + 2 * tq + (e & 1);
                 if (r >= vj) continue;
-                const int64_t t = t0 + r;
                 const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
                 float gy;
                 if (gsm) {
                     gy = sf_elem<T>::to_f(sW[r * TC_LDT + p]);
                     if (a.has_z) {
                         const float zv = sf_elem<T>::to_f(sM[r * TC_LDT + p]);
-                        gy *= zv / (1.0f + expf(-zv));
+                        gy *= __fdividef(zv, 1.0f + __expf(-zv)); /* 0 where exp overflows */
                     }
                 } else {
-                    gy = bwd_dy(a, b.k, t, p);
+                    gy = bwd_dy(a, b.k, t0 + r, p);
                 }
-                const float Dv = !a.has_D ? 0.0f : a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : a.D[h * a.Ds[0]];
+                const float Dv = a.has_D && a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : Dh;
                 rs[hf] += xv * gv;
                 cs[ci] += gy * xv;
-                if (a.dx)
-                    bwd_st(a.dx, a.xdt, (int64_t)b.k.b * a.dxs[0] + t * a.dxs[1] + (int64_t)h * a.dxs[2] + p,
-                           vJ[TC_BT + r] * gv + Dv * gy);
+                if (a.dx) dxb[r * a.dxs[1] + p] = sf_elem<T>::from_f(vJ[TC_BT + r] * gv + Dv * gy);
             }
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
                     for (int u = 0; u < 2; u++) {
                         const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq + u;
                         const bool causal = bj * TC_BT + c <= bi * TC_BT + r;
-                        const float ex = causal ? expf(vI[r] - vJ[c]) : 0.0f;
+                        const float ex = causal ? __expf(vI[r] - vJ[c]) : 0.0f; /* <= 1: cum falls */
                         const float wv = gx[j][nt][2 * hf + u] * ex * vJ[TC_BT + c];
                         ws[j][nt][2 * hf + u] += wv;
                         const float z = wv * cb[j][nt][2 * hf + u];
