@@ -70,20 +70,22 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_local_kernel(const ssd
     const int64_t PN = (int64_t)P * N;
     const int64_t Co = (int64_t)k.b * a.Cs[0] + (int64_t)k.g * a.Cs[2];
     for (int pass = 0; pass < 2; pass++) {
-        /* pass 0: x weighted exp(cl - cum) dt against B; pass 1: gy
-         * weighted exp(cum) against C */
-        for (int i = threadIdx.x; i < Q; i += SSD_BWD_THREADS)
-            w[i] = pass == 0 ? expf(cl - cum[i]) * dtv[i] : expf(cum[i]);
-        __syncthreads();
+        /* pass 0: x weighted exp(cl - cum) dt against B (x raw by cp.async,
+         * the weight applied to its fragments: the same one rounding); pass
+         * 1: gy weighted exp(cum) against C */
         if (pass == 0) {
-            tc_stage<T>(sX, ldP, Q, P, valid, [&](int r, int c, float f[8]) {
-                tc_ld8<T>(f, (const T *)a.x + k.xo + (t0 + r) * a.xs[1] + c, vec);
-#pragma unroll
-                for (int q = 0; q < 8; q++) f[q] *= w[r];
-            });
+            ssd_stage_async<T, SSD_BWD_THREADS>(sX, ldP, (const T *)a.x + k.xo + t0 * a.xs[1], a.xs[1], Q, P, valid,
+                                                P, vec);
             ssd_stage_async<T, SSD_BWD_THREADS>(sB, ldN, (const T *)a.B + k.Bo + t0 * a.Bs[1], a.Bs[1], Q, N, valid,
                                                 N, vec);
         } else {
+            ssd_stage_async<T, SSD_BWD_THREADS>(sB, ldN, (const T *)a.C + Co + t0 * a.Cs[1], a.Cs[1], Q, N, valid, N,
+                                                vec);
+        }
+        for (int i = threadIdx.x; i < Q; i += SSD_BWD_THREADS)
+            w[i] = pass == 0 ? expf(cl - cum[i]) * dtv[i] : expf(cum[i]);
+        __syncthreads();
+        if (pass == 1) {
             T *gy = (T *)a.tgy + item * Q * P; /* gy in 16-bit for the block stages */
             tc_stage<T>(sX, ldP, Q, P, valid, [&](int r, int c, float f[8]) {
                 tc_gy8<T>(a, k, t0 + r, c, vec, f);
@@ -91,15 +93,17 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS) ssd_tc_local_kernel(const ssd
 #pragma unroll
                 for (int q = 0; q < 8; q++) f[q] *= w[r];
             });
-            ssd_stage_async<T, SSD_BWD_THREADS>(sB, ldN, (const T *)a.C + Co + t0 * a.Cs[1], a.Cs[1], Q, N, valid, N,
-                                                vec);
         }
         sf_cp_async_commit();
         sf_cp_async_wait<0>();
         __syncthreads();
         float *dst = (pass == 0 ? a.tS : a.tdS) + item * PN;
         tc_gemm<T>(
-            P, N, Q, [&](uint32_t fr[4], int m0, int k0) { F::load_a_t(fr, sX, ldP, m0, k0); },
+            P, N, Q,
+            [&](uint32_t fr[4], int m0, int k0) {
+                F::load_a_t(fr, sX, ldP, m0, k0);
+                if (pass == 0) F::scale_a(fr, w + k0);
+            },
             [&](uint32_t fr[4], int n0, int k0) { F::load_b2_t(fr, sB, ldN, n0, k0); },
             [&](int m0, int n0, float (*acc)[4]) {
                 const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
