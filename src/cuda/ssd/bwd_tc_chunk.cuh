@@ -13,10 +13,14 @@
  * plus, at the chunk's last token, the state-out terms: the sum of the
  * latter and exp(cl) <h, G>.  ssd_tc_fin_kernel sums d(cum) backwards
  * into d(log decay) per token, then ddt, and the dA, ddt_bias partials.
- * A rows / cols CTA walks a.hk heads of one group (dC_i, dB_j are sums over
- * the group's heads: its shared-memory accumulator sums them before one
- * write); the rows kernel leaves gy_i in 16-bit (tgy) for the cols kernel.
- * Every sum runs in a fixed order: bit-identical from run to run. */
+ * The per-pair terms that are linear in W come from the pairs kernel
+ * (bwd_tc_pairs.cuh): Z's sums per head, and W summed over a head group
+ * (the products with B_j, C_i once a group, not once a head); here per
+ * head only M = CB e (CB from the pairs kernel) and its products with x_j
+ * or gy_i.  A rows / cols CTA walks a.hk heads of one group (dC_i, dB_j
+ * are sums over the group's heads: its shared-memory accumulator sums them
+ * before one write).  Every sum runs in a fixed order: bit-identical from
+ * run to run. */
 #ifndef SF_SSD_BWD_TC_CHUNK_CUH
 #define SF_SSD_BWD_TC_CHUNK_CUH
 
