@@ -54,14 +54,33 @@ static __device__ __forceinline__ void tc_pairs_stage(const ssd_bwd_args &a, int
 }
 
 /* The warp's two 16 x 16 tiles of a 64 x 64 output (tiles w and w + 8 of
- * the row-major 4 x 4): the same elements for CB, GX and the W sum, so
- * all three stay in registers. */
+ * the row-major 4 x 4, at rows m0[j], columns n0[j]): the same elements for
+ * CB, GX and the W sum, so all three stay in registers.  acc = A B^T over
+ * K, A and B 64 x K 16-bit tiles (leading dimension ld). */
 static_assert(SSD_BWD_WARPS == 8, "a 64 x 64 output is two 16 x 16 tiles a warp");
+template <typename T>
+static __device__ __forceinline__ void tc_mma64(float (*acc)[2][4], const T *sA, const T *sB, int ld, int K,
+                                                const int *m0, const int *n0) {
+    using F = ssd_mma<T>;
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+#pragma unroll 4
+    for (int k0 = 0; k0 < K; k0 += 16)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            uint32_t fa[4], fb[4];
+            F::load_a(fa, sA, ld, m0[j], k0);
+            F::load_b2(fb, sB, ld, n0[j], k0);
+            F::mma(acc[j][0], fa, fb);
+            F::mma(acc[j][1], fa, fb + 2);
+        }
+}
 
 template <typename T, int PT, int NT>
 __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const ssd_bwd_args a) {
     extern __shared__ __align__(16) unsigned char smraw[];
-    using F = ssd_mma<T>;
     const int P = PT ? PT : a.P, N = NT ? NT : a.N, ldP = P + 8, ldN = N + 8;
     const int pp = (int)(blockIdx.x % (unsigned)a.npair);
     int bi, bj;
@@ -84,23 +103,14 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) cb[j][0][e] = cb[j][1][e] = ws[j][0][e] = ws[j][1][e] = 0.0f;
+        for (int e = 0; e < 4; e++) ws[j][0][e] = ws[j][1][e] = 0.0f;
 
     tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
     tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
     tc_pairs_stage<T>(a, P, b0, bi, bj, smraw + L.oS, L); /* with C_i, B_j: one group */
     sf_cp_async_wait<0>();
     __syncthreads();
-#pragma unroll 4
-    for (int k0 = 0; k0 < N; k0 += 16)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            uint32_t fa[4], fb[4];
-            F::load_a(fa, sC, ldN, m0[j], k0);
-            F::load_b2(fb, sB, ldN, n0[j], k0);
-            F::mma(cb[j][0], fa, fb);
-            F::mma(cb[j][1], fa, fb + 2);
-        }
+    tc_mma64<T>(cb, sC, sB, ldN, N, m0, n0);
     if (b0.k.h % a.hpg == 0) { /* the group's first head group writes CB */
         float *dst = (float *)tc_cb_tiles(a, b0) + pp * (int64_t)(TC_BT * TC_BT);
 #pragma unroll
@@ -130,20 +140,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
         }
         __syncthreads();
         float gx[2][2][4];
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) gx[j][0][e] = gx[j][1][e] = 0.0f;
-#pragma unroll
-        for (int k0 = 0; k0 < P; k0 += 16)
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                uint32_t fa[4], fb[4];
-                F::load_a(fa, sG, ldP, m0[j], k0);
-                F::load_b2(fb, sX, ldP, n0[j], k0);
-                F::mma(gx[j][0], fa, fb);
-                F::mma(gx[j][1], fa, fb + 2);
-            }
+        tc_mma64<T>(gx, sG, sX, ldP, P, m0, n0);
         /* W = GX e dt_j into the sum; Z = W CB's row and column sums of the
          * warp's tiles (each slot written by one lane) */
 #pragma unroll
