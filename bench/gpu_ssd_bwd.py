@@ -16,11 +16,13 @@ of the same heads (--err-shape), relative Frobenius.
         [--results bench/RESULTS.md]
 
 --results PATH writes the run as the ssd_bwd section of PATH (between <!-- BEGIN ssd_bwd -->
-and <!-- END ssd_bwd -->).
+and <!-- END ssd_bwd -->); --plot [PNG] draws its times (bench/ssd_bwd.png); --from-results PATH
+(no GPU) redraws the plot and the section from the run recorded in PATH's section.
 """
 import argparse
 import datetime
 import os
+import re
 
 from benchutil import commit, md_table, replace_section
 
@@ -150,7 +152,51 @@ def time_point(b, L, dtype, H=80, P=64, G=1, N=128, chunk=256, configs=()):
     return row
 
 
-def section(rows, errs, meta):
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ssd_bwd.png")
+
+
+def plot(rows, meta, path):
+    """Backward and forward + backward times of ours and the peer, one group of bars a shape."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    keys = (("ours_bwd", "seqfuse bwd"), ("peer_bwd", "mamba_ssm bwd"), ("ours_fb", "seqfuse fwd+bwd"),
+            ("peer_fb", "mamba_ssm fwd+bwd"))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    w = 0.8 / len(keys)
+    for i, (k, lab) in enumerate(keys):
+        ax.bar([x + (i - 1.5) * w for x in range(len(rows))], [r[k] for r in rows], w, label=lab)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["shape"] for r in rows])
+    ax.set_ylabel("ms (lower is better)")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Mamba-2 SSD backward, {meta['gpu']}, {meta['date']}, commit {meta['commit']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def from_results(path):
+    """The run recorded in PATH's ssd_bwd section: (rows, errs, meta)."""
+    text = open(path).read()
+    sec = text[text.index("<!-- BEGIN ssd_bwd -->"):text.index("<!-- END ssd_bwd -->")]
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in sec.splitlines() if ln.startswith("| ")]
+    meta, rows, errs = None, [], []
+    for c in cells:
+        if re.fullmatch(r"\d{4}-\d\d-\d\d", c[0]):
+            meta = dict(date=c[0], gpu=c[1], commit=c[2], torch=re.sub(r".*torch (.*)\)", r"\1", c[3]))
+        elif len(c) == 7 and c[3].endswith("x"):
+            rows.append(dict(shape=c[0], ours_bwd=float(c[1]), peer_bwd=float(c[2]), ours_fb=float(c[4]),
+                             peer_fb=float(c[5])))
+        elif len(c) == 2 + len(NAMES) and c[1] in ("ours", "peer"):
+            if not errs or errs[-1][0] != c[0]:
+                errs.append((c[0], {}))
+            errs[-1][1][c[1]] = {k: float(v) for k, v in zip(NAMES, c[2:])}
+    if meta is None or not rows:
+        raise SystemExit(f"{path}: no ssd_bwd run recorded")
+    return rows, errs, meta
+
+
+def section(rows, errs, meta, plot_path=None):
     tab = []
     for r in rows:
         tab.append([r["shape"], f"{r['ours_bwd']:.3f}", f"{r['peer_bwd']:.3f}", f"{r['peer_bwd'] / r['ours_bwd']:.2f}x",
@@ -170,6 +216,7 @@ def section(rows, errs, meta):
         "bench/RESULTS.md`.", "",
         md_table(["shape", "ours bwd ms", "mamba_ssm bwd ms", "peer / ours", "ours fwd+bwd ms",
                   "mamba_ssm fwd+bwd ms", "peer / ours"], tab), "",
+        *([f"![SSD backward]({os.path.relpath(plot_path, 'bench')})", ""] if plot_path else []),
         "Relative Frobenius error of each gradient against a float64 chunked reference (torch "
         "autograd) on the same inputs:", "",
         md_table(["shape", "impl"] + ["d" + k for k in NAMES], etab)]) + "\n"
@@ -183,7 +230,19 @@ def main():
     ap.add_argument("--configs", default="", help="also time ours with each of these CUDA "
                     "configurations pinned (src/cuda/ssd/bwd_configs.h), e.g. cpar,cpar4,seq")
     ap.add_argument("--results", default=None, metavar="PATH")
+    ap.add_argument("--plot", nargs="?", const=PLOT, default=None,
+                    help=f"write the plot (to {PLOT} unless a path is given)")
+    ap.add_argument("--from-results", default=None, metavar="PATH",
+                    help="no GPU: redraw --plot and rewrite the section of --results from PATH's recorded run")
     a = ap.parse_args()
+    if a.from_results:
+        rows, errs, meta = from_results(a.from_results)
+        if a.plot:
+            plot(rows, meta, a.plot)
+        if a.results:
+            how = replace_section(a.results, "ssd_bwd", section(rows, errs, meta, a.plot))
+            print(f"{a.results}: ssd_bwd section {how}")
+        return
     if torch is None or not torch.cuda.is_available():
         print("no torch with CUDA: nothing to run")
         return
@@ -211,8 +270,13 @@ def main():
     if a.results:
         meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), commit=commit(),
                     torch=torch.__version__)
-        how = replace_section(a.results, "ssd_bwd", section(rows, errs, meta))
+        if a.plot:
+            plot(rows, meta, a.plot)
+        how = replace_section(a.results, "ssd_bwd", section(rows, errs, meta, a.plot))
         print(f"{a.results}: ssd_bwd section {how}")
+    elif a.plot:
+        meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), commit=commit())
+        plot(rows, meta, a.plot)
 
 
 if __name__ == "__main__":
