@@ -134,8 +134,9 @@ template <typename T> static sf_status tc_launch(sf_ctx *ctx, const ssd_bwd_args
 
 /* The tc configuration: workspace (chunk rows of cum, dt, the d(cum)
  * parts; entering states and leaving adjoints; partials per 64-token
- * block; dB/dC rows of head groups; 16-bit gy), its kernels, the
- * fixed-order reductions. */
+ * block; dB/dC rows of head groups; 16-bit gy; per block pair the f32
+ * CB tiles, the 16-bit W sums of head groups and Z's row / column sums),
+ * its kernels, the fixed-order reductions. */
 static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args &a, sf_cuda_state *cs) {
     static const char *op = "sf_ssd_bwd";
     (void)cs;

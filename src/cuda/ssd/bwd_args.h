@@ -41,7 +41,8 @@ struct ssd_bwd_args {
     float *tq, *tddt;    /* the state-out part of d(cum), x . d(x / dt)      */
     float *tdot;         /* <state entering, adjoint leaving>, per slice     */
     void *tgy;           /* Q x P per item: gy = dout silu(z) in x's 16-bit
-                            dtype, as the rows kernel staged it (cols reads it) */
+                            dtype, written by the chunk-state kernel (the
+                            pairs, rows and cols kernels read it)           */
     float *tcb;          /* per (batch, chunk, group, block pair) 64 x 64:
                             C_i B_j^T (the pairs kernel's, read by rows / cols) */
     void *tws;           /* per (batch, head group, chunk, block pair) 64 x
