@@ -62,30 +62,40 @@ static __device__ __forceinline__ void tc_add(float *dst, int ld, int m0, int n0
 }
 
 
-/* The f32 CB tile of block pair pp (the pairs kernel's) into sCB (64 x
- * TC_LDCB floats, at oV), by cp.async. */
-static __device__ __forceinline__ void tc_stage_cb(const float *cbt, int pp, float *sCB) {
-    ssd_stage_async<float, SSD_BWD_THREADS>(sCB, TC_LDCB, cbt + pp * (int64_t)(TC_BT * TC_BT), TC_BT, TC_BT, TC_BT,
-                                            TC_BT, TC_BT, true);
+/* The pieces of a 64 x 64 f32 CB tile a thread builds M from: float4
+ * u is the tile's float4 threadIdx.x + u * SSD_BWD_THREADS (row r = that
+ * / 16, columns 4 (that % 16) ..). */
+#define TC_CBV (TC_BT * TC_BT / 4 / SSD_BWD_THREADS)
+struct tc_cb_regs {
+    float4 v[TC_CBV];
+};
+
+/* Block pair pp's f32 CB tile (the pairs kernel's) into registers: issued
+ * a pair ahead, its loads are in flight while the pair before runs. */
+static __device__ __forceinline__ tc_cb_regs tc_load_cb(const float *cbt, int pp) {
+    const float4 *src = reinterpret_cast<const float4 *>(cbt + pp * (int64_t)(TC_BT * TC_BT));
+    tc_cb_regs cb;
+#pragma unroll
+    for (int u = 0; u < TC_CBV; u++) cb.v[u] = __ldg(src + threadIdx.x + u * SSD_BWD_THREADS);
+    return cb;
 }
 
-/* One block pair (bi, bj) of a head, x_j (rows) or gy_i (cols) and CB
- * (tc_stage_cb) staged and visible: M = CB e (times dt_j: rows), as 16-bit
- * into sM; then rows: acc += M x_j, cols: acc += M^T gy_i (M is stored
- * [i][j]: k-major for the transposed product).  Leaves every tile free for
- * the next pair's staging. */
+/* One block pair (bi, bj) of a head, x_j (rows) or gy_i (cols) staged and
+ * visible, CB in registers (tc_load_cb): M = CB e (times dt_j: rows), as
+ * 16-bit into sM; then rows: acc += M x_j, cols: acc += M^T gy_i (M is
+ * stored [i][j]: k-major for the transposed product).  sM is read until
+ * the caller's next barrier. */
 template <typename T, bool ROWS>
-static __device__ __forceinline__ void tc_pair_m(int P, int bi, int bj, const float *sCB, const T *sG, const T *sX,
-                                                 T *sM, const float *vI, const float *vJ, float (*acc)[2][4]) {
+static __device__ __forceinline__ void tc_pair_m(int P, int bi, int bj, const tc_cb_regs &cb, const T *sG,
+                                                 const T *sX, T *sM, const float *vI, const float *vJ,
+                                                 float (*acc)[2][4]) {
     using F = ssd_mma<T>;
-    constexpr int V = TC_BT * TC_BT / 4 / SSD_BWD_THREADS; /* float4 pieces a thread */
     const int ldP = P + 8;
     T tag{};
 #pragma unroll
-    for (int u = 0; u < V; u++) {
+    for (int u = 0; u < TC_CBV; u++) {
         const int idx = threadIdx.x + u * SSD_BWD_THREADS, r = idx >> 4, c = (idx & 15) << 2;
-        const float4 c4 = *reinterpret_cast<const float4 *>(sCB + r * TC_LDCB + c);
-        const float cv[4] = {c4.x, c4.y, c4.z, c4.w};
+        const float cv[4] = {cb.v[u].x, cb.v[u].y, cb.v[u].z, cb.v[u].w};
         float m[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -104,7 +114,6 @@ static __device__ __forceinline__ void tc_pair_m(int P, int bi, int bj, const fl
         tc_gemm_acc<T>(
             P, TC_BT, [&](uint32_t f[4], int m0, int k0) { F::load_a_t(f, sM, TC_LDT, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sG, ldP, n0, k0); }, acc);
-    __syncthreads();
 }
 
 /* The head group's dC_i (rows: sum over j <= i of Ws_ij B_j) or dB_j
@@ -178,10 +187,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oV), *sX = (T *)(smraw + L.oX);
     T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
-    float *sCB = (float *)(smraw + L.oV); /* in the pair loop */
     float *aN = (float *)(smraw + L.oaN);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
-    float *vI = v, *vJ = v + 2 * TC_BT;
+    float *vI = v, *vJ = v + 2 * TC_BT, *vJ2 = v + 4 * TC_BT;
     const int64_t t0 = b0.c0 + (int64_t)bi * TC_BT;
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
@@ -194,17 +202,31 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+        /* the pairs (bi, bj <= bi) in order, the next one's x_j, cum / dt
+         * rows (cp.async) and CB (registers) loading while one runs: x_j
+         * alternates between sX and sW (x_i, last, in sX), cum / dt_j between
+         * vJ and vJ2 */
         tc_load_cd(a, b, bi, vI);
         tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
         const float *cbt = tc_cb_tiles(a, b);
+        tc_load_cd(a, b, 0, (bi & 1) ? vJ2 : vJ);
+        tc_stage_xg<T>(a, P, b, 0, (bi & 1) ? sW : sX, TcXG::x);
+        sf_cp_async_commit();
+        tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bi, 0));
         for (int bj = 0; bj <= bi; bj++) {
-            tc_load_cd(a, b, bj, vJ);
-            tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
-            tc_stage_cb(cbt, tc_pair_ix(bi, bj), sCB);
-            tc_stage_wait();
-            __syncthreads();
-            tc_pair_m<T, true>(P, bi, bj, sCB, sG, sX, sM, vI, vJ, acc);
+            const bool odd = (bi - bj) & 1;
+            sf_cp_async_wait<0>();
+            __syncthreads(); /* the pair's tiles visible; the pair before done with sM and its buffers */
+            const tc_cb_regs cb = cbn;
+            if (bj < bi) {
+                tc_load_cd(a, b, bj + 1, odd ? vJ : vJ2);
+                tc_stage_xg<T>(a, P, b, bj + 1, odd ? sX : sW, TcXG::x);
+                sf_cp_async_commit();
+                cbn = tc_load_cb(cbt, tc_pair_ix(bi, bj + 1));
+            }
+            tc_pair_m<T, true>(P, bi, bj, cb, sG, odd ? sW : sX, sM, vI, odd ? vJ2 : vJ, acc);
         }
+        __syncthreads(); /* the last product is done with sM, sW */
         /* the state entering the chunk over the free 64 x N tile; sX still holds x_i (bj == bi last);
          * dout_i and z_i for dz into the free sW, sM (P <= 64: they fit) */
         tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
@@ -289,11 +311,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oV), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oC), *sX = (T *)(smraw + L.oX);
     T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
-    float *sCB = (float *)(smraw + L.oV); /* in the pair loop */
     float *aN = (float *)(smraw + L.oaN);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *xr = (float *)(smraw + L.or_), *dp = (float *)(smraw + L.oc);
-    float *vI = v, *vJ = v + 2 * TC_BT;
+    float *vI = v, *vJ = v + 2 * TC_BT, *vI2 = v + 4 * TC_BT;
     const int64_t t0 = b0.c0 + (int64_t)bj * TC_BT;
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
@@ -306,17 +327,30 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[j][0][e] = acc[j][1][e] = 0.0f;
+        /* the pairs (bi >= bj, bj) in order, the next one's gy_i, cum / dt
+         * rows (cp.async) and CB (registers) loading while one runs: gy_i
+         * alternates between sG and sW, cum / dt_i between vI and vI2 */
         tc_load_cd(a, b, bj, vJ);
         tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
         const float *cbt = tc_cb_tiles(a, b);
+        tc_load_cd(a, b, bj, vI);
+        tc_stage_xg<T>(a, P, b, bj, sG, TcXG::gy_ws);
+        sf_cp_async_commit();
+        tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bj, bj));
         for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
-            tc_load_cd(a, b, bi, vI);
-            tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
-            tc_stage_cb(cbt, tc_pair_ix(bi, bj), sCB);
-            tc_stage_wait();
-            __syncthreads();
-            tc_pair_m<T, false>(P, bi, bj, sCB, sG, sX, sM, vI, vJ, acc);
+            const bool odd = (bi - bj) & 1;
+            sf_cp_async_wait<0>();
+            __syncthreads(); /* the pair's tiles visible; the pair before done with sM and its buffers */
+            const tc_cb_regs cb = cbn;
+            if (bi + 1 < nb && tc_valid(b, bi + 1) > 0) {
+                tc_load_cd(a, b, bi + 1, odd ? vI : vI2);
+                tc_stage_xg<T>(a, P, b, bi + 1, odd ? sG : sW, TcXG::gy_ws);
+                sf_cp_async_commit();
+                cbn = tc_load_cb(cbt, tc_pair_ix(bi + 1, bj));
+            }
+            tc_pair_m<T, false>(P, bi, bj, cb, odd ? sW : sG, sX, sM, odd ? vI2 : vI, vJ, acc);
         }
+        __syncthreads(); /* the last product is done with sM, sW, vI */
         /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
         tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
         const bool gsm = P <= TC_BT; /* dout_j, z_j for gy into the free sW, sM */

@@ -16,33 +16,32 @@
 
 #define TC_BT 64         /* tokens a block of the chunk's Q x Q products */
 #define TC_LDT (TC_BT + 8) /* leading dimension of the 64 x 64 operand tiles */
-#define TC_LDCB (TC_BT + 4) /* leading dimension of the f32 64 x 64 CB tile */
 #define TC_HK 8            /* most heads a rows / cols CTA walks (bwd.cu picks) */
 
 /* Shared memory of the per-block kernels (rows and cols), in bytes; one
  * layout serves both.  T tiles (16-bit): the fixed 64 x N tile (C_i in
- * rows, B_j in cols) at oC; at oV the pair loop's f32 CB tile (64 x (64 +
- * 4)), then the P x N state (max(64, P) rows), then the products' B_j /
- * C_i; x_j and gy_i (64 x P), the two 64 x 64 tiles (W sums, M); f32: the
- * 64 x N accumulator (the 64 x P one lives in registers: tc_gemm_acc),
- * row and column partials, cum and dt rows. */
+ * rows, B_j in cols) at oC; at oV the P x N state (max(64, P) rows), then
+ * the products' B_j / C_i; x_j and gy_i (64 x P), the two 64 x 64 tiles
+ * (W sums, M; in the pair loop the first is the second buffer of x_j or
+ * gy_i, so at least 64 x (P + 8)); f32: the 64 x N accumulator (the 64 x
+ * P one lives in registers: tc_gemm_acc), row and column partials, cum and
+ * dt rows (three blocks: one fixed, two alternating). */
 struct tc_blk_smem {
     size_t oC, oV, oG, oX, oW, oM, oaN, oq, ov, or_, oc, total;
 };
 static __host__ __device__ inline tc_blk_smem tc_blk_layout(int P, int N) {
     tc_blk_smem s;
     const size_t ldN = (size_t)N + 8, ldP = (size_t)P + 8, t = 2; /* sizeof 16-bit */
-    const size_t v16 = (P > TC_BT ? (size_t)P : TC_BT) * ldN * t, vcb = (size_t)TC_BT * TC_LDCB * 4;
     size_t o = 0;
     s.oC = o; o += TC_BT * ldN * t;
-    s.oV = o; o += v16 > vcb ? v16 : vcb;
+    s.oV = o; o += (P > TC_BT ? (size_t)P : TC_BT) * ldN * t;
     s.oG = o; o += TC_BT * ldP * t;
     s.oX = o; o += TC_BT * ldP * t;
-    s.oW = o; o += TC_BT * TC_LDT * t;
+    s.oW = o; o += TC_BT * (ldP > TC_LDT ? ldP : TC_LDT) * t;
     s.oM = o; o += TC_BT * TC_LDT * t;
     s.oaN = o; o += TC_BT * ((size_t)N + 8) * 4; /* leading dimension N + 8 */
     s.oq = o; o += TC_BT * ((size_t)N / 16) * 4; /* 64 x (N / 16) partials  */
-    s.ov = o; o += 4 * TC_BT * 4;              /* cum_i, dt_i, cum_j, dt_j */
+    s.ov = o; o += 6 * TC_BT * 4;              /* cum, dt of i, j and the next pair's */
     s.or_ = o; o += TC_BT * ((size_t)P / 16) * 4; /* 64 x (P / 16) partials */
     s.oc = o; o += 4 * (size_t)P * 4;           /* 4 row tiles x P partials */
     s.total = o;
