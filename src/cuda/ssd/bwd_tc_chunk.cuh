@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     if (vi == 0) return;
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oC), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oV), *sX = (T *)(smraw + L.oX);
-    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
+    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: the head's state */
     float *aN = (float *)(smraw + L.oaN);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *vI = v, *vJ = v + 2 * TC_BT, *vJ2 = v + 4 * TC_BT;
@@ -208,6 +208,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
          * vJ and vJ2 */
         tc_load_cd(a, b, bi, vI);
         tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
+        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N); /* for after the loop */
         const float *cbt = tc_cb_tiles(a, b);
         tc_load_cd(a, b, 0, (bi & 1) ? vJ2 : vJ);
         tc_stage_xg<T>(a, P, b, 0, (bi & 1) ? sW : sX, TcXG::x);
@@ -227,9 +228,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             tc_pair_m<T, true>(P, bi, bj, cb, sG, odd ? sW : sX, sM, vI, odd ? vJ2 : vJ, acc);
         }
         __syncthreads(); /* the last product is done with sM, sW */
-        /* the state entering the chunk over the free 64 x N tile; sX still holds x_i (bj == bi last);
-         * dout_i and z_i for dz into the free sW, sM (P <= 64: they fit) */
-        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N);
+        /* sS holds the state entering the chunk, sX still x_i (bj == bi last); dout_i and z_i for dz
+         * into the free sW, sM (P <= 64: they fit) */
         const bool zsm = a.has_z && a.dz && P <= TC_BT;
         if (zsm) tc_stage_dz<T>(a, P, b, t0, vi, sW, sM);
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     }
     const tc_blk_smem L = tc_blk_layout(P, N);
     T *sC = (T *)(smraw + L.oV), *sG = (T *)(smraw + L.oG), *sB = (T *)(smraw + L.oC), *sX = (T *)(smraw + L.oX);
-    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: after the loop */
+    T *sW = (T *)(smraw + L.oW), *sM = (T *)(smraw + L.oM), *sS = (T *)(smraw + L.oV); /* sS: the head's state */
     float *aN = (float *)(smraw + L.oaN);
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *xr = (float *)(smraw + L.or_), *dp = (float *)(smraw + L.oc);
@@ -335,6 +335,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         const float *cbt = tc_cb_tiles(a, b);
         tc_load_cd(a, b, bj, vI);
         tc_stage_xg<T>(a, P, b, bj, sG, TcXG::gy_ws);
+        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N); /* for after the loop */
         sf_cp_async_commit();
         tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bj, bj));
         for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
@@ -351,8 +352,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             tc_pair_m<T, false>(P, bi, bj, cb, odd ? sW : sG, sX, sM, odd ? vI2 : vI, vJ, acc);
         }
         __syncthreads(); /* the last product is done with sM, sW, vI */
-        /* the adjoint leaving the chunk over C_i's tile; exp(cl - cum_j) into vI */
-        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N);
+        /* sS holds the adjoint leaving the chunk; exp(cl - cum_j) into vI */
         const bool gsm = P <= TC_BT; /* dout_j, z_j for gy into the free sW, sM */
         if (gsm) tc_stage_dz<T>(a, P, b, t0, vj, sW, sM);
         const float cl = a.tcum[b.item * Q + Q - 1];
