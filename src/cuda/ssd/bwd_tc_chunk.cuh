@@ -92,18 +92,36 @@ static __device__ __forceinline__ void tc_pair_m(int P, int bi, int bj, const tc
     using F = ssd_mma<T>;
     const int ldP = P + 8;
     T tag{};
+    if (bj < bi) {
+        /* e(i, j) = exp(cum_i - ref) exp(ref - cum_j), both <= 1 with ref
+         * the cum at block j's end: 8 exps a thread instead of 16 */
+        const int c = (threadIdx.x & 15) << 2;
+        const float ref = vJ[TC_BT - 1];
+        float vd[4];
 #pragma unroll
-    for (int u = 0; u < TC_CBV; u++) {
-        const int idx = threadIdx.x + u * SSD_BWD_THREADS, r = idx >> 4, c = (idx & 15) << 2;
-        const float cv[4] = {cb.v[u].x, cb.v[u].y, cb.v[u].z, cb.v[u].w};
-        float m[4];
+        for (int e = 0; e < 4; e++) vd[e] = __expf(ref - vJ[c + e]) * (ROWS ? vJ[TC_BT + c + e] : 1.0f);
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const bool causal = bj * TC_BT + c + e <= bi * TC_BT + r;
-            const float ex = causal ? __expf(vI[r] - vJ[c + e]) : 0.0f; /* <= 1: cum falls */
-            m[e] = ROWS ? cv[e] * ex * vJ[TC_BT + c + e] : cv[e] * ex;
+        for (int u = 0; u < TC_CBV; u++) {
+            const int r = (threadIdx.x >> 4) + 16 * u;
+            const float ur = __expf(vI[r] - ref);
+            const uint2 mp = make_uint2(ssd_pack(tag, cb.v[u].x * vd[0] * ur, cb.v[u].y * vd[1] * ur),
+                                        ssd_pack(tag, cb.v[u].z * vd[2] * ur, cb.v[u].w * vd[3] * ur));
+            *reinterpret_cast<uint2 *>(sM + r * TC_LDT + c) = mp;
         }
-        *reinterpret_cast<uint2 *>(sM + r * TC_LDT + c) = make_uint2(ssd_pack(tag, m[0], m[1]), ssd_pack(tag, m[2], m[3]));
+    } else {
+#pragma unroll
+        for (int u = 0; u < TC_CBV; u++) {
+            const int idx = threadIdx.x + u * SSD_BWD_THREADS, r = idx >> 4, c = (idx & 15) << 2;
+            const float cv[4] = {cb.v[u].x, cb.v[u].y, cb.v[u].z, cb.v[u].w};
+            float m[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) { /* the diagonal block: causal where c + e <= r */
+                const float ex = c + e <= r ? __expf(vI[r] - vJ[c + e]) : 0.0f; /* <= 1: cum falls */
+                m[e] = ROWS ? cv[e] * ex * vJ[TC_BT + c + e] : cv[e] * ex;
+            }
+            const uint2 mp = make_uint2(ssd_pack(tag, m[0], m[1]), ssd_pack(tag, m[2], m[3]));
+            *reinterpret_cast<uint2 *>(sM + r * TC_LDT + c) = mp;
+        }
     }
     __syncthreads();
     if constexpr (ROWS)

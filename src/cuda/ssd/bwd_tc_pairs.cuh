@@ -141,6 +141,45 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
         __syncthreads();
         float gx[2][2][4];
         tc_mma64<T>(gx, sG, sX, ldP, P, m0, n0);
+        /* e(i, j) dt_j of the warp's elements; off the diagonal block (bj <
+         * bi) e = exp(cum_i - ref) exp(ref - cum_j), both <= 1 with ref the
+         * cum at block j's end: 8 exps a thread instead of 16 */
+        float dec[2][2][2][2]; /* [j][nt][hf][u] */
+        if (bj < bi) {
+            const float ref = vJ[TC_BT - 1];
+            float ur[2][2], vd[2][2];
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) ur[j][hf] = __expf(vI[m0[j] + g + 8 * hf] - ref);
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int c = n0[0] + 8 * nt + 2 * tq + u; /* n0[1] == n0[0] */
+                    vd[nt][u] = __expf(ref - vJ[c]) * vJ[TC_BT + c];
+                }
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                        for (int u = 0; u < 2; u++) dec[j][nt][hf][u] = ur[j][hf] * vd[nt][u];
+        } else {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                        for (int u = 0; u < 2; u++) {
+                            const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq + u;
+                            dec[j][nt][hf][u] = c <= r ? __expf(vI[r] - vJ[c]) * vJ[TC_BT + c] : 0.0f;
+                        }
+        }
         /* W = GX e dt_j into the sum; Z = W CB's row and column sums of the
          * warp's tiles (each slot written by one lane) */
 #pragma unroll
@@ -152,10 +191,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
                 for (int hf = 0; hf < 2; hf++)
 #pragma unroll
                     for (int u = 0; u < 2; u++) {
-                        const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq + u;
-                        const bool causal = bj * TC_BT + c <= bi * TC_BT + r;
-                        const float ex = causal ? __expf(vI[r] - vJ[c]) : 0.0f; /* <= 1: cum falls */
-                        const float wv = gx[j][nt][2 * hf + u] * ex * vJ[TC_BT + c];
+                        const float wv = gx[j][nt][2 * hf + u] * dec[j][nt][hf][u];
                         ws[j][nt][2 * hf + u] += wv;
                         const float z = wv * cb[j][nt][2 * hf + u];
                         zrow[hf] += z;
