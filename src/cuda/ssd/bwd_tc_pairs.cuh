@@ -145,40 +145,31 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_pairs_kernel(const 
          * bi) e = exp(cum_i - ref) exp(ref - cum_j), both <= 1 with ref the
          * cum at block j's end: 8 exps a thread instead of 16 */
         float dec[2][2][2][2]; /* [j][nt][hf][u] */
+        const auto each = [&](auto f) { /* f(j, nt, hf, u) over the thread's 16 elements */
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                        for (int u = 0; u < 2; u++) f(j, nt, hf, u);
+        };
         if (bj < bi) {
             const float ref = vJ[TC_BT - 1];
             float ur[2][2], vd[2][2];
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) ur[j][hf] = __expf(vI[m0[j] + g + 8 * hf] - ref);
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int c = n0[0] + 8 * nt + 2 * tq + u; /* n0[1] == n0[0] */
-                    vd[nt][u] = __expf(ref - vJ[c]) * vJ[TC_BT + c];
-                }
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                        for (int u = 0; u < 2; u++) dec[j][nt][hf][u] = ur[j][hf] * vd[nt][u];
+            for (int q = 0; q < 4; q++) {
+                ur[q >> 1][q & 1] = __expf(vI[m0[q >> 1] + g + 8 * (q & 1)] - ref);
+                const int c = n0[0] + 8 * (q >> 1) + 2 * tq + (q & 1); /* n0[1] == n0[0] */
+                vd[q >> 1][q & 1] = __expf(ref - vJ[c]) * vJ[TC_BT + c];
+            }
+            each([&](int j, int nt, int hf, int u) { dec[j][nt][hf][u] = ur[j][hf] * vd[nt][u]; });
         } else {
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                    for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                        for (int u = 0; u < 2; u++) {
-                            const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq + u;
-                            dec[j][nt][hf][u] = c <= r ? __expf(vI[r] - vJ[c]) * vJ[TC_BT + c] : 0.0f;
-                        }
+            each([&](int j, int nt, int hf, int u) {
+                const int r = m0[j] + g + 8 * hf, c = n0[j] + 8 * nt + 2 * tq + u;
+                dec[j][nt][hf][u] = c <= r ? __expf(vI[r] - vJ[c]) * vJ[TC_BT + c] : 0.0f;
+            });
         }
         /* W = GX e dt_j into the sum; Z = W CB's row and column sums of the
          * warp's tiles (each slot written by one lane) */
