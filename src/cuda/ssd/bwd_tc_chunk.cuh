@@ -257,13 +257,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },
             [&](int m0, int n0, float (*acc)[4]) { tc_add<T>(aN, ldA, m0, n0, acc, vJ, nullptr, zq, nq, sC, ldN); });
-        tc_gemm_acc<T>(
-            P, N,
-            [&](uint32_t f[4], int m0, int k0) {
-                F::load_a(f, sC, ldN, m0, k0);
-                tc_scale_rows<T>(f, vJ, m0);
-            },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
+        tc_gemm_acc_rows<T>(
+            P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, vJ, acc);
         __syncthreads();
         const int h = b.k.h;
         if (a.has_z && a.dz) { /* dz from y_i (registers), x_i, dout_i, z_i; 16-bit like x */
@@ -377,13 +373,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
         tc_stage_wait();
         __syncthreads();
-        tc_gemm_acc<T>(
-            P, N,
-            [&](uint32_t f[4], int m0, int k0) {
-                F::load_a(f, sB, ldN, m0, k0);
-                tc_scale_rows<T>(f, vI, m0);
-            },
-            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, acc);
+        tc_gemm_acc_rows<T>(
+            P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sB, ldN, m0, k0); },
+            [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, vI, acc);
         tc_gemm<T>(
             TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sX, ldP, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2_t(f, sS, ldN, n0, k0); },

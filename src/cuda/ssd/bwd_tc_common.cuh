@@ -223,15 +223,32 @@ static __device__ __forceinline__ void tc_gemm_acc(int Nn, int K, FA fa, FB fb, 
     }
 }
 
-/* A fragment (load_a, rows m0 ..) with row m scaled by s[m]. */
-template <typename T> static __device__ __forceinline__ void tc_scale_rows(uint32_t a[4], const float *s, int m0) {
-    const int g = (threadIdx.x & 31) >> 2;
-    const float lo = s[m0 + g], hi = s[m0 + g + 8];
-    T tag{};
-    a[0] = ssd_mul2(tag, a[0], make_float2(lo, lo));
-    a[2] = ssd_mul2(tag, a[2], make_float2(lo, lo));
-    a[1] = ssd_mul2(tag, a[1], make_float2(hi, hi));
-    a[3] = ssd_mul2(tag, a[3], make_float2(hi, hi));
+/* tc_gemm_acc with the product's row m scaled by s[m] (f32, after the
+ * products: the 16-bit operands stay as they are). */
+template <typename T, typename FA, typename FB>
+static __device__ __forceinline__ void tc_gemm_acc_rows(int Nn, int K, FA fa, FB fb, const float *s,
+                                                        float (*acc)[2][4]) {
+    const int w = tc_warp(), tn = Nn >> 4, tiles = 4 * tn, g = (threadIdx.x & 31) >> 2;
+    float part[4][2][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[j][0][e] = part[j][1][e] = 0.0f;
+    tc_gemm_acc<T>(Nn, K, fa, fb, part);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tile = w + j * SSD_BWD_WARPS;
+        if (tile >= tiles) continue; /* warp-uniform */
+        const int m0 = (tile / tn) << 4;
+        const float lo = s[m0 + g], hi = s[m0 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            acc[j][nt][0] += lo * part[j][nt][0];
+            acc[j][nt][1] += lo * part[j][nt][1];
+            acc[j][nt][2] += hi * part[j][nt][2];
+            acc[j][nt][3] += hi * part[j][nt][3];
+        }
+    }
 }
 
 /* Sum over the 4 lanes of a quad (one accumulator row), in a fixed order. */
