@@ -28,7 +28,7 @@ fi
 # emulated: common/ptx.cuh)
 # (the rows src/cuda/ssd/bwd_configs.h has)
 for cfg in $(grep -o '{"tc[a-z]*"' src/cuda/ssd/bwd_configs.h | tr -d '{"'); do
-  for c in ${2:-tc_g2 tc_g1 tc_geqh tc_hk tc_nofin tc_onlyB tc_onlyC tc_onlyx}; do
+  for c in ${2:-tc_g2 tc_g1 tc_geqh tc_hk tc_nofin tc_onlyB tc_onlyC tc_onlyx tc_shift}; do
     case $c in tc_*) ;; *) continue ;; esac
     SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" $c || rc=1
   done

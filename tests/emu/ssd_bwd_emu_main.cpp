@@ -13,7 +13,8 @@
 #include <string>
 extern "C" sf_status emu_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp);
 
-struct Cfg { const char *name; int b, L, H, P, G, N, Q, D, z, bias, sp, init, fin; float dmin, dmax; int varlen; std::vector<int> lens; sf_dtype dt; int only = -1; /* >= 0: that gradient alone */ };
+struct Cfg { const char *name; int b, L, H, P, G, N, Q, D, z, bias, sp, init, fin; float dmin, dmax; int varlen; std::vector<int> lens; sf_dtype dt; int only = -1; /* >= 0: that gradient alone */
+             int shift = 0; /* dx, dz one element into their buffers: 16-bit pairs not 4-byte aligned */ };
 
 static std::mt19937_64 rng(7);
 static float nrm() { static std::normal_distribution<float> d; return d(rng); }
@@ -62,6 +63,7 @@ static int run(const Cfg &c, const char *cfgname) {
         std::vector<int64_t> sh(ins[k]->shape, ins[k]->shape + ins[k]->rank);
         sf_dtype gd = (k == 2 || k == 5 || k == 7 || k == 8) ? SF_F32 : ins[k]->dtype;
         mk(ge[k], gd, sh); mk(gr[k], gd, sh);
+        if (c.shift && (k == 0 || k == 6)) ge[k].t.data = ge[k].d.data() + sf_dtype_size(gd);
         for (int64_t i = 0; i < numel(ge[k]); i++) { set(ge[k], i, NAN); set(gr[k], i, NAN); }
         *te[k] = ge[k].t; *tr[k] = gr[k].t;
     }
@@ -118,6 +120,8 @@ int main(int argc, char **argv) {
         {"tc_onlyB", 1, 150, 4, 16, 2, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 3},
         {"tc_onlyC", 1, 150, 4, 16, 2, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 4},
         {"tc_onlyx", 1, 150, 4, 16, 1, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 0},
+        // dx, dz at an odd element offset: their channel pairs stored one by one
+        {"tc_shift", 1, 150, 4, 16, 2, 16, 64, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, -1, 1},
         // the 2.7B layer's tiling (P 64, N 128, chunk 256) and P 128 (slow)
         {"tc_big", 1, 300, 2, 64, 1, 128, 256, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
         {"tc_wide", 1, 140, 2, 128, 1, 64, 128, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_F16},

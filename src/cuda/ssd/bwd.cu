@@ -72,6 +72,20 @@ static int tc_vec(const ssd_bwd_args &a) {
     return 1;
 }
 
+/* dx and dz (where wanted) take a pair of adjacent channels as one 4-byte
+ * store. */
+static int tc_pair_out(const ssd_bwd_args &a) {
+    const void *ptr[2] = {a.dx, a.dz};
+    const int64_t *st[2] = {a.dxs, a.dzs};
+    for (int i = 0; i < 2; i++) {
+        if (!ptr[i]) continue;
+        if ((uintptr_t)ptr[i] % 4) return 0;
+        for (int d = 0; d < 3; d++)
+            if (st[i][d] % 2) return 0;
+    }
+    return 1;
+}
+
 /* The rows and cols kernels: compiled for headdim 64, dstate 128 (the
  * Mamba-2 layers'; every tile count, loop bound and shared-memory offset a
  * constant, which halves their instructions) or for any served shape
@@ -152,6 +166,7 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     const int64_t PN = (int64_t)a.P * a.N;
     a.tnsl = (int)((PN + 1023) / 1024);
     a.tvec = tc_vec(a);
+    a.tpair = tc_pair_out(a);
     /* heads a rows / cols CTA sums dB and dC over: the largest divisor of a
      * group's heads up to TC_HK (its whole group where that fits, else its
      * partial rows, a tenth of the per-head ones at 80 heads a group) */

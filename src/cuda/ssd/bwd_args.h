@@ -52,6 +52,8 @@ struct ssd_bwd_args {
     int npair;           /* causal 64-token block pairs of a chunk           */
     int tnsl;            /* slices of 1024 state elements                    */
     int tvec;            /* x, z, dout, B, C rows 16-byte aligned            */
+    int tpair;           /* dx, dz 4-byte aligned with even strides: element
+                            pairs stored as one word                         */
 };
 
 #endif

@@ -25,6 +25,7 @@
 #define SF_SSD_BWD_TC_CHUNK_CUH
 
 #include "ssd/bwd_tc_blk.cuh"
+#include <type_traits>
 
 /* acc (16 x 16 tile at m0, n0) times the row scale sc[row] added to dst
  * (ld columns, f32); with q, also the row sums of (that) . s16 (a 16-bit
@@ -212,9 +213,19 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
+    /* a head's gy_i, state (for after its pair loop), cum / dt rows of
+     * blocks i and 0: the next head's are loaded during a head's epilogue */
+    const auto stage_head = [&](const tc_blk &hb) {
+        tc_load_cd(a, hb, bi, vI);
+        tc_stage_xg<T>(a, P, hb, bi, sG, TcXG::gy_ws);
+        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + hb.item * (int64_t)P * N);
+        tc_load_cd(a, hb, 0, (bi & 1) ? vJ2 : vJ);
+        sf_cp_async_commit();
+    };
     tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
         if (hj > 0) b = tc_blk_next(a, b);
+        if (hj == 0) stage_head(b); /* later heads': during the epilogue before */
         float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -224,11 +235,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
          * rows (cp.async) and CB (registers) loading while one runs: x_j
          * alternates between sX and sW (x_i, last, in sX), cum / dt_j between
          * vJ and vJ2 */
-        tc_load_cd(a, b, bi, vI);
-        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
-        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N); /* for after the loop */
         const float *cbt = tc_cb_tiles(a, b);
-        tc_load_cd(a, b, 0, (bi & 1) ? vJ2 : vJ);
         tc_stage_xg<T>(a, P, b, 0, (bi & 1) ? sW : sX, TcXG::x);
         sf_cp_async_commit();
         tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bi, 0));
@@ -249,9 +256,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         /* sS holds the state entering the chunk, sX still x_i (bj == bi last); dout_i and z_i for dz
          * into the free sW, sM (P <= 64: they fit) */
         const bool zsm = a.has_z && a.dz && P <= TC_BT;
-        if (zsm) tc_stage_dz<T>(a, P, b, t0, vi, sW, sM);
+        if (zsm) tc_stage_dz<T>(a, P, b, t0, vi, sW, sM); /* in flight during the state products */
+        sf_cp_async_commit();
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vJ[i] = expf(vI[i]); /* exp(cum_i) */
-        tc_stage_wait();
         __syncthreads();
         tc_gemm<T>(
             TC_BT, N, P, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sG, ldP, m0, k0); },
@@ -260,33 +267,46 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
         tc_gemm_acc_rows<T>(
             P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, vJ, acc);
-        __syncthreads();
+        sf_cp_async_wait<0>();
+        __syncthreads(); /* dout_i, z_i visible; sG, sS, vI, vJ free */
+        if (hj + 1 < a.hk) stage_head(tc_blk_next(a, b));
         const int h = b.k.h;
-        if (a.has_z && a.dz) { /* dz from y_i (registers), x_i, dout_i, z_i; 16-bit like x */
+        if (a.has_z && a.dz) { /* dz from y_i (registers), x_i, dout_i, z_i; 16-bit like x, a channel pair at a time */
             T *dzb = (T *)a.dz + (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t0 * a.dzs[1];
             const T *dob = (const T *)a.dout + (int64_t)b.k.b * a.dos[0] + (int64_t)h * a.dos[2] + t0 * a.dos[1];
             const T *zb = (const T *)a.z + (int64_t)b.k.b * a.zs[0] + (int64_t)h * a.zs[2] + t0 * a.zs[1];
             const float Dh = a.has_D && !a.D_pc ? a.D[h * a.Ds[0]] : 0.0f;
+            const auto epi = [&](auto staged) { /* dout, z from sW, sM or from global memory */
+                constexpr bool S = decltype(staged)::value;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int tile = w + j * SSD_BWD_WARPS;
-                if (tile >= 4 * tn) continue; /* warp-uniform */
+                for (int j = 0; j < 4; j++) {
+                    const int tile = w + j * SSD_BWD_WARPS;
+                    if (tile >= 4 * tn) continue; /* warp-uniform */
+                    const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+                    float2 Dv[2];
 #pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int r = (tile / tn) * 16 + g + 8 * hf;
-                    if (r >= vi) continue;
+                    for (int nt = 0; nt < 2; nt++) Dv[nt] = tc_d2(a, h, n0 + 8 * nt + 2 * tq, Dh);
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int p = (tile % tn) * 16 + 8 * (q >> 1) + 2 * tq + (q & 1);
-                        const float Dv = a.has_D && a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : Dh;
-                        const float y = acc[j][q >> 1][2 * hf + (q & 1)] + Dv * sf_elem<T>::to_f(sX[r * ldP + p]);
-                        const float dy = sf_elem<T>::to_f(zsm ? sW[r * TC_LDT + p] : dob[r * a.dos[1] + p]);
-                        const float zv = sf_elem<T>::to_f(zsm ? sM[r * TC_LDT + p] : zb[r * a.zs[1] + p]);
-                        const float sg = __fdividef(1.0f, 1.0f + __expf(-zv)); /* 0 where exp overflows */
-                        dzb[r * a.dzs[1] + p] = sf_elem<T>::from_f(dy * y * sg * (1.0f + zv * (1.0f - sg)));
+                    for (int hf = 0; hf < 2; hf++) {
+                        const int r = m0 + g + 8 * hf;
+                        if (r >= vi) continue;
+#pragma unroll
+                        for (int nt = 0; nt < 2; nt++) {
+                            const int p = n0 + 8 * nt + 2 * tq;
+                            const float2 xv = tc_ld2s(sX + r * ldP + p);
+                            const float2 dy = S ? tc_ld2s(sW + r * TC_LDT + p) : tc_ld2g(dob + r * a.dos[1] + p);
+                            const float2 zv = S ? tc_ld2s(sM + r * TC_LDT + p) : tc_ld2g(zb + r * a.zs[1] + p);
+                            const float y0 = acc[j][nt][2 * hf] + Dv[nt].x * xv.x;
+                            const float y1 = acc[j][nt][2 * hf + 1] + Dv[nt].y * xv.y;
+                            const float s0 = tc_sigmoid(zv.x), s1 = tc_sigmoid(zv.y);
+                            tc_st2(dzb + r * a.dzs[1] + p, a.tpair, dy.x * y0 * s0 * (1.0f + zv.x * (1.0f - s0)),
+                                   dy.y * y1 * s1 * (1.0f + zv.y * (1.0f - s1)));
+                        }
                     }
                 }
-            }
+            };
+            if (P <= TC_BT) epi(std::true_type{}); /* zsm: staged */
+            else epi(std::false_type{});
         }
         /* Z's row sums over the pairs (bi, j <= bi), in order, and the state part */
         for (int r = threadIdx.x; r < vi; r += SSD_BWD_THREADS) {
@@ -295,7 +315,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             for (int c = 0; c < nq; c++) s += zq[r * nq + c];
             a.trow[b.item * Q + bi * TC_BT + r] = s;
         }
-        __syncthreads(); /* sX, zq, vI are the next head's */
+        __syncthreads(); /* sX, zq are the next head's */
     }
     tc_ws_products<T, true>(a, N, cta, b0, bi, sW, sB, aN, ldA);
     tc_store_bc(a, b0, t0, vi, N, aN, ldA, a.pdC, a.dC, a.dCs, a.Cdt);
@@ -333,9 +353,19 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
+    /* a head's gy_j, adjoint (for after its pair loop) and cum / dt rows of
+     * block j (as block i of the first pair): the next head's are loaded
+     * during a head's epilogue */
+    const auto stage_head = [&](const tc_blk &hb) {
+        tc_load_cd(a, hb, bj, vI);
+        tc_stage_xg<T>(a, P, hb, bj, sG, TcXG::gy_ws);
+        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + hb.item * (int64_t)P * N);
+        sf_cp_async_commit();
+    };
     tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
         if (hj > 0) b = tc_blk_next(a, b);
+        if (hj == 0) stage_head(b); /* later heads': during the epilogue before */
         float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -347,9 +377,6 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         tc_load_cd(a, b, bj, vJ);
         tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
         const float *cbt = tc_cb_tiles(a, b);
-        tc_load_cd(a, b, bj, vI);
-        tc_stage_xg<T>(a, P, b, bj, sG, TcXG::gy_ws);
-        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N); /* for after the loop */
         sf_cp_async_commit();
         tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bj, bj));
         for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
@@ -368,10 +395,10 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         __syncthreads(); /* the last product is done with sM, sW, vI */
         /* sS holds the adjoint leaving the chunk; exp(cl - cum_j) into vI */
         const bool gsm = P <= TC_BT; /* dout_j, z_j for gy into the free sW, sM */
-        if (gsm) tc_stage_dz<T>(a, P, b, t0, vj, sW, sM);
+        if (gsm) tc_stage_dz<T>(a, P, b, t0, vj, sW, sM); /* in flight during the state products */
+        sf_cp_async_commit();
         const float cl = a.tcum[b.item * Q + Q - 1];
         for (int i = threadIdx.x; i < TC_BT; i += SSD_BWD_THREADS) vI[i] = expf(cl - vJ[i]);
-        tc_stage_wait();
         __syncthreads();
         tc_gemm_acc_rows<T>(
             P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sB, ldN, m0, k0); },
@@ -382,7 +409,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             [&](int m0, int n0, float (*acc)[4]) {
                 tc_add<T>(aN, ldA, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN);
             });
-        __syncthreads();
+        sf_cp_async_wait<0>();
+        __syncthreads(); /* dout_j, z_j visible; sG, sS, vI free */
+        if (hj + 1 < a.hk) stage_head(tc_blk_next(a, b));
         const int h = b.k.h;
         /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
          * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
@@ -390,44 +419,60 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
          * dout_j and z_j as bwd_dy gives it */
         T *dxb = a.dx ? (T *)a.dx + (int64_t)b.k.b * a.dxs[0] + (int64_t)h * a.dxs[2] + t0 * a.dxs[1] : nullptr;
         const float Dh = a.has_D && !a.D_pc ? a.D[h * a.Ds[0]] : 0.0f;
+        const auto epi = [&](auto staged) { /* dout_j, z_j from sW, sM or from global memory */
+            constexpr bool S = decltype(staged)::value;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int tile = w + j * SSD_BWD_WARPS;
-            if (tile >= 4 * tn) continue; /* warp-uniform */
-            const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
-            float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int j = 0; j < 4; j++) {
+                const int tile = w + j * SSD_BWD_WARPS;
+                if (tile >= 4 * tn) continue; /* warp-uniform */
+                const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+                float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                float2 Dv[2];
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const int hf = (e >> 1) & 1, ci = 2 * (e >> 2) + (e & 1);
-                const int r = m0 + g + 8 * hf, p = n0 + 8 * (e >> 2) + 2 * tq + (e & 1);
-                if (r >= vj) continue;
-                const float gv = acc[j][e >> 2][e & 3], xv = sf_elem<T>::to_f(sX[r * ldP + p]);
-                float gy;
-                if (gsm) {
-                    gy = sf_elem<T>::to_f(sW[r * TC_LDT + p]);
-                    if (a.has_z) {
-                        const float zv = sf_elem<T>::to_f(sM[r * TC_LDT + p]);
-                        gy *= __fdividef(zv, 1.0f + __expf(-zv)); /* 0 where exp overflows */
+                for (int nt = 0; nt < 2; nt++) Dv[nt] = tc_d2(a, h, n0 + 8 * nt + 2 * tq, Dh);
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = m0 + g + 8 * hf;
+                    if (r >= vj) continue;
+                    const float dtr = vJ[TC_BT + r];
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) { /* channels p, p + 1 */
+                        const int p = n0 + 8 * nt + 2 * tq;
+                        const float g0 = acc[j][nt][2 * hf], g1 = acc[j][nt][2 * hf + 1];
+                        const float2 xv = tc_ld2s(sX + r * ldP + p);
+                        float2 gy;
+                        if constexpr (S) {
+                            gy = tc_ld2s(sW + r * TC_LDT + p);
+                            if (a.has_z) {
+                                const float2 zv = tc_ld2s(sM + r * TC_LDT + p);
+                                gy.x *= zv.x * tc_sigmoid(zv.x);
+                                gy.y *= zv.y * tc_sigmoid(zv.y);
+                            }
+                        } else {
+                            gy = make_float2(bwd_dy(a, b.k, t0 + r, p), bwd_dy(a, b.k, t0 + r, p + 1));
+                        }
+                        rs[hf] += xv.x * g0;
+                        rs[hf] += xv.y * g1;
+                        cs[2 * nt] += gy.x * xv.x;
+                        cs[2 * nt + 1] += gy.y * xv.y;
+                        if (a.dx)
+                            tc_st2(dxb + r * a.dxs[1] + p, a.tpair, dtr * g0 + Dv[nt].x * gy.x, dtr * g1 + Dv[nt].y * gy.y);
                     }
-                } else {
-                    gy = bwd_dy(a, b.k, t0 + r, p);
                 }
-                const float Dv = a.has_D && a.D_pc ? a.D[h * a.Ds[0] + p * a.Ds[1]] : Dh;
-                rs[hf] += xv * gv;
-                cs[ci] += gy * xv;
-                if (a.dx) dxb[r * a.dxs[1] + p] = sf_elem<T>::from_f(vJ[TC_BT + r] * gv + Dv * gy);
-            }
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float v2 = tc_quad_sum(rs[hf]);
-                if (tq == 0) xr[(m0 + g + 8 * hf) * tn + (n0 >> 4)] = v2;
-            }
+                for (int hf = 0; hf < 2; hf++) {
+                    const float v2 = tc_quad_sum(rs[hf]);
+                    if (tq == 0) xr[(m0 + g + 8 * hf) * tn + (n0 >> 4)] = v2;
+                }
 #pragma unroll
-            for (int ci = 0; ci < 4; ci++) {
-                const float v2 = tc_col_sum(cs[ci]);
-                if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
+                for (int ci = 0; ci < 4; ci++) {
+                    const float v2 = tc_col_sum(cs[ci]);
+                    if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
+                }
             }
-        }
+        };
+        if (gsm) epi(std::true_type{});
+        else epi(std::false_type{});
         __syncthreads();
         /* per token: x . d(x / dt), the columns' d(cum), q */
         for (int r = threadIdx.x; r < vj; r += SSD_BWD_THREADS) {
@@ -448,7 +493,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             for (int c = 0; c < 4; c++) s += dp[c * P + p];
             part[2 + p] = s;
         }
-        __syncthreads(); /* sX, zq, xr, dp, v are the next head's */
+        __syncthreads(); /* sX, zq, xr, dp, vJ are the next head's */
     }
     tc_ws_products<T, false>(a, N, cta, b0, bj, sW, sC, aN, ldA);
     tc_store_bc(a, b0, t0, vj, N, aN, ldA, a.pdB, a.dB, a.dBs, a.Bdt);

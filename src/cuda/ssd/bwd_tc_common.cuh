@@ -278,6 +278,42 @@ static __device__ __forceinline__ float tc_block_sum(float v, float *red) {
     return s;
 }
 
+/* Two adjacent 16-bit elements as floats: from shared memory (4-byte
+ * aligned, one load) or from global memory (no alignment assumed). */
+static __device__ __forceinline__ float2 tc_unpack2(__nv_bfloat16, uint32_t v) {
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u)); /* 2 instructions, not 3 */
+}
+static __device__ __forceinline__ float2 tc_unpack2(__half, uint32_t v) { return ssd_unpack(__half{}, v); }
+template <typename T>
+static __device__ __forceinline__ float2 tc_ld2s(const T *s) {
+    return tc_unpack2(T{}, *reinterpret_cast<const uint32_t *>(s));
+}
+template <typename T>
+static __device__ __forceinline__ float2 tc_ld2g(const T *g) {
+    return make_float2(sf_elem<T>::to_f(g[0]), sf_elem<T>::to_f(g[1]));
+}
+/* v0, v1 to two adjacent 16-bit outputs: one 4-byte store where pair
+ * (the output 4-byte aligned with even strides, bwd.cu's tpair). */
+template <typename T>
+static __device__ __forceinline__ void tc_st2(T *g, bool pair, float v0, float v1) {
+    if (pair) {
+        *reinterpret_cast<uint32_t *>(g) = ssd_pack(T{}, v0, v1);
+    } else {
+        g[0] = sf_elem<T>::from_f(v0);
+        g[1] = sf_elem<T>::from_f(v1);
+    }
+}
+/* sigmoid(z) by the SFU: 0 where exp(-z) overflows, 1 where it flushes. */
+static __device__ __forceinline__ float tc_sigmoid(float z) {
+    return sf_rcp_approx(1.0f + sf_ex2(-1.4426950408889634f * z));
+}
+/* D of head h at channels p, p + 1 (per channel, or the head's Dh). */
+static __device__ __forceinline__ float2 tc_d2(const ssd_bwd_args &a, int h, int p, float Dh) {
+    if (!(a.has_D && a.D_pc)) return make_float2(Dh, Dh);
+    const float *d = a.D + h * a.Ds[0] + p * a.Ds[1];
+    return make_float2(d[0], d[a.Ds[1]]);
+}
+
 /* gy = dout silu(z) (dout without z), 8 elements of token row t. */
 template <typename T>
 static __device__ __forceinline__ void tc_gy8(const ssd_bwd_args &a, const bwd_task &k, int64_t t, int p, bool vec,
