@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     float *zq = (float *)(smraw + L.oq), *v = (float *)(smraw + L.ov);
     float *vI = v, *vJ = v + 2 * TC_BT, *vJ2 = v + 4 * TC_BT;
     const int64_t t0 = b0.c0 + (int64_t)bi * TC_BT;
-    const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
     /* a head's gy_i, state (for after its pair loop), cum / dt rows of
@@ -278,11 +278,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             const float Dh = a.has_D && !a.D_pc ? a.D[h * a.Ds[0]] : 0.0f;
             const auto epi = [&](auto staged) { /* dout, z from sW, sM or from global memory */
                 constexpr bool S = decltype(staged)::value;
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const int tile = w + j * SSD_BWD_WARPS;
-                    if (tile >= 4 * tn) continue; /* warp-uniform */
-                    const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+                tc_acc_tiles(P, [&](int j, int m0, int n0) {
                     float2 Dv[2];
 #pragma unroll
                     for (int nt = 0; nt < 2; nt++) Dv[nt] = tc_d2(a, h, n0 + 8 * nt + 2 * tq, Dh);
@@ -303,7 +299,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
                                    dy.y * y1 * s1 * (1.0f + zv.y * (1.0f - s1)));
                         }
                     }
-                }
+                });
             };
             if (P <= TC_BT) epi(std::true_type{}); /* zsm: staged */
             else epi(std::false_type{});
@@ -421,11 +417,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         const float Dh = a.has_D && !a.D_pc ? a.D[h * a.Ds[0]] : 0.0f;
         const auto epi = [&](auto staged) { /* dout_j, z_j from sW, sM or from global memory */
             constexpr bool S = decltype(staged)::value;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int tile = w + j * SSD_BWD_WARPS;
-                if (tile >= 4 * tn) continue; /* warp-uniform */
-                const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 16;
+            tc_acc_tiles(P, [&](int j, int m0, int n0) {
                 float rs[2] = {0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 float2 Dv[2];
 #pragma unroll
@@ -469,7 +461,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
                     const float v2 = tc_col_sum(cs[ci]);
                     if (g == 0) dp[(m0 >> 4) * P + n0 + 8 * (ci >> 1) + 2 * tq + (ci & 1)] = v2;
                 }
-            }
+            });
         };
         if (gsm) epi(std::true_type{});
         else epi(std::false_type{});

@@ -223,23 +223,32 @@ static __device__ __forceinline__ void tc_gemm_acc(int Nn, int K, FA fa, FB fb, 
     }
 }
 
+/* f(j, m0, n0) for each of the warp's tiles j of a 64 x Nn tc_gemm_acc
+ * accumulator (at rows m0, columns n0). */
+template <typename FT>
+static __device__ __forceinline__ void tc_acc_tiles(int Nn, FT f) {
+    const int w = tc_warp(), tn = Nn >> 4;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tile = w + j * SSD_BWD_WARPS;
+        if (tile >= 4 * tn) continue; /* warp-uniform */
+        f(j, (tile / tn) << 4, (tile % tn) << 4);
+    }
+}
+
 /* tc_gemm_acc with the product's row m scaled by s[m] (f32, after the
  * products: the 16-bit operands stay as they are). */
 template <typename T, typename FA, typename FB>
 static __device__ __forceinline__ void tc_gemm_acc_rows(int Nn, int K, FA fa, FB fb, const float *s,
                                                         float (*acc)[2][4]) {
-    const int w = tc_warp(), tn = Nn >> 4, tiles = 4 * tn, g = (threadIdx.x & 31) >> 2;
+    const int g = (threadIdx.x & 31) >> 2;
     float part[4][2][4];
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) part[j][0][e] = part[j][1][e] = 0.0f;
     tc_gemm_acc<T>(Nn, K, fa, fb, part);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int tile = w + j * SSD_BWD_WARPS;
-        if (tile >= tiles) continue; /* warp-uniform */
-        const int m0 = (tile / tn) << 4;
+    tc_acc_tiles(Nn, [&](int j, int m0, int) {
         const float lo = s[m0 + g], hi = s[m0 + g + 8];
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
@@ -248,7 +257,7 @@ static __device__ __forceinline__ void tc_gemm_acc_rows(int Nn, int K, FA fa, FB
             acc[j][nt][2] += hi * part[j][nt][2];
             acc[j][nt][3] += hi * part[j][nt][3];
         }
-    }
+    });
 }
 
 /* Sum over the 4 lanes of a quad (one accumulator row), in a fixed order. */
