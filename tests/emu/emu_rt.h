@@ -36,6 +36,10 @@ inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim, blockDim;
 
 // ---- barriers ------------------------------------------------------------
+// the deadlock watch: updated relaxed, so that it orders no thread for
+// ThreadSanitizer (seq_cst updates by every thread at each barrier, warp ones
+// included, are synchronisation edges between all threads there, which the
+// kernels do not have)
 inline std::atomic<int> emu_alive{0}, emu_waiting{0};
 inline std::atomic<unsigned long> emu_progress{0};
 inline const char *emu_wait_on[1024];
@@ -77,7 +81,7 @@ struct EmuBar {
     void complete() {
         count = 0;
         gen++;
-        emu_progress++;
+        emu_progress.fetch_add(1, std::memory_order_relaxed);
         cv.notify_all();
     }
     void wait() {
@@ -90,19 +94,19 @@ struct EmuBar {
             return;
         }
         emu_wait_on[threadIdx.x] = name;
-        emu_waiting++;
-        unsigned long seen = emu_progress;
+        emu_waiting.fetch_add(1, std::memory_order_relaxed);
+        unsigned long seen = emu_progress.load(std::memory_order_relaxed);
         int stuck = 0;
         while (gen == g) {
             if (cv.wait_for(lk, std::chrono::milliseconds(1500)) == std::cv_status::timeout && gen == g) {
-                const bool all = emu_waiting.load() == emu_alive.load();
-                const unsigned long now = emu_progress;
+                const bool all = emu_waiting.load(std::memory_order_relaxed) == emu_alive.load(std::memory_order_relaxed);
+                const unsigned long now = emu_progress.load(std::memory_order_relaxed);
                 stuck = all && now == seen ? stuck + 1 : 0;
                 seen = now;
                 if (stuck >= 2) emu_deadlock_report();
             }
         }
-        emu_waiting--;
+        emu_waiting.fetch_sub(1, std::memory_order_relaxed);
         emu_wait_on[threadIdx.x] = nullptr;
         lk.unlock();
         if (emu_jitter) emu_jit();

@@ -112,9 +112,11 @@ static inline float sf_tf32(float x) { return x; }
 // cp.async, asynchronous (EMU_CPASYNC_SYNC=1: copied at the call): a copy
 // is recorded at its call and lands (reads its source, writes shared
 // memory) when a sf_cp_async_wait<N> of its thread retires its commit
-// group, so a missing or too weak wait leaves the poisoned shared memory
-// (NaN for 16-bit and f32 data) where the kernel reads.  Copies never
-// waited for are reported at the thread's exit.
+// group; at its call it fills its destination with 0xff bytes (NaN for
+// 16-bit and f32 data), so a missing or too weak wait reads NaN (also where
+// the buffer held older data), and ThreadSanitizer sees a write at the call
+// (another thread still reading the old contents without a barrier between
+// is a race).  Copies never waited for are reported at the thread's exit.
 struct EmuCopy {
     void *dst;
     const void *src;
@@ -136,16 +138,24 @@ static inline void sf_cp_async16_zfill(void *s, const void *g, int bytes) {
     if ((uintptr_t)s & 15) { printf("EMU: cp.async to unaligned shared address %p\n", s); abort(); }
     if (((uintptr_t)g & 15) && bytes) { printf("EMU: cp.async from unaligned global address %p\n", g); abort(); }
     const EmuCopy c{s, g, bytes, 16};
-    if (emu_cp_sync) emu_copy_now(c);
-    else emu_cps.open.push_back(c);
+    if (emu_cp_sync) {
+        emu_copy_now(c);
+    } else {
+        memset(s, 0xff, 16);
+        emu_cps.open.push_back(c);
+    }
 }
 static inline void sf_cp_async16(void *s, const void *g) { sf_cp_async16_zfill(s, g, 16); }
 static inline void sf_cp_async4_zfill(void *s, const void *g, int bytes) {
     if (bytes != 0 && bytes != 4) { printf("EMU: 4-byte cp.async of %d bytes\n", bytes); abort(); }
     if (((uintptr_t)s & 3) || (((uintptr_t)g & 3) && bytes)) { printf("EMU: unaligned 4-byte cp.async\n"); abort(); }
     const EmuCopy c{s, g, bytes, 4};
-    if (emu_cp_sync) emu_copy_now(c);
-    else emu_cps.open.push_back(c);
+    if (emu_cp_sync) {
+        emu_copy_now(c);
+    } else {
+        memset(s, 0xff, 4);
+        emu_cps.open.push_back(c);
+    }
 }
 static inline void sf_cp_async_commit() {
     if (emu_cp_sync) return;

@@ -85,7 +85,7 @@ inline void emu_mbar_step(EmuMbar &m, int arrivals, long long bytes, uint32_t ba
     if (m.pending == 0 && m.tx == 0) {
         m.phases++;
         m.pending = m.count;
-        emu_progress++;
+        emu_progress.fetch_add(1, std::memory_order_relaxed);
         emu_mbar_cv.notify_all();
     }
 }
@@ -107,14 +107,14 @@ inline void mbar_wait(uint32_t bar, uint32_t parity) {
     EmuMbar &m = emu_mbar(bar, "mbarrier.try_wait");
     if ((m.phases & 1) != (parity & 1)) return;
     emu_wait_on[threadIdx.x] = "an mbarrier (try_wait.parity)";
-    emu_waiting++;
-    unsigned long seen = emu_progress;
+    emu_waiting.fetch_add(1, std::memory_order_relaxed);
+    unsigned long seen = emu_progress.load(std::memory_order_relaxed);
     int stuck = 0;
     while ((m.phases & 1) == (parity & 1)) {
         if (emu_mbar_cv.wait_for(lk, std::chrono::milliseconds(1500)) == std::cv_status::timeout &&
             (m.phases & 1) == (parity & 1)) {
-            const bool all = emu_waiting.load() == emu_alive.load();
-            const unsigned long now = emu_progress;
+            const bool all = emu_waiting.load(std::memory_order_relaxed) == emu_alive.load(std::memory_order_relaxed);
+            const unsigned long now = emu_progress.load(std::memory_order_relaxed);
             stuck = all && now == seen ? stuck + 1 : 0;
             seen = now;
             if (stuck >= 2) {
@@ -123,7 +123,7 @@ inline void mbar_wait(uint32_t bar, uint32_t parity) {
             }
         }
     }
-    emu_waiting--;
+    emu_waiting.fetch_sub(1, std::memory_order_relaxed);
     emu_wait_on[threadIdx.x] = nullptr;
 }
 inline void mbar_wait_sleep(uint32_t bar, uint32_t parity) { mbar_wait(bar, parity); }
