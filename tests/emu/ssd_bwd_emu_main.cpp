@@ -114,8 +114,8 @@ int main(int argc, char **argv) {
         {"tc_g1", 1, 200, 5, 16, 1, 32, 128, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_F16},
         {"tc_geqh", 2, 70, 2, 32, 2, 16, 64, 2, 0, 1, 1, 0, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
         {"tc_nofin", 1, 129, 3, 16, 1, 16, 128, 0, 1, 0, 0, 1, 0, 0.0f, 0.0f, 0, {}, SF_BF16},
-        // 12 heads a group: CTAs of 6 heads, two partial rows of dB / dC a group
-        {"tc_hk", 1, 150, 12, 16, 1, 16, 64, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
+        // 18 heads a group: CTAs of 9 heads, two partial rows of dB / dC a group
+        {"tc_hk", 1, 150, 18, 16, 1, 16, 64, 2, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16},
         // one gradient asked: dB alone, dC alone, dx alone (no group stage)
         {"tc_onlyB", 1, 150, 4, 16, 2, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 3},
         {"tc_onlyC", 1, 150, 4, 16, 2, 16, 64, 1, 1, 1, 1, 1, 1, 0.0f, 0.0f, 0, {}, SF_BF16, 4},

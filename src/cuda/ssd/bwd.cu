@@ -169,7 +169,7 @@ static sf_status tc_run(sf_ctx *ctx, const sf_ssd_bwd_problem *bp, ssd_bwd_args 
     a.tpair = tc_pair_out(a);
     /* heads a rows / cols CTA sums dB and dC over: the largest divisor of a
      * group's heads up to TC_HK (its whole group where that fits, else its
-     * partial rows, a tenth of the per-head ones at 80 heads a group) */
+     * partial rows, a sixteenth of the per-head ones at 80 heads a group) */
     for (int d = TC_HK; d >= 1; d--)
         if (a.hpg % d == 0) {
             a.hk = d;

@@ -213,19 +213,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
     const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bi, sC, a.C, a.Cs);
-    /* a head's gy_i, state (for after its pair loop), cum / dt rows of
-     * blocks i and 0: the next head's are loaded during a head's epilogue */
-    const auto stage_head = [&](const tc_blk &hb) {
-        tc_load_cd(a, hb, bi, vI);
-        tc_stage_xg<T>(a, P, hb, bi, sG, TcXG::gy_ws);
-        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + hb.item * (int64_t)P * N);
-        tc_load_cd(a, hb, 0, (bi & 1) ? vJ2 : vJ);
-        sf_cp_async_commit();
-    };
     tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
         if (hj > 0) b = tc_blk_next(a, b);
-        if (hj == 0) stage_head(b); /* later heads': during the epilogue before */
         float acc[4][2][4]; /* y_i (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -235,7 +225,11 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
          * rows (cp.async) and CB (registers) loading while one runs: x_j
          * alternates between sX and sW (x_i, last, in sX), cum / dt_j between
          * vJ and vJ2 */
+        tc_load_cd(a, b, bi, vI);
+        tc_stage_xg<T>(a, P, b, bi, sG, TcXG::gy_ws);
+        tc_stage_state<T>(P, N, sS, (const T *)a.tS16 + b.item * (int64_t)P * N); /* for after the loop */
         const float *cbt = tc_cb_tiles(a, b);
+        tc_load_cd(a, b, 0, (bi & 1) ? vJ2 : vJ);
         tc_stage_xg<T>(a, P, b, 0, (bi & 1) ? sW : sX, TcXG::x);
         sf_cp_async_commit();
         tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bi, 0));
@@ -268,8 +262,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             P, N, [&](uint32_t f[4], int m0, int k0) { F::load_a(f, sC, ldN, m0, k0); },
             [&](uint32_t f[4], int n0, int k0) { F::load_b2(f, sS, ldN, n0, k0); }, vJ, acc);
         sf_cp_async_wait<0>();
-        __syncthreads(); /* dout_i, z_i visible; sG, sS, vI, vJ free */
-        if (hj + 1 < a.hk) stage_head(tc_blk_next(a, b));
+        __syncthreads(); /* dout_i, z_i visible */
         const int h = b.k.h;
         if (a.has_z && a.dz) { /* dz from y_i (registers), x_i, dout_i, z_i; 16-bit like x, a channel pair at a time */
             T *dzb = (T *)a.dz + (int64_t)b.k.b * a.dzs[0] + (int64_t)h * a.dzs[2] + t0 * a.dzs[1];
@@ -311,7 +304,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
             for (int c = 0; c < nq; c++) s += zq[r * nq + c];
             a.trow[b.item * Q + bi * TC_BT + r] = s;
         }
-        __syncthreads(); /* sX, zq are the next head's */
+        __syncthreads(); /* sX, zq, vI are the next head's */
     }
     tc_ws_products<T, true>(a, N, cta, b0, bi, sW, sB, aN, ldA);
     tc_store_bc(a, b0, t0, vi, N, aN, ldA, a.pdC, a.dC, a.dCs, a.Cdt);
@@ -349,19 +342,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
     const int lane = threadIdx.x & 31, w = tc_warp(), g = lane >> 2, tq = lane & 3, tn = P / 16;
     for (int i = threadIdx.x; i < TC_BT * ldA; i += SSD_BWD_THREADS) aN[i] = 0.0f;
     tc_stage_bc<T>(a, N, b0, bj, sB, a.B, a.Bs);
-    /* a head's gy_j, adjoint (for after its pair loop) and cum / dt rows of
-     * block j (as block i of the first pair): the next head's are loaded
-     * during a head's epilogue */
-    const auto stage_head = [&](const tc_blk &hb) {
-        tc_load_cd(a, hb, bj, vI);
-        tc_stage_xg<T>(a, P, hb, bj, sG, TcXG::gy_ws);
-        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + hb.item * (int64_t)P * N);
-        sf_cp_async_commit();
-    };
     tc_blk b = b0;
     for (int hj = 0; hj < a.hk; hj++) {
         if (hj > 0) b = tc_blk_next(a, b);
-        if (hj == 0) stage_head(b); /* later heads': during the epilogue before */
         float acc[4][2][4]; /* d(x_j / dt_j) (64 x P), tc_gemm_acc's tiles */
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -373,6 +356,9 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
         tc_load_cd(a, b, bj, vJ);
         tc_stage_xg<T>(a, P, b, bj, sX, TcXG::x);
         const float *cbt = tc_cb_tiles(a, b);
+        tc_load_cd(a, b, bj, vI);
+        tc_stage_xg<T>(a, P, b, bj, sG, TcXG::gy_ws);
+        tc_stage_state<T>(P, N, sS, (const T *)a.tdS16 + b.item * (int64_t)P * N); /* for after the loop */
         sf_cp_async_commit();
         tc_cb_regs cbn = tc_load_cb(cbt, tc_pair_ix(bj, bj));
         for (int bi = bj; bi < nb && tc_valid(b, bi) > 0; bi++) {
@@ -406,8 +392,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
                 tc_add<T>(aN, ldA, m0, n0, acc, vI, vJ + TC_BT, zq, nq, sB, ldN);
             });
         sf_cp_async_wait<0>();
-        __syncthreads(); /* dout_j, z_j visible; sG, sS, vI free */
-        if (hj + 1 < a.hk) stage_head(tc_blk_next(a, b));
+        __syncthreads(); /* dout_j, z_j visible */
         const int h = b.k.h;
         /* from the register tiles: dx = dt d(x / dt) + D gy; the row partials
          * of x . d(x / dt) (xr: 64 x P / 16) and the column ones of gy x (dp:
@@ -485,7 +470,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
             for (int c = 0; c < 4; c++) s += dp[c * P + p];
             part[2 + p] = s;
         }
-        __syncthreads(); /* sX, zq, xr, dp, vJ are the next head's */
+        __syncthreads(); /* sX, zq, xr, dp, v are the next head's */
     }
     tc_ws_products<T, false>(a, N, cta, b0, bj, sW, sC, aN, ldA);
     tc_store_bc(a, b0, t0, vj, N, aN, ldA, a.pdB, a.dB, a.dBs, a.Bdt);
