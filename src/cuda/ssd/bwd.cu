@@ -59,31 +59,29 @@ static void fill_args(const sf_ssd_bwd_problem *bp, ssd_bwd_args &a) {
     a.dt_min = p->dt_min; a.dt_max = p->dt_max;
 }
 
+/* Every given 16-bit tensor of n (pointers, 3 strides each) at `elems`
+ * elements' alignment: the pointer and its strides multiples of it. */
+static int tc_aligned(int n, const void *const *ptr, const int64_t *const *st, int elems) {
+    for (int i = 0; i < n; i++) {
+        if (!ptr[i]) continue;
+        if ((uintptr_t)ptr[i] % (2 * (uintptr_t)elems)) return 0;
+        for (int d = 0; d < 3; d++)
+            if (st[i][d] % elems) return 0;
+    }
+    return 1;
+}
 /* x, z, dout, B, C rows 16-byte aligned (8 16-bit elements) */
 static int tc_vec(const ssd_bwd_args &a) {
     const void *ptr[5] = {a.x, a.z, a.dout, a.B, a.C};
     const int64_t *st[5] = {a.xs, a.zs, a.dos, a.Bs, a.Cs};
-    for (int i = 0; i < 5; i++) {
-        if (!ptr[i]) continue;
-        if ((uintptr_t)ptr[i] % 16) return 0;
-        for (int d = 0; d < 3; d++)
-            if (st[i][d] % 8) return 0;
-    }
-    return 1;
+    return tc_aligned(5, ptr, st, 8);
 }
-
 /* dx and dz (where wanted) take a pair of adjacent channels as one 4-byte
  * store. */
 static int tc_pair_out(const ssd_bwd_args &a) {
     const void *ptr[2] = {a.dx, a.dz};
     const int64_t *st[2] = {a.dxs, a.dzs};
-    for (int i = 0; i < 2; i++) {
-        if (!ptr[i]) continue;
-        if ((uintptr_t)ptr[i] % 4) return 0;
-        for (int d = 0; d < 3; d++)
-            if (st[i][d] % 2) return 0;
-    }
-    return 1;
+    return tc_aligned(2, ptr, st, 2);
 }
 
 /* The rows and cols kernels: compiled for headdim 64, dstate 128 (the
