@@ -118,9 +118,10 @@ static __device__ __forceinline__ float sf_rcp_approx(float x) {
  * ulp).  __expf and __fdividef without ftz add a range test and two
  * rescaling multiplies each: 8 instructions, which mattered in the 16-bit
  * conv1d (bound by instructions).  v < -88: e^-v = inf, the result -0. */
-static __device__ __forceinline__ float sf_silu_sfu(float v) {
-    return v * sf_rcp_approx(1.0f + sf_ex2(v * -1.4426950408889634f));
+static __device__ __forceinline__ float sf_sigmoid_sfu(float v) {
+    return sf_rcp_approx(1.0f + sf_ex2(v * -1.4426950408889634f)); /* 0 for v < -88, 1 where e^-v flushes */
 }
+static __device__ __forceinline__ float sf_silu_sfu(float v) { return v * sf_sigmoid_sfu(v); }
 
 /* Programmatic dependent launch (sm_90): a kernel launched with the
  * programmatic stream serialisation attribute may start before the kernel

@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_rows_kernel(const s
                             const float2 zv = S ? tc_ld2s(sM + r * TC_LDT + p) : tc_ld2g(zb + r * a.zs[1] + p);
                             const float y0 = acc[j][nt][2 * hf] + Dv[nt].x * xv.x;
                             const float y1 = acc[j][nt][2 * hf + 1] + Dv[nt].y * xv.y;
-                            const float s0 = tc_sigmoid(zv.x), s1 = tc_sigmoid(zv.y);
+                            const float s0 = sf_sigmoid_sfu(zv.x), s1 = sf_sigmoid_sfu(zv.y);
                             tc_st2(dzb + r * a.dzs[1] + p, a.tpair, dy.x * y0 * s0 * (1.0f + zv.x * (1.0f - s0)),
                                    dy.y * y1 * s1 * (1.0f + zv.y * (1.0f - s1)));
                         }
@@ -422,8 +422,8 @@ __global__ void __launch_bounds__(SSD_BWD_THREADS, 2) ssd_tc_cols_kernel(const s
                             gy = tc_ld2s(sW + r * TC_LDT + p);
                             if (a.has_z) {
                                 const float2 zv = tc_ld2s(sM + r * TC_LDT + p);
-                                gy.x *= zv.x * tc_sigmoid(zv.x);
-                                gy.y *= zv.y * tc_sigmoid(zv.y);
+                                gy.x *= sf_silu_sfu(zv.x);
+                                gy.y *= sf_silu_sfu(zv.y);
                             }
                         } else {
                             gy = make_float2(bwd_dy(a, b.k, t0 + r, p), bwd_dy(a, b.k, t0 + r, p + 1));

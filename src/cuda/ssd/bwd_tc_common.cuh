@@ -312,10 +312,6 @@ static __device__ __forceinline__ void tc_st2(T *g, bool pair, float v0, float v
         g[1] = sf_elem<T>::from_f(v1);
     }
 }
-/* sigmoid(z) by the SFU: 0 where exp(-z) overflows, 1 where it flushes. */
-static __device__ __forceinline__ float tc_sigmoid(float z) {
-    return sf_rcp_approx(1.0f + sf_ex2(-1.4426950408889634f * z));
-}
 /* D of head h at channels p, p + 1 (per channel, or the head's Dh). */
 static __device__ __forceinline__ float2 tc_d2(const ssd_bwd_args &a, int h, int p, float Dh) {
     if (!(a.has_D && a.D_pc)) return make_float2(Dh, Dh);

@@ -188,7 +188,8 @@ inline void emu_cp_exit() {
 static inline float emu_ftz(float y) { return std::fabs(y) < 1.17549435e-38f ? 0.f * y : y; }
 static inline float sf_ex2(float x) { return emu_ftz(exp2f(x)); }
 static inline float sf_rcp_approx(float x) { return emu_ftz(1.0f / x); }
-static inline float sf_silu_sfu(float v) { return v * sf_rcp_approx(1.0f + sf_ex2(v * -1.4426950408889634f)); }
+static inline float sf_sigmoid_sfu(float v) { return sf_rcp_approx(1.0f + sf_ex2(v * -1.4426950408889634f)); }
+static inline float sf_silu_sfu(float v) { return v * sf_sigmoid_sfu(v); }
 static inline float sf_tanh_approx(float x) { return tanhf(x); }
 // programmatic dependent launch: one kernel at a time here, nothing to wait for
 static inline void sf_pdl_wait() {}
