@@ -6,8 +6,11 @@
 // through 160 MB of weight copies (cold L2, both sides) at Llama-8B's
 // gate+up, gate, down and q/o, M 1, 4 and 16.  Each variant is checked
 // against the library's row (base_m1w8u4), which the tests check against the
-// reference.
-//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Iinclude -Ibench --expt-relaxed-constexpr \
+// reference.  tile_*: the codes tiled (decode.cuh's LT; the same bytes
+// rearranged by tile_codes, so the outputs match the row's); bulk*: LT + BULK
+// (ring of U kilobytes a warp, sN: a K split of N blocks), bulkxc*: + XC.
+// probe_*: the codes read in the row kernel's order without the math.
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
 //   ./gemv_wq [once]               (once: one launch each, for ncu)
 #include <cublas_v2.h>
@@ -26,7 +29,7 @@ typedef __nv_bfloat16 T;
 
 /* the weights cycle through ncopy copies, one a call, so that a graph of
  * calls streams them from DRAM (L2 holds 50 MB) */
-struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; };
+struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; const uint8_t *wt; };
 static unsigned g_call;
 static WqdArgs cur(const Prob &p) {
     WqdArgs a = p.a;
@@ -37,24 +40,80 @@ static WqdArgs cur(const Prob &p) {
 }
 typedef void (*Launch)(const Prob &, cudaStream_t);
 
+/* the codes of each copy with every 16-row tile's chunks (64 bytes of each
+ * of its 16 rows) stored as one contiguous kilobyte, tile after tile */
+__global__ void tile_codes(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+    const int64_t rb = K / 2, upr = rb / 16, nchk = K / 128;
+    for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < N * upr; u += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t n = u / upr, q = u % upr, ch = q / 4, c = q % 4;
+        const int64_t d = (n / 16) * nchk * 64 + ch * 64 + (n % 16) * 4 + c;
+        ((uint4 *)dst)[d] = ((const uint4 *)src)[u];
+    }
+}
+
+/* a read of the codes alone in the row kernel's order (8 warps x 16 rows a
+ * block, U chunks ahead in registers, no math): what the memory system
+ * gives each layout */
+template <int U, bool LT>
+__global__ void __launch_bounds__(256) probe_codes(const uint8_t *w, int N, int K, uint32_t *sink) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
+    const int nchk = K / 128;
+    const int64_t rb = K / 2;
+    const int tile = blockIdx.x * 8 + warp;
+    if (tile * 16 >= N) return;
+    const uint8_t *p[2];
+    int64_t cs;
+    for (int h = 0; h < 2; h++) {
+        const int r = (lane >> 2) + 8 * h;
+        p[h] = LT ? w + (int64_t)tile * nchk * 1024 + r * 64 + c * 16 : w + ((int64_t)tile * 16 + r) * rb + c * 16;
+    }
+    cs = LT ? 1024 : 64;
+    uint4 b[U][2];
+    uint32_t acc = 0;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        for (int h = 0; h < 2; h++) b[u][h] = wqd_ld_stream(p[h] + (int64_t)min(u, nchk - 1) * cs);
+    for (int ch0 = 0; ch0 < nchk; ch0 += U)
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (ch0 + u >= nchk) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) acc ^= b[u][h].x ^ b[u][h].y ^ b[u][h].z ^ b[u][h].w;
+            const int nx = min(ch0 + u + U, nchk - 1);
+#pragma unroll
+            for (int h = 0; h < 2; h++) b[u][h] = wqd_ld_stream(p[h] + (int64_t)nx * cs);
+        }
+    if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the loads */
+}
+static uint32_t *g_sink;
+template <int U, bool LT>
+static void run_probe(const Prob &p, cudaStream_t s) {
+    WqdArgs a = cur(p);
+    if (LT) a.w = p.wt + (a.w - p.a.w);
+    probe_codes<U, LT><<<(a.N + 127) / 128, 256, 0, s>>>(a.w, a.N, a.K, g_sink);
+    CK(cudaGetLastError());
+}
+
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
- * SF > 0 fixes the split at SF blocks (a cluster) instead */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0>
+ * SF > 0 fixes the split at SF blocks (a cluster) instead; LT: the codes
+ * tiled (tile_codes) */
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, bool LT = false, bool BK = false, bool XC = false>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U>;
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LT, BK, XC>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LT, BK, XC>;
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
+    if (LT) a.w = p.wt + (a.w - p.a.w), a.w_ts = (int64_t)nchk * 1024;
     const int64_t rb = (a.N + BR - 1) / BR;
     int64_t S = ((int64_t)F2 * p.sms / 2 + rb / 2) / rb;
     if (SF > 0) S = SF;
     S = S < 1 ? 1 : S > 8 ? 8 : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
-    while (Tl::smem(a.cps) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
+    while (Tl::smem(a.cps, a.M) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
     S = (nchk + a.cps - 1) / a.cps;
-    const size_t smem = Tl::smem(a.cps);
+    const size_t smem = Tl::smem(a.cps, a.M);
     static bool set = false;
     if (!set) { CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024)); set = true; }
     cudaLaunchConfig_t cfg = {};
@@ -68,10 +127,10 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0>
+template <int MT, int WARPS, int U, int F2, int SF = 0, bool LT = false, bool BK = false, bool XC = false>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LT, BK, XC>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, LT, BK, XC>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -97,10 +156,10 @@ int main(int argc, char **argv) {
     const size_t maxw = (size_t)28672 * 4096;
     const size_t span = 160000000; /* bytes of weights a graph cycles through */
     const size_t wcap = span + maxw / 2, scap = wcap / 64 + maxw / 64, bcap = span + maxw * 2;
-    uint8_t *w; uint16_t *sc, *x, *y, *yref;
-    CK(cudaMalloc(&w, wcap)); CK(cudaMalloc(&sc, scap * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
+    uint8_t *w, *wt; uint16_t *sc, *x, *y, *yref;
+    CK(cudaMalloc(&w, wcap)); CK(cudaMalloc(&wt, wcap)); CK(cudaMalloc(&sc, scap * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
     CK(cudaMalloc(&y, 16 * 28672 * 2)); CK(cudaMalloc(&yref, 16 * 28672 * 2));
-    CK(cudaMalloc(&g_wb, bcap)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
+    CK(cudaMalloc(&g_wb, bcap)); CK(cudaMalloc(&g_sink, 4)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
     fill8<<<1024, 256>>>(w, wcap, 3u);
     fill16<<<1024, 256>>>(sc, scap, 5u, 0.01f, 0.0f);
     fill16<<<64, 256>>>(x, 16 * 14336, 7u, 2.0f, 0.5f);
@@ -108,7 +167,25 @@ int main(int argc, char **argv) {
     CK(cudaDeviceSynchronize());
     V vs[] = {
         {"base_m1w8u4", run_m<1, 8, 4, 3>},
+        {"tile_m1w8u4", run_m<1, 8, 4, 3, 0, true>},
+        {"bulk_w8r4", run_m<1, 8, 4, 3, 0, true, true>},
+        {"bulk_w8r8", run_m<1, 8, 8, 3, 0, true, true>},
+        {"bulk_w8r8s2", run_m<1, 8, 8, 3, 2, true, true>},
+        {"bulk_w8r8s4", run_m<1, 8, 8, 3, 4, true, true>},
+        {"bulk_w8r6s2", run_m<1, 8, 6, 3, 2, true, true>},
+        {"bulk_w8r12s4", run_m<1, 8, 12, 3, 4, true, true>},
+        {"bulk_w4r16s4", run_m<1, 4, 16, 3, 4, true, true>},
+        {"bulk_w4r8s2", run_m<1, 4, 8, 3, 2, true, true>},
+        {"bulkxc_w8r8", run_m<1, 8, 8, 3, 0, true, true, true>},
+        {"bulkxc_w8r12", run_m<1, 8, 12, 3, 0, true, true, true>},
+        {"bulkxc_w8r6", run_m<1, 8, 6, 3, 0, true, true, true>},
+        {"bulkxc_w8r8s2", run_m<1, 8, 8, 3, 2, true, true, true>},
+        {"bulkxc_w4r16", run_m<1, 4, 16, 3, 0, true, true, true>},
         {"cublas_bf16", run_cublas},
+        {"probe_rows_u4", run_probe<4, false>},
+        {"probe_tile_u4", run_probe<4, true>},
+        {"probe_rows_u8", run_probe<8, false>},
+        {"probe_tile_u8", run_probe<8, true>},
     };
     printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");
     for (auto &sh : shapes) {
@@ -119,7 +196,10 @@ int main(int argc, char **argv) {
             p.wstep = (size_t)sh[0] * sh[1] / 2, p.sstep = (size_t)sh[0] * sh[1] / 128;
             p.ncopy = (int)std::max<size_t>(1, (span + p.wstep - 1) / p.wstep);
             g_nb = (int)std::max<size_t>(1, (span + (size_t)sh[0] * sh[1] * 2 - 1) / ((size_t)sh[0] * sh[1] * 2));
-            p.a.x = x; p.a.x_rs = sh[1]; p.a.w = w; p.a.w_rb = sh[1] / 2; p.a.scales = sc; p.a.mins = nullptr;
+            p.a.x = x; p.a.x_rs = sh[1]; p.a.w = w; p.a.scales = sc; p.a.mins = nullptr;
+            p.a.w_rb = sh[1] / 2; p.wt = wt;
+            for (int i = 0; i < p.ncopy; i++) tile_codes<<<1024, 256>>>(w + i * p.wstep, wt + i * p.wstep, sh[0], sh[1]);
+            CK(cudaDeviceSynchronize());
             p.a.bias = nullptr; p.a.y = y; p.a.y_rs = sh[0]; p.a.M = M; p.a.N = sh[0]; p.a.K = sh[1]; p.a.group = 128;
             const double bytes = (double)sh[0] * sh[1] / 2 + (double)sh[0] * sh[1] / 128 * 2;
             float tcub = graph_ms(run_cublas, p, s);
@@ -129,7 +209,9 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(hr.data(), yref, hr.size() * 2, cudaMemcpyDeviceToHost));
             for (const V &v : vs) {
                 double maxerr = 0, maxref = 0;
-                if (v.f != run_cublas) {
+                const bool probe = !strncmp(v.name, "probe", 5);
+                if (probe && M != 1) continue;
+                if (v.f != run_cublas && !probe) {
                     CK(cudaMemset(y, 0xff, (size_t)16 * 28672 * 2));
                     g_call = 0;
                     v.f(p, s);

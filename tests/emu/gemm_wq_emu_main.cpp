@@ -20,7 +20,7 @@ struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias
 template <typename T, bool I4, bool MN, int NT> static void launch(const WqdArgs &a) {
     using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4>;
     emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4>, dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u),
-               dim3(Tl::NTHR), Tl::smem(a.cps), a);
+               dim3(Tl::NTHR), Tl::smem(a.cps, a.M), a);
 }
 
 template <typename T> static int run_t(const WqCase &c) {

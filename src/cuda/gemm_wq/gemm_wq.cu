@@ -377,14 +377,14 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
     S = S < 1 ? 1 : S > most_s ? most_s : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
-    while (Tl::smem(a.cps) > optin && S < most_s && S < nchk) { /* x of a long K */
+    while (Tl::smem(a.cps, a.M) > optin && S < most_s && S < nchk) { /* x of a long K */
         S++;
         a.cps = (int)((nchk + S - 1) / S);
     }
     S = (nchk + a.cps - 1) / a.cps; /* no block without K */
-    *fits = Tl::smem(a.cps) <= optin && rb <= INT32_MAX;
+    *fits = Tl::smem(a.cps, a.M) <= optin && rb <= INT32_MAX;
     if (!*fits) return SF_OK;
-    const size_t smem = Tl::smem(a.cps);
+    const size_t smem = Tl::smem(a.cps, a.M);
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)rb, (unsigned)S);
@@ -408,7 +408,7 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
 template <typename T>
 sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, bool *fits) {
     WqdArgs a;
-    a.x = t.x, a.x_rs = t.x_rs, a.w = t.w, a.w_rb = t.w_rb, a.scales = t.scales, a.mins = t.mins;
+    a.x = t.x, a.x_rs = t.x_rs, a.w = t.w, a.w_rb = t.w_rb, a.w_ts = 0, a.scales = t.scales, a.mins = t.mins;
     a.bias = t.bias, a.bias_s = t.bias_s, a.bias_f32 = t.bias_f32, a.y = t.y, a.y_rs = t.y_rs;
     a.M = (int)t.M, a.N = (int)t.N, a.K = (int)t.K, a.group = t.group, a.cps = 0;
     const sf_cuda_state *st = sf_cuda_st(ctx);
