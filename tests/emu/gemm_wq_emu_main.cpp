@@ -4,6 +4,9 @@
 // emulator against a double-precision x W^T of the dequantised weights:
 // int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
 // a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
+// Each case runs as the row and with the template options LT (the codes
+// tiled, rows past N zero) and LT + XC (x for its M rows only); BULK needs
+// sm_90's bulk copies and runs on the GPU only (bench/harness/gemv_wq.cu).
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).
@@ -17,11 +20,17 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT> static void launch(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4>, dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u),
-               dim3(Tl::NTHR), Tl::smem(a.cps, a.M), a);
+template <typename T, bool I4, bool MN, int NT, bool LT, bool XC> static void launch(const WqdArgs &a) {
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LT, false, XC>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LT, false, XC>,
+               dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps, a.M), a);
 }
+template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, int mode) {
+    if (mode == 0) launch<T, I4, MN, NT, false, false>(a);
+    else if (mode == 1) launch<T, I4, MN, NT, true, false>(a);
+    else launch<T, I4, MN, NT, true, true>(a);
+}
+static const char *const mode_name[] = {"row", "LT", "LT+XC"};
 
 template <typename T> static int run_t(const WqCase &c) {
     std::mt19937_64 rng(5);
@@ -37,19 +46,28 @@ template <typename T> static int run_t(const WqCase &c) {
     for (auto &v : sc) v = bits<T>(0.005f + 0.01f * (ud(rng) / 255.0f));
     for (auto &v : mn) v = bits<T>(-0.05f + 0.1f * (ud(rng) / 255.0f));
     for (auto &v : bias) v = bits<T>(0.1f * nd(rng));
-    memset(y, 0xff, (size_t)c.M * c.N * 2);
+    /* the tiled copy: 16-row tiles of rb / 64 one-kilobyte chunks */
+    const int64_t nck = rb / 64, ntile = (c.N + 15) / 16;
+    std::vector<uint4> tb((size_t)ntile * nck * 64);
+    uint8_t *wt = (uint8_t *)tb.data();
+    for (int64_t n = 0; n < c.N; n++)
+        for (int64_t b = 0; b < rb; b++) wt[((n / 16) * nck + b / 64) * 1024 + (n % 16) * 64 + b % 64] = w[n * rb + b];
     WqdArgs a{};
     a.x = x; a.x_rs = c.K; a.w = w; a.w_rb = rb; a.scales = sc.data(); a.mins = c.mins ? mn.data() : nullptr;
     a.bias = c.bias ? bias.data() : nullptr; a.bias_s = 1; a.bias_f32 = 0; a.y = y; a.y_rs = c.N;
     a.M = c.M; a.N = c.N; a.K = c.K; a.group = c.group;
     a.cps = (c.K + (c.bits == 4 ? 128 : 64) - 1) / (c.bits == 4 ? 128 : 64);
     const bool n1 = c.M <= 8;
+    int bad = 0;
+    for (int mode = 0; mode < 3; mode++) {
+    memset(y, 0xff, (size_t)c.M * c.N * 2);
+    a.w = mode ? wt : w, a.w_ts = nck * 1024;
     if (c.bits == 4) {
-        if (c.mins) n1 ? launch<T, true, true, 1>(a) : launch<T, true, true, 2>(a);
-        else n1 ? launch<T, true, false, 1>(a) : launch<T, true, false, 2>(a);
+        if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, mode) : launch_mode<T, true, true, 2>(a, mode);
+        else n1 ? launch_mode<T, true, false, 1>(a, mode) : launch_mode<T, true, false, 2>(a, mode);
     } else {
-        if (c.mins) n1 ? launch<T, false, true, 1>(a) : launch<T, false, true, 2>(a);
-        else n1 ? launch<T, false, false, 1>(a) : launch<T, false, false, 2>(a);
+        if (c.mins) n1 ? launch_mode<T, false, true, 1>(a, mode) : launch_mode<T, false, true, 2>(a, mode);
+        else n1 ? launch_mode<T, false, false, 1>(a, mode) : launch_mode<T, false, false, 2>(a, mode);
     }
     double maxe = 0, maxr = 0;
     for (int m = 0; m < c.M; m++)
@@ -70,9 +88,12 @@ template <typename T> static int run_t(const WqCase &c) {
         }
     const double rel = maxe / maxr, tol = c.f16 ? 2e-3 : 1e-2;
     const bool ok = rel <= tol;
-    printf("%-4s %-12s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n", ok ? "ok" : "FAIL",
-           c.name, c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "", c.bias ? " bias" : "", rel, tol);
-    return ok ? 0 : 1;
+    printf("%-4s %-12s %-5s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n",
+           ok ? "ok" : "FAIL", c.name, mode_name[mode], c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "",
+           c.bias ? " bias" : "", rel, tol);
+    bad |= !ok;
+    }
+    return bad;
 }
 
 int main(int argc, char **argv) {
