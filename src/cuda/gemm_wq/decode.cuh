@@ -97,7 +97,7 @@ template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, boo
           bool XC = false>
 __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArgs a) {
     using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LT, BULK, XC>;
-    static_assert(!BULK || (LT && MT == 1), "the bulk ring holds one tile of tiled codes a warp");
+    static_assert(!BULK || (LT && MT == 1 && U <= 32), "the bulk ring holds one tile of tiled codes a warp");
     constexpr int CS = LT ? 1024 : 64; /* bytes from a row's chunk to its next */
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (!BULK) wb[u % (BULK ? 1 : U)][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * CS);
+                if (!BULK) wb[BULK ? 0 : u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * CS);
                 sb[u][i][h] = __ldg(srow[i][h] + jo);
                 if (MIN) mb[u][i][h] = __ldg(mrow[i][h] + jo);
             }
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
 #pragma unroll
                 for (int i = 0; i < MT; i++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++) cw[i][h] = wb[u % (BULK ? 1 : U)][i][h];
+                    for (int h = 0; h < 2; h++) cw[i][h] = wb[BULK ? 0 : u][i][h];
             }
             float s[MT][2], mn[MT][2];
 #pragma unroll
