@@ -7,9 +7,8 @@
 // gate+up, gate, down and q/o, M 1, 4 and 16.  Each variant is checked
 // against the library's row (base_m1w8u4), which the tests check against the
 // reference.  tile_*: the codes tiled (decode.cuh's LT; the same bytes
-// rearranged by tile_codes, so the outputs match the row's); bulk*: LT + BULK
-// (ring of U kilobytes a warp, sN: a K split of N blocks), bulkxc*: + XC.
-// probe_*: the codes read in the row kernel's order without the math.
+// rearranged by tile_codes, so the outputs match the row's).  probe_*: the
+// codes read in the row kernel's order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
 //   ./gemv_wq [once]               (once: one launch each, for ncu)
@@ -97,10 +96,10 @@ static void run_probe(const Prob &p, cudaStream_t s) {
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
  * SF > 0 fixes the split at SF blocks (a cluster) instead; LT: the codes
  * tiled (tile_codes) */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, bool LT = false, bool BK = false, bool XC = false>
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, bool LT = false>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LT, BK, XC>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LT, BK, XC>;
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LT>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LT>;
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
@@ -111,9 +110,9 @@ static void run_v(const Prob &p, cudaStream_t s) {
     S = S < 1 ? 1 : S > 8 ? 8 : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
-    while (Tl::smem(a.cps, a.M) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
+    while (Tl::smem(a.cps) > 227 * 1024 && S < 8) { S++; a.cps = (int)((nchk + S - 1) / S); }
     S = (nchk + a.cps - 1) / a.cps;
-    const size_t smem = Tl::smem(a.cps, a.M);
+    const size_t smem = Tl::smem(a.cps);
     static bool set = false;
     if (!set) { CK(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024)); set = true; }
     cudaLaunchConfig_t cfg = {};
@@ -127,10 +126,10 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0, bool LT = false, bool BK = false, bool XC = false>
+template <int MT, int WARPS, int U, int F2, int SF = 0, bool LT = false>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LT, BK, XC>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF, LT, BK, XC>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LT>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, LT>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -168,19 +167,6 @@ int main(int argc, char **argv) {
     V vs[] = {
         {"base_m1w8u4", run_m<1, 8, 4, 3>},
         {"tile_m1w8u4", run_m<1, 8, 4, 3, 0, true>},
-        {"bulk_w8r4", run_m<1, 8, 4, 3, 0, true, true>},
-        {"bulk_w8r8", run_m<1, 8, 8, 3, 0, true, true>},
-        {"bulk_w8r8s2", run_m<1, 8, 8, 3, 2, true, true>},
-        {"bulk_w8r8s4", run_m<1, 8, 8, 3, 4, true, true>},
-        {"bulk_w8r6s2", run_m<1, 8, 6, 3, 2, true, true>},
-        {"bulk_w8r12s4", run_m<1, 8, 12, 3, 4, true, true>},
-        {"bulk_w4r16s4", run_m<1, 4, 16, 3, 4, true, true>},
-        {"bulk_w4r8s2", run_m<1, 4, 8, 3, 2, true, true>},
-        {"bulkxc_w8r8", run_m<1, 8, 8, 3, 0, true, true, true>},
-        {"bulkxc_w8r12", run_m<1, 8, 12, 3, 0, true, true, true>},
-        {"bulkxc_w8r6", run_m<1, 8, 6, 3, 0, true, true, true>},
-        {"bulkxc_w8r8s2", run_m<1, 8, 8, 3, 2, true, true, true>},
-        {"bulkxc_w4r16", run_m<1, 4, 16, 3, 0, true, true, true>},
         {"cublas_bf16", run_cublas},
         {"probe_rows_u4", run_probe<4, false>},
         {"probe_tile_u4", run_probe<4, true>},

@@ -4,9 +4,8 @@
 // emulator against a double-precision x W^T of the dequantised weights:
 // int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
 // a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
-// Each case runs as the row and with the template options LT (the codes
-// tiled, rows past N zero) and LT + XC (x for its M rows only); BULK needs
-// sm_90's bulk copies and runs on the GPU only (bench/harness/gemv_wq.cu).
+// Each case runs as the row and with the template option LT (the codes
+// tiled, rows past N zero).
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).
@@ -20,17 +19,16 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT, bool LT, bool XC> static void launch(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LT, false, XC>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LT, false, XC>,
-               dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps, a.M), a);
+template <typename T, bool I4, bool MN, int NT, bool LT> static void launch(const WqdArgs &a) {
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LT>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LT>,
+               dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
 template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, int mode) {
-    if (mode == 0) launch<T, I4, MN, NT, false, false>(a);
-    else if (mode == 1) launch<T, I4, MN, NT, true, false>(a);
-    else launch<T, I4, MN, NT, true, true>(a);
+    if (mode == 0) launch<T, I4, MN, NT, false>(a);
+    else launch<T, I4, MN, NT, true>(a);
 }
-static const char *const mode_name[] = {"row", "LT", "LT+XC"};
+static const char *const mode_name[] = {"row", "LT"};
 
 template <typename T> static int run_t(const WqCase &c) {
     std::mt19937_64 rng(5);
@@ -59,7 +57,7 @@ template <typename T> static int run_t(const WqCase &c) {
     a.cps = (c.K + (c.bits == 4 ? 128 : 64) - 1) / (c.bits == 4 ? 128 : 64);
     const bool n1 = c.M <= 8;
     int bad = 0;
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 2; mode++) {
     memset(y, 0xff, (size_t)c.M * c.N * 2);
     a.w = mode ? wt : w, a.w_ts = nck * 1024;
     if (c.bits == 4) {

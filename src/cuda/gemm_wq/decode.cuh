@@ -22,20 +22,15 @@
  *     sm_90 (no clusters) one block takes all of K.
  * A chunk holds whole groups (group_size a multiple of 4 slabs: 128 for
  * int4, 64 or 128 for int8); other groups go to the tiled kernels.
- * Template options the library's row leaves off (bench/harness/gemv_wq.cu
- * times them): LT reads codes stored tile by tile (each 16-row tile's chunk,
- * 64 bytes of each of its rows, one contiguous kilobyte; w_ts bytes a tile)
- * instead of row by row; BULK (with LT, sm_90) has lane 0 of each warp copy
- * its tile's chunks by the bulk copy engine into a ring of U kilobytes in
- * shared memory, completing on one mbarrier a slot, instead of U chunks in
- * registers; XC keeps x in shared memory for its M rows only (lanes of rows
- * past M read zeros) instead of the whole n8 / n16 tile.
+ * Template option LT, off in the library's row (sf_qweight is row-major;
+ * bench/harness/gemv_wq.cu times it): codes stored tile by tile, each
+ * 16-row tile's chunk (64 bytes of each of its rows) one contiguous
+ * kilobyte, w_ts bytes a tile.
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
 
 #include "common/ptx.cuh"
-#include "common/wgmma.cuh"
 #include "gemm_wq/dequant.cuh"
 #include <cooperative_groups.h>
 #include <stdint.h>
@@ -71,8 +66,7 @@ static __device__ __forceinline__ uint4 wqd_ld_stream(const void *p) {
     return v;
 }
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool LT = false, bool BULK = false,
-          bool XC = false>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool LT = false>
 struct WqdTile {
     static constexpr int E = INT4 ? 32 : 16; /* elements of a lane's 16-byte slab */
     static constexpr int CK = 4 * E;         /* elements of K per chunk           */
@@ -81,34 +75,25 @@ struct WqdTile {
     static constexpr int NTHR = WARPS * 32;
     /* shared memory: x [cps][W8][NT][32] uint4, then the chunks' sums of x
      * [cps][16] f32 (mins only), then the partial sums [16][BR] f32 */
-    /* XC: x for its M rows only ([cps][W8][rows][4] uint4; lanes of rows
-     * past M read zeros) instead of the whole n8 / n16 tile */
-    static __host__ __device__ constexpr int rows(int M) { return XC ? M : NT * 8; }
-    static __host__ __device__ constexpr size_t x_bytes(int cps, int M) { return (size_t)cps * W8 * rows(M) * 4 * 16; }
+    static __host__ __device__ constexpr size_t x_bytes(int cps) { return (size_t)cps * W8 * NT * 32 * 16; }
     static __host__ __device__ constexpr size_t sx_bytes(int cps) { return MIN ? (size_t)cps * 16 * 4 : 0; }
-    /* BULK: each warp's ring of U 1 KB chunks, then its U mbarriers */
-    static constexpr size_t ring_bytes = BULK ? (size_t)WARPS * U * (1024 + 8) : 0;
-    static __host__ __device__ constexpr size_t smem(int cps, int M) {
-        return x_bytes(cps, M) + sx_bytes(cps) + (size_t)16 * BR * 4 + ring_bytes;
+    static __host__ __device__ constexpr size_t smem(int cps) {
+        return x_bytes(cps) + sx_bytes(cps) + (size_t)16 * BR * 4;
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool LT = false, bool BULK = false,
-          bool XC = false>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool LT = false>
 __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArgs a) {
-    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LT, BULK, XC>;
-    static_assert(!BULK || (LT && MT == 1 && U <= 32), "the bulk ring holds one tile of tiled codes a warp");
+    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LT>;
     constexpr int CS = LT ? 1024 : 64; /* bytes from a row's chunk to its next */
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int M = a.M, N = a.N, K = a.K;
-    const int RS = Tl::rows(M);
     uint4 *xf = (uint4 *)smem;
-    float *sxs = (float *)(smem + Tl::x_bytes(a.cps, M));
-    float *part = (float *)(smem + Tl::x_bytes(a.cps, M) + Tl::sx_bytes(a.cps));
-    unsigned char *ring = smem + Tl::x_bytes(a.cps, M) + Tl::sx_bytes(a.cps) + (size_t)16 * BR * 4;
+    float *sxs = (float *)(smem + Tl::x_bytes(a.cps));
+    float *part = (float *)(smem + Tl::x_bytes(a.cps) + Tl::sx_bytes(a.cps));
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int M = a.M, N = a.N, K = a.K;
     const int nchk = (int)(((int64_t)K + CK - 1) / CK);
     const int kc0 = (int)blockIdx.y * a.cps;
     const int nch = max(0, min(nchk, kc0 + a.cps) - kc0);
@@ -133,35 +118,16 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             mrow[i][h] = MIN ? a.mins + n : a.scales;
         }
     const int gsh = a.group / CK == 2 ? 1 : 0; /* log2(chunks per group) */
-    uint4 wb[BULK ? 1 : U][MT][2];
+    uint4 wb[U][MT][2];
     uint16_t sb[U][MT][2], mb[U][MT][2];
-    /* BULK (tiled codes: a tile's chunk is one contiguous kilobyte): lane 0
-     * of each warp has chunk ch copied into slot u of the warp's ring by the
-     * bulk copy engine; completion is phase (ch / U) of the slot's mbarrier */
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring) + (uint32_t)warp * U * 1024;
-    const uint8_t *tb = a.w + (int64_t)(min(n0 + warp * 16, N - 1) >> 4) * a.w_ts + (int64_t)kc0 * CS;
-    const uint32_t rb = (uint32_t)__cvta_generic_to_shared(ring) + (uint32_t)(WARPS * U * 1024 + warp * U * 8);
-    if (BULK) {
-        if (lane < U) sf_wg::mbar_init(rb + 8 * lane, 1);
-        sf_wg::mbar_init_fence();
-        __syncwarp();
-    }
-#endif
     auto issue = [&](int u, int ch) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        if (BULK && lane == 0 && ch < nch) {
-            sf_wg::mbar_expect_tx(rb + 8 * u, 1024);
-            sf_wg::bulk_copy_g2s(rs + u * 1024, tb + (int64_t)ch * CS, 1024, rb + 8 * u);
-        }
-#endif
         ch = min(ch, nch - 1);
         const int64_t jo = (int64_t)((kc0 + ch) >> gsh) * N;
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (!BULK) wb[BULK ? 0 : u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * CS);
+                wb[u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * CS);
                 sb[u][i][h] = __ldg(srow[i][h] + jo);
                 if (MIN) mb[u][i][h] = __ldg(mrow[i][h] + jo);
             }
@@ -175,24 +141,22 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
      * place into the pairs of dequant.cuh, with the chunks' sums of x for
      * the mins (a quad holds one row's chunk: summed in a fixed order) */
     const T *xg = (const T *)a.x;
-    for (int e = tid; e < nch * W8 * RS * 4; e += NTHR) {
-        const int cq = e % 4, m = (e / 4) % RS, w = (e / (4 * RS)) % W8, ch = e / (4 * RS * W8);
-        const int64_t k = (int64_t)(kc0 + ch) * CK + cq * E + 8 * w;
+    for (int e = tid; e < nch * W8 * NT * 32; e += NTHR) {
+        const int ln = e % 32, nt = (e / 32) % NT, w = (e / (32 * NT)) % W8, ch = e / (32 * NT * W8);
+        const int m = nt * 8 + (ln >> 2);
+        const int64_t k = (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w;
         const bool ok = m < M && k < K;
         sf_cp_async16_zfill(xf + e, ok ? xg + (int64_t)m * a.x_rs + k : xg, ok ? 16 : 0);
     }
     sf_cp_async_commit();
     sf_cp_async_wait<0>();
     __syncthreads();
-    /* whole warps (the shuffles below): the count rounded up to 32 */
-    for (int e = tid; e < (nch * RS * 4 + 31) / 32 * 32; e += NTHR) {
-        const bool live = e < nch * RS * 4;
-        const int cq = e % 4, m = (e / 4) % RS, ch = e / (4 * RS);
+    for (int e = tid; e < nch * NT * 32; e += NTHR) { /* whole warps: the shuffles below */
+        const int ln = e % 32, nt = (e / 32) % NT, ch = e / (32 * NT);
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < W8; w++) {
-            if (!live) break;
-            uint4 &q = xf[((ch * W8 + w) * RS + m) * 4 + cq];
+            uint4 &q = xf[((ch * W8 + w) * NT + nt) * 32 + ln];
             const uint4 v = q;
             if (MIN) {
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
@@ -207,7 +171,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
         if (MIN) {
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (live && cq == 0) sxs[ch * 16 + m] = sum;
+            if ((ln & 3) == 0) sxs[ch * 16 + nt * 8 + (ln >> 2)] = sum;
         }
     }
     __syncthreads();
@@ -225,20 +189,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
         for (int u = 0; u < U; u++) {
             const int ch = ch0 + u;
             if (ch >= nch) break;
-            uint4 cw[MT][2]; /* refilled once this chunk is done */
-            if (BULK) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-                sf_wg::mbar_wait(rb + 8 * u, (uint32_t)(ch / U) & 1u);
-#endif
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    cw[0][h] = *(const uint4 *)(ring + (size_t)warp * U * 1024 + u * 1024 + ((lane >> 2) + 8 * h) * 64 + c * 16);
-            } else {
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) cw[i][h] = wb[BULK ? 0 : u][i][h];
-            }
+            const uint4(&cw)[MT][2] = wb[u]; /* refilled once this chunk is done */
             float s[MT][2], mn[MT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++)
@@ -253,16 +204,14 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             for (int w = 0; w < W8; w++)
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const int m = t * 8 + (lane >> 2); /* rows past those stored are 0 */
-                    const uint4 q = m < RS ? xf[((ch * W8 + w) * RS + m) * 4 + c] : make_uint4(0, 0, 0, 0);
+                    const uint4 q = xf[((ch * W8 + w) * NT + t) * 32 + lane];
                     bx[t][4 * w + 0] = q.x, bx[t][4 * w + 1] = q.y, bx[t][4 * w + 2] = q.z, bx[t][4 * w + 3] = q.w;
                 }
             float sx[NT][2];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                const int m = t * 8 + 2 * c; /* XC: sums of rows past M are not stored */
-                sx[t][0] = MIN && (!XC || m < M) ? sxs[ch * 16 + m] : 0.0f;
-                sx[t][1] = MIN && (!XC || m + 1 < M) ? sxs[ch * 16 + m + 1] : 0.0f;
+                sx[t][0] = MIN ? sxs[ch * 16 + t * 8 + 2 * c] : 0.0f;
+                sx[t][1] = MIN ? sxs[ch * 16 + t * 8 + 2 * c + 1] : 0.0f;
             }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
@@ -309,7 +258,6 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
                     }
                 }
             }
-            if (BULK) __syncwarp(); /* every lane has read slot u */
             issue(u, ch + U);
         }
     }

@@ -377,14 +377,14 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
     S = S < 1 ? 1 : S > most_s ? most_s : S;
     if (S > nchk) S = nchk;
     a.cps = (int)((nchk + S - 1) / S);
-    while (Tl::smem(a.cps, a.M) > optin && S < most_s && S < nchk) { /* x of a long K */
+    while (Tl::smem(a.cps) > optin && S < most_s && S < nchk) { /* x of a long K */
         S++;
         a.cps = (int)((nchk + S - 1) / S);
     }
     S = (nchk + a.cps - 1) / a.cps; /* no block without K */
-    *fits = Tl::smem(a.cps, a.M) <= optin && rb <= INT32_MAX;
+    *fits = Tl::smem(a.cps) <= optin && rb <= INT32_MAX;
     if (!*fits) return SF_OK;
-    const size_t smem = Tl::smem(a.cps, a.M);
+    const size_t smem = Tl::smem(a.cps);
     SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)rb, (unsigned)S);
