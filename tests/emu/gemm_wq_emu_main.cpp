@@ -58,38 +58,38 @@ template <typename T> static int run_t(const WqCase &c) {
     const bool n1 = c.M <= 8;
     int bad = 0;
     for (int mode = 0; mode < 2; mode++) {
-    memset(y, 0xff, (size_t)c.M * c.N * 2);
-    a.w = mode ? wt : w, a.w_ts = nck * 1024;
-    if (c.bits == 4) {
-        if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, mode) : launch_mode<T, true, true, 2>(a, mode);
-        else n1 ? launch_mode<T, true, false, 1>(a, mode) : launch_mode<T, true, false, 2>(a, mode);
-    } else {
-        if (c.mins) n1 ? launch_mode<T, false, true, 1>(a, mode) : launch_mode<T, false, true, 2>(a, mode);
-        else n1 ? launch_mode<T, false, false, 1>(a, mode) : launch_mode<T, false, false, 2>(a, mode);
-    }
-    double maxe = 0, maxr = 0;
-    for (int m = 0; m < c.M; m++)
-        for (int n = 0; n < c.N; n++) {
-            double r = c.bias ? val<T>(bias[n]) : 0.0;
-            for (int k = 0; k < c.K; k++) {
-                int u;
-                if (c.bits == 4) u = (w[(int64_t)n * rb + k / 2] >> (4 * (k & 1))) & 15;
-                else u = c.mins ? w[(int64_t)n * rb + k] : (int8_t)w[(int64_t)n * rb + k];
-                const int64_t j = (int64_t)(k / c.group) * c.N + n;
-                const double s = val<T>(sc[j]);
-                const double wv = c.mins ? s * u + val<T>(mn[j]) : s * (c.bits == 4 ? u - 8 : u);
-                r += (double)val<T>(x[(int64_t)m * c.K + k]) * wv;
-            }
-            const double got = val<T>(y[(int64_t)m * c.N + n]);
-            maxe = std::max(maxe, std::isfinite(got) ? fabs(got - r) : INFINITY);
-            maxr = std::max(maxr, fabs(r));
+        memset(y, 0xff, (size_t)c.M * c.N * 2);
+        a.w = mode ? wt : w, a.w_ts = nck * 1024;
+        if (c.bits == 4) {
+            if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, mode) : launch_mode<T, true, true, 2>(a, mode);
+            else n1 ? launch_mode<T, true, false, 1>(a, mode) : launch_mode<T, true, false, 2>(a, mode);
+        } else {
+            if (c.mins) n1 ? launch_mode<T, false, true, 1>(a, mode) : launch_mode<T, false, true, 2>(a, mode);
+            else n1 ? launch_mode<T, false, false, 1>(a, mode) : launch_mode<T, false, false, 2>(a, mode);
         }
-    const double rel = maxe / maxr, tol = c.f16 ? 2e-3 : 1e-2;
-    const bool ok = rel <= tol;
-    printf("%-4s %-12s %-5s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n",
-           ok ? "ok" : "FAIL", c.name, mode_name[mode], c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "",
-           c.bias ? " bias" : "", rel, tol);
-    bad |= !ok;
+        double maxe = 0, maxr = 0;
+        for (int m = 0; m < c.M; m++)
+            for (int n = 0; n < c.N; n++) {
+                double r = c.bias ? val<T>(bias[n]) : 0.0;
+                for (int k = 0; k < c.K; k++) {
+                    int u;
+                    if (c.bits == 4) u = (w[(int64_t)n * rb + k / 2] >> (4 * (k & 1))) & 15;
+                    else u = c.mins ? w[(int64_t)n * rb + k] : (int8_t)w[(int64_t)n * rb + k];
+                    const int64_t j = (int64_t)(k / c.group) * c.N + n;
+                    const double s = val<T>(sc[j]);
+                    const double wv = c.mins ? s * u + val<T>(mn[j]) : s * (c.bits == 4 ? u - 8 : u);
+                    r += (double)val<T>(x[(int64_t)m * c.K + k]) * wv;
+                }
+                const double got = val<T>(y[(int64_t)m * c.N + n]);
+                maxe = std::max(maxe, std::isfinite(got) ? fabs(got - r) : INFINITY);
+                maxr = std::max(maxr, fabs(r));
+            }
+        const double rel = maxe / maxr, tol = c.f16 ? 2e-3 : 1e-2;
+        const bool ok = rel <= tol;
+        printf("%-4s %-12s %-5s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n",
+               ok ? "ok" : "FAIL", c.name, mode_name[mode], c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "",
+               c.bias ? " bias" : "", rel, tol);
+        bad |= !ok;
     }
     return bad;
 }
