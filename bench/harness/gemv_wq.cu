@@ -6,12 +6,15 @@
 // through 160 MB of weight copies (cold L2, both sides) at Llama-8B's
 // gate+up, gate, down and q/o, M 1, 4 and 16.  Each variant is checked
 // against the library's row (base_m1w8u4), which the tests check against the
-// reference.  tile_*: the codes tiled (decode.cuh's LT; the same bytes
-// rearranged by tile_codes, so the outputs match the row's).  probe_*: the
-// codes read in the row kernel's order without the math.
+// reference.  tile_* / grp8_* / grp16_*: the codes tiled (decode.cuh's LG
+// 1 / 8 / 16; the same bytes rearranged by tile_codes, so the outputs match
+// the row's).  *_nf, *_il, *_ch4, *_il4: decode.cuh's NF, IL, CH 4, IL
+// with CH 4; *_xg: XG (x from global memory; codes tiled with the nibbles
+// of each word reordered, tile_codes' perm).  probe_*: the codes read in the row
+// kernel's order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
-//   ./gemv_wq [once]               (once: one launch each, for ncu)
+//   ./gemv_wq [once]               (once: one launch each at gate+up M 1, for ncu)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cstdio>
@@ -28,7 +31,7 @@ typedef __nv_bfloat16 T;
 
 /* the weights cycle through ncopy copies, one a call, so that a graph of
  * calls streams them from DRAM (L2 holds 50 MB) */
-struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; const uint8_t *wt; };
+struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; const uint8_t *wt[17], *wtp; };
 static unsigned g_call;
 static WqdArgs cur(const Prob &p) {
     WqdArgs a = p.a;
@@ -40,20 +43,30 @@ static WqdArgs cur(const Prob &p) {
 typedef void (*Launch)(const Prob &, cudaStream_t);
 
 /* the codes of each copy with every 16-row tile's chunks (64 bytes of each
- * of its 16 rows) stored as one contiguous kilobyte, tile after tile */
-__global__ void tile_codes(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K) {
+ * of its 16 rows) one contiguous kilobyte, in groups of LG tiles whose
+ * chunk c lies side by side (decode.cuh's LG) */
+__global__ void tile_codes(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K, int64_t LG, bool perm) {
     const int64_t rb = K / 2, upr = rb / 16, nchk = K / 128;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < N * upr; u += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t n = u / upr, q = u % upr, ch = q / 4, c = q % 4;
-        const int64_t d = (n / 16) * nchk * 64 + ch * 64 + (n % 16) * 4 + c;
-        ((uint4 *)dst)[d] = ((const uint4 *)src)[u];
+        const int64_t n = u / upr, q = u % upr, ch = q / 4, c = q % 4, t = n / 16;
+        const int64_t d = (t / LG) * LG * nchk * 64 + (ch * LG + t % LG) * 64 + (n % 16) * 4 + c;
+        uint4 v = ((const uint4 *)src)[u];
+        if (perm) { /* XG: nibbles e0 e2 e4 e6 e1 e3 e5 e7 a word */
+            uint32_t *wv = (uint32_t *)&v;
+            for (int i = 0; i < 4; i++) {
+                uint32_t o = 0;
+                for (int j = 0; j < 8; j++) o |= ((wv[i] >> (4 * j)) & 15u) << (4 * ((j & 1) * 4 + j / 2));
+                wv[i] = o;
+            }
+        }
+        ((uint4 *)dst)[d] = v;
     }
 }
 
 /* a read of the codes alone in the row kernel's order (8 warps x 16 rows a
  * block, U chunks ahead in registers, no math): what the memory system
- * gives each layout */
-template <int U, bool LT>
+ * gives each layout (LG 0: row-major) */
+template <int U, int LG>
 __global__ void __launch_bounds__(256) probe_codes(const uint8_t *w, int N, int K, uint32_t *sink) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane & 3;
     const int nchk = K / 128;
@@ -61,12 +74,12 @@ __global__ void __launch_bounds__(256) probe_codes(const uint8_t *w, int N, int 
     const int tile = blockIdx.x * 8 + warp;
     if (tile * 16 >= N) return;
     const uint8_t *p[2];
-    int64_t cs;
     for (int h = 0; h < 2; h++) {
         const int r = (lane >> 2) + 8 * h;
-        p[h] = LT ? w + (int64_t)tile * nchk * 1024 + r * 64 + c * 16 : w + ((int64_t)tile * 16 + r) * rb + c * 16;
+        p[h] = LG ? w + (int64_t)(tile / LG) * LG * nchk * 1024 + (tile % LG) * 1024 + r * 64 + c * 16
+                  : w + ((int64_t)tile * 16 + r) * rb + c * 16;
     }
-    cs = LT ? 1024 : 64;
+    const int64_t cs = LG ? LG * 1024 : 64;
     uint4 b[U][2];
     uint32_t acc = 0;
 #pragma unroll
@@ -85,25 +98,26 @@ __global__ void __launch_bounds__(256) probe_codes(const uint8_t *w, int N, int 
     if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the loads */
 }
 static uint32_t *g_sink;
-template <int U, bool LT>
+template <int U, int LG>
 static void run_probe(const Prob &p, cudaStream_t s) {
     WqdArgs a = cur(p);
-    if (LT) a.w = p.wt + (a.w - p.a.w);
-    probe_codes<U, LT><<<(a.N + 127) / 128, 256, 0, s>>>(a.w, a.N, a.K, g_sink);
+    if (LG) a.w = p.wt[LG] + (a.w - p.a.w);
+    probe_codes<U, LG><<<(a.N + 127) / 128, 256, 0, s>>>(a.w, a.N, a.K, g_sink);
     CK(cudaGetLastError());
 }
 
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
- * SF > 0 fixes the split at SF blocks (a cluster) instead; LT: the codes
- * tiled (tile_codes) */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, bool LT = false>
+ * SF > 0 fixes the split at SF blocks (a cluster) instead; LG: the codes
+ * tiled (tile_codes), NF: decode.cuh's option */
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool NF = false, bool IL = false, int CH = 2,
+          bool XG = false, int MB = 0>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LT>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LT>;
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LG, NF, IL, CH, XG>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LG, NF, IL, CH, XG, MB>;
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
-    if (LT) a.w = p.wt + (a.w - p.a.w), a.w_ts = (int64_t)nchk * 1024;
+    if (LG) a.w = (XG ? p.wtp : p.wt[LG]) + (a.w - p.a.w), a.w_ts = (int64_t)LG * nchk * 1024;
     const int64_t rb = (a.N + BR - 1) / BR;
     int64_t S = ((int64_t)F2 * p.sms / 2 + rb / 2) / rb;
     if (SF > 0) S = SF;
@@ -126,10 +140,11 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0, bool LT = false>
+template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool NF = false, bool IL = false, int CH = 2,
+          bool XG = false, int MB = 0>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LT>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF, LT>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, NF, IL, CH, XG, MB>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, LG, NF, IL, CH, XG, MB>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -155,8 +170,10 @@ int main(int argc, char **argv) {
     const size_t maxw = (size_t)28672 * 4096;
     const size_t span = 160000000; /* bytes of weights a graph cycles through */
     const size_t wcap = span + maxw / 2, scap = wcap / 64 + maxw / 64, bcap = span + maxw * 2;
-    uint8_t *w, *wt; uint16_t *sc, *x, *y, *yref;
-    CK(cudaMalloc(&w, wcap)); CK(cudaMalloc(&wt, wcap)); CK(cudaMalloc(&sc, scap * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
+    uint8_t *w, *wt[17] = {}, *wtp; uint16_t *sc, *x, *y, *yref;
+    const int lgs[] = {1, 8, 16};
+    CK(cudaMalloc(&w, wcap)); CK(cudaMalloc(&wtp, wcap));
+    for (int lg : lgs) CK(cudaMalloc(&wt[lg], wcap)); CK(cudaMalloc(&sc, scap * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
     CK(cudaMalloc(&y, 16 * 28672 * 2)); CK(cudaMalloc(&yref, 16 * 28672 * 2));
     CK(cudaMalloc(&g_wb, bcap)); CK(cudaMalloc(&g_sink, 4)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
     fill8<<<1024, 256>>>(w, wcap, 3u);
@@ -166,16 +183,36 @@ int main(int argc, char **argv) {
     CK(cudaDeviceSynchronize());
     V vs[] = {
         {"base_m1w8u4", run_m<1, 8, 4, 3>},
-        {"tile_m1w8u4", run_m<1, 8, 4, 3, 0, true>},
+        {"tile_m1w8u4", run_m<1, 8, 4, 3, 0, 1>},
+        {"grp8_m1w8u4", run_m<1, 8, 4, 3, 0, 8>},
+        {"grp16_m1w8u4", run_m<1, 8, 4, 3, 0, 16>},
+        {"grp8_il", run_m<1, 8, 4, 3, 0, 8, false, true>},
+        {"grp8_ch4", run_m<1, 8, 4, 3, 0, 8, false, false, 4>},
+        {"grp8_il4", run_m<1, 8, 4, 3, 0, 8, false, true, 4>},
+        {"grp8_il4_u2", run_m<1, 8, 2, 3, 0, 8, false, true, 4>},
+        {"grp8_il4_u6", run_m<1, 8, 6, 3, 0, 8, false, true, 4>},
+        {"grp8_il4_nf", run_m<1, 8, 4, 3, 0, 8, true, true, 4>},
+        {"grp8_il8", run_m<1, 8, 4, 3, 0, 8, false, true, 8>},
+        {"base_il4", run_m<1, 8, 4, 3, 0, 0, false, true, 4>},
+        {"grp8_m2u2_il4", run_m<2, 8, 2, 3, 0, 8, false, true, 4>},
+        {"grp8_xg", run_m<1, 8, 4, 3, 0, 8, false, false, 2, true>},
+        {"grp8_xg_il4", run_m<1, 8, 4, 3, 0, 8, false, true, 4, true>},
+        {"grp8_xg_il4_u2", run_m<1, 8, 2, 3, 0, 8, false, true, 4, true>},
+        {"grp8_xg_il4_mb2", run_m<1, 8, 4, 3, 0, 8, false, true, 4, true, 2>},
+        {"grp8_il4_mb2", run_m<1, 8, 4, 3, 0, 8, false, true, 4, false, 2>},
+        {"grp8_xg_il4_w4", run_m<1, 4, 4, 3, 0, 8, false, true, 4, true>},
+        {"grp8_xg_il4_f4", run_m<1, 8, 4, 4, 0, 8, false, true, 4, true>},
+        {"grp16_m2u2_il4", run_m<2, 8, 2, 3, 0, 16, false, true, 4>},
         {"cublas_bf16", run_cublas},
-        {"probe_rows_u4", run_probe<4, false>},
-        {"probe_tile_u4", run_probe<4, true>},
-        {"probe_rows_u8", run_probe<8, false>},
-        {"probe_tile_u8", run_probe<8, true>},
+        {"probe_rows_u4", run_probe<4, 0>},
+        {"probe_tile_u4", run_probe<4, 1>},
+        {"probe_grp8_u4", run_probe<4, 8>},
+        {"probe_grp16_u4", run_probe<4, 16>},
     };
     printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");
     for (auto &sh : shapes) {
         for (int M : {1, 4, 16}) {
+            if (once && (M != 1 || sh[0] != 28672)) continue;
             Prob p;
             memset(&p, 0, sizeof p);
             p.sms = sms;
@@ -183,8 +220,14 @@ int main(int argc, char **argv) {
             p.ncopy = (int)std::max<size_t>(1, (span + p.wstep - 1) / p.wstep);
             g_nb = (int)std::max<size_t>(1, (span + (size_t)sh[0] * sh[1] * 2 - 1) / ((size_t)sh[0] * sh[1] * 2));
             p.a.x = x; p.a.x_rs = sh[1]; p.a.w = w; p.a.scales = sc; p.a.mins = nullptr;
-            p.a.w_rb = sh[1] / 2; p.wt = wt;
-            for (int i = 0; i < p.ncopy; i++) tile_codes<<<1024, 256>>>(w + i * p.wstep, wt + i * p.wstep, sh[0], sh[1]);
+            p.a.w_rb = sh[1] / 2;
+            for (int lg : lgs) {
+                p.wt[lg] = wt[lg];
+                for (int i = 0; i < p.ncopy; i++)
+                    tile_codes<<<1024, 256>>>(w + i * p.wstep, wt[lg] + i * p.wstep, sh[0], sh[1], lg, false);
+            }
+            p.wtp = wtp;
+            for (int i = 0; i < p.ncopy; i++) tile_codes<<<1024, 256>>>(w + i * p.wstep, wtp + i * p.wstep, sh[0], sh[1], 8, true);
             CK(cudaDeviceSynchronize());
             p.a.bias = nullptr; p.a.y = y; p.a.y_rs = sh[0]; p.a.M = M; p.a.N = sh[0]; p.a.K = sh[1]; p.a.group = 128;
             const double bytes = (double)sh[0] * sh[1] / 2 + (double)sh[0] * sh[1] / 128 * 2;

@@ -4,8 +4,11 @@
 // emulator against a double-precision x W^T of the dequantised weights:
 // int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
 // a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
-// Each case runs as the row and with the template option LT (the codes
-// tiled, rows past N zero).
+// Each case runs as the row and with the template options LG (the codes
+// tiled, one tile and eight tiles a group, tiles past N zero) and, int4,
+// NF (the codes' offset taken off with the sum of x), and with IL and four
+// mma chains (K 384: a pass of 4 chunks past the end), and XG (x from
+// global memory, the tiled codes' nibbles reordered), int4.
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).
@@ -19,16 +22,26 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT, bool LT> static void launch(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LT>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LT>,
+template <typename T, bool I4, bool MN, int NT, int LG, bool NF, bool IL = false, int CH = 2, bool XG = false>
+static void launch(const WqdArgs &a) {
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LG, NF, IL, CH, XG>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LG, NF, IL, CH, XG>,
                dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
-template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, int mode) {
-    if (mode == 0) launch<T, I4, MN, NT, false>(a);
-    else launch<T, I4, MN, NT, true>(a);
+/* modes: the tiles a group of the layout (0: row-major), NF, and IL with
+ * 4 chains */
+struct Mode { const char *name; int lg; bool nf, il, xg; };
+static const Mode modes[] = {{"row", 0, false, false, false},  {"LG1", 1, false, false, false},
+                             {"LG8", 8, false, false, false},  {"rowNF", 0, true, false, false},
+                             {"LG8NF", 8, true, false, false}, {"LG8IL4", 8, false, true, false},
+                             {"LG8XG", 8, false, true, true},  {"LG8XGNF", 8, true, true, true}};
+template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, const Mode &md) {
+    if (I4 && md.xg) md.nf ? launch<T, I4, MN, NT, 8, I4, true, 4, I4>(a) : launch<T, I4, MN, NT, 8, false, true, 4, I4>(a);
+    else if (md.il) launch<T, I4, MN, NT, 8, false, true, 4>(a);
+    else if (I4 && md.nf) md.lg ? launch<T, I4, MN, NT, 8, I4>(a) : launch<T, I4, MN, NT, 0, I4>(a);
+    else md.lg == 0 ? launch<T, I4, MN, NT, 0, false>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1, false>(a)
+                                                          : launch<T, I4, MN, NT, 8, false>(a);
 }
-static const char *const mode_name[] = {"row", "LT"};
 
 template <typename T> static int run_t(const WqCase &c) {
     std::mt19937_64 rng(5);
@@ -44,12 +57,26 @@ template <typename T> static int run_t(const WqCase &c) {
     for (auto &v : sc) v = bits<T>(0.005f + 0.01f * (ud(rng) / 255.0f));
     for (auto &v : mn) v = bits<T>(-0.05f + 0.1f * (ud(rng) / 255.0f));
     for (auto &v : bias) v = bits<T>(0.1f * nd(rng));
-    /* the tiled copy: 16-row tiles of rb / 64 one-kilobyte chunks */
+    /* the tiled copies: 16-row tiles of rb / 64 one-kilobyte chunks, in
+     * groups of lg tiles (chunk c of a group's tiles side by side) */
     const int64_t nck = rb / 64, ntile = (c.N + 15) / 16;
-    std::vector<uint4> tb((size_t)ntile * nck * 64);
-    uint8_t *wt = (uint8_t *)tb.data();
-    for (int64_t n = 0; n < c.N; n++)
-        for (int64_t b = 0; b < rb; b++) wt[((n / 16) * nck + b / 64) * 1024 + (n % 16) * 64 + b % 64] = w[n * rb + b];
+    std::vector<uint4> tb1((size_t)ntile * nck * 64), tb8((size_t)(ntile + 7) / 8 * 8 * nck * 64), tbp(tb8.size());
+    auto tile = [&](uint8_t *wt, int64_t lg) {
+        for (int64_t n = 0; n < c.N; n++)
+            for (int64_t b = 0; b < rb; b++) {
+                const int64_t t = n / 16;
+                wt[(t / lg) * lg * nck * 1024 + ((b / 64) * lg + t % lg) * 1024 + (n % 16) * 64 + b % 64] = w[n * rb + b];
+            }
+    };
+    tile((uint8_t *)tb1.data(), 1);
+    tile((uint8_t *)tb8.data(), 8);
+    /* XG: the nibbles of each 32-bit word as e0 e2 e4 e6 e1 e3 e5 e7 */
+    for (size_t i = 0; i < tb8.size() * 4; i++) {
+        const uint32_t v = ((const uint32_t *)tb8.data())[i];
+        uint32_t o = 0;
+        for (int j = 0; j < 8; j++) o |= ((v >> (4 * j)) & 15u) << (4 * ((j & 1) * 4 + j / 2));
+        ((uint32_t *)tbp.data())[i] = o;
+    }
     WqdArgs a{};
     a.x = x; a.x_rs = c.K; a.w = w; a.w_rb = rb; a.scales = sc.data(); a.mins = c.mins ? mn.data() : nullptr;
     a.bias = c.bias ? bias.data() : nullptr; a.bias_s = 1; a.bias_f32 = 0; a.y = y; a.y_rs = c.N;
@@ -57,15 +84,17 @@ template <typename T> static int run_t(const WqCase &c) {
     a.cps = (c.K + (c.bits == 4 ? 128 : 64) - 1) / (c.bits == 4 ? 128 : 64);
     const bool n1 = c.M <= 8;
     int bad = 0;
-    for (int mode = 0; mode < 2; mode++) {
+    for (const Mode &md : modes) {
+        if ((md.nf || md.xg) && c.bits != 4) continue;
         memset(y, 0xff, (size_t)c.M * c.N * 2);
-        a.w = mode ? wt : w, a.w_ts = nck * 1024;
+        a.w = md.lg == 0 ? w : md.lg == 1 ? (uint8_t *)tb1.data() : md.xg ? (uint8_t *)tbp.data() : (uint8_t *)tb8.data();
+        a.w_ts = md.lg * nck * 1024;
         if (c.bits == 4) {
-            if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, mode) : launch_mode<T, true, true, 2>(a, mode);
-            else n1 ? launch_mode<T, true, false, 1>(a, mode) : launch_mode<T, true, false, 2>(a, mode);
+            if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, md) : launch_mode<T, true, true, 2>(a, md);
+            else n1 ? launch_mode<T, true, false, 1>(a, md) : launch_mode<T, true, false, 2>(a, md);
         } else {
-            if (c.mins) n1 ? launch_mode<T, false, true, 1>(a, mode) : launch_mode<T, false, true, 2>(a, mode);
-            else n1 ? launch_mode<T, false, false, 1>(a, mode) : launch_mode<T, false, false, 2>(a, mode);
+            if (c.mins) n1 ? launch_mode<T, false, true, 1>(a, md) : launch_mode<T, false, true, 2>(a, md);
+            else n1 ? launch_mode<T, false, false, 1>(a, md) : launch_mode<T, false, false, 2>(a, md);
         }
         double maxe = 0, maxr = 0;
         for (int m = 0; m < c.M; m++)
@@ -87,7 +116,7 @@ template <typename T> static int run_t(const WqCase &c) {
         const double rel = maxe / maxr, tol = c.f16 ? 2e-3 : 1e-2;
         const bool ok = rel <= tol;
         printf("%-4s %-12s %-5s M %2d N %3d K %4d int%d g%d%s%s: max|y - ref| / max|ref| = %.2e (tol %.0e)\n",
-               ok ? "ok" : "FAIL", c.name, mode_name[mode], c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "",
+               ok ? "ok" : "FAIL", c.name, md.name, c.M, c.N, c.K, c.bits, c.group, c.mins ? " mins" : "",
                c.bias ? " bias" : "", rel, tol);
         bad |= !ok;
     }

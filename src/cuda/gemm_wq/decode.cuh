@@ -22,10 +22,21 @@
  *     sm_90 (no clusters) one block takes all of K.
  * A chunk holds whole groups (group_size a multiple of 4 slabs: 128 for
  * int4, 64 or 128 for int8); other groups go to the tiled kernels.
- * Template option LT, off in the library's row (sf_qweight is row-major;
- * bench/harness/gemv_wq.cu times it): codes stored tile by tile, each
- * 16-row tile's chunk (64 bytes of each of its rows) one contiguous
- * kilobyte, w_ts bytes a tile.
+ * Template options, off in the library's row (sf_qweight is row-major;
+ * bench/harness/gemv_wq.cu times them):
+ *   LG  codes stored tile by tile: each 16-row tile's chunk (64 bytes of
+ *       each of its rows) one contiguous kilobyte; LG tiles a group, the
+ *       group's chunk c its LG kilobytes side by side (LG 1: a tile's chunks
+ *       contiguous), w_ts bytes a group (tiles padded to a whole group);
+ *   NF  int4 codes enter the mma as MAGIC + u (no fma a pair); MAGIC + off
+ *       times the chunk's sum of x comes off the product in f32;
+ *   IL  the chunks of a pass without a branch between them and the mma not
+ *       volatile, so their dependent chains may overlap;
+ *   CH  independent mma chains a chunk (2 in the row);
+ *   XG  (tiled int4) x's B fragments read from global memory in k order,
+ *       no x in shared memory: the codes' 8 nibbles a word are stored as
+ *       e0 e2 e4 e6 e1 e3 e5 e7, so the pairs of dequant.cuh come out as
+ *       (e0, e1), (e2, e3), ... (x in its own order).
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
@@ -40,7 +51,7 @@ struct WqdArgs {
     int64_t x_rs;
     const uint8_t *w;
     int64_t w_rb;          /* bytes per row of codes */
-    int64_t w_ts;          /* LT: bytes per 16-row tile of codes */
+    int64_t w_ts;          /* LG: bytes per group of 16-row tiles of codes */
     const uint16_t *scales, *mins;
     const void *bias;
     int64_t bias_s;
@@ -66,7 +77,16 @@ static __device__ __forceinline__ uint4 wqd_ld_stream(const void *p) {
     return v;
 }
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool LT = false>
+/* XG: 8 elements of x's row m at k straight from global memory (L1
+ * cached: a block's warps read the same x), zeros past M or K */
+template <typename T>
+static __device__ __forceinline__ uint4 wqd_x_word(const WqdArgs &a, int m, int64_t k) {
+    if (m >= a.M || k >= a.K) return make_uint4(0, 0, 0, 0);
+    return __ldg((const uint4 *)((const T *)a.x + (int64_t)m * a.x_rs + k));
+}
+
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool NF = false, bool IL = false,
+          int CH = 2, bool XG = false>
 struct WqdTile {
     static constexpr int E = INT4 ? 32 : 16; /* elements of a lane's 16-byte slab */
     static constexpr int CK = 4 * E;         /* elements of K per chunk           */
@@ -75,17 +95,23 @@ struct WqdTile {
     static constexpr int NTHR = WARPS * 32;
     /* shared memory: x [cps][W8][NT][32] uint4, then the chunks' sums of x
      * [cps][16] f32 (mins only), then the partial sums [16][BR] f32 */
-    static __host__ __device__ constexpr size_t x_bytes(int cps) { return (size_t)cps * W8 * NT * 32 * 16; }
-    static __host__ __device__ constexpr size_t sx_bytes(int cps) { return MIN ? (size_t)cps * 16 * 4 : 0; }
+    static __host__ __device__ constexpr size_t x_bytes(int cps) { return XG ? 0 : (size_t)cps * W8 * NT * 32 * 16; }
+    static constexpr bool SX = MIN || NF; /* the chunks' sums of x are needed */
+    static __host__ __device__ constexpr size_t sx_bytes(int cps) { return SX ? (size_t)cps * 16 * 4 : 0; }
     static __host__ __device__ constexpr size_t smem(int cps) {
         return x_bytes(cps) + sx_bytes(cps) + (size_t)16 * BR * 4;
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, bool LT = false>
-__global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArgs a) {
-    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LT>;
-    constexpr int CS = LT ? 1024 : 64; /* bytes from a row's chunk to its next */
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool NF = false,
+          bool IL = false, int CH = 2, bool XG = false, int MB = 0>
+__global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const WqdArgs a) {
+    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, NF, IL, CH, XG>;
+    static_assert(!XG || (INT4 && LG > 0), "XG: tiled int4 codes in natural pair order");
+    static_assert((Tl::E / 4) % CH == 0, "CH divides the mma steps of a chunk");
+    static_assert(!NF || INT4, "NF: int4 codes only");
+    constexpr bool SX = Tl::SX;
+    constexpr int CS = LG ? LG * 1024 : 64; /* bytes from a row's chunk to its next */
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
     uint4 *xf = (uint4 *)smem;
@@ -113,7 +139,8 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t n = min(rw + i * 16 + 8 * h, N - 1);
-            wrow[i][h] = (LT ? a.w + (n >> 4) * a.w_ts + (n & 15) * 64 : a.w + n * a.w_rb) + (int64_t)kc0 * CS + c * 16;
+            wrow[i][h] = (LG ? a.w + ((n >> 4) / LG) * a.w_ts + ((n >> 4) % LG) * 1024 + (n & 15) * 64 : a.w + n * a.w_rb) +
+                         (int64_t)kc0 * CS + c * 16;
             srow[i][h] = a.scales + n;
             mrow[i][h] = MIN ? a.mins + n : a.scales;
         }
@@ -141,7 +168,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
      * place into the pairs of dequant.cuh, with the chunks' sums of x for
      * the mins (a quad holds one row's chunk: summed in a fixed order) */
     const T *xg = (const T *)a.x;
-    for (int e = tid; e < nch * W8 * NT * 32; e += NTHR) {
+    for (int e = tid; !XG && e < nch * W8 * NT * 32; e += NTHR) {
         const int ln = e % 32, nt = (e / 32) % NT, w = (e / (32 * NT)) % W8, ch = e / (32 * NT * W8);
         const int m = nt * 8 + (ln >> 2);
         const int64_t k = (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w;
@@ -151,24 +178,26 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
     sf_cp_async_commit();
     sf_cp_async_wait<0>();
     __syncthreads();
-    for (int e = tid; e < nch * NT * 32; e += NTHR) { /* whole warps: the shuffles below */
+    for (int e = tid; (SX || !XG) && e < nch * NT * 32; e += NTHR) { /* whole warps: the shuffles below */
         const int ln = e % 32, nt = (e / 32) % NT, ch = e / (32 * NT);
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < W8; w++) {
             uint4 &q = xf[((ch * W8 + w) * NT + nt) * 32 + ln];
-            const uint4 v = q;
-            if (MIN) {
+            const uint4 v = XG ? wqd_x_word<T>(a, nt * 8 + (ln >> 2), (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w) : q;
+            if (SX) {
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     sum += wq_bits<T>::tof((uint16_t)(u[j] & 0xffff)) + wq_bits<T>::tof((uint16_t)(u[j] >> 16));
             }
-            uint32_t p[4];
-            wq_x_pairs(v, p);
-            q = make_uint4(p[0], p[1], p[2], p[3]);
+            if (!XG) {
+                uint32_t p[4];
+                wq_x_pairs(v, p);
+                q = make_uint4(p[0], p[1], p[2], p[3]);
+            }
         }
-        if (MIN) {
+        if (SX) {
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             if ((ln & 3) == 0) sxs[ch * 16 + nt * 8 + (ln >> 2)] = sum;
@@ -187,16 +216,23 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
     for (int ch0 = 0; ch0 < nch; ch0 += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int ch = ch0 + u;
-            if (ch >= nch) break;
+            /* IL: no branch between the chunks of a pass, so the compiler
+             * may overlap their chains; a chunk past the end reads the last
+             * one (finite) and counts zero */
+            const int ch = IL ? min(ch0 + u, nch - 1) : ch0 + u;
+            if (!IL && ch >= nch) break;
+            const bool live = !IL || ch0 + u < nch;
             const uint4(&cw)[MT][2] = wb[u]; /* refilled once this chunk is done */
             float s[MT][2], mn[MT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    s[i][h] = wq_bits<T>::tof(sb[u][i][h]);
-                    mn[i][h] = MIN ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
+                    s[i][h] = live ? wq_bits<T>::tof(sb[u][i][h]) : 0.0f;
+                    mn[i][h] = MIN && live ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
+                    /* NF: the codes entered the mma as MAGIC + u; their
+                     * excess is s * (MAGIC + off) times the sum of x */
+                    if (NF) mn[i][h] = fmaf(-s[i][h], wq_bits<T>::MAGF + (MIN ? 0.0f : 8.0f), mn[i][h]);
                 }
 
             uint32_t bx[NT][E / 2];
@@ -204,14 +240,15 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
             for (int w = 0; w < W8; w++)
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const uint4 q = xf[((ch * W8 + w) * NT + t) * 32 + lane];
+                    const uint4 q = XG ? wqd_x_word<T>(a, t * 8 + (lane >> 2), (int64_t)(kc0 + ch) * CK + c * E + 8 * w)
+                                       : xf[((ch * W8 + w) * NT + t) * 32 + lane];
                     bx[t][4 * w + 0] = q.x, bx[t][4 * w + 1] = q.y, bx[t][4 * w + 2] = q.z, bx[t][4 * w + 3] = q.w;
                 }
             float sx[NT][2];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                sx[t][0] = MIN ? sxs[ch * 16 + t * 8 + 2 * c] : 0.0f;
-                sx[t][1] = MIN ? sxs[ch * 16 + t * 8 + 2 * c + 1] : 0.0f;
+                sx[t][0] = SX ? sxs[ch * 16 + t * 8 + 2 * c] : 0.0f;
+                sx[t][1] = SX ? sxs[ch * 16 + t * 8 + 2 * c + 1] : 0.0f;
             }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
@@ -219,7 +256,10 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t v[4] = {cw[i][h].x, cw[i][h].y, cw[i][h].z, cw[i][h].w};
-                    if (INT4) {
+                    if (INT4 && NF) {
+#pragma unroll
+                        for (int w = 0; w < 4; w++) wq_int4_raw<T>(v[w], &pa[h][4 * w]);
+                    } else if (INT4) {
 #pragma unroll
                         for (int w = 0; w < 4; w++) wq_int4_pairs<T>(v[w], MIN ? 0 : 8, &pa[h][4 * w]);
                     } else {
@@ -227,30 +267,36 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArg
                         for (int w = 0; w < 2; w++) wq_int8_pairs<T>(v[2 * w], v[2 * w + 1], !MIN, &pa[h][4 * w]);
                     }
                 }
-                /* two chains of mma steps, halving the dependent latency */
-                float tmp[NT][4], tm2[NT][4];
+                /* CH chains of mma steps, dividing the dependent latency */
+                float tc[CH][NT][4];
 #pragma unroll
-                for (int t = 0; t < NT; t++)
+                for (int q = 0; q < CH; q++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) tmp[t][e] = tm2[t][e] = 0.0f;
+                    for (int t = 0; t < NT; t++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) tc[q][t][e] = 0.0f;
 #pragma unroll
                 for (int st = 0; st < E / 4; st++) {
                     const uint32_t af[4] = {pa[0][2 * st], pa[1][2 * st], pa[0][2 * st + 1], pa[1][2 * st + 1]};
 #pragma unroll
                     for (int t = 0; t < NT; t++)
-                        sf_mma16<T>::run(st & 1 ? tm2[t] : tmp[t], af, bx[t][2 * st], bx[t][2 * st + 1]);
+                        if (IL) sf_mma16<T>::run_nv(tc[st % CH][t], af, bx[t][2 * st], bx[t][2 * st + 1]);
+                        else sf_mma16<T>::run(tc[st % CH][t], af, bx[t][2 * st], bx[t][2 * st + 1]);
                 }
+                float(&tmp)[NT][4] = tc[0];
 #pragma unroll
-                for (int t = 0; t < NT; t++)
+                for (int q = 1; q < CH; q++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) tmp[t][e] += tm2[t][e];
+                    for (int t = 0; t < NT; t++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) tmp[t][e] += tc[q][t][e];
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
                     acc[i][t][0] = fmaf(s[i][0], tmp[t][0], acc[i][t][0]);
                     acc[i][t][1] = fmaf(s[i][0], tmp[t][1], acc[i][t][1]);
                     acc[i][t][2] = fmaf(s[i][1], tmp[t][2], acc[i][t][2]);
                     acc[i][t][3] = fmaf(s[i][1], tmp[t][3], acc[i][t][3]);
-                    if (MIN) {
+                    if (SX) {
                         acc[i][t][0] = fmaf(mn[i][0], sx[t][0], acc[i][t][0]);
                         acc[i][t][1] = fmaf(mn[i][0], sx[t][1], acc[i][t][1]);
                         acc[i][t][2] = fmaf(mn[i][1], sx[t][0], acc[i][t][2]);
