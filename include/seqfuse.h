@@ -700,8 +700,24 @@ SF_API sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p);
  *   mins    (K/group_size, N)  scales' dtype, optional (absent: symmetric).
  * group_size is 32, 64 or 128 and divides K (K >= 1; N >= 1).  The CUDA
  * backend also needs data 16-byte aligned (sf_malloc'd memory is).
+ *
+ * Layout of data: SF_QW_ROWS (above, the default) or SF_QW_TILED, the
+ * CUDA backend's streaming order, made from the rows by sf_tile_qweight:
+ * the rows padded to Np = N rounded up to 128 and their B = K/2 (int4) or
+ * K (int8) bytes to Bp = B rounded up to 64, then byte b of row n stored at
+ *   (((n / 128) * (Bp / 64) + b / 64) * 8 + (n / 16) % 8) * 1024
+ *     + (n % 16) * 64 + b % 64
+ * (a kilobyte holds 64 bytes of each row of a 16-row tile; the kilobytes of
+ * a 128-row band's 8 tiles lie side by side, band after band), and within
+ * each 8 consecutive elements e0..e7 of a row (one 32-bit word of int4
+ * codes, 8 bytes of int8) the codes in the order e0 e2 e4 e6 e1 e3 e5 e7
+ * (int4: nibble i of the word, low nibble first).  data is then (Np, Bp),
+ * padding zero; scales and mins are as above.  The CUDA backend reads it
+ * 10-20% faster at M <= 16 (bench/RESULTS.md); the CPU backend takes rows
+ * only (SF_ERR_UNSUPPORTED), the reference and sf_dequantize_weights both.
  */
 typedef enum sf_qw_format { SF_QW_INT4 = 0, SF_QW_INT8 = 1 } sf_qw_format;
+typedef enum sf_qw_layout { SF_QW_ROWS = 0, SF_QW_TILED = 1 } sf_qw_layout;
 
 typedef struct sf_qweight {
     sf_qw_format format;
@@ -710,6 +726,7 @@ typedef struct sf_qweight {
     sf_tensor data;            /* packed codes                              */
     sf_tensor scales;          /* (k / group_size, n)                       */
     sf_tensor mins;            /* (k / group_size, n), optional             */
+    sf_qw_layout layout;       /* of data: SF_QW_ROWS (0) or SF_QW_TILED    */
 } sf_qweight;
 
 /*
@@ -789,6 +806,12 @@ SF_API sf_status sf_quantize_weights(sf_ctx *ctx, const sf_tensor *w, const sf_q
  * stride): each value computed in double from the definition above and
  * rounded once to w's dtype.  Host memory, CPU contexts only. */
 SF_API sf_status sf_dequantize_weights(sf_ctx *ctx, const sf_qweight *q, const sf_tensor *w);
+
+/* The codes of q (layout SF_QW_ROWS) rearranged into `tiled` (layout
+ * SF_QW_TILED above: shape (Np, Bp), q.data's dtype, contiguous, host
+ * memory, not overlapping q); q's scales and mins serve the tiled weight
+ * unchanged.  CPU contexts only, like the conversions around it. */
+SF_API sf_status sf_tile_qweight(sf_ctx *ctx, const sf_qweight *q, const sf_tensor *tiled);
 
 /*
  * GGUF / ggml block types (their ggml_type ids) that sf_repack_gguf reads.

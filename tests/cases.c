@@ -388,6 +388,18 @@ const sfc_case sfc_cases[] = {
     {GWQ("gwq4_g128_min_m300_str", 300, 257, 1024, 4, 128), .wq_min = 1, .strided = 1},
     {GWQ("gwq4_g32_m64", 64, 96, 320, 4, 32)},
     {GWQ("gwq8_g128_min_m129", 129, 40, 256, 8, 128), .wq_min = 1},
+    /* the codes tiled (SF_QW_TILED): every CUDA path reads them */
+    {GWQ("gwq4_g128_m1_tl", 1, 257, 512, 4, 128), .wq_tiled = 1},
+    {GWQ("gwq4_g128_min_m5_tl", 5, 133, 384, 4, 128), .wq_min = 1, .bias = 1, .wq_tiled = 1},
+    {GWQ("gwq4_g128_m16_k4096_tl", 16, 96, 4096, 4, 128), .wq_tiled = 1},
+    {GWQ("gwq4_g32_min_m3_tl", 3, 129, 96, 4, 32), .wq_min = 1, .wq_tiled = 1},
+    {GWQ("gwq4_g64_m16_bias_tl", 16, 300, 320, 4, 64), .bias = 1, .wq_tiled = 1},
+    {GWQ("gwq4_g128_m64_bias_tl", 64, 200, 1024, 4, 128), .wq_min = 1, .bias = 1, .wq_tiled = 1},
+    {GWQ("gwq4_g32_m40_k96_tl", 40, 37, 96, 4, 32), .wq_tiled = 1},
+    {GWQ("gwq8_g64_min_m3_tl", 3, 70, 448, 8, 64), .wq_min = 1, .strided = 1, .wq_tiled = 1},
+    {GWQ("gwq8_g128_m16_bias_tl", 16, 33, 128, 8, 128), .bias = 1, .wq_tiled = 1},
+    {GWQ("gwq8_g32_m17_tl", 17, 65, 64, 8, 32), .wq_tiled = 1},
+    {GWQ("gwq8_g64_m200_tl", 200, 133, 192, 8, 64), .wq_tiled = 1},
 };
 const int sfc_ncases = (int)(sizeof sfc_cases / sizeof sfc_cases[0]);
 

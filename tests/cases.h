@@ -80,8 +80,10 @@ typedef struct sfc_case {
                         llama3 and tables of npos rows above (positions are
                         the cache positions written)                      */
     /* gemm_wq: M = b rows of x; W (wq_n x wq_k) of wq_bits (4 or 8) codes,
-     * groups of wq_group, mins when wq_min, bias above */
-    int wq_n, wq_k, wq_bits, wq_group, wq_min;
+     * groups of wq_group, mins when wq_min, bias above; wq_tiled: the target
+     * gets the codes as SF_QW_TILED (sf_tile_qweight of the reference's rows;
+     * the CUDA backend's layout: the host backends answer unsupported) */
+    int wq_n, wq_k, wq_bits, wq_group, wq_min, wq_tiled;
     int no_k;        /* rope: q only (k absent; Hkv unused)                  */
     int strided;     /* inputs and outputs are views with padded strides      */
     int big;         /* 1: benchmark-sized, left out of the quick test set    */

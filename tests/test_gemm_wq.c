@@ -1,8 +1,9 @@
 /* test_gemm_wq.c - the weight-only quantised product and its conversions
  * through the public API: hand-computed products, the quantiser's rounding,
  * GGUF repacking against a dequantiser written here from the GGUF block
- * definitions (hand-built and random blocks, bit-exact), and every
- * validation error with the tensor it names. */
+ * definitions (hand-built and random blocks, bit-exact), the tiled layout
+ * against its formula, and every validation error with the tensor it
+ * names. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -422,6 +423,105 @@ static void test_errors(void) {
     EXPECT(strcmp(sf_dtype_name(SF_U8), "u8") == 0 && sf_dtype_size(SF_I8) == 1, "u8 / i8 names and sizes");
 }
 
+/* ------------------------------------------------------------------ */
+/* SF_QW_TILED: sf_tile_qweight against the layout's formula, written  */
+/* here from seqfuse.h, and every reader of the tiled codes            */
+/* ------------------------------------------------------------------ */
+
+static int64_t tiled_at(int64_t n, int64_t b, int64_t bp) { /* seqfuse.h's offset */
+    return (((n / 128) * (bp / 64) + b / 64) * 8 + (n / 16) % 8) * 1024 + (n % 16) * 64 + b % 64;
+}
+
+static void test_tiled(void) {
+    /* N past a 128-row band, K whose row bytes are not a multiple of 64 */
+    enum { N = 133, K = 96 * 3 };
+    static uint8_t rows[N * K], til[256 * 320], back_r[N * K];
+    static float sc[(K / 32) * N], mn[(K / 32) * N], dq_r[N * K], dq_t[N * K];
+    static float x[3 * K], y_r[3 * N], y_t[3 * N];
+    for (int i = 0; i < N * K; i++) rows[i] = (uint8_t)(rnd() >> 24);
+    for (int i = 0; i < (K / 32) * N; i++) sc[i] = (float)(0.01 + 0.02 * unif()), mn[i] = (float)(unif() - 0.5);
+    for (int i = 0; i < 3 * K; i++) x[i] = (float)(2.0 * unif() - 1.0);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        const int int4 = fmt == 0;
+        const int64_t rb = int4 ? K / 2 : K, bp = (rb + 63) / 64 * 64, np = 256;
+        sf_qweight q;
+        memset(&q, 0, sizeof q);
+        q.format = int4 ? SF_QW_INT4 : SF_QW_INT8;
+        q.n = N, q.k = K, q.group_size = 32;
+        q.data = t2(rows, SF_U8, N, rb);
+        q.scales = t2(sc, SF_F32, K / 32, N);
+        q.mins = t2(mn, SF_F32, K / 32, N);
+        memset(til, 0xa5, sizeof til);
+        const sf_tensor tt = t2(til, SF_U8, np, bp);
+        EXPECT_STATUS(sf_tile_qweight(ctx, &q, &tt), SF_OK, NULL);
+        /* every element's code where the formula puts it, padding zero */
+        int bad = 0;
+        for (int64_t n = 0; n < np; n++)
+            for (int64_t k = 0; k < bp * (int4 ? 2 : 1); k++) {
+                const int64_t unit = k / 8 * 8;
+                int e = -1; /* the element in slot k % 8 of its unit */
+                const int slot = (int)(k % 8);
+                e = slot < 4 ? 2 * slot : 2 * (slot - 4) + 1;
+                const int64_t b = int4 ? (unit + slot) / 2 : unit + slot;
+                const int got = int4 ? (til[tiled_at(n, b, bp)] >> (4 * (slot & 1))) & 15 : til[tiled_at(n, b, bp)];
+                int want = 0;
+                if (n < N && unit + e < K)
+                    want = int4 ? (rows[n * rb + (unit + e) / 2] >> (4 * ((unit + e) & 1))) & 15
+                                : rows[n * rb + unit + e];
+                bad += got != want;
+            }
+        EXPECT(bad == 0, "int%d: %d tiled codes away from the layout's formula", int4 ? 4 : 8, bad);
+        /* the readers: dequantisation and the reference product equal the rows' */
+        sf_qweight qt = q;
+        qt.data = tt, qt.layout = SF_QW_TILED;
+        const sf_tensor wr = t2(dq_r, SF_F32, N, K), wt = t2(dq_t, SF_F32, N, K);
+        EXPECT_STATUS(sf_dequantize_weights(ctx, &q, &wr), SF_OK, NULL);
+        EXPECT_STATUS(sf_dequantize_weights(ctx, &qt, &wt), SF_OK, NULL);
+        EXPECT(!memcmp(dq_r, dq_t, sizeof dq_r), "int%d: tiled dequantisation differs from the rows'", int4 ? 4 : 8);
+        sf_gemm_wq_params p;
+        sf_gemm_wq_params_init(&p);
+        p.x = t2(x, SF_F32, 3, K);
+        p.w = q;
+        p.y = t2(y_r, SF_F32, 3, N);
+        p.backend = SF_BACKEND_REF;
+        EXPECT_STATUS(sf_gemm_wq(ctx, &p), SF_OK, NULL);
+        p.w = qt, p.y = t2(y_t, SF_F32, 3, N);
+        EXPECT_STATUS(sf_gemm_wq(ctx, &p), SF_OK, NULL);
+        EXPECT(!memcmp(y_r, y_t, sizeof y_r), "int%d: the reference product of tiled codes differs", int4 ? 4 : 8);
+        p.backend = SF_BACKEND_CPU;
+        EXPECT_STATUS(sf_gemm_wq(ctx, &p), SF_ERR_UNSUPPORTED, "the CPU backend reads w.layout SF_QW_ROWS");
+        /* the rows back out of the tiles by the definition (round trip) */
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t unit = k / 8 * 8, e = k % 8, slot = (e & 1) * 4 + e / 2;
+                const int64_t b = int4 ? (unit + slot) / 2 : unit + slot;
+                const int c = int4 ? (til[tiled_at(n, b, bp)] >> (4 * (slot & 1))) & 15 : til[tiled_at(n, b, bp)];
+                if (int4)
+                    back_r[n * rb + k / 2] = (uint8_t)((k & 1) ? (back_r[n * rb + k / 2] & 15) | (c << 4) : c);
+                else
+                    back_r[n * rb + k] = (uint8_t)c;
+            }
+        EXPECT(!memcmp(back_r, rows, (size_t)(N * rb)), "int%d: the tiles do not give the rows back", int4 ? 4 : 8);
+
+        /* errors */
+        EXPECT_STATUS(sf_tile_qweight(ctx, &qt, &tt), SF_ERR_INVALID_ARG, "q.layout must be SF_QW_ROWS");
+        const sf_tensor small = t2(til, SF_U8, N, bp);
+        EXPECT_STATUS(sf_tile_qweight(ctx, &q, &small), SF_ERR_SHAPE, "tiled");
+        const sf_tensor wrongdt = t2(til, SF_I8, np, bp); /* not q.data's u8 */
+        EXPECT_STATUS(sf_tile_qweight(ctx, &q, &wrongdt), SF_ERR_DTYPE, "tiled");
+        const sf_tensor onto = t2(rows, SF_U8, np, bp); /* the codes' own memory */
+        EXPECT_STATUS(sf_tile_qweight(ctx, &q, &onto), SF_ERR_INVALID_ARG, "overlap");
+        EXPECT_STATUS(sf_tile_qweight(ctx, NULL, &tt), SF_ERR_NULL_POINTER, "q is NULL");
+        EXPECT_STATUS(sf_tile_qweight(ctx, &q, NULL), SF_ERR_NULL_POINTER, "tiled is NULL");
+        sf_qweight qbad = qt;
+        qbad.data = t2(til, SF_U8, N, rb); /* a tiled weight with the rows' shape */
+        EXPECT_STATUS(sf_dequantize_weights(ctx, &qbad, &wt), SF_ERR_SHAPE, "q.data");
+        qbad = q, qbad.layout = (sf_qw_layout)2;
+        EXPECT_STATUS(sf_dequantize_weights(ctx, &qbad, &wt), SF_ERR_INVALID_ARG, "q.layout 2");
+        EXPECT_STATUS(sf_quantize_weights(ctx, &wr, &qt), SF_ERR_UNSUPPORTED, "sf_tile_qweight");
+    }
+}
+
 int main(void) {
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
         printf("FAIL cannot create a CPU context\n");
@@ -431,6 +531,7 @@ int main(void) {
     test_quantize();
     test_repack();
     test_errors();
+    test_tiled();
     sf_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -9,8 +9,7 @@
 // reference.  tile_* / grp8_* / grp16_*: the codes tiled (decode.cuh's LG
 // 1 / 8 / 16; the same bytes rearranged by tile_codes, so the outputs match
 // the row's).  *_nf, *_il, *_ch4, *_il4: decode.cuh's NF, IL, CH 4, IL
-// with CH 4; *_xg: XG (x from global memory; codes tiled with the nibbles
-// of each word reordered, tile_codes' perm).  probe_*: the codes read in the row
+// with CH 4; *_xg: XG (x from global memory).  probe_*: the codes read in the row
 // kernel's order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
@@ -31,7 +30,7 @@ typedef __nv_bfloat16 T;
 
 /* the weights cycle through ncopy copies, one a call, so that a graph of
  * calls streams them from DRAM (L2 holds 50 MB) */
-struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; const uint8_t *wt[17], *wtp; };
+struct Prob { WqdArgs a; int sms; int ncopy; size_t wstep, sstep; const uint8_t *wt[17]; };
 static unsigned g_call;
 static WqdArgs cur(const Prob &p) {
     WqdArgs a = p.a;
@@ -44,14 +43,15 @@ typedef void (*Launch)(const Prob &, cudaStream_t);
 
 /* the codes of each copy with every 16-row tile's chunks (64 bytes of each
  * of its 16 rows) one contiguous kilobyte, in groups of LG tiles whose
- * chunk c lies side by side (decode.cuh's LG) */
-__global__ void tile_codes(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K, int64_t LG, bool perm) {
+ * chunk c lies side by side, each word's nibbles e0 e2 e4 e6 e1 e3 e5 e7
+ * (decode.cuh's LG) */
+__global__ void tile_codes(const uint8_t *src, uint8_t *dst, int64_t N, int64_t K, int64_t LG) {
     const int64_t rb = K / 2, upr = rb / 16, nchk = K / 128;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < N * upr; u += (int64_t)gridDim.x * blockDim.x) {
         const int64_t n = u / upr, q = u % upr, ch = q / 4, c = q % 4, t = n / 16;
         const int64_t d = (t / LG) * LG * nchk * 64 + (ch * LG + t % LG) * 64 + (n % 16) * 4 + c;
         uint4 v = ((const uint4 *)src)[u];
-        if (perm) { /* XG: nibbles e0 e2 e4 e6 e1 e3 e5 e7 a word */
+        {
             uint32_t *wv = (uint32_t *)&v;
             for (int i = 0; i < 4; i++) {
                 uint32_t o = 0;
@@ -117,7 +117,7 @@ static void run_v(const Prob &p, cudaStream_t s) {
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
-    if (LG) a.w = (XG ? p.wtp : p.wt[LG]) + (a.w - p.a.w), a.w_ts = (int64_t)LG * nchk * 1024;
+    if (LG) a.w = p.wt[LG] + (a.w - p.a.w), a.w_ts = (int64_t)LG * nchk * 1024;
     const int64_t rb = (a.N + BR - 1) / BR;
     int64_t S = ((int64_t)F2 * p.sms / 2 + rb / 2) / rb;
     if (SF > 0) S = SF;
@@ -170,9 +170,9 @@ int main(int argc, char **argv) {
     const size_t maxw = (size_t)28672 * 4096;
     const size_t span = 160000000; /* bytes of weights a graph cycles through */
     const size_t wcap = span + maxw / 2, scap = wcap / 64 + maxw / 64, bcap = span + maxw * 2;
-    uint8_t *w, *wt[17] = {}, *wtp; uint16_t *sc, *x, *y, *yref;
+    uint8_t *w, *wt[17] = {}; uint16_t *sc, *x, *y, *yref;
     const int lgs[] = {1, 8, 16};
-    CK(cudaMalloc(&w, wcap)); CK(cudaMalloc(&wtp, wcap));
+    CK(cudaMalloc(&w, wcap));
     for (int lg : lgs) CK(cudaMalloc(&wt[lg], wcap)); CK(cudaMalloc(&sc, scap * 2)); CK(cudaMalloc(&x, 16 * 14336 * 2));
     CK(cudaMalloc(&y, 16 * 28672 * 2)); CK(cudaMalloc(&yref, 16 * 28672 * 2));
     CK(cudaMalloc(&g_wb, bcap)); CK(cudaMalloc(&g_sink, 4)); CK(cudaMalloc(&g_yb, 16 * 28672 * 2));
@@ -224,10 +224,8 @@ int main(int argc, char **argv) {
             for (int lg : lgs) {
                 p.wt[lg] = wt[lg];
                 for (int i = 0; i < p.ncopy; i++)
-                    tile_codes<<<1024, 256>>>(w + i * p.wstep, wt[lg] + i * p.wstep, sh[0], sh[1], lg, false);
+                    tile_codes<<<1024, 256>>>(w + i * p.wstep, wt[lg] + i * p.wstep, sh[0], sh[1], lg);
             }
-            p.wtp = wtp;
-            for (int i = 0; i < p.ncopy; i++) tile_codes<<<1024, 256>>>(w + i * p.wstep, wtp + i * p.wstep, sh[0], sh[1], 8, true);
             CK(cudaDeviceSynchronize());
             p.a.bias = nullptr; p.a.y = y; p.a.y_rs = sh[0]; p.a.M = M; p.a.N = sh[0]; p.a.K = sh[1]; p.a.group = 128;
             const double bytes = (double)sh[0] * sh[1] / 2 + (double)sh[0] * sh[1] / 128 * 2;

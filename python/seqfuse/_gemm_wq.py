@@ -17,6 +17,7 @@ from ._core import Call, as_int, fail, get_ctx, kind_of
 from ._fused import _rows
 
 _FORMATS = {4: L.SF_QW_INT4, 8: L.SF_QW_INT8}
+_LAYOUTS = {"rows": L.SF_QW_ROWS, "tiled": L.SF_QW_TILED}
 # name: (ggml type id, bits, block bytes, has mins)
 _GGUF = {"Q4_0": (L.SF_GGUF_Q4_0, 4, 18, False), "Q4_1": (L.SF_GGUF_Q4_1, 4, 20, True),
          "Q8_0": (L.SF_GGUF_Q8_0, 8, 34, False)}
@@ -61,17 +62,25 @@ class QWeight:
     elements along k.  data (n, k/2) or (n, k) uint8 (int8 also for 8 bits
     without mins), scales and mins (k / group_size, n).  Values: 4 bits
     w = s (u - 8), or s u + m with mins; 8 bits w = s q (signed), or s u + m
-    (unsigned) with mins.  Arrays are numpy or torch tensors of one device."""
+    (unsigned) with mins.  Arrays are numpy or torch tensors of one device.
+    layout "rows" (the above) or "tiled": the CUDA backend's streaming order
+    of seqfuse.h's SF_QW_TILED (data (n rounded up to 128, bytes of a row
+    rounded up to 64)), made by .tiled(); n and k must then be given."""
 
-    def __init__(self, data, scales, mins=None, bits=4, group_size=128, n=None, k=None):
+    def __init__(self, data, scales, mins=None, bits=4, group_size=128, n=None, k=None, layout="rows"):
         if bits not in _FORMATS:
             fail(L.SF_ERR_INVALID_ARG, "QWeight: bits %r; use 4 or 8" % (bits,))
+        if layout not in _LAYOUTS:
+            fail(L.SF_ERR_INVALID_ARG, "QWeight: layout %r; use 'rows' or 'tiled'" % (layout,))
         self.data, self.scales, self.mins = data, scales, mins
         self.bits = bits
         self.group_size = group_size
+        self.layout = layout
         shp = tuple(data.shape)
         if len(shp) != 2:
             fail(L.SF_ERR_SHAPE, "QWeight: data has shape %s; expected (n, k/2) or (n, k)" % (shp,))
+        if layout == "tiled" and (n is None or k is None):
+            fail(L.SF_ERR_SHAPE, "QWeight: a tiled layout's data is padded: give n and k")
         self.n = shp[0] if n is None else n
         self.k = (shp[1] * 2 if bits == 4 else shp[1]) if k is None else k
 
@@ -84,9 +93,9 @@ class QWeight:
         return self.mins is None
 
     def __repr__(self):
-        return "QWeight(int%d, n=%d, k=%d, group_size=%d, %s, scales %s)" % (
+        return "QWeight(int%d, n=%d, k=%d, group_size=%d, %s, scales %s, %s)" % (
             self.bits, self.n, self.k, self.group_size, "symmetric" if self.symmetric else "mins",
-            _dtype_name(self.scales))
+            _dtype_name(self.scales), self.layout)
 
     def _fill(self, call, pre):
         q = L.sf_qweight()
@@ -94,6 +103,7 @@ class QWeight:
         q.n = as_int(call.op, pre + ".n", self.n, -(2 ** 62), 2 ** 62)
         q.k = as_int(call.op, pre + ".k", self.k, -(2 ** 62), 2 ** 62)
         q.group_size = as_int(call.op, pre + ".group_size", self.group_size)
+        q.layout = _LAYOUTS[self.layout]
         q.data = call.tensor(self.data, pre + ".data")
         q.scales = call.tensor(self.scales, pre + ".scales")
         if self.mins is not None:
@@ -102,7 +112,7 @@ class QWeight:
 
     def _map(self, fn):
         return QWeight(fn(self.data), fn(self.scales), None if self.mins is None else fn(self.mins),
-                       self.bits, self.group_size, self.n, self.k)
+                       self.bits, self.group_size, self.n, self.k, self.layout)
 
     def to(self, *args, **kw):
         """torch: the same weight with every tensor .to(*args, **kw) (a device)."""
@@ -120,6 +130,27 @@ class QWeight:
         if _is_torch(self.data) and self.data.device.type != "cpu":
             return out.to(self.data.device)
         return out
+
+
+    def tiled(self):
+        """The same weight in the "tiled" layout (sf_tile_qweight, on the host;
+        returned on data's device): the CUDA backend's faster order at 1-16
+        rows of x.  The CPU backend takes "rows" only."""
+        if self.layout == "tiled":
+            return self
+        q = self._map(_host)
+        call = Call("tile_qweight", q.data, "data")
+        np_ = (self.n + 127) // 128 * 128
+        bp = ((self.k // 2 if self.bits == 4 else self.k) + 63) // 64 * 64
+        out = _empty(q.data, (np_, bp), _dtype_name(q.data))
+        qd = q._fill(call, "q")
+        tt = call.tensor(out, "tiled")
+        _run_host(call.op, L.sf_tile_qweight, ctypes.byref(qd), ctypes.byref(tt))
+        tq = QWeight(out, q.scales, q.mins, self.bits, self.group_size, self.n, self.k, "tiled")
+        if _is_torch(self.data) and self.data.device.type != "cpu":
+            return QWeight(out.to(self.data.device), self.scales, self.mins, self.bits, self.group_size,
+                           self.n, self.k, "tiled")
+        return tq
 
 
 def quantize_weights(w, bits=4, group_size=128, symmetric=True, scale_dtype=None):

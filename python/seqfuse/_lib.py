@@ -413,6 +413,7 @@ sf_rope = _decl("sf_rope", _c.c_int, _c.c_void_p, _P(sf_rope_params))
 # ------------------------------------------------------------------ quantised weights
 
 SF_QW_INT4, SF_QW_INT8 = 0, 1
+SF_QW_ROWS, SF_QW_TILED = 0, 1
 SF_GGUF_Q4_0, SF_GGUF_Q4_1, SF_GGUF_Q8_0 = 2, 3, 8
 
 
@@ -422,6 +423,7 @@ class sf_qweight(ctypes.Structure):
         ("n", ctypes.c_int64), ("k", ctypes.c_int64),
         ("group_size", ctypes.c_int),
         ("data", sf_tensor), ("scales", sf_tensor), ("mins", sf_tensor),
+        ("layout", ctypes.c_int),
     ]
 
 
@@ -439,5 +441,6 @@ sf_gemm_wq_params_init = _decl("sf_gemm_wq_params_init", None, _P(sf_gemm_wq_par
 sf_gemm_wq = _decl("sf_gemm_wq", _c.c_int, _c.c_void_p, _P(sf_gemm_wq_params))
 sf_quantize_weights = _decl("sf_quantize_weights", _c.c_int, _c.c_void_p, _P(sf_tensor), _P(sf_qweight))
 sf_dequantize_weights = _decl("sf_dequantize_weights", _c.c_int, _c.c_void_p, _P(sf_qweight), _P(sf_tensor))
+sf_tile_qweight = _decl("sf_tile_qweight", _c.c_int, _c.c_void_p, _P(sf_qweight), _P(sf_tensor))
 sf_repack_gguf = _decl("sf_repack_gguf", _c.c_int, _c.c_void_p, _c.c_int, _c.c_void_p, _c.c_size_t,
                        _P(sf_qweight))

@@ -49,12 +49,18 @@ static sf_status check_qweight(sf_ctx *ctx, const char *op, const char *pre, con
     if (q->k % q->group_size != 0)
         return sf_fail(ctx, SF_ERR_SHAPE, "%s: %sk = %lld is not a multiple of group_size %d", op,
                        pre, (long long)q->k, q->group_size);
+    if (q->layout != SF_QW_ROWS && q->layout != SF_QW_TILED)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %slayout %d is not SF_QW_ROWS (0) or SF_QW_TILED (1)", op, pre,
+                       (int)q->layout);
     const int int4 = q->format == SF_QW_INT4;
     const int64_t G = q->k / q->group_size;
     /* int8 codes without mins are signed: i8 says so, u8 holds the same bytes */
     const int ddt = !int4 && !q->mins.data && q->data.dtype == SF_I8 ? SF_I8 : SF_U8;
+    const int tiled = q->layout == SF_QW_TILED;
     CHK(sf_check_tensor(ctx, op, nd, &q->data, 1, 2,
-                        (int64_t[]){q->n, sf_wq_row_bytes(int4, q->k)}, ddt, 1));
+                        (int64_t[]){tiled ? sf_wq_tiled_rows(q->n) : q->n,
+                                    tiled ? sf_wq_tiled_row_bytes(int4, q->k) : sf_wq_row_bytes(int4, q->k)},
+                        ddt, 1));
     CHK(check_contiguous(ctx, op, nd, &q->data));
     CHK(sf_check_tensor(ctx, op, ns, &q->scales, 1, 2, (int64_t[]){G, q->n}, SF_DT_FLOAT, 1));
     CHK(check_contiguous(ctx, op, ns, &q->scales));
@@ -103,6 +109,14 @@ sf_status sf_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_params *p) {
     return s;
 }
 
+/* Quantisation and repacking write the row layout; tiling is a second step. */
+static sf_status rows_only(sf_ctx *ctx, const char *op, const sf_qweight *q) {
+    if (q->layout != SF_QW_ROWS)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "%s writes q.layout SF_QW_ROWS; tile the result with sf_tile_qweight", op);
+    return SF_OK;
+}
+
 /* The conversions run on host memory: a CUDA context is refused up front. */
 static sf_status host_only(sf_ctx *ctx, const char *op) {
     if (ctx->device >= 0)
@@ -120,6 +134,7 @@ sf_status sf_quantize_weights(sf_ctx *ctx, const sf_tensor *w, const sf_qweight 
     ctx->err[0] = 0;
     CHK(host_only(ctx, op));
     CHK(check_qweight(ctx, op, "q.", q));
+    CHK(rows_only(ctx, op, q));
     CHK(sf_check_tensor(ctx, op, "w", w, 1, 2, (int64_t[]){q->n, q->k}, SF_DT_FLOAT, 1));
     const sf_named_tensor outs[] = {SF_NT("q.data", &q->data), SF_NT("q.scales", &q->scales),
                                     SF_NT("q.mins", &q->mins)};
@@ -143,6 +158,26 @@ sf_status sf_dequantize_weights(sf_ctx *ctx, const sf_qweight *q, const sf_tenso
     return sf_cpu_dequantize_weights(ctx, q, w);
 }
 
+sf_status sf_tile_qweight(sf_ctx *ctx, const sf_qweight *q, const sf_tensor *tiled) {
+    static const char *op = "sf_tile_qweight";
+    if (!ctx) return SF_ERR_NULL_POINTER;
+    if (!q || !tiled) return sf_fail(ctx, SF_ERR_NULL_POINTER, "%s: %s is NULL", op, !q ? "q" : "tiled");
+    ctx->err[0] = 0;
+    CHK(host_only(ctx, op));
+    CHK(check_qweight(ctx, op, "q.", q));
+    if (q->layout != SF_QW_ROWS)
+        return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: q.layout must be SF_QW_ROWS (the codes to tile)", op);
+    const int int4 = q->format == SF_QW_INT4;
+    CHK(sf_check_tensor(ctx, op, "tiled", tiled, 1, 2,
+                        (int64_t[]){sf_wq_tiled_rows(q->n), sf_wq_tiled_row_bytes(int4, q->k)},
+                        (int)q->data.dtype, 1));
+    CHK(check_contiguous(ctx, op, "tiled", tiled));
+    const sf_named_tensor outs[] = {SF_NT("tiled", tiled)};
+    const sf_named_tensor ins[] = {SF_NT("q.data", &q->data)};
+    CHK(sf_check_io(ctx, op, outs, SF_NT_COUNT(outs), ins, SF_NT_COUNT(ins)));
+    return sf_cpu_tile_qweight(ctx, q, tiled);
+}
+
 sf_status sf_repack_gguf(sf_ctx *ctx, sf_gguf_type type, const void *blocks, size_t bytes,
                          const sf_qweight *q) {
     static const char *op = "sf_repack_gguf";
@@ -162,6 +197,7 @@ sf_status sf_repack_gguf(sf_ctx *ctx, sf_gguf_type type, const void *blocks, siz
                        "%s: GGUF type %d is not Q4_0 (2), Q4_1 (3) or Q8_0 (8)", op, (int)type);
     }
     CHK(check_qweight(ctx, op, "q.", q));
+    CHK(rows_only(ctx, op, q));
     if ((q->format == SF_QW_INT4) != want_int4 || q->group_size != 32)
         return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: %s repacks into %s with group_size 32, not %s with %d",
                        op, tn, want_int4 ? "SF_QW_INT4" : "SF_QW_INT8",

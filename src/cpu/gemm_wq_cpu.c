@@ -237,6 +237,9 @@ sf_status sf_cpu_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) {
     const int64_t M = pr->M, N = pr->N, K = pr->K, G = pr->G, KP = sf_cpu_rup(K, 16), GP = sf_cpu_rup(G, 16);
     const int int4 = pr->int4, has_min = pr->has_min, g = pr->group;
     const int nt = sf_cpu_threads(ctx);
+    if (q->layout != SF_QW_ROWS)
+        return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                       "sf_gemm_wq: the CPU backend reads w.layout SF_QW_ROWS; SF_QW_TILED is the CUDA backend's");
     const sf_wqk_impl *impl = NULL;
     sf_status st = pick_impl(ctx, &impl);
     if (st != SF_OK) return st;

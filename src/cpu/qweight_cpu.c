@@ -170,6 +170,39 @@ sf_status sf_cpu_dequantize_weights(sf_ctx *ctx, const sf_qweight *q, const sf_t
     return SF_OK;
 }
 
+/* Row-layout codes into SF_QW_TILED (seqfuse.h): each element's code moved
+ * to its slot, rows and row bytes past the codes zero. */
+sf_status sf_cpu_tile_qweight(sf_ctx *ctx, const sf_qweight *q, const sf_tensor *tiled) {
+    const int nt = sf_cpu_threads(ctx);
+    (void)nt; /* unused without OpenMP */
+    const int int4 = q->format == SF_QW_INT4;
+    const int64_t N = q->n, K = q->k, rb = sf_wq_row_bytes(int4, K);
+    const int64_t np = sf_wq_tiled_rows(N), bp = sf_wq_tiled_row_bytes(int4, K);
+    const uint8_t *src = (const uint8_t *)q->data.data;
+    uint8_t *dst = (uint8_t *)tiled->data;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int64_t n = 0; n < np; n++) {
+        const uint8_t *r = src + n * rb;
+        for (int64_t u = 0; u < bp; u += int4 ? 4 : 8) { /* a unit of 8 elements */
+            uint8_t out[8] = {0};
+            if (n < N && u < rb)
+                for (int e = 0; e < 8; e++) {
+                    const int slot = sf_wq_tiled_slot(e);
+                    if (int4) {
+                        const int c = (r[u + e / 2] >> (4 * (e & 1))) & 15;
+                        out[slot / 2] |= (uint8_t)(c << (4 * (slot & 1)));
+                    } else {
+                        out[slot] = r[u + e];
+                    }
+                }
+            for (int i = 0; i < (int4 ? 4 : 8); i++) dst[sf_wq_tiled_off(n, u + i, bp)] = out[i];
+        }
+    }
+    return SF_OK;
+}
+
 /* A GGUF f16 (little-endian bytes) into a scales / mins tensor (f16 bits
  * copied, or the exact f32 value). */
 static void put_half(const sf_tensor *t, int64_t off, const uint8_t *src) {

@@ -8,7 +8,7 @@
 // tiled, one tile and eight tiles a group, tiles past N zero) and, int4,
 // NF (the codes' offset taken off with the sum of x), and with IL and four
 // mma chains (K 384: a pass of 4 chunks past the end), and XG (x from
-// global memory, the tiled codes' nibbles reordered), int4.
+// global memory).
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).
@@ -36,7 +36,7 @@ static const Mode modes[] = {{"row", 0, false, false, false},  {"LG1", 1, false,
                              {"LG8NF", 8, true, false, false}, {"LG8IL4", 8, false, true, false},
                              {"LG8XG", 8, false, true, true},  {"LG8XGNF", 8, true, true, true}};
 template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, const Mode &md) {
-    if (I4 && md.xg) md.nf ? launch<T, I4, MN, NT, 8, I4, true, 4, I4>(a) : launch<T, I4, MN, NT, 8, false, true, 4, I4>(a);
+    if (md.xg) md.nf && I4 ? launch<T, I4, MN, NT, 8, I4, true, 4, true>(a) : launch<T, I4, MN, NT, 8, false, true, 4, true>(a);
     else if (md.il) launch<T, I4, MN, NT, 8, false, true, 4>(a);
     else if (I4 && md.nf) md.lg ? launch<T, I4, MN, NT, 8, I4>(a) : launch<T, I4, MN, NT, 0, I4>(a);
     else md.lg == 0 ? launch<T, I4, MN, NT, 0, false>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1, false>(a)
@@ -58,25 +58,30 @@ template <typename T> static int run_t(const WqCase &c) {
     for (auto &v : mn) v = bits<T>(-0.05f + 0.1f * (ud(rng) / 255.0f));
     for (auto &v : bias) v = bits<T>(0.1f * nd(rng));
     /* the tiled copies: 16-row tiles of rb / 64 one-kilobyte chunks, in
-     * groups of lg tiles (chunk c of a group's tiles side by side) */
+     * groups of lg tiles (chunk c of a group's tiles side by side), each 8
+     * elements' codes as e0 e2 e4 e6 e1 e3 e5 e7 */
     const int64_t nck = rb / 64, ntile = (c.N + 15) / 16;
-    std::vector<uint4> tb1((size_t)ntile * nck * 64), tb8((size_t)(ntile + 7) / 8 * 8 * nck * 64), tbp(tb8.size());
+    std::vector<uint4> tb1((size_t)ntile * nck * 64), tb8((size_t)(ntile + 7) / 8 * 8 * nck * 64);
     auto tile = [&](uint8_t *wt, int64_t lg) {
         for (int64_t n = 0; n < c.N; n++)
             for (int64_t b = 0; b < rb; b++) {
                 const int64_t t = n / 16;
-                wt[(t / lg) * lg * nck * 1024 + ((b / 64) * lg + t % lg) * 1024 + (n % 16) * 64 + b % 64] = w[n * rb + b];
+                uint8_t v;
+                if (c.bits == 4) { /* byte b holds slots 2(b%4), +1 of its word */
+                    v = 0;
+                    for (int h = 0; h < 2; h++) {
+                        const int slot = (int)(b % 4) * 2 + h, e = slot < 4 ? 2 * slot : 2 * (slot - 4) + 1;
+                        v |= (uint8_t)(((w[n * rb + (b / 4) * 4 + e / 2] >> (4 * (e & 1))) & 15) << (4 * h));
+                    }
+                } else {
+                    const int slot = (int)(b % 8), e = slot < 4 ? 2 * slot : 2 * (slot - 4) + 1;
+                    v = w[n * rb + (b / 8) * 8 + e];
+                }
+                wt[(t / lg) * lg * nck * 1024 + ((b / 64) * lg + t % lg) * 1024 + (n % 16) * 64 + b % 64] = v;
             }
     };
     tile((uint8_t *)tb1.data(), 1);
     tile((uint8_t *)tb8.data(), 8);
-    /* XG: the nibbles of each 32-bit word as e0 e2 e4 e6 e1 e3 e5 e7 */
-    for (size_t i = 0; i < tb8.size() * 4; i++) {
-        const uint32_t v = ((const uint32_t *)tb8.data())[i];
-        uint32_t o = 0;
-        for (int j = 0; j < 8; j++) o |= ((v >> (4 * j)) & 15u) << (4 * ((j & 1) * 4 + j / 2));
-        ((uint32_t *)tbp.data())[i] = o;
-    }
     WqdArgs a{};
     a.x = x; a.x_rs = c.K; a.w = w; a.w_rb = rb; a.scales = sc.data(); a.mins = c.mins ? mn.data() : nullptr;
     a.bias = c.bias ? bias.data() : nullptr; a.bias_s = 1; a.bias_f32 = 0; a.y = y; a.y_rs = c.N;
@@ -85,9 +90,9 @@ template <typename T> static int run_t(const WqCase &c) {
     const bool n1 = c.M <= 8;
     int bad = 0;
     for (const Mode &md : modes) {
-        if ((md.nf || md.xg) && c.bits != 4) continue;
+        if (md.nf && c.bits != 4) continue;
         memset(y, 0xff, (size_t)c.M * c.N * 2);
-        a.w = md.lg == 0 ? w : md.lg == 1 ? (uint8_t *)tb1.data() : md.xg ? (uint8_t *)tbp.data() : (uint8_t *)tb8.data();
+        a.w = md.lg == 0 ? w : md.lg == 1 ? (uint8_t *)tb1.data() : (uint8_t *)tb8.data();
         a.w_ts = md.lg * nck * 1024;
         if (c.bits == 4) {
             if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, md) : launch_mode<T, true, true, 2>(a, md);

@@ -160,6 +160,41 @@ def test_torch_cuda(dt, bits, group, symmetric, M):
     assert rel_err(y.float().cpu().numpy(), want.cpu().numpy()) < {"float16": 5e-3, "bfloat16": 1.5e-2}[dt]
 
 
+@pytest.mark.parametrize("bits,symmetric", [(4, True), (4, False), (8, True)])
+def test_tiled_host(bits, symmetric):
+    """QWeight.tiled(): the padded shape, the same dequantised weights, the
+    reference product unchanged; the CPU backend refuses the layout."""
+    n, k = 133, 288
+    w = rnd((n, k), "float32", 3)
+    qw = seqfuse.quantize_weights(w, bits=bits, group_size=32, symmetric=symmetric)
+    qt = qw.tiled()
+    assert qt.layout == "tiled" and qt.shape == (n, k)
+    assert qt.data.shape == (256, ((k // 2 if bits == 4 else k) + 63) // 64 * 64)
+    assert np.array_equal(qt.dequantize(), qw.dequantize())
+    x = rnd((3, k), "float32", 4)
+    assert np.array_equal(seqfuse.gemm_wq(x, qt, backend="ref"), seqfuse.gemm_wq(x, qw, backend="ref"))
+    with pytest.raises(SeqfuseError, match="SF_QW_TILED"):
+        seqfuse.gemm_wq(x, qt, backend="cpu")
+    with pytest.raises(SeqfuseError, match="give n and k"):
+        seqfuse.QWeight(qt.data, qt.scales, qt.mins, bits, 32, layout="tiled")
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (or a library built without CUDA)")
+@pytest.mark.parametrize("bits,group,symmetric", [(4, 128, True), (4, 32, False), (8, 64, True)])
+@pytest.mark.parametrize("M", [1, 16, 40])
+def test_tiled_cuda(bits, group, symmetric, M):
+    """The tiled codes on the GPU give the row layout's product."""
+    n, k = 300, 1024
+    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
+    qw = seqfuse.quantize_weights(w, bits=bits, group_size=group, symmetric=symmetric)
+    qt = qw.tiled()
+    assert qt.data.device.type == "cuda"
+    x = torch.randn(M, k, dtype=torch.bfloat16, device="cuda")
+    y = seqfuse.gemm_wq(x, qt)
+    want = x.double() @ qw.dequantize().double().T
+    assert rel_err(y.float().cpu().numpy(), want.cpu().numpy()) < 1.5e-2
+
+
 def test_params_struct_layout():
     """sf_gemm_wq_params (with the sf_qweight inside) has the C size and
     field offsets: sf_gemm_wq_params_init writes exactly sizeof bytes and
@@ -174,3 +209,4 @@ def test_params_struct_layout():
     p = S.from_buffer(buf)
     assert p.backend == _lib.SF_BACKEND_AUTO and p.w.group_size == 128 and p.w.format == _lib.SF_QW_INT4
     assert p.w.n == 0 and p.w.k == 0 and p.y.data is None and p.w.mins.data is None
+    assert p.w.layout == _lib.SF_QW_ROWS

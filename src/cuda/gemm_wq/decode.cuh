@@ -27,16 +27,17 @@
  *   LG  codes stored tile by tile: each 16-row tile's chunk (64 bytes of
  *       each of its rows) one contiguous kilobyte; LG tiles a group, the
  *       group's chunk c its LG kilobytes side by side (LG 1: a tile's chunks
- *       contiguous), w_ts bytes a group (tiles padded to a whole group);
+ *       contiguous), w_ts bytes a group (tiles padded to a whole group); and
+ *       each 8 elements' codes in the order e0 e2 e4 e6 e1 e3 e5 e7, so that
+ *       the pairs of dequant.cuh come out as (e0, e1), (e2, e3), ... and x
+ *       is used in its own order (LG 8 is seqfuse.h's SF_QW_TILED);
  *   NF  int4 codes enter the mma as MAGIC + u (no fma a pair); MAGIC + off
  *       times the chunk's sum of x comes off the product in f32;
  *   IL  the chunks of a pass without a branch between them and the mma not
  *       volatile, so their dependent chains may overlap;
  *   CH  independent mma chains a chunk (2 in the row);
- *   XG  (tiled int4) x's B fragments read from global memory in k order,
- *       no x in shared memory: the codes' 8 nibbles a word are stored as
- *       e0 e2 e4 e6 e1 e3 e5 e7, so the pairs of dequant.cuh come out as
- *       (e0, e1), (e2, e3), ... (x in its own order).
+ *   XG  (tiled codes) x's B fragments read from global memory (L1 cached),
+ *       no x in shared memory.
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
@@ -107,7 +108,7 @@ template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int
           bool IL = false, int CH = 2, bool XG = false, int MB = 0>
 __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const WqdArgs a) {
     using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, NF, IL, CH, XG>;
-    static_assert(!XG || (INT4 && LG > 0), "XG: tiled int4 codes in natural pair order");
+    static_assert(!XG || LG > 0, "XG: tiled codes, x in its own order");
     static_assert((Tl::E / 4) % CH == 0, "CH divides the mma steps of a chunk");
     static_assert(!NF || INT4, "NF: int4 codes only");
     constexpr bool SX = Tl::SX;
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
                 for (int j = 0; j < 4; j++)
                     sum += wq_bits<T>::tof((uint16_t)(u[j] & 0xffff)) + wq_bits<T>::tof((uint16_t)(u[j] >> 16));
             }
-            if (!XG) {
+            if (!XG && LG == 0) { /* the row layout's pairs (e_j, e_j+4) */
                 uint32_t p[4];
                 wq_x_pairs(v, p);
                 q = make_uint4(p[0], p[1], p[2], p[3]);

@@ -53,6 +53,8 @@ struct WqArgs {
     int64_t x_rs;          /* row stride of x (elements)                   */
     const uint8_t *w;
     int64_t w_rb;          /* bytes per row of codes                        */
+    int tiled;             /* SF_QW_TILED codes (gemm_wq.h), rows padded to  */
+    int64_t w_bp;          /* w_bp bytes                                     */
     const uint16_t *scales, *mins;
     const void *bias;
     int64_t bias_s;
@@ -138,7 +140,8 @@ __global__ void __launch_bounds__(Tl::NTHR) gemm_wq_kernel(const WqArgs a) {
                 const int r = c / (BKB / 16), q = c % (BKB / 16);
                 const int64_t n = n0 + r, b = (int64_t)kt * BKB + q * 16;
                 const bool ok = n < N && b < a.w_rb;
-                sf_cp_async16_zfill(ws + r * WS + q * 16, ok ? a.w + n * a.w_rb + b : a.w, ok ? 16 : 0);
+                const uint8_t *src = a.tiled ? a.w + sf_wq_tiled_off(n, b, a.w_bp) : a.w + n * a.w_rb + b;
+                sf_cp_async16_zfill(ws + r * WS + q * 16, ok ? src : a.w, ok ? 16 : 0);
             }
         };
         /* scales [SG][BN] then mins [SG][BN] of stage kt, through registers */
@@ -213,7 +216,10 @@ __global__ void __launch_bounds__(Tl::NTHR) gemm_wq_kernel(const WqArgs a) {
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     const uint4 q = *(const uint4 *)(xs + (wm * Tl::WTM + j * 8 + (lane >> 2)) * XS + kk + 8 * (lane & 3));
-                    wq_x_pairs(q, bx[j]);
+                    if (a.tiled) /* the tiled codes' pairs are in k order already */
+                        bx[j][0] = q.x, bx[j][1] = q.y, bx[j][2] = q.z, bx[j][3] = q.w;
+                    else
+                        wq_x_pairs(q, bx[j]);
                 }
                 uint32_t aw[MT][2][4];
 #pragma unroll
@@ -363,10 +369,17 @@ sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_mi
 constexpr int WQD_MT = 1, WQD_WARPS = 8, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
 constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 
-template <typename T, bool INT4, bool MIN, int NT>
+/* SF_QW_TILED codes: decode.cuh's LG 8, with its options IL, CH and XG
+ * (bench/harness/gemv_wq.cu measured them) */
+constexpr bool WQT_IL = true, WQT_XG = true;
+constexpr int WQT_CH = 4;
+
+template <typename T, bool INT4, bool MIN, int NT, bool TL>
 sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
-    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U>;
-    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U>;
+    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, false, TL && WQT_IL, TL ? WQT_CH : 2,
+                       TL && WQT_XG>;
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, false, TL && WQT_IL,
+                                      TL ? WQT_CH : 2, TL && WQT_XG>;
     WqdArgs a = a0;
     const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
     const int64_t rb = ((int64_t)a.N + WQD_BR - 1) / WQD_BR;
@@ -408,7 +421,8 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
 template <typename T>
 sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, bool *fits) {
     WqdArgs a;
-    a.x = t.x, a.x_rs = t.x_rs, a.w = t.w, a.w_rb = t.w_rb, a.w_ts = 0, a.scales = t.scales, a.mins = t.mins;
+    a.x = t.x, a.x_rs = t.x_rs, a.w = t.w, a.w_rb = t.w_rb, a.scales = t.scales, a.mins = t.mins;
+    a.w_ts = t.tiled ? t.w_bp * 128 : 0; /* a band of 8 tiles: 128 rows of w_bp bytes */
     a.bias = t.bias, a.bias_s = t.bias_s, a.bias_f32 = t.bias_f32, a.y = t.y, a.y_rs = t.y_rs;
     a.M = (int)t.M, a.N = (int)t.N, a.K = (int)t.K, a.group = t.group, a.cps = 0;
     const sf_cuda_state *st = sf_cuda_st(ctx);
@@ -416,8 +430,11 @@ sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, boo
     const size_t optin = st ? st->smem_optin : 227 * 1024;
     const int most_s = st && st->sm_major < 9 ? 1 : WQD_CLUSTER; /* clusters: sm_90 on */
 #define WQD_GO(I4, MN)                                                                                   \
-    return t.M <= 8 ? stream_one<T, I4, MN, 1>(ctx, a, sms, optin, most_s, fits)                        \
-                    : stream_one<T, I4, MN, 2>(ctx, a, sms, optin, most_s, fits)
+    if (t.tiled)                                                                                         \
+        return t.M <= 8 ? stream_one<T, I4, MN, 1, true>(ctx, a, sms, optin, most_s, fits)              \
+                        : stream_one<T, I4, MN, 2, true>(ctx, a, sms, optin, most_s, fits);             \
+    return t.M <= 8 ? stream_one<T, I4, MN, 1, false>(ctx, a, sms, optin, most_s, fits)                 \
+                    : stream_one<T, I4, MN, 2, false>(ctx, a, sms, optin, most_s, fits)
     if (int4) {
         if (has_min) WQD_GO(true, true);
         WQD_GO(true, false);
@@ -458,7 +475,8 @@ sf_status launch_slab(sf_ctx *ctx, const WqArgs &a, int int4, int has_min) {
         const dim3 grid((unsigned)per_row, (unsigned)(nr < 65535 ? nr : 65535));
         cudaStream_t s = sf_cuda_stream(ctx);
 #define WQS_GO(I4, MN) \
-    wq_slab_dequant<T, I4, MN><<<grid, 256, 0, s>>>(a.w, a.w_rb, a.scales, a.mins, N, (int)K, glog, n0, nr, slab)
+    wq_slab_dequant<T, I4, MN><<<grid, 256, 0, s>>>(a.w, a.w_rb, a.tiled ? a.w_bp : 0, a.scales, a.mins, N, (int)K, \
+                                                    glog, n0, nr, slab)
         if (int4) {
             if (has_min) WQS_GO(true, true);
             else WQS_GO(true, false);
@@ -520,6 +538,8 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
     a.x_rs = p->x.stride[0];
     a.w = (const uint8_t *)q->data.data;
     a.w_rb = sf_wq_row_bytes(pr->int4, pr->K);
+    a.tiled = q->layout == SF_QW_TILED;
+    a.w_bp = sf_wq_tiled_row_bytes(pr->int4, pr->K);
     a.scales = (const uint16_t *)q->scales.data;
     a.mins = (const uint16_t *)q->mins.data;
     a.bias = p->bias.data;

@@ -23,6 +23,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "gemm_wq.h" /* sf_wq_tiled_off */
+
 #define WQ_SLAB_BYTES ((size_t)16 << 20)
 #define WQ_SLAB_MIN_ROWS 2048
 
@@ -50,7 +52,7 @@ template <> struct wqs_cuda_type<__nv_bfloat16> { static constexpr cudaDataType_
  * its threads the row's K / 8 pieces; 32-bit index arithmetic inside a row
  * (K < 2^31), group a power of two (a shift).  scales / mins: (G, N) in T. */
 template <typename T, bool INT4, bool MIN>
-__global__ void __launch_bounds__(256) wq_slab_dequant(const uint8_t *__restrict__ w, int64_t w_rb,
+__global__ void __launch_bounds__(256) wq_slab_dequant(const uint8_t *__restrict__ w, int64_t w_rb, int64_t w_bp,
                                                        const uint16_t *__restrict__ scales,
                                                        const uint16_t *__restrict__ mins, int64_t N, int K,
                                                        int group_log2, int64_t n0, int64_t ns, T *__restrict__ out) {
@@ -64,19 +66,25 @@ __global__ void __launch_bounds__(256) wq_slab_dequant(const uint8_t *__restrict
             const int64_t gi = (int64_t)(k >> group_log2) * N + n;
             const float s = wqs_tof<T>(scales[gi]);
             const float m = MIN ? wqs_tof<T>(mins[gi]) : 0.0f;
+            /* w_bp > 0: SF_QW_TILED codes, element j of the 8 in slot
+             * sf_wq_tiled_slot(j) */
+            const int64_t b = INT4 ? k / 2 : k;
+            const uint8_t *src = w_bp ? w + sf_wq_tiled_off(n, b, w_bp) : wr + b;
             float v[8];
             if (INT4) {
-                const uint32_t c = *(const uint32_t *)(wr + k / 2);
+                const uint32_t c = *(const uint32_t *)src;
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    const int u = (int)((c >> (4 * j)) & 15u); /* element 2i low nibble, 2i+1 high */
+                    const int sl = w_bp ? sf_wq_tiled_slot(j) : j; /* rows: element 2i low nibble, 2i+1 high */
+                    const int u = (int)((c >> (4 * sl)) & 15u);
                     v[j] = (float)(MIN ? u : u - 8);
                 }
             } else {
-                const uint2 c = *(const uint2 *)(wr + k);
+                const uint2 c = *(const uint2 *)src;
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
-                    const uint32_t b = ((j < 4 ? c.x : c.y) >> (8 * (j % 4))) & 255u;
+                    const int sl = w_bp ? sf_wq_tiled_slot(j) : j;
+                    const uint32_t b = ((sl < 4 ? c.x : c.y) >> (8 * (sl % 4))) & 255u;
                     v[j] = (float)(MIN ? (int)b : (int)(int8_t)b);
                 }
             }
