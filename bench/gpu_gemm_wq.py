@@ -81,28 +81,33 @@ def cycled(objs, fn):
 
 def run_shape(n, k, ms, g):
     q4, q8 = make_weight(n, k, 4, g), make_weight(n, k, 8, g)
+    q4t = q4.tiled()  # the same codes in SF_QW_TILED
     w4 = dequant_torch(q4)  # cuBLAS's operand: the same weights in bf16
-    cq = lambda q: seqfuse.QWeight(q.data.clone(), q.scales.clone(), None, q.bits, GROUP, n, k)
-    q4s, q8s = copies(q4, n * k / 2, cq), copies(q8, n * k, cq)
+    cq = lambda q: seqfuse.QWeight(q.data.clone(), q.scales.clone(), None, q.bits, GROUP, n, k, q.layout)
+    q4s, q8s, q4ts = copies(q4, n * k / 2, cq), copies(q8, n * k, cq), copies(q4t, n * k / 2, cq)
     w4s = copies(w4, n * k * 2, lambda w: w.clone())
     out = []
     for m in ms:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=g)
         if m <= 16:
             t4 = graph_ms(cycled(q4s, lambda q: seqfuse.gemm_wq(x, q)))
+            t4t = graph_ms(cycled(q4ts, lambda q: seqfuse.gemm_wq(x, q)))
             t8 = graph_ms(cycled(q8s, lambda q: seqfuse.gemm_wq(x, q)))
             tc = graph_ms(cycled(w4s, lambda w: torch.matmul(x, w.t())))
         else:
             t4 = bench(lambda: seqfuse.gemm_wq(x, q4))
+            t4t = bench(lambda: seqfuse.gemm_wq(x, q4t))
             t8 = bench(lambda: seqfuse.gemm_wq(x, q8))
             tc = bench(lambda: torch.matmul(x, w4.t()))
         td = bench(lambda: torch.matmul(x, dequant_torch(q4).t()))
-        err = float("nan")
+        err = errt = float("nan")
         if m in (4, 16, 512) or m == ms[0]:
-            y = seqfuse.gemm_wq(x, q4).float()
             ref = x.float() @ w4.float().t()
+            y = seqfuse.gemm_wq(x, q4).float()
             err = ((y - ref).norm() / ref.norm()).item()
-        out.append(dict(m=m, t4=t4, t8=t8, tc=tc, td=td, err=err))
+            y = seqfuse.gemm_wq(x, q4t).float()
+            errt = ((y - ref).norm() / ref.norm()).item()
+        out.append(dict(m=m, t4=t4, t4t=t4t, t8=t8, tc=tc, td=td, err=err, errt=errt))
     return out
 
 
@@ -123,8 +128,8 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(1)
     rows = []
     print(f"{gpu}, torch {torch.__version__}, commit {commit()}, bf16, group {GROUP}")
-    print(f"{'proj':>8s} {'N':>6s} {'K':>6s} {'M':>5s}   int4 us   int8 us  cuBLAS us  deq+mm us   "
-          f"int4 rate   int8 rate  cuBLAS rate  cuBLAS/int4 cuBLAS/int8  err")
+    print(f"{'proj':>8s} {'N':>6s} {'K':>6s} {'M':>5s}   int4 us  int4t us   int8 us  cuBLAS us  deq+mm us   "
+          f"int4 rate  int4t rate   int8 rate  cuBLAS rate  cuBLAS/int4 cuBLAS/int4t cuBLAS/int8  err   errt")
     for name, n, k in SHAPES:
         for r in run_shape(n, k, ms, g):
             m = r["m"]
@@ -132,21 +137,22 @@ def main():
                 b4 = n * k / 2 + n * k / GROUP * 2
                 b8 = n * k + n * k / GROUP * 2
                 bc = n * k * 2
-                rate = [b4 / r["t4"] / 1e9, b8 / r["t8"] / 1e9, bc / r["tc"] / 1e9]
+                rate = [b4 / r["t4"] / 1e9, b8 / r["t8"] / 1e9, bc / r["tc"] / 1e9, b4 / r["t4t"] / 1e9]
                 unit = "TB/s"
             else:  # TFLOP/s
                 f = 2.0 * m * n * k
-                rate = [f / r[t] / 1e9 for t in ("t4", "t8", "tc")]
+                rate = [f / r[t] / 1e9 for t in ("t4", "t8", "tc", "t4t")]
                 unit = "TFLOP/s"
-            row = dict(proj=name, n=n, k=k, m=m, int4_us=1e3 * r["t4"], int8_us=1e3 * r["t8"],
-                       cublas_us=1e3 * r["tc"], deq_mm_us=1e3 * r["td"], int4_rate=rate[0],
-                       int8_rate=rate[1], cublas_rate=rate[2], unit=unit,
-                       speedup4=r["tc"] / r["t4"], speedup8=r["tc"] / r["t8"], err=r["err"])
+            row = dict(proj=name, n=n, k=k, m=m, int4_us=1e3 * r["t4"], int4t_us=1e3 * r["t4t"],
+                       int8_us=1e3 * r["t8"], cublas_us=1e3 * r["tc"], deq_mm_us=1e3 * r["td"], int4_rate=rate[0],
+                       int4t_rate=rate[3], int8_rate=rate[1], cublas_rate=rate[2], unit=unit,
+                       speedup4=r["tc"] / r["t4"], speedup4t=r["tc"] / r["t4t"], speedup8=r["tc"] / r["t8"],
+                       err=r["err"], errt=r["errt"])
             rows.append(row)
-            print(f"{name:>8s} {n:6d} {k:6d} {m:5d}  {row['int4_us']:8.1f}  {row['int8_us']:8.1f}  "
-                  f"{row['cublas_us']:9.1f}  {row['deq_mm_us']:9.1f}   {rate[0]:7.2f}   {rate[1]:7.2f}    "
-                  f"{rate[2]:7.2f} {unit:7s} {row['speedup4']:5.2f}x     {row['speedup8']:5.2f}x   "
-                  f"{r['err']:.1e}", flush=True)
+            print(f"{name:>8s} {n:6d} {k:6d} {m:5d}  {row['int4_us']:8.1f}  {row['int4t_us']:8.1f}  "
+                  f"{row['int8_us']:8.1f}  {row['cublas_us']:9.1f}  {row['deq_mm_us']:9.1f}   {rate[0]:7.2f}   "
+                  f"{rate[3]:7.2f}    {rate[1]:7.2f}    {rate[2]:7.2f} {unit:7s} {row['speedup4']:5.2f}x     "
+                  f"{row['speedup4t']:5.2f}x     {row['speedup8']:5.2f}x   {r['err']:.1e} {r['errt']:.1e}", flush=True)
     if a.csv:
         write_csv(a.csv, rows)
     if a.results:
@@ -156,15 +162,20 @@ def main():
                 f"in every call, then cuBLAS.  Rates: weight bytes / time for M <= 16 (copy ceiling ~{COPY_TBS} "
                 f"TB/s; int4 reads 0.27 of bf16's bytes), 2 M N K / time for larger M.  M <= 16: 20 calls "
                 f"in a CUDA graph cycling through {L2_SPAN / 1e6:.0f} MB of weight copies (no launch overhead, "
-                f"cold L2), both sides; deq+mm and larger M: median of triton do_bench.  err: ours (int4) against float32 x times the dequantised weights.", ""]
+                f"cold L2), both sides; deq+mm and larger M: median of triton do_bench.  int4 tiled: the same codes "
+                f"in the SF_QW_TILED layout (QWeight.tiled()).  err: ours (int4, rows / tiled) against float32 x "
+                f"times the dequantised weights.", ""]
         body.append(md_table(
-            ["proj", "N x K", "M", "int4 us", "int8 us", "cuBLAS bf16 us", "deq+mm us", "int4", "int8",
-             "cuBLAS", "unit", "cuBLAS / int4", "cuBLAS / int8", "% of copy (int4)", "err"],
-            [[r["proj"], f"{r['n']}x{r['k']}", r["m"], f"{r['int4_us']:.1f}", f"{r['int8_us']:.1f}",
-              f"{r['cublas_us']:.1f}", f"{r['deq_mm_us']:.1f}", f"{r['int4_rate']:.2f}", f"{r['int8_rate']:.2f}",
-              f"{r['cublas_rate']:.2f}", r["unit"], f"{r['speedup4']:.2f}x", f"{r['speedup8']:.2f}x",
-              f"{100 * r['int4_rate'] / COPY_TBS:.0f}%" if r["unit"] == "TB/s" else "",
-              f"{r['err']:.1e}" if r["err"] == r["err"] else ""] for r in rows]))
+            ["proj", "N x K", "M", "int4 us", "int4 tiled us", "int8 us", "cuBLAS bf16 us", "deq+mm us", "int4",
+             "int4 tiled", "int8", "cuBLAS", "unit", "cuBLAS / int4", "cuBLAS / int4 tiled", "cuBLAS / int8",
+             "% of copy (int4 tiled)", "err", "err tiled"],
+            [[r["proj"], f"{r['n']}x{r['k']}", r["m"], f"{r['int4_us']:.1f}", f"{r['int4t_us']:.1f}",
+              f"{r['int8_us']:.1f}", f"{r['cublas_us']:.1f}", f"{r['deq_mm_us']:.1f}", f"{r['int4_rate']:.2f}",
+              f"{r['int4t_rate']:.2f}", f"{r['int8_rate']:.2f}", f"{r['cublas_rate']:.2f}", r["unit"],
+              f"{r['speedup4']:.2f}x", f"{r['speedup4t']:.2f}x", f"{r['speedup8']:.2f}x",
+              f"{100 * r['int4t_rate'] / COPY_TBS:.0f}%" if r["unit"] == "TB/s" else "",
+              f"{r['err']:.1e}" if r["err"] == r["err"] else "",
+              f"{r['errt']:.1e}" if r["errt"] == r["errt"] else ""] for r in rows]))
         how = replace_section(a.results, "gemm_wq", "\n".join(body))
         print(f"{a.results}: gemm_wq section {how}")
     return 0
