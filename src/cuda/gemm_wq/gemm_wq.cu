@@ -369,10 +369,11 @@ sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_mi
 constexpr int WQD_MT = 1, WQD_WARPS = 8, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
 constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 
-/* SF_QW_TILED codes: decode.cuh's LG 8, with its options IL, CH and XG
- * (bench/harness/gemv_wq.cu measured them) */
-constexpr bool WQT_IL = true, WQT_XG = true;
-constexpr int WQT_CH = 4;
+/* SF_QW_TILED codes: decode.cuh's LG 8 (bench/harness/gemv_wq.cu, H100,
+ * int4 M 1: gate+up 28.9 us against the rows' 32.1); its options IL, CH
+ * and XG as measured there */
+constexpr bool WQT_IL = false, WQT_XG = false;
+constexpr int WQT_CH = 2;
 
 template <typename T, bool INT4, bool MIN, int NT, bool TL>
 sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
