@@ -5,9 +5,8 @@
 // int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
 // a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
 // Each case runs as the row and with the template options LG (the codes
-// tiled, one tile and eight tiles a group, tiles past N zero) and, int4,
-// NF (the codes' offset taken off with the sum of x), and with IL and four
-// mma chains (K 384: a pass of 4 chunks past the end), and XG (x from
+// tiled, one tile and eight tiles a group, tiles past N zero), with IL and
+// four mma chains (K 384: a pass of 4 chunks past the end), and XG (x from
 // global memory).
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
@@ -22,25 +21,21 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT, int LG, bool NF, bool IL = false, int CH = 2, bool XG = false>
+template <typename T, bool I4, bool MN, int NT, int LG, bool IL = false, int CH = 2, bool XG = false>
 static void launch(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LG, NF, IL, CH, XG>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LG, NF, IL, CH, XG>,
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LG, IL, CH, XG>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LG, IL, CH, XG>,
                dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
-/* modes: the tiles a group of the layout (0: row-major), NF, and IL with
- * 4 chains */
-struct Mode { const char *name; int lg; bool nf, il, xg; };
-static const Mode modes[] = {{"row", 0, false, false, false},  {"LG1", 1, false, false, false},
-                             {"LG8", 8, false, false, false},  {"rowNF", 0, true, false, false},
-                             {"LG8NF", 8, true, false, false}, {"LG8IL4", 8, false, true, false},
-                             {"LG8XG", 8, false, true, true},  {"LG8XGNF", 8, true, true, true}};
+/* modes: the tiles a group of the layout (0: row-major; 8: the library's
+ * SF_QW_TILED), IL with 4 chains, and XG */
+struct Mode { const char *name; int lg; bool il, xg; };
+static const Mode modes[] = {{"row", 0, false, false},   {"LG1", 1, false, false}, {"LG8", 8, false, false},
+                             {"LG8IL4", 8, true, false}, {"LG8XG", 8, true, true}};
 template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, const Mode &md) {
-    if (md.xg) md.nf && I4 ? launch<T, I4, MN, NT, 8, I4, true, 4, true>(a) : launch<T, I4, MN, NT, 8, false, true, 4, true>(a);
-    else if (md.il) launch<T, I4, MN, NT, 8, false, true, 4>(a);
-    else if (I4 && md.nf) md.lg ? launch<T, I4, MN, NT, 8, I4>(a) : launch<T, I4, MN, NT, 0, I4>(a);
-    else md.lg == 0 ? launch<T, I4, MN, NT, 0, false>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1, false>(a)
-                                                          : launch<T, I4, MN, NT, 8, false>(a);
+    if (md.xg) launch<T, I4, MN, NT, 8, true, 4, true>(a);
+    else if (md.il) launch<T, I4, MN, NT, 8, true, 4>(a);
+    else md.lg == 0 ? launch<T, I4, MN, NT, 0>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1>(a) : launch<T, I4, MN, NT, 8>(a);
 }
 
 template <typename T> static int run_t(const WqCase &c) {
@@ -90,7 +85,6 @@ template <typename T> static int run_t(const WqCase &c) {
     const bool n1 = c.M <= 8;
     int bad = 0;
     for (const Mode &md : modes) {
-        if (md.nf && c.bits != 4) continue;
         memset(y, 0xff, (size_t)c.M * c.N * 2);
         a.w = md.lg == 0 ? w : md.lg == 1 ? (uint8_t *)tb1.data() : (uint8_t *)tb8.data();
         a.w_ts = md.lg * nck * 1024;

@@ -31,8 +31,6 @@
  *       each 8 elements' codes in the order e0 e2 e4 e6 e1 e3 e5 e7, so that
  *       the pairs of dequant.cuh come out as (e0, e1), (e2, e3), ... and x
  *       is used in its own order (LG 8 is seqfuse.h's SF_QW_TILED);
- *   NF  int4 codes enter the mma as MAGIC + u (no fma a pair); MAGIC + off
- *       times the chunk's sum of x comes off the product in f32;
  *   IL  the chunks of a pass without a branch between them and the mma not
  *       volatile, so their dependent chains may overlap;
  *   CH  independent mma chains a chunk (2 in the row);
@@ -86,8 +84,8 @@ static __device__ __forceinline__ uint4 wqd_x_word(const WqdArgs &a, int m, int6
     return __ldg((const uint4 *)((const T *)a.x + (int64_t)m * a.x_rs + k));
 }
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool NF = false, bool IL = false,
-          int CH = 2, bool XG = false>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool IL = false, int CH = 2,
+          bool XG = false>
 struct WqdTile {
     static constexpr int E = INT4 ? 32 : 16; /* elements of a lane's 16-byte slab */
     static constexpr int CK = 4 * E;         /* elements of K per chunk           */
@@ -97,21 +95,18 @@ struct WqdTile {
     /* shared memory: x [cps][W8][NT][32] uint4, then the chunks' sums of x
      * [cps][16] f32 (mins only), then the partial sums [16][BR] f32 */
     static __host__ __device__ constexpr size_t x_bytes(int cps) { return XG ? 0 : (size_t)cps * W8 * NT * 32 * 16; }
-    static constexpr bool SX = MIN || NF; /* the chunks' sums of x are needed */
-    static __host__ __device__ constexpr size_t sx_bytes(int cps) { return SX ? (size_t)cps * 16 * 4 : 0; }
+    static __host__ __device__ constexpr size_t sx_bytes(int cps) { return MIN ? (size_t)cps * 16 * 4 : 0; }
     static __host__ __device__ constexpr size_t smem(int cps) {
         return x_bytes(cps) + sx_bytes(cps) + (size_t)16 * BR * 4;
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool NF = false,
-          bool IL = false, int CH = 2, bool XG = false, int MB = 0>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool IL = false,
+          int CH = 2, bool XG = false, int MB = 0>
 __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const WqdArgs a) {
-    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, NF, IL, CH, XG>;
+    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, IL, CH, XG>;
     static_assert(!XG || LG > 0, "XG: tiled codes, x in its own order");
     static_assert((Tl::E / 4) % CH == 0, "CH divides the mma steps of a chunk");
-    static_assert(!NF || INT4, "NF: int4 codes only");
-    constexpr bool SX = Tl::SX;
     constexpr int CS = LG ? LG * 1024 : 64; /* bytes from a row's chunk to its next */
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -179,14 +174,14 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
     sf_cp_async_commit();
     sf_cp_async_wait<0>();
     __syncthreads();
-    for (int e = tid; (SX || !XG) && e < nch * NT * 32; e += NTHR) { /* whole warps: the shuffles below */
+    for (int e = tid; (MIN || !XG) && e < nch * NT * 32; e += NTHR) { /* whole warps: the shuffles below */
         const int ln = e % 32, nt = (e / 32) % NT, ch = e / (32 * NT);
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < W8; w++) {
             uint4 &q = xf[((ch * W8 + w) * NT + nt) * 32 + ln];
             const uint4 v = XG ? wqd_x_word<T>(a, nt * 8 + (ln >> 2), (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w) : q;
-            if (SX) {
+            if (MIN) {
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                 for (int j = 0; j < 4; j++)
@@ -198,7 +193,7 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
                 q = make_uint4(p[0], p[1], p[2], p[3]);
             }
         }
-        if (SX) {
+        if (MIN) {
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             if ((ln & 3) == 0) sxs[ch * 16 + nt * 8 + (ln >> 2)] = sum;
@@ -231,9 +226,6 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
                 for (int h = 0; h < 2; h++) {
                     s[i][h] = live ? wq_bits<T>::tof(sb[u][i][h]) : 0.0f;
                     mn[i][h] = MIN && live ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
-                    /* NF: the codes entered the mma as MAGIC + u; their
-                     * excess is s * (MAGIC + off) times the sum of x */
-                    if (NF) mn[i][h] = fmaf(-s[i][h], wq_bits<T>::MAGF + (MIN ? 0.0f : 8.0f), mn[i][h]);
                 }
 
             uint32_t bx[NT][E / 2];
@@ -248,8 +240,8 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
             float sx[NT][2];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                sx[t][0] = SX ? sxs[ch * 16 + t * 8 + 2 * c] : 0.0f;
-                sx[t][1] = SX ? sxs[ch * 16 + t * 8 + 2 * c + 1] : 0.0f;
+                sx[t][0] = MIN ? sxs[ch * 16 + t * 8 + 2 * c] : 0.0f;
+                sx[t][1] = MIN ? sxs[ch * 16 + t * 8 + 2 * c + 1] : 0.0f;
             }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
@@ -257,10 +249,7 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t v[4] = {cw[i][h].x, cw[i][h].y, cw[i][h].z, cw[i][h].w};
-                    if (INT4 && NF) {
-#pragma unroll
-                        for (int w = 0; w < 4; w++) wq_int4_raw<T>(v[w], &pa[h][4 * w]);
-                    } else if (INT4) {
+                    if (INT4) {
 #pragma unroll
                         for (int w = 0; w < 4; w++) wq_int4_pairs<T>(v[w], MIN ? 0 : 8, &pa[h][4 * w]);
                     } else {
@@ -297,7 +286,7 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
                     acc[i][t][1] = fmaf(s[i][0], tmp[t][1], acc[i][t][1]);
                     acc[i][t][2] = fmaf(s[i][1], tmp[t][2], acc[i][t][2]);
                     acc[i][t][3] = fmaf(s[i][1], tmp[t][3], acc[i][t][3]);
-                    if (SX) {
+                    if (MIN) {
                         acc[i][t][0] = fmaf(mn[i][0], sx[t][0], acc[i][t][0]);
                         acc[i][t][1] = fmaf(mn[i][0], sx[t][1], acc[i][t][1]);
                         acc[i][t][2] = fmaf(mn[i][1], sx[t][0], acc[i][t][2]);

@@ -28,7 +28,6 @@ template <typename T> struct wq_bits;
 template <> struct wq_bits<__half> {
     static constexpr uint32_t ONE2 = 0x3C003C00u;   /* (1, 1)             */
     static constexpr uint32_t MAGIC4 = 0x64006400u; /* (1024, 1024)       */
-    static constexpr float MAGF = 1024.0f;
     static __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
         uint32_t d;
         asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -45,7 +44,6 @@ template <> struct wq_bits<__half> {
 template <> struct wq_bits<__nv_bfloat16> {
     static constexpr uint32_t ONE2 = 0x3F803F80u;
     static constexpr uint32_t MAGIC4 = 0x43004300u; /* (128, 128)         */
-    static constexpr float MAGF = 128.0f;
     static __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
         uint32_t d;
         asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -76,14 +74,6 @@ static __device__ __forceinline__ void wq_int4_pairs(uint32_t v, int off, uint32
 #pragma unroll
     for (int j = 0; j < 4; j++)
         p[j] = wq_bits<T>::fma2(wq_and_or(v >> (4 * j), 0x000f000fu, wq_bits<T>::MAGIC4), wq_bits<T>::ONE2, nb);
-}
-
-/* The same pairs left as MAGIC + u (no fma): the caller takes MAGIC + off
- * times the sum of x off the product. */
-template <typename T>
-static __device__ __forceinline__ void wq_int4_raw(uint32_t v, uint32_t p[4]) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) p[j] = wq_and_or(v >> (4 * j), 0x000f000fu, wq_bits<T>::MAGIC4);
 }
 
 /* 8 bytes (lo: e0..e3, hi: e4..e7) -> P0..P3; sgn: the bytes are signed

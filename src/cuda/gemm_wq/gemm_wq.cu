@@ -377,9 +377,9 @@ constexpr int WQT_CH = 2;
 
 template <typename T, bool INT4, bool MIN, int NT, bool TL>
 sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
-    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, false, TL && WQT_IL, TL ? WQT_CH : 2,
+    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, TL && WQT_IL, TL ? WQT_CH : 2,
                        TL && WQT_XG>;
-    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, false, TL && WQT_IL,
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, TL && WQT_IL,
                                       TL ? WQT_CH : 2, TL && WQT_XG>;
     WqdArgs a = a0;
     const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
