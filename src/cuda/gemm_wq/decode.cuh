@@ -22,8 +22,9 @@
  *     sm_90 (no clusters) one block takes all of K.
  * A chunk holds whole groups (group_size a multiple of 4 slabs: 128 for
  * int4, 64 or 128 for int8); other groups go to the tiled kernels.
- * Template options, off in the library's row (sf_qweight is row-major;
- * bench/harness/gemv_wq.cu times them):
+ * Template options (the library runs none on SF_QW_ROWS codes and LG 8 on
+ * SF_QW_TILED ones; bench/harness/gemv_wq.cu times the others, IL, CH, XG
+ * and MB, which no GPU has run yet):
  *   LG  codes stored tile by tile: each 16-row tile's chunk (64 bytes of
  *       each of its rows) one contiguous kilobyte; LG tiles a group, the
  *       group's chunk c its LG kilobytes side by side (LG 1: a tile's chunks
@@ -35,7 +36,8 @@
  *       volatile, so their dependent chains may overlap;
  *   CH  independent mma chains a chunk (2 in the row);
  *   XG  (tiled codes) x's B fragments read from global memory (L1 cached),
- *       no x in shared memory.
+ *       no x in shared memory;
+ *   MB  the launch bound's least blocks an SM (a register cap).
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH

@@ -30,6 +30,9 @@
  * Decode steps (M <= 16) with groups of whole chunks run the streaming
  * kernel of decode.cuh instead (launch_stream below), and many rows of x
  * without a bias the slabs of slab.cuh with cuBLAS (launch_slab).
+ * SF_QW_TILED codes (gemm_wq.h) are read at their tiled offsets, 16 bytes
+ * of one row at a time in every path; their pairs come out in k order, so
+ * x is not permuted.
  */
 #include "common/config_table.h"
 #include "common/cuda_common.h"
@@ -53,8 +56,8 @@ struct WqArgs {
     int64_t x_rs;          /* row stride of x (elements)                   */
     const uint8_t *w;
     int64_t w_rb;          /* bytes per row of codes                        */
-    int tiled;             /* SF_QW_TILED codes (gemm_wq.h), rows padded to  */
-    int64_t w_bp;          /* w_bp bytes                                     */
+    int tiled;             /* the codes are SF_QW_TILED (gemm_wq.h)         */
+    int64_t w_bp;          /* tiled: bytes of a padded row                  */
     const uint16_t *scales, *mins;
     const void *bias;
     int64_t bias_s;
@@ -371,7 +374,7 @@ constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 
 /* SF_QW_TILED codes: decode.cuh's LG 8 (bench/harness/gemv_wq.cu, H100,
  * int4 M 1: gate+up 28.9 us against the rows' 32.1); its options IL, CH
- * and XG as measured there */
+ * and XG off until timed */
 constexpr bool WQT_IL = false, WQT_XG = false;
 constexpr int WQT_CH = 2;
 
