@@ -497,7 +497,13 @@ static void run_one(rd *r) {
         q.group_size = gb < 240 ? (int[]){32, 64, 128}[gb % 3] : (int)(int8_t)gb;
         v[3] = q.group_size > 0 && v[2] >= 0 ? v[2] / q.group_size : 1;
         v[4] = q.format == SF_QW_INT4 && v[2] >= 0 ? v[2] / 2 : v[2];
-        MK({2, {1, 4}, DT_U8, 0});
+        /* the tiled layout's padded shape: rows to 128, row bytes to 64 */
+        v[8] = v[1] >= 0 && v[1] < ((int64_t)1 << 40) ? (v[1] + 127) / 128 * 128 : v[1];
+        v[9] = v[4] >= 0 && v[4] < ((int64_t)1 << 40) ? (v[4] + 63) / 64 * 64 : v[4];
+        const uint8_t lb = rd8(r); /* layout: rows, tiled, or past the enum */
+        q.layout = lb < 250 ? (sf_qw_layout)(lb & 1) : (sf_qw_layout)(int8_t)lb;
+        const int tiled = q.layout == SF_QW_TILED, dr = tiled ? 8 : 1, dc = tiled ? 9 : 4;
+        MK({2, {dr, dc}, DT_U8, 0});
         MK({2, {3, 1}, DT_MAIN, 0});
         MK({2, {3, 1}, DT_MAIN, 0});
         q.data = T[0].t, q.scales = T[1].t, q.mins = T[2].t;
@@ -518,7 +524,11 @@ static void run_one(rd *r) {
             break;
         }
         MK({2, {1, 2}, DT_MAIN, 0});
-        const uint8_t which = rd8(r) % 3;
+        const uint8_t which = rd8(r) % 4;
+        if (which == 3) { /* rows into a tiled tensor of the padded shape */
+            MK({2, {8, 9}, DT_U8, 0});
+            if (!too_big) st = sf_tile_qweight(ctx, &q, &T[4].t);
+        }
         if (which == 0 && !too_big) st = sf_quantize_weights(ctx, &T[3].t, &q);
         if (which == 1 && !too_big) st = sf_dequantize_weights(ctx, &q, &T[3].t);
         if (which == 2) {
