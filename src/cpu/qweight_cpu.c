@@ -184,10 +184,10 @@ sf_status sf_cpu_tile_qweight(sf_ctx *ctx, const sf_qweight *q, const sf_tensor 
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (int64_t n = 0; n < np; n++) {
-        const uint8_t *r = src + n * rb;
+        const uint8_t *r = n < N ? src + n * rb : NULL; /* padding rows: no codes */
         for (int64_t u = 0; u < bp; u += int4 ? 4 : 8) { /* a unit of 8 elements */
             uint8_t out[8] = {0};
-            if (n < N && u < rb)
+            if (r && u < rb)
                 for (int e = 0; e < 8; e++) {
                     const int slot = sf_wq_tiled_slot(e);
                     if (int4) {
