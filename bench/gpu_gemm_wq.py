@@ -5,7 +5,8 @@ bf16 copy of W made from the int4 codes by torch, then cuBLAS: what a
 framework without a fused kernel does), in one run on the same GPU.
 
 Llama-3-8B's projections, y = x W^T with W (N x K): 4096 x 4096 (q / o),
-28672 x 4096 (gate and up together), 4096 x 14336 (down); x with M rows,
+28672 x 4096 (gate and up together), 14336 x 4096 (gate or up alone),
+4096 x 14336 (down); x with M rows,
 M = 1, 4, 16 (decode: bound by reading W once), 64, 512, 4096 (prefill:
 bound by the tensor cores).  Decode sizes are timed as a serving engine runs
 them, 20 calls captured in a CUDA graph (benchutil.graph_ms: no host or
@@ -36,7 +37,7 @@ except ImportError:
     torch = None
 
 GROUP = 128
-SHAPES = [("q/o", 4096, 4096), ("gate+up", 28672, 4096), ("down", 4096, 14336)]
+SHAPES = [("q/o", 4096, 4096), ("gate+up", 28672, 4096), ("gate", 14336, 4096), ("down", 4096, 14336)]
 MS = [1, 4, 16, 64, 512, 4096]
 L2_SPAN = 160e6  # bytes of weight copies a decode timing cycles through
 

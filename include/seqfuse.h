@@ -713,9 +713,10 @@ SF_API sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p);
  * codes, 8 bytes of int8) the codes in the order e0 e2 e4 e6 e1 e3 e5 e7
  * (int4: nibble i of the word, low nibble first).  data is then (Np, Bp),
  * padding zero; scales and mins are as above.  The CUDA backend's decode
- * kernel streams it faster (a block's codes one contiguous run: 1-10% at
- * M = 1 on an H100, bench/RESULTS.md); the CPU backend takes rows only
- * (SF_ERR_UNSUPPORTED), the reference and sf_dequantize_weights both.
+ * kernel streams it faster (a block's codes one contiguous run, x used as
+ * stored: 8-26% at M 1-16 on an H100, bench/RESULTS.md); the CPU backend
+ * takes rows only (SF_ERR_UNSUPPORTED), the reference and
+ * sf_dequantize_weights both.
  */
 typedef enum sf_qw_format { SF_QW_INT4 = 0, SF_QW_INT8 = 1 } sf_qw_format;
 typedef enum sf_qw_layout { SF_QW_ROWS = 0, SF_QW_TILED = 1 } sf_qw_layout;

@@ -29,7 +29,7 @@ def rows(path):
 def readme_block():
     lines = [BEGIN, "```"]
     for op, path in TABLES:
-        how = ("wq_pick chooses by the rows of x" if op == "gemm_wq"
+        how = ("wq_pick chooses by the rows of x and the codes' layout" if op == "gemm_wq"
                else "the first row that serves a shape is the untuned default")
         lines.append(f"{op} ({path}; {how}):")
         for name, about in rows(path):

@@ -8,7 +8,8 @@
 // against the library's row (base_m1w8u4), which the tests check against the
 // reference.  tile_* / grp8_* / grp16_*: the codes tiled (decode.cuh's LG
 // 1 / 8 / 16; the same bytes rearranged by tile_codes, so the outputs match
-// the row's).  *_il, *_ch4, *_il4: decode.cuh's IL, CH 4, IL with CH 4; *_xg: XG (x from global memory).  probe_*: the codes read in the row
+// the row's; LG 8 is SF_QW_TILED).  *_xg: decode.cuh's XG (x from global
+// memory; configuration 'streamxg').  probe_*: the codes read in the row
 // kernel's order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
@@ -107,12 +108,11 @@ static void run_probe(const Prob &p, cudaStream_t s) {
 
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
  * SF > 0 fixes the split at SF blocks (a cluster) instead; LG: the codes
- * tiled (tile_codes); IL, CH, XG, MB: decode.cuh's options */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool IL = false, int CH = 2,
-          bool XG = false, int MB = 0>
+ * tiled (tile_codes); XG: decode.cuh's option */
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool XG = false>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LG, IL, CH, XG>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LG, IL, CH, XG, MB>;
+    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LG, XG>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LG, XG>;
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
@@ -139,11 +139,10 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool IL = false, int CH = 2,
-          bool XG = false, int MB = 0>
+template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool XG = false>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, IL, CH, XG, MB>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF, LG, IL, CH, XG, MB>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, XG>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, LG, XG>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -185,22 +184,7 @@ int main(int argc, char **argv) {
         {"tile_m1w8u4", run_m<1, 8, 4, 3, 0, 1>},
         {"grp8_m1w8u4", run_m<1, 8, 4, 3, 0, 8>},
         {"grp16_m1w8u4", run_m<1, 8, 4, 3, 0, 16>},
-        {"grp8_il", run_m<1, 8, 4, 3, 0, 8, true>},
-        {"grp8_ch4", run_m<1, 8, 4, 3, 0, 8, false, 4>},
-        {"grp8_il4", run_m<1, 8, 4, 3, 0, 8, true, 4>},
-        {"grp8_il4_u2", run_m<1, 8, 2, 3, 0, 8, true, 4>},
-        {"grp8_il4_u6", run_m<1, 8, 6, 3, 0, 8, true, 4>},
-        {"grp8_il8", run_m<1, 8, 4, 3, 0, 8, true, 8>},
-        {"base_il4", run_m<1, 8, 4, 3, 0, 0, true, 4>},
-        {"grp8_m2u2_il4", run_m<2, 8, 2, 3, 0, 8, true, 4>},
-        {"grp8_xg", run_m<1, 8, 4, 3, 0, 8, false, 2, true>},
-        {"grp8_xg_il4", run_m<1, 8, 4, 3, 0, 8, true, 4, true>},
-        {"grp8_xg_il4_u2", run_m<1, 8, 2, 3, 0, 8, true, 4, true>},
-        {"grp8_xg_il4_mb2", run_m<1, 8, 4, 3, 0, 8, true, 4, true, 2>},
-        {"grp8_il4_mb2", run_m<1, 8, 4, 3, 0, 8, true, 4, false, 2>},
-        {"grp8_xg_il4_w4", run_m<1, 4, 4, 3, 0, 8, true, 4, true>},
-        {"grp8_xg_il4_f4", run_m<1, 8, 4, 4, 0, 8, true, 4, true>},
-        {"grp16_m2u2_il4", run_m<2, 8, 2, 3, 0, 16, true, 4>},
+        {"grp8_xg", run_m<1, 8, 4, 3, 0, 8, true>},
         {"cublas_bf16", run_cublas},
         {"probe_rows_u4", run_probe<4, 0>},
         {"probe_tile_u4", run_probe<4, 1>},

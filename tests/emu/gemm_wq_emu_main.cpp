@@ -21,20 +21,18 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT, int LG, bool IL = false, int CH = 2, bool XG = false>
+template <typename T, bool I4, bool MN, int NT, int LG, bool XG = false>
 static void launch(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LG, IL, CH, XG>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LG, IL, CH, XG>,
+    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LG, XG>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LG, XG>,
                dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
 /* modes: the tiles a group of the layout (0: row-major; 8: the library's
- * SF_QW_TILED), IL with 4 chains, and XG */
-struct Mode { const char *name; int lg; bool il, xg; };
-static const Mode modes[] = {{"row", 0, false, false},   {"LG1", 1, false, false}, {"LG8", 8, false, false},
-                             {"LG8IL4", 8, true, false}, {"LG8XG", 8, true, true}};
+ * SF_QW_TILED), and XG (configuration 'streamxg') */
+struct Mode { const char *name; int lg; bool xg; };
+static const Mode modes[] = {{"row", 0, false}, {"LG1", 1, false}, {"LG8", 8, false}, {"LG8XG", 8, true}};
 template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, const Mode &md) {
-    if (md.xg) launch<T, I4, MN, NT, 8, true, 4, true>(a);
-    else if (md.il) launch<T, I4, MN, NT, 8, true, 4>(a);
+    if (md.xg) launch<T, I4, MN, NT, 8, true>(a);
     else md.lg == 0 ? launch<T, I4, MN, NT, 0>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1>(a) : launch<T, I4, MN, NT, 8>(a);
 }
 

@@ -6,9 +6,10 @@
  *     warps) and add their partial sums in the epilogue.
  *   streaming decode rows (kind 1, decode.cuh): {name, 1, most rows of x,
  *     rows of W per block, m16 tiles per warp, warps, 1, 0, chunks of codes
- *     held in registers ahead, about}; they serve a group_size that is a
+ *     held in registers ahead, xg, about}; they serve a group_size that is a
  *     multiple of a chunk (128 int4, 64 int8 codes) and split K across a
- *     cluster of blocks.
+ *     cluster of blocks; xg 1: x's fragments read from global memory in the
+ *     loop (decode.cuh's XG), SF_QW_TILED codes only.
  *   the slab row (kind 2, slab.cuh): {name, 2, fewest rows of x, 0...}: W
  *     dequantised a slab of rows at a time into an L2-sized workspace
  *     buffer, each slab multiplied by cuBLAS; for many rows of x, where the
@@ -20,11 +21,13 @@
 #define SF_GEMM_WQ_CONFIGS_H
 
 #include <stdint.h>
+#include <string.h>
 
 typedef struct wq_config {
     const char *name;
     int kind;              /* WQ_TILED, WQ_STREAM or WQ_SLAB */
     int bm, bn, wm, wn, wk, bk, stages;
+    int xg;                /* stream rows: x from global memory (tiled codes) */
     const char *about;
 } wq_config;
 
@@ -32,44 +35,52 @@ enum { WQ_TILED = 0, WQ_STREAM = 1, WQ_SLAB = 2 };
 
 /* one row a line (tools/configs.py and tests/CMakeLists.txt read them) */
 static const wq_config wq_configs[] = {
-    {"stream", 1, 16, 128, 1, 8, 1, 0, 4, "M <= 16, group a multiple of 128 int4 / 64 int8 codes: codes streamed into registers 4 chunks ahead, 128 rows of W a block (8 warps), K split over a cluster"},
-    {"dec8", 0, 8, 16, 1, 1, 4, 512, 4, "M <= 8: 16 rows of W x 8 rows of x per block, 4 warps split K, 4 stages of 512"},
-    {"dec16", 0, 16, 32, 1, 1, 4, 512, 3, "M <= 16: 32 rows of W x 16 rows of x, 4 warps split K, 3 stages of 512"},
-    {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
-    {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
-    {"slab", 2, 17, 0, 0, 0, 0, 0, 0, "M > 16, no bias: W dequantised to x's dtype in slabs of 16 MiB or 2048 rows, each slab a cuBLAS product; the weights are rounded to x's dtype"},
+    {"stream", 1, 16, 128, 1, 8, 1, 0, 4, 0, "M <= 16, group a multiple of 128 int4 / 64 int8 codes: codes streamed into registers 4 chunks ahead, 128 rows of W a block (8 warps), K split over a cluster"},
+    {"dec8", 0, 8, 16, 1, 1, 4, 512, 4, 0, "M <= 8: 16 rows of W x 8 rows of x per block, 4 warps split K, 4 stages of 512"},
+    {"dec16", 0, 16, 32, 1, 1, 4, 512, 3, 0, "M <= 16: 32 rows of W x 16 rows of x, 4 warps split K, 3 stages of 512"},
+    {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, 0, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
+    {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, 0, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
+    {"slab", 2, 17, 0, 0, 0, 0, 0, 0, 0, "M > 16, no bias: W dequantised to x's dtype in slabs of 16 MiB or 2048 rows, each slab a cuBLAS product; the weights are rounded to x's dtype"},
+    {"streamxg", 1, 16, 128, 1, 8, 1, 0, 4, 1, "SF_QW_TILED codes, M <= 16, whole chunks a group: the stream row with x's fragments read from global memory (L1) in the loop, not staged in shared memory first; picked where W has more 128-row bands than SMs, so that a block takes all of K and staging x would be its serial start"},
 };
 #define WQ_NCONFIGS ((int)(sizeof wq_configs / sizeof wq_configs[0]))
 
-/* Whether row `cfg` serves M rows of x with these codes (the tiled rows
- * serve every shape, slowly past their M). */
-static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_bias) {
+/* The row named `name`, or -1. */
+static inline int wq_row(const char *name) {
+    for (int i = 0; i < WQ_NCONFIGS; i++)
+        if (!strcmp(wq_configs[i].name, name)) return i;
+    return -1;
+}
+
+/* Whether row `cfg` serves M rows of x with these codes (tiled: the codes
+ * are SF_QW_TILED); the tiled rows serve every shape, slowly past their M. */
+static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_bias, int tiled) {
     const wq_config *c = &wq_configs[cfg];
     if (c->kind == WQ_TILED) return 1;
     if (c->kind == WQ_SLAB) return M >= c->bm && !has_bias;
-    return M <= c->bm && group % (int4 ? 128 : 64) == 0;
-}
-
-static inline int wq_slab_row(void) {
-    for (int i = 0; i < WQ_NCONFIGS; i++)
-        if (wq_configs[i].kind == WQ_SLAB) return i;
-    return 0;
+    return M <= c->bm && group % (int4 ? 128 : 64) == 0 && (!c->xg || tiled);
 }
 
 /* Rows of x from which the slab row beats the tiles (H200). */
 #define WQ_SLAB_FROM 17
 
-/* The untuned choice: the streaming decode kernel where it serves, the
- * decode tiles while x fits one tile of rows (the weights streamed once per
- * 8 or 16 rows), then taller tiles. */
-static inline int wq_pick(int64_t M, int int4, int group, int has_bias) {
-    if (wq_supports(0, M, int4, group, has_bias)) return 0;
-    if (M <= 8) return 1;
-    if (M <= 16) return 2;
-    const int slab = wq_slab_row();
-    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, int4, group, has_bias)) return slab;
-    if (M <= 256) return 3;
-    return 4;
+/* The untuned choice: the streaming decode kernel where it serves (x from
+ * global memory where W's 128-row bands outnumber the SMs: gate+up of
+ * Llama-8B, M 1, 25.9 us against 28.9 on the H100; with fewer bands the K
+ * split keeps each block's x short and staging it wins), the decode tiles
+ * while x fits one tile of rows (the weights streamed once per 8 or 16
+ * rows), then taller tiles. */
+static inline int wq_pick(int64_t M, int64_t N, int sms, int int4, int group, int has_bias, int tiled) {
+    const int xg = wq_row("streamxg"), st = wq_row("stream"), slab = wq_row("slab");
+    if (tiled && (N + wq_configs[xg].bn - 1) / wq_configs[xg].bn > sms &&
+        wq_supports(xg, M, int4, group, has_bias, tiled))
+        return xg;
+    if (wq_supports(st, M, int4, group, has_bias, tiled)) return st;
+    if (M <= 8) return wq_row("dec8");
+    if (M <= 16) return wq_row("dec16");
+    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, int4, group, has_bias, tiled)) return slab;
+    if (M <= 256) return wq_row("mid64");
+    return wq_row("pre128");
 }
 
 #endif

@@ -22,9 +22,8 @@
  *     sm_90 (no clusters) one block takes all of K.
  * A chunk holds whole groups (group_size a multiple of 4 slabs: 128 for
  * int4, 64 or 128 for int8); other groups go to the tiled kernels.
- * Template options (the library runs none on SF_QW_ROWS codes and LG 8 on
- * SF_QW_TILED ones; bench/harness/gemv_wq.cu times the others, IL, CH, XG
- * and MB, which no GPU has run yet):
+ * Template options (the library runs none on SF_QW_ROWS codes, LG 8 on
+ * SF_QW_TILED ones, and LG 8 with XG in configuration 'streamxg'):
  *   LG  codes stored tile by tile: each 16-row tile's chunk (64 bytes of
  *       each of its rows) one contiguous kilobyte; LG tiles a group, the
  *       group's chunk c its LG kilobytes side by side (LG 1: a tile's chunks
@@ -32,12 +31,9 @@
  *       each 8 elements' codes in the order e0 e2 e4 e6 e1 e3 e5 e7, so that
  *       the pairs of dequant.cuh come out as (e0, e1), (e2, e3), ... and x
  *       is used in its own order (LG 8 is seqfuse.h's SF_QW_TILED);
- *   IL  the chunks of a pass without a branch between them and the mma not
- *       volatile, so their dependent chains may overlap;
- *   CH  independent mma chains a chunk (2 in the row);
- *   XG  (tiled codes) x's B fragments read from global memory (L1 cached),
- *       no x in shared memory;
- *   MB  the launch bound's least blocks an SM (a register cap).
+ *   XG  (tiled codes) x's B fragments read from global memory (L1 cached)
+ *       in the loop, no x in shared memory: a block starts streaming codes
+ *       without first staging its whole K range of x.
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
@@ -86,8 +82,7 @@ static __device__ __forceinline__ uint4 wqd_x_word(const WqdArgs &a, int m, int6
     return __ldg((const uint4 *)((const T *)a.x + (int64_t)m * a.x_rs + k));
 }
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool IL = false, int CH = 2,
-          bool XG = false>
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool XG = false>
 struct WqdTile {
     static constexpr int E = INT4 ? 32 : 16; /* elements of a lane's 16-byte slab */
     static constexpr int CK = 4 * E;         /* elements of K per chunk           */
@@ -103,12 +98,10 @@ struct WqdTile {
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool IL = false,
-          int CH = 2, bool XG = false, int MB = 0>
-__global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const WqdArgs a) {
-    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, IL, CH, XG>;
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool XG = false>
+__global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArgs a) {
+    using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, XG>;
     static_assert(!XG || LG > 0, "XG: tiled codes, x in its own order");
-    static_assert((Tl::E / 4) % CH == 0, "CH divides the mma steps of a chunk");
     constexpr int CS = LG ? LG * 1024 : 64; /* bytes from a row's chunk to its next */
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -137,7 +130,8 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t n = min(rw + i * 16 + 8 * h, N - 1);
-            wrow[i][h] = (LG ? a.w + ((n >> 4) / LG) * a.w_ts + ((n >> 4) % LG) * 1024 + (n & 15) * 64 : a.w + n * a.w_rb) +
+            constexpr int LG1 = LG ? LG : 1; /* no division by zero in the unused arm */
+            wrow[i][h] = (LG ? a.w + ((n >> 4) / LG1) * a.w_ts + ((n >> 4) % LG1) * 1024 + (n & 15) * 64 : a.w + n * a.w_rb) +
                          (int64_t)kc0 * CS + c * 16;
             srow[i][h] = a.scales + n;
             mrow[i][h] = MIN ? a.mins + n : a.scales;
@@ -214,20 +208,16 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
     for (int ch0 = 0; ch0 < nch; ch0 += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            /* IL: no branch between the chunks of a pass, so the compiler
-             * may overlap their chains; a chunk past the end reads the last
-             * one (finite) and counts zero */
-            const int ch = IL ? min(ch0 + u, nch - 1) : ch0 + u;
-            if (!IL && ch >= nch) break;
-            const bool live = !IL || ch0 + u < nch;
+            const int ch = ch0 + u;
+            if (ch >= nch) break;
             const uint4(&cw)[MT][2] = wb[u]; /* refilled once this chunk is done */
             float s[MT][2], mn[MT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    s[i][h] = live ? wq_bits<T>::tof(sb[u][i][h]) : 0.0f;
-                    mn[i][h] = MIN && live ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
+                    s[i][h] = wq_bits<T>::tof(sb[u][i][h]);
+                    mn[i][h] = MIN ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
                 }
 
             uint32_t bx[NT][E / 2];
@@ -259,29 +249,23 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
                         for (int w = 0; w < 2; w++) wq_int8_pairs<T>(v[2 * w], v[2 * w + 1], !MIN, &pa[h][4 * w]);
                     }
                 }
-                /* CH chains of mma steps, dividing the dependent latency */
-                float tc[CH][NT][4];
+                /* two chains of mma steps, halving the dependent latency */
+                float tmp[NT][4], tm2[NT][4];
 #pragma unroll
-                for (int q = 0; q < CH; q++)
+                for (int t = 0; t < NT; t++)
 #pragma unroll
-                    for (int t = 0; t < NT; t++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) tc[q][t][e] = 0.0f;
+                    for (int e = 0; e < 4; e++) tmp[t][e] = tm2[t][e] = 0.0f;
 #pragma unroll
                 for (int st = 0; st < E / 4; st++) {
                     const uint32_t af[4] = {pa[0][2 * st], pa[1][2 * st], pa[0][2 * st + 1], pa[1][2 * st + 1]};
 #pragma unroll
                     for (int t = 0; t < NT; t++)
-                        if (IL) sf_mma16<T>::run_nv(tc[st % CH][t], af, bx[t][2 * st], bx[t][2 * st + 1]);
-                        else sf_mma16<T>::run(tc[st % CH][t], af, bx[t][2 * st], bx[t][2 * st + 1]);
+                        sf_mma16<T>::run(st & 1 ? tm2[t] : tmp[t], af, bx[t][2 * st], bx[t][2 * st + 1]);
                 }
-                float(&tmp)[NT][4] = tc[0];
 #pragma unroll
-                for (int q = 1; q < CH; q++)
+                for (int t = 0; t < NT; t++)
 #pragma unroll
-                    for (int t = 0; t < NT; t++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) tmp[t][e] += tc[q][t][e];
+                    for (int e = 0; e < 4; e++) tmp[t][e] += tm2[t][e];
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
                     acc[i][t][0] = fmaf(s[i][0], tmp[t][0], acc[i][t][0]);

@@ -372,18 +372,14 @@ sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_mi
 constexpr int WQD_MT = 1, WQD_WARPS = 8, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
 constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 
-/* SF_QW_TILED codes: decode.cuh's LG 8 (bench/harness/gemv_wq.cu, H100,
- * int4 M 1: gate+up 28.9 us against the rows' 32.1); its options IL, CH
- * and XG off until timed */
-constexpr bool WQT_IL = false, WQT_XG = false;
-constexpr int WQT_CH = 2;
-
-template <typename T, bool INT4, bool MIN, int NT, bool TL>
+/* SF_QW_TILED codes (TL) run decode.cuh's LG 8 (bench/harness/gemv_wq.cu,
+ * H100, int4 M 1: gate+up 28.9 us against the rows' 32.1), with XG in the
+ * row 'streamxg'. */
+template <typename T, bool INT4, bool MIN, int NT, bool TL, bool XG>
 sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
-    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, TL && WQT_IL, TL ? WQT_CH : 2,
-                       TL && WQT_XG>;
-    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, TL && WQT_IL,
-                                      TL ? WQT_CH : 2, TL && WQT_XG>;
+    static_assert(TL || !XG, "XG reads x in its own order: tiled codes only");
+    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, XG>;
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, XG>;
     WqdArgs a = a0;
     const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
     const int64_t rb = ((int64_t)a.N + WQD_BR - 1) / WQD_BR;
@@ -420,10 +416,11 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
     return SF_OK;
 }
 
-/* The streaming decode kernel; *fits false (nothing launched) when x's K
- * range does not fit shared memory even split 8 ways (1 before sm_90). */
+/* The streaming decode kernel (xg: row 'streamxg', tiled codes only);
+ * *fits false (nothing launched) when x's K range does not fit shared
+ * memory even split 8 ways (1 before sm_90). */
 template <typename T>
-sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, bool *fits) {
+sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, bool xg, bool *fits) {
     WqdArgs a;
     a.x = t.x, a.x_rs = t.x_rs, a.w = t.w, a.w_rb = t.w_rb, a.scales = t.scales, a.mins = t.mins;
     a.w_ts = t.tiled ? t.w_bp * 128 : 0; /* a band of 8 tiles: 128 rows of w_bp bytes */
@@ -433,12 +430,12 @@ sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, boo
     const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
     const size_t optin = st ? st->smem_optin : 227 * 1024;
     const int most_s = st && st->sm_major < 9 ? 1 : WQD_CLUSTER; /* clusters: sm_90 on */
-#define WQD_GO(I4, MN)                                                                                   \
-    if (t.tiled)                                                                                         \
-        return t.M <= 8 ? stream_one<T, I4, MN, 1, true>(ctx, a, sms, optin, most_s, fits)              \
-                        : stream_one<T, I4, MN, 2, true>(ctx, a, sms, optin, most_s, fits);             \
-    return t.M <= 8 ? stream_one<T, I4, MN, 1, false>(ctx, a, sms, optin, most_s, fits)                 \
-                    : stream_one<T, I4, MN, 2, false>(ctx, a, sms, optin, most_s, fits)
+    if (xg && !t.tiled) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_gemm_wq: configuration 'streamxg' given row-major codes");
+#define WQD_NT(I4, MN, TL, XG)                                                   \
+    (t.M <= 8 ? stream_one<T, I4, MN, 1, TL, XG>(ctx, a, sms, optin, most_s, fits) \
+              : stream_one<T, I4, MN, 2, TL, XG>(ctx, a, sms, optin, most_s, fits))
+#define WQD_GO(I4, MN) \
+    return xg ? WQD_NT(I4, MN, true, true) : t.tiled ? WQD_NT(I4, MN, true, false) : WQD_NT(I4, MN, false, false)
     if (int4) {
         if (has_min) WQD_GO(true, true);
         WQD_GO(true, false);
@@ -446,6 +443,7 @@ sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, boo
     if (has_min) WQD_GO(false, true);
     WQD_GO(false, false);
 #undef WQD_GO
+#undef WQD_NT
 }
 
 /* The slab row: for each slab of W's rows, dequantise it into the
@@ -501,15 +499,15 @@ sf_status launch_slab(sf_ctx *ctx, const WqArgs &a, int int4, int has_min) {
 
 /* The instantiations above follow the table. */
 static bool rows_match() {
-    static const int want[][8] = {{1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U},
-                                  {0, 8, 16, 1, 1, 4, 512, 4}, {0, 16, 32, 1, 1, 4, 512, 3},
-                                  {0, 64, 32, 2, 1, 2, 256, 4}, {0, 128, 128, 4, 2, 1, 64, 4},
-                                  {2, 17, 0, 0, 0, 0, 0, 0}};
+    static const int want[][9] = {{1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U, 0},
+                                  {0, 8, 16, 1, 1, 4, 512, 4, 0}, {0, 16, 32, 1, 1, 4, 512, 3, 0},
+                                  {0, 64, 32, 2, 1, 2, 256, 4, 0}, {0, 128, 128, 4, 2, 1, 64, 4, 0},
+                                  {2, 17, 0, 0, 0, 0, 0, 0, 0},    {1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U, 1}};
     if ((int)(sizeof want / sizeof want[0]) != WQ_NCONFIGS) return false;
     for (int i = 0; i < WQ_NCONFIGS; i++) {
         const wq_config &c = wq_configs[i];
-        const int got[8] = {c.kind, c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages};
-        for (int f = 0; f < 8; f++)
+        const int got[9] = {c.kind, c.bm, c.bn, c.wm, c.wn, c.wk, c.bk, c.stages, c.xg};
+        for (int f = 0; f < 9; f++)
             if (got[f] != want[i][f]) return false;
     }
     return true;
@@ -555,7 +553,9 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
     a.M = pr->M, a.N = pr->N, a.K = pr->K, a.G = pr->G;
     a.group = pr->group;
 
-    int cfg = wq_pick(pr->M, pr->int4, pr->group, pr->has_bias);
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
+    int cfg = wq_pick(pr->M, pr->N, sms, pr->int4, pr->group, pr->has_bias, a.tiled);
     char fb[64];
     const bool forced = sf_autotune_forced_name("gemm_wq", fb, sizeof fb);
     if (forced) {
@@ -565,7 +565,10 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
         if (cfg < 0)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
                            op, fb);
-        if (!wq_supports(cfg, pr->M, pr->int4, pr->group, pr->has_bias)) {
+        if (!wq_supports(cfg, pr->M, pr->int4, pr->group, pr->has_bias, a.tiled)) {
+            if (wq_configs[cfg].xg && !a.tiled)
+                return sf_fail(ctx, SF_ERR_UNSUPPORTED,
+                               "%s: configuration '%s' serves SF_QW_TILED codes only (sf_tile_qweight)", op, fb);
             if (wq_configs[cfg].kind == WQ_SLAB)
                 return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration 'slab' serves M >= %d without a bias, not M = %lld%s",
                                op, wq_configs[cfg].bm, (long long)pr->M, pr->has_bias ? " with one" : "");
@@ -580,13 +583,14 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
                             : launch_slab<__nv_bfloat16>(ctx, a, pr->int4, pr->has_min);
     if (wq_configs[cfg].kind == WQ_STREAM) {
         bool fits = false;
-        const sf_status s = dt == SF_F16 ? launch_stream<__half>(ctx, a, pr->int4, pr->has_min, &fits)
-                                         : launch_stream<__nv_bfloat16>(ctx, a, pr->int4, pr->has_min, &fits);
+        const bool xg = wq_configs[cfg].xg != 0;
+        const sf_status s = dt == SF_F16 ? launch_stream<__half>(ctx, a, pr->int4, pr->has_min, xg, &fits)
+                                         : launch_stream<__nv_bfloat16>(ctx, a, pr->int4, pr->has_min, xg, &fits);
         if (s != SF_OK || fits) return s;
         if (forced)
-            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration 'stream' cannot hold x's K = %lld in shared memory",
-                           op, (long long)pr->K);
-        cfg = pr->M <= 8 ? 1 : 2; /* the decode tiles take any K */
+            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration '%s' cannot hold x's K = %lld in shared memory",
+                           op, wq_configs[cfg].name, (long long)pr->K);
+        cfg = wq_row(pr->M <= 8 ? "dec8" : "dec16"); /* the decode tiles take any K */
     }
     return dt == SF_F16 ? launch_cfg<__half>(ctx, cfg, a, pr->int4, pr->has_min)
                         : launch_cfg<__nv_bfloat16>(ctx, cfg, a, pr->int4, pr->has_min);

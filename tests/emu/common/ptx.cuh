@@ -92,14 +92,12 @@ static inline void emu_mma16(float *c, const uint32_t *a, uint32_t b0, uint32_t 
 template <typename T> struct sf_mma16;
 template <> struct sf_mma16<__nv_bfloat16> {
     static inline void run(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { emu_mma16(c, a, b0, b1, true); }
-    static inline void run_nv(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { emu_mma16(c, a, b0, b1, true); }
     static inline uint32_t pack(float lo, float hi) {
         return (uint32_t)__float2bfloat16_rn(lo).v | ((uint32_t)__float2bfloat16_rn(hi).v << 16);
     }
 };
 template <> struct sf_mma16<__half> {
     static inline void run(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { emu_mma16(c, a, b0, b1, false); }
-    static inline void run_nv(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { emu_mma16(c, a, b0, b1, false); }
     static inline uint32_t pack(float lo, float hi) {
         return (uint32_t)__float2half_rn(lo).v | ((uint32_t)__float2half_rn(hi).v << 16);
     }
