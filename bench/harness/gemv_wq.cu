@@ -9,8 +9,9 @@
 // reference.  tile_* / grp8_* / grp16_*: the codes tiled (decode.cuh's LG
 // 1 / 8 / 16; the same bytes rearranged by tile_codes, so the outputs match
 // the row's; LG 8 is SF_QW_TILED).  *_xg: decode.cuh's XG (x from global
-// memory; configuration 'streamxg').  probe_*: the codes read in the row
-// kernel's order without the math.
+// memory); grp8_m2u2_xg, two m16 tiles a warp 2 chunks ahead with XG, is the
+// configuration 'streamxg'.  probe_*: the codes read in the row kernel's
+// order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
 //   ./gemv_wq [once]               (once: one launch each at gate+up M 1, for ncu)
@@ -185,6 +186,7 @@ int main(int argc, char **argv) {
         {"grp8_m1w8u4", run_m<1, 8, 4, 3, 0, 8>},
         {"grp16_m1w8u4", run_m<1, 8, 4, 3, 0, 16>},
         {"grp8_xg", run_m<1, 8, 4, 3, 0, 8, true>},
+        {"grp8_m2u2_xg", run_m<2, 8, 2, 3, 0, 8, true>},
         {"cublas_bf16", run_cublas},
         {"probe_rows_u4", run_probe<4, 0>},
         {"probe_tile_u4", run_probe<4, 1>},

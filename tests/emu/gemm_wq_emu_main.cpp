@@ -21,18 +21,19 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT, int LG, bool XG = false>
+template <typename T, bool I4, bool MN, int NT, int LG, bool XG = false, int MT = 1, int U = 4>
 static void launch(const WqdArgs &a) {
-    using Tl = WqdTile<T, I4, MN, 1, NT, 8, 4, LG, XG>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, 1, NT, 8, 4, LG, XG>,
+    using Tl = WqdTile<T, I4, MN, MT, NT, 8, U, LG, XG>;
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, MT, NT, 8, U, LG, XG>,
                dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
 /* modes: the tiles a group of the layout (0: row-major; 8: the library's
- * SF_QW_TILED), and XG (configuration 'streamxg') */
+ * SF_QW_TILED), and XG with two m16 tiles a warp, 2 chunks ahead
+ * (configuration 'streamxg') */
 struct Mode { const char *name; int lg; bool xg; };
 static const Mode modes[] = {{"row", 0, false}, {"LG1", 1, false}, {"LG8", 8, false}, {"LG8XG", 8, true}};
 template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, const Mode &md) {
-    if (md.xg) launch<T, I4, MN, NT, 8, true>(a);
+    if (md.xg) launch<T, I4, MN, NT, 8, true, 2, 2>(a);
     else md.lg == 0 ? launch<T, I4, MN, NT, 0>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1>(a) : launch<T, I4, MN, NT, 8>(a);
 }
 
@@ -125,6 +126,7 @@ int main(int argc, char **argv) {
         {"i4_m1", 1, 40, 512, 4, 128, false, false, false},   {"i4_m5_min", 5, 133, 384, 4, 128, true, false, true},
         {"i4_m16_f16", 16, 24, 256, 4, 128, false, true, false}, {"i4_m9_g256", 9, 17, 512, 4, 256, true, true, false},
         {"i8_m3", 3, 20, 256, 8, 64, false, false, true},     {"i8_m16_min", 16, 9, 256, 8, 128, true, true, false},
+        {"i4_m12_n300", 12, 300, 256, 4, 128, false, false, true}, /* two blocks of 256 rows */
     };
     int rc = 0, ran = 0;
     for (const WqCase &c : cases) {

@@ -41,7 +41,7 @@ static const wq_config wq_configs[] = {
     {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, 0, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
     {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, 0, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
     {"slab", 2, 17, 0, 0, 0, 0, 0, 0, 0, "M > 16, no bias: W dequantised to x's dtype in slabs of 16 MiB or 2048 rows, each slab a cuBLAS product; the weights are rounded to x's dtype"},
-    {"streamxg", 1, 16, 128, 1, 8, 1, 0, 4, 1, "SF_QW_TILED codes, M <= 16, whole chunks a group: the stream row with x's fragments read from global memory (L1) in the loop, not staged in shared memory first; picked where W has more 128-row bands than SMs, so that a block takes all of K and staging x would be its serial start"},
+    {"streamxg", 1, 16, 256, 2, 8, 1, 0, 2, 1, "SF_QW_TILED codes, M <= 16, whole chunks a group: the stream kernel with two m16 tiles a warp sharing x's fragments (256 rows of W a block), 2 chunks ahead, and x's fragments read from global memory (L1) in the loop instead of staged in shared memory first; for wide W (gate, gate+up), where it keeps enough warps"},
 };
 #define WQ_NCONFIGS ((int)(sizeof wq_configs / sizeof wq_configs[0]))
 
@@ -64,16 +64,15 @@ static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_b
 /* Rows of x from which the slab row beats the tiles (H200). */
 #define WQ_SLAB_FROM 17
 
-/* The untuned choice: the streaming decode kernel where it serves (x from
- * global memory where W's 128-row bands outnumber the SMs: gate+up of
- * Llama-8B, M 1, 25.9 us against 28.9 on the H100; with fewer bands the K
- * split keeps each block's x short and staging it wins), the decode tiles
- * while x fits one tile of rows (the weights streamed once per 8 or 16
- * rows), then taller tiles. */
+/* The untuned choice: the streaming decode kernel where it serves, as
+ * 'streamxg' for tiled codes of a wide W (at least 3/4 as many 128-row
+ * bands as SMs: Llama-8B's gate 14336 and gate+up 28672 rows, where it took
+ * 5-15% off at M 1-16 on the H100; on 4096 rows its 32 rows a warp leave
+ * too few warps and 'stream' wins), the decode tiles while x fits one tile
+ * of rows (the weights streamed once per 8 or 16 rows), then taller tiles. */
 static inline int wq_pick(int64_t M, int64_t N, int sms, int int4, int group, int has_bias, int tiled) {
     const int xg = wq_row("streamxg"), st = wq_row("stream"), slab = wq_row("slab");
-    if (tiled && (N + wq_configs[xg].bn - 1) / wq_configs[xg].bn > sms &&
-        wq_supports(xg, M, int4, group, has_bias, tiled))
+    if (tiled && 4 * ((N + 127) / 128) >= 3 * (int64_t)sms && wq_supports(xg, M, int4, group, has_bias, tiled))
         return xg;
     if (wq_supports(st, M, int4, group, has_bias, tiled)) return st;
     if (M <= 8) return wq_row("dec8");

@@ -367,22 +367,26 @@ sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_mi
 #undef WQ_ROW
 }
 
-/* The streaming decode row (row 0): 128 rows of W a block, 8 warps of one
- * m16 tile, 4 chunks ahead. */
-constexpr int WQD_MT = 1, WQD_WARPS = 8, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
+/* The streaming decode rows: 8 warps a block; 'stream' one m16 tile a warp
+ * (128 rows of W a block), 4 chunks ahead; 'streamxg' two tiles a warp
+ * sharing x's fragments (256 rows), 2 chunks ahead, x from global memory. */
+constexpr int WQD_WARPS = 8;
+constexpr int WQD_MT = 1, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
+constexpr int WQX_MT = 2, WQX_U = 2, WQX_BR = WQX_MT * WQD_WARPS * 16;
 constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 
 /* SF_QW_TILED codes (TL) run decode.cuh's LG 8 (bench/harness/gemv_wq.cu,
- * H100, int4 M 1: gate+up 28.9 us against the rows' 32.1), with XG in the
- * row 'streamxg'. */
+ * H100, int4 M 1: gate+up 28.9 us against the rows' 32.1), with XG and two
+ * tiles a warp in the row 'streamxg'. */
 template <typename T, bool INT4, bool MIN, int NT, bool TL, bool XG>
 sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
     static_assert(TL || !XG, "XG reads x in its own order: tiled codes only");
-    using Tl = WqdTile<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, XG>;
-    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, WQD_MT, NT, WQD_WARPS, WQD_U, TL ? 8 : 0, XG>;
+    constexpr int MT = XG ? WQX_MT : WQD_MT, U = XG ? WQX_U : WQD_U;
+    using Tl = WqdTile<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG>;
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG>;
     WqdArgs a = a0;
     const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
-    const int64_t rb = ((int64_t)a.N + WQD_BR - 1) / WQD_BR;
+    const int64_t rb = ((int64_t)a.N + Tl::BR - 1) / Tl::BR;
     /* about 1.5 blocks an SM: fewer leaves SMs idle, more adds blocks whose
      * start (x into shared memory) and end (the cluster's sum) do not
      * stream codes */
@@ -502,7 +506,7 @@ static bool rows_match() {
     static const int want[][9] = {{1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U, 0},
                                   {0, 8, 16, 1, 1, 4, 512, 4, 0}, {0, 16, 32, 1, 1, 4, 512, 3, 0},
                                   {0, 64, 32, 2, 1, 2, 256, 4, 0}, {0, 128, 128, 4, 2, 1, 64, 4, 0},
-                                  {2, 17, 0, 0, 0, 0, 0, 0, 0},    {1, 16, WQD_BR, WQD_MT, WQD_WARPS, 1, 0, WQD_U, 1}};
+                                  {2, 17, 0, 0, 0, 0, 0, 0, 0},    {1, 16, WQX_BR, WQX_MT, WQD_WARPS, 1, 0, WQX_U, 1}};
     if ((int)(sizeof want / sizeof want[0]) != WQ_NCONFIGS) return false;
     for (int i = 0; i < WQ_NCONFIGS; i++) {
         const wq_config &c = wq_configs[i];
