@@ -4,10 +4,10 @@
 // emulator against a double-precision x W^T of the dequantised weights:
 // int4 and int8, symmetric and with mins, bf16 and f16, M 1 / 5 / 16, N not
 // a multiple of the block's 128 rows, groups of 128 (and 64 for int8), bias.
-// Each case runs as the row and with the template options LG (the codes
-// tiled, one tile and eight tiles a group, tiles past N zero), with IL and
-// four mma chains (K 384: a pass of 4 chunks past the end), and XG (x from
-// global memory).
+// Each case runs as the row and with the template option LG (the codes
+// tiled, one tile and eight tiles a group, tiles past N zero), and as the
+// row 'streamxg' (LG 8, XG: x from global memory, two m16 tiles a warp, 2
+// chunks ahead).
 // Compiled for sm_80 (one block along K: the sm_90 cluster split is not
 // emulated).  Outputs poisoned first.  Built and run by
 // run_gemm_wq_emu.sh; argument: a case name (default: all).

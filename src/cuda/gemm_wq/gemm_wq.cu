@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(Tl::NTHR) gemm_wq_kernel(const WqArgs a) {
             for (int e = tid; e < BM * BN; e += NTHR) {
                 const int m = e / BN, n = e % BN;
                 if (m0 + m >= M || n0 + n >= N) continue;
-                yg[(m0 + m) * a.y_rs + n0 + n] = (T)out_val(m, n);
+                yg[(m0 + m) * a.y_rs + n0 + n] = wq_bits<T>::fromf(out_val(m, n));
             }
         }
         __syncthreads(); /* before the next row tile reuses shared memory */

@@ -12,6 +12,30 @@ inline const char *cudaGetErrorString(int) { return "emulated"; }
 template <class K> inline int cudaFuncSetAttribute(K, int, int) { return 0; }
 inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
 inline int cudaMemcpyAsync(void *d, const void *s, size_t n, int, cudaStream_t) { memcpy(d, s, n); return 0; }
+// launches with attributes (sf_gemm_wq's stream rows): run as plain ones;
+// clusters are not emulated, so a launch of more than one CTA a cluster
+// aborts (the launchers use none where sm_major < 9: see emu_cs)
+enum { cudaLaunchAttributeClusterDimension = 4 };
+struct cudaLaunchAttributeValue { struct { unsigned x, y, z; } clusterDim; };
+struct cudaLaunchAttribute { int id; cudaLaunchAttributeValue val; };
+struct cudaLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute *attrs;
+    unsigned numAttrs;
+};
+template <class K, class... A> inline int cudaLaunchKernelEx(const cudaLaunchConfig_t *c, K kern, const A &...a) {
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        const auto &d = c->attrs[i].val.clusterDim;
+        if (c->attrs[i].id == cudaLaunchAttributeClusterDimension && d.x * d.y * d.z > 1) {
+            fprintf(stderr, "EMU: a launch in clusters of %u CTAs (not emulated)\n", d.x * d.y * d.z);
+            abort();
+        }
+    }
+    emu_launch(kern, c->gridDim, c->blockDim, c->dynamicSmemBytes, a...);
+    return 0;
+}
 #define SF_CUDA_CHECK(ctx, call) do { (void)(call); } while (0)
 #define SF_CUDA_CHECK_LAUNCH(ctx) do {} while (0)
 static inline void sf_cuda_copy_strides(int64_t *d, const sf_tensor *t, int n) {
