@@ -714,7 +714,7 @@ SF_API sf_status sf_rope(sf_ctx *ctx, const sf_rope_params *p);
  * (int4: nibble i of the word, low nibble first).  data is then (Np, Bp),
  * padding zero; scales and mins are as above.  The CUDA backend's decode
  * kernel streams it faster (a block's codes one contiguous run, x used as
- * stored: 3-26% at M 1-16 on an H100, bench/RESULTS.md); the CPU backend
+ * stored: 3-37% at M 1-16 on an H100, bench/RESULTS.md); the CPU backend
  * takes rows only (SF_ERR_UNSUPPORTED), the reference and
  * sf_dequantize_weights both.
  */

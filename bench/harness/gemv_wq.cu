@@ -9,12 +9,12 @@
 // reference.  tile_* / grp8_* / grp16_*: the codes tiled (decode.cuh's LG
 // 1 / 8 / 16; the same bytes rearranged by tile_codes, so the outputs match
 // the row's; LG 8 is SF_QW_TILED).  *_xg: decode.cuh's XG (x from global
-// memory); grp8_m2u2_xg, two m16 tiles a warp 2 chunks ahead with XG, is the
-// configuration 'streamxg'.  probe_*: the codes read in the row kernel's
+// memory); grp8_m2u2_xg_mb2, two m16 tiles a warp 2 chunks ahead with XG and
+// registers capped for two blocks an SM, is the configuration 'streamxg'.  probe_*: the codes read in the row kernel's
 // order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
-//   ./gemv_wq [once]               (once: one launch each at gate+up M 1, for ncu)
+//   ./gemv_wq [once [M]]           (once: one launch each at gate+up M 1, or M, for ncu)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cstdio>
@@ -110,10 +110,10 @@ static void run_probe(const Prob &p, cudaStream_t s) {
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
  * SF > 0 fixes the split at SF blocks (a cluster) instead; LG: the codes
  * tiled (tile_codes); XG: decode.cuh's option */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool XG = false>
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool XG = false, int MB = 0>
 static void run_v(const Prob &p, cudaStream_t s) {
     using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LG, XG>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LG, XG>;
+    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LG, XG, MB>;
     WqdArgs a = cur(p);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
@@ -140,10 +140,10 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool XG = false>
+template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool XG = false, int MB = 0>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, XG>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF, LG, XG>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, XG, MB>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, LG, XG, MB>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -162,6 +162,7 @@ struct V { const char *name; Launch f; };
 
 int main(int argc, char **argv) {
     const bool once = argc > 1;
+    const int once_m = argc > 2 ? atoi(argv[2]) : 1;
     cudaStream_t s; CK(cudaStreamCreate(&s));
     cublasCreate(&hb);
     int dev = 0, sms = 0; cudaGetDevice(&dev); cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
         {"grp8_m1w8u4", run_m<1, 8, 4, 3, 0, 8>},
         {"grp16_m1w8u4", run_m<1, 8, 4, 3, 0, 16>},
         {"grp8_xg", run_m<1, 8, 4, 3, 0, 8, true>},
-        {"grp8_m2u2_xg", run_m<2, 8, 2, 3, 0, 8, true>},
+        {"grp8_m2u2_xg_mb2", run_m<2, 8, 2, 3, 0, 8, true, 2>},
         {"cublas_bf16", run_cublas},
         {"probe_rows_u4", run_probe<4, 0>},
         {"probe_tile_u4", run_probe<4, 1>},
@@ -196,7 +197,7 @@ int main(int argc, char **argv) {
     printf("%-14s %6s %6s %3s %9s %8s %9s %9s\n", "variant", "N", "K", "M", "us", "TB/s", "cublas/x", "maxrel");
     for (auto &sh : shapes) {
         for (int M : {1, 4, 16}) {
-            if (once && (M != 1 || sh[0] != 28672)) continue;
+            if (once && (M != once_m || sh[0] != 28672)) continue;
             Prob p;
             memset(&p, 0, sizeof p);
             p.sms = sms;

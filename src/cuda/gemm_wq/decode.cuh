@@ -33,7 +33,8 @@
  *       is used in its own order (LG 8 is seqfuse.h's SF_QW_TILED);
  *   XG  (tiled codes) x's B fragments read from global memory (L1 cached)
  *       in the loop, no x in shared memory: a block starts streaming codes
- *       without first staging its whole K range of x.
+ *       without first staging its whole K range of x;
+ *   MB  the launch bound's least blocks an SM (0: none), a register cap.
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
@@ -98,8 +99,8 @@ struct WqdTile {
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool XG = false>
-__global__ void __launch_bounds__(WARPS * 32) gemm_wq_decode_kernel(const WqdArgs a) {
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool XG = false, int MB = 0>
+__global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const WqdArgs a) {
     using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, XG>;
     static_assert(!XG || LG > 0, "XG: tiled codes, x in its own order");
     constexpr int CS = LG ? LG * 1024 : 64; /* bytes from a row's chunk to its next */

@@ -369,10 +369,12 @@ sf_status launch_cfg(sf_ctx *ctx, int cfg, const WqArgs &a, int int4, int has_mi
 
 /* The streaming decode rows: 8 warps a block; 'stream' one m16 tile a warp
  * (128 rows of W a block), 4 chunks ahead; 'streamxg' two tiles a warp
- * sharing x's fragments (256 rows), 2 chunks ahead, x from global memory. */
+ * sharing x's fragments (256 rows), 2 chunks ahead, x from global memory,
+ * registers capped for two blocks an SM (at M > 8 it took 177-183 and ran
+ * one: gate+up M 16 40.6 us against 35.0 capped, H100). */
 constexpr int WQD_WARPS = 8;
 constexpr int WQD_MT = 1, WQD_U = 4, WQD_BR = WQD_MT * WQD_WARPS * 16;
-constexpr int WQX_MT = 2, WQX_U = 2, WQX_BR = WQX_MT * WQD_WARPS * 16;
+constexpr int WQX_MT = 2, WQX_U = 2, WQX_BR = WQX_MT * WQD_WARPS * 16, WQX_MINB = 2;
 constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 
 /* SF_QW_TILED codes (TL) run decode.cuh's LG 8 (bench/harness/gemv_wq.cu,
@@ -383,7 +385,7 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
     static_assert(TL || !XG, "XG reads x in its own order: tiled codes only");
     constexpr int MT = XG ? WQX_MT : WQD_MT, U = XG ? WQX_U : WQD_U;
     using Tl = WqdTile<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG>;
-    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG>;
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG, XG ? WQX_MINB : 0>;
     WqdArgs a = a0;
     const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
     const int64_t rb = ((int64_t)a.N + Tl::BR - 1) / Tl::BR;
