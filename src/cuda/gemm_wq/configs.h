@@ -67,7 +67,7 @@ static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_b
 /* The untuned choice: the streaming decode kernel where it serves, as
  * 'streamxg' for tiled codes of a wide W (at least 3/4 as many 128-row
  * bands as SMs: Llama-8B's gate 14336 and gate+up 28672 rows, where it took
- * 2-27% off 'stream' at M 1-16 on the H100; on 4096 rows its 32 rows a warp
+ * 6-32% off 'stream' at M 1-16 on the H100; on 4096 rows its 32 rows a warp
  * leave too few warps and 'stream' wins), the decode tiles while x fits one tile
  * of rows (the weights streamed once per 8 or 16 rows), then taller tiles. */
 static inline int wq_pick(int64_t M, int64_t N, int sms, int int4, int group, int has_bias, int tiled) {
