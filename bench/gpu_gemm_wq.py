@@ -82,10 +82,11 @@ def cycled(objs, fn):
 
 def run_shape(n, k, ms, g):
     q4, q8 = make_weight(n, k, 4, g), make_weight(n, k, 8, g)
-    q4t = q4.tiled()  # the same codes in SF_QW_TILED
+    q4t, q8t = q4.tiled(), q8.tiled()  # the same codes in SF_QW_TILED
     w4 = dequant_torch(q4)  # cuBLAS's operand: the same weights in bf16
     cq = lambda q: seqfuse.QWeight(q.data.clone(), q.scales.clone(), None, q.bits, GROUP, n, k, q.layout)
     q4s, q8s, q4ts = copies(q4, n * k / 2, cq), copies(q8, n * k, cq), copies(q4t, n * k / 2, cq)
+    q8ts = copies(q8t, n * k, cq)
     w4s = copies(w4, n * k * 2, lambda w: w.clone())
     out = []
     for m in ms:
@@ -94,11 +95,13 @@ def run_shape(n, k, ms, g):
             t4 = graph_ms(cycled(q4s, lambda q: seqfuse.gemm_wq(x, q)))
             t4t = graph_ms(cycled(q4ts, lambda q: seqfuse.gemm_wq(x, q)))
             t8 = graph_ms(cycled(q8s, lambda q: seqfuse.gemm_wq(x, q)))
+            t8t = graph_ms(cycled(q8ts, lambda q: seqfuse.gemm_wq(x, q)))
             tc = graph_ms(cycled(w4s, lambda w: torch.matmul(x, w.t())))
         else:
             t4 = bench(lambda: seqfuse.gemm_wq(x, q4))
             t4t = bench(lambda: seqfuse.gemm_wq(x, q4t))
             t8 = bench(lambda: seqfuse.gemm_wq(x, q8))
+            t8t = bench(lambda: seqfuse.gemm_wq(x, q8t))
             tc = bench(lambda: torch.matmul(x, w4.t()))
         td = bench(lambda: torch.matmul(x, dequant_torch(q4).t()))
         err = errt = float("nan")
@@ -108,7 +111,7 @@ def run_shape(n, k, ms, g):
             err = ((y - ref).norm() / ref.norm()).item()
             y = seqfuse.gemm_wq(x, q4t).float()
             errt = ((y - ref).norm() / ref.norm()).item()
-        out.append(dict(m=m, t4=t4, t4t=t4t, t8=t8, tc=tc, td=td, err=err, errt=errt))
+        out.append(dict(m=m, t4=t4, t4t=t4t, t8=t8, t8t=t8t, tc=tc, td=td, err=err, errt=errt))
     return out
 
 
@@ -129,8 +132,8 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(1)
     rows = []
     print(f"{gpu}, torch {torch.__version__}, commit {commit()}, bf16, group {GROUP}")
-    print(f"{'proj':>8s} {'N':>6s} {'K':>6s} {'M':>5s}   int4 us  int4t us   int8 us  cuBLAS us  deq+mm us   "
-          f"int4 rate  int4t rate   int8 rate  cuBLAS rate  cuBLAS/int4 cuBLAS/int4t cuBLAS/int8  err   errt")
+    print(f"{'proj':>8s} {'N':>6s} {'K':>6s} {'M':>5s}   int4 us  int4t us   int8 us  int8t us  cuBLAS us  deq+mm us   "
+          f"int4 rate  int4t rate   int8 rate  cuBLAS rate  cuBLAS/int4 cuBLAS/int4t cuBLAS/int8 cuBLAS/int8t  err   errt")
     for name, n, k in SHAPES:
         for r in run_shape(n, k, ms, g):
             m = r["m"]
@@ -138,22 +141,25 @@ def main():
                 b4 = n * k / 2 + n * k / GROUP * 2
                 b8 = n * k + n * k / GROUP * 2
                 bc = n * k * 2
-                rate = [b4 / r["t4"] / 1e9, b8 / r["t8"] / 1e9, bc / r["tc"] / 1e9, b4 / r["t4t"] / 1e9]
+                rate = [b4 / r["t4"] / 1e9, b8 / r["t8"] / 1e9, bc / r["tc"] / 1e9, b4 / r["t4t"] / 1e9,
+                        b8 / r["t8t"] / 1e9]
                 unit = "TB/s"
             else:  # TFLOP/s
                 f = 2.0 * m * n * k
-                rate = [f / r[t] / 1e9 for t in ("t4", "t8", "tc", "t4t")]
+                rate = [f / r[t] / 1e9 for t in ("t4", "t8", "tc", "t4t", "t8t")]
                 unit = "TFLOP/s"
             row = dict(proj=name, n=n, k=k, m=m, int4_us=1e3 * r["t4"], int4t_us=1e3 * r["t4t"],
-                       int8_us=1e3 * r["t8"], cublas_us=1e3 * r["tc"], deq_mm_us=1e3 * r["td"], int4_rate=rate[0],
-                       int4t_rate=rate[3], int8_rate=rate[1], cublas_rate=rate[2], unit=unit,
+                       int8_us=1e3 * r["t8"], int8t_us=1e3 * r["t8t"], cublas_us=1e3 * r["tc"], deq_mm_us=1e3 * r["td"], int4_rate=rate[0],
+                       int4t_rate=rate[3], int8_rate=rate[1], int8t_rate=rate[4], cublas_rate=rate[2], unit=unit,
                        speedup4=r["tc"] / r["t4"], speedup4t=r["tc"] / r["t4t"], speedup8=r["tc"] / r["t8"],
+                       speedup8t=r["tc"] / r["t8t"],
                        err=r["err"], errt=r["errt"])
             rows.append(row)
             print(f"{name:>8s} {n:6d} {k:6d} {m:5d}  {row['int4_us']:8.1f}  {row['int4t_us']:8.1f}  "
-                  f"{row['int8_us']:8.1f}  {row['cublas_us']:9.1f}  {row['deq_mm_us']:9.1f}   {rate[0]:7.2f}   "
+                  f"{row['int8_us']:8.1f}  {row['int8t_us']:8.1f}  {row['cublas_us']:9.1f}  {row['deq_mm_us']:9.1f}   {rate[0]:7.2f}   "
                   f"{rate[3]:7.2f}    {rate[1]:7.2f}    {rate[2]:7.2f} {unit:7s} {row['speedup4']:5.2f}x     "
-                  f"{row['speedup4t']:5.2f}x     {row['speedup8']:5.2f}x   {r['err']:.1e} {r['errt']:.1e}", flush=True)
+                  f"{row['speedup4t']:5.2f}x     {row['speedup8']:5.2f}x     {row['speedup8t']:5.2f}x   {r['err']:.1e} "
+                  f"{r['errt']:.1e}", flush=True)
     if a.csv:
         write_csv(a.csv, rows)
     if a.results:
@@ -164,16 +170,18 @@ def main():
                 f"TB/s; int4 reads 0.27 of bf16's bytes), 2 M N K / time for larger M.  M <= 16: 20 calls "
                 f"in a CUDA graph cycling through {L2_SPAN / 1e6:.0f} MB of weight copies (no launch overhead, "
                 f"cold L2), both sides; deq+mm and larger M: median of triton do_bench.  int4 tiled: the same codes "
-                f"in the SF_QW_TILED layout (QWeight.tiled()).  err: ours (int4, rows / tiled) against float32 x "
+                f"in the SF_QW_TILED layout (QWeight.tiled()), int8 tiled likewise.  err: ours (int4, rows / tiled) against float32 x "
                 f"times the dequantised weights.", ""]
         body.append(md_table(
-            ["proj", "N x K", "M", "int4 us", "int4 tiled us", "int8 us", "cuBLAS bf16 us", "deq+mm us", "int4",
-             "int4 tiled", "int8", "cuBLAS", "unit", "cuBLAS / int4", "cuBLAS / int4 tiled", "cuBLAS / int8",
-             "% of copy (int4 tiled)", "err", "err tiled"],
+            ["proj", "N x K", "M", "int4 us", "int4 tiled us", "int8 us", "int8 tiled us", "cuBLAS bf16 us",
+             "deq+mm us", "int4", "int4 tiled", "int8", "int8 tiled", "cuBLAS", "unit", "cuBLAS / int4",
+             "cuBLAS / int4 tiled", "cuBLAS / int8", "cuBLAS / int8 tiled", "% of copy (int4 tiled)", "err",
+             "err tiled"],
             [[r["proj"], f"{r['n']}x{r['k']}", r["m"], f"{r['int4_us']:.1f}", f"{r['int4t_us']:.1f}",
-              f"{r['int8_us']:.1f}", f"{r['cublas_us']:.1f}", f"{r['deq_mm_us']:.1f}", f"{r['int4_rate']:.2f}",
-              f"{r['int4t_rate']:.2f}", f"{r['int8_rate']:.2f}", f"{r['cublas_rate']:.2f}", r["unit"],
-              f"{r['speedup4']:.2f}x", f"{r['speedup4t']:.2f}x", f"{r['speedup8']:.2f}x",
+              f"{r['int8_us']:.1f}", f"{r['int8t_us']:.1f}", f"{r['cublas_us']:.1f}", f"{r['deq_mm_us']:.1f}",
+              f"{r['int4_rate']:.2f}", f"{r['int4t_rate']:.2f}", f"{r['int8_rate']:.2f}", f"{r['int8t_rate']:.2f}",
+              f"{r['cublas_rate']:.2f}", r["unit"], f"{r['speedup4']:.2f}x", f"{r['speedup4t']:.2f}x",
+              f"{r['speedup8']:.2f}x", f"{r['speedup8t']:.2f}x",
               f"{100 * r['int4t_rate'] / COPY_TBS:.0f}%" if r["unit"] == "TB/s" else "",
               f"{r['err']:.1e}" if r["err"] == r["err"] else "",
               f"{r['errt']:.1e}" if r["errt"] == r["errt"] else ""] for r in rows]))
