@@ -21,9 +21,13 @@ their values); the relative error of ours against float32 x times the
 dequantised weights is checked once per shape.
 
     PYTHONPATH=python:bench SEQFUSE_LIB=build/libseqfuse.so python3 bench/gpu_gemm_wq.py \\
-        [--results bench/RESULTS.md] [--csv out.csv] [--quick]
+        [--results bench/RESULTS.md] [--plot [PNG]] [--csv out.csv] [--quick]
+    python3 bench/gpu_gemm_wq.py --from-results bench/RESULTS.md --plot   (no GPU: redraws the
+        plot, bench/gemm_wq.png, from the run recorded in the gemm_wq section)
 """
 import argparse
+import os
+import re
 import sys
 
 from benchutil import COPY_TBS, commit, graph_ms, md_table, replace_section, write_csv
@@ -40,6 +44,62 @@ GROUP = 128
 SHAPES = [("q/o", 4096, 4096), ("gate+up", 28672, 4096), ("gate", 14336, 4096), ("down", 4096, 14336)]
 MS = [1, 4, 16, 64, 512, 4096]
 L2_SPAN = 160e6  # bytes of weight copies a decode timing cycles through
+
+
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gemm_wq.png")
+
+
+def plot(rows, title, path):
+    """cuBLAS bf16's time over ours at the decode sizes (M <= 16), one panel a projection, a bar a
+    code format and M; the dashed line is the issue's target (3.5x), the dotted one parity."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dec = [r for r in rows if r["m"] <= 16]
+    projs = list(dict.fromkeys(r["proj"] for r in dec))
+    keys = (("speedup4", "int4 rows"), ("speedup4t", "int4 tiled"), ("speedup8", "int8 rows"),
+            ("speedup8t", "int8 tiled"))
+    fig, axs = plt.subplots(1, len(projs), figsize=(3.0 * len(projs), 3.4), sharey=True)
+    for ax, pj in zip(axs, projs):
+        rs = [r for r in dec if r["proj"] == pj]
+        w = 0.8 / len(keys)
+        for i, (k, lab) in enumerate(keys):
+            ax.bar([x + (i - 1.5) * w for x in range(len(rs))], [r[k] for r in rs], w, label=lab)
+        ax.axhline(3.5, ls="--", lw=0.8, c="k")
+        ax.axhline(1.0, ls=":", lw=0.8, c="k")
+        ax.set_xticks(range(len(rs)))
+        ax.set_xticklabels([f"M {r['m']}" for r in rs])
+        ax.set_title(f"{pj} {rs[0]['n']}x{rs[0]['k']}", fontsize=9)
+    axs[0].set_ylabel("cuBLAS bf16 time / ours")
+    axs[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def from_results(path):
+    """The rows and the header line of the run recorded in PATH's gemm_wq section."""
+    text = open(path).read()
+    sec = text[text.index("<!-- BEGIN gemm_wq -->"):text.index("<!-- END gemm_wq -->")]
+    head = sec.splitlines()[1]
+    rows = []
+    for ln in sec.splitlines():
+        c = [v.strip() for v in ln.strip().strip("|").split("|")]
+        if len(c) < 19 or not ln.startswith("| ") or not c[2].isdigit():
+            continue
+        n, k = (int(v) for v in c[1].split("x"))
+        sp = [float(v.rstrip("x")) for v in c[15:19]]
+        rows.append(dict(proj=c[0], n=n, k=k, m=int(c[2]), speedup4=sp[0], speedup4t=sp[1], speedup8=sp[2],
+                         speedup8t=sp[3]))
+    if not rows:
+        raise SystemExit(f"{path}: no gemm_wq run recorded")
+    return rows, head
+
+
+def title_of(head):
+    """date, GPU and commit of a section's first line."""
+    m = re.match(r"(\S+), (.*?), commit (\S+),", head)
+    return f"sf_gemm_wq decode, {m.group(2)}, {m.group(1)}, commit {m.group(3)}" if m else "sf_gemm_wq decode"
 
 
 def bench(fn):
@@ -121,7 +181,14 @@ def main():
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="M = 1 and 4096 only")
     ap.add_argument("--ms", default=None, help="comma-separated rows of x (default 1,4,16,64,512,4096)")
+    ap.add_argument("--plot", nargs="?", const=PLOT, default=None, help=f"draw the decode speedups (default {PLOT})")
+    ap.add_argument("--from-results", default=None, help="no GPU: take the run recorded in this RESULTS.md")
     a = ap.parse_args()
+    if a.from_results:
+        rows, head = from_results(a.from_results)
+        plot(rows, title_of(head), a.plot or PLOT)
+        print(f"{a.plot or PLOT}: drawn from {a.from_results}")
+        return 0
     if torch is None or not torch.cuda.is_available():
         print("gpu_gemm_wq.py: needs torch with CUDA, triton and seqfuse", file=sys.stderr)
         return 77
@@ -187,6 +254,9 @@ def main():
               f"{r['errt']:.1e}" if r["errt"] == r["errt"] else ""] for r in rows]))
         how = replace_section(a.results, "gemm_wq", "\n".join(body))
         print(f"{a.results}: gemm_wq section {how}")
+    if a.plot:
+        plot(rows, f"sf_gemm_wq decode, {gpu}, {date}, commit {commit()}", a.plot)
+        print(f"{a.plot}: drawn")
     return 0
 
 
