@@ -38,6 +38,7 @@ static WqdArgs cur(const Prob &p) {
     const unsigned i = g_call++ % (unsigned)p.ncopy;
     a.w += i * p.wstep;
     a.scales += i * p.sstep;
+    if (a.mins) a.mins = a.scales; /* MN variants: the scales serve as the mins too */
     return a;
 }
 typedef void (*Launch)(const Prob &, cudaStream_t);
@@ -110,11 +111,13 @@ static void run_probe(const Prob &p, cudaStream_t s) {
 /* F2: the K split aims at F2 / 2 blocks an SM (the library's rule, F2 3);
  * SF > 0 fixes the split at SF blocks (a cluster) instead; LG: the codes
  * tiled (tile_codes); XG: decode.cuh's option */
-template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool XG = false, int MB = 0>
+template <int MT, int WARPS, int U, int F2, int NT, int SF = 0, int LG = 0, bool XG = false, int MB = 0, bool MN = false>
 static void run_v(const Prob &p, cudaStream_t s) {
-    using Tl = WqdTile<T, true, false, MT, NT, WARPS, U, LG, XG>;
-    auto kern = gemm_wq_decode_kernel<T, true, false, MT, NT, WARPS, U, LG, XG, MB>;
-    WqdArgs a = cur(p);
+    using Tl = WqdTile<T, true, MN, MT, NT, WARPS, U, LG, XG>;
+    auto kern = gemm_wq_decode_kernel<T, true, MN, MT, NT, WARPS, U, LG, XG, MB>;
+    Prob q = p;
+    q.a.mins = MN ? p.a.scales : nullptr;
+    WqdArgs a = cur(q);
     const int BR = Tl::BR;
     const int nchk = (a.K + Tl::CK - 1) / Tl::CK;
     if (LG) a.w = p.wt[LG] + (a.w - p.a.w), a.w_ts = (int64_t)LG * nchk * 1024;
@@ -140,10 +143,10 @@ static void run_v(const Prob &p, cudaStream_t s) {
     cfg.attrs = at; cfg.numAttrs = 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool XG = false, int MB = 0>
+template <int MT, int WARPS, int U, int F2, int SF = 0, int LG = 0, bool XG = false, int MB = 0, bool MN = false>
 static void run_m(const Prob &p, cudaStream_t s) {
-    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, XG, MB>(p, s);
-    else run_v<MT, WARPS, U, F2, 2, SF, LG, XG, MB>(p, s);
+    if (p.a.M <= 8) run_v<MT, WARPS, U, F2, 1, SF, LG, XG, MB, MN>(p, s);
+    else run_v<MT, WARPS, U, F2, 2, SF, LG, XG, MB, MN>(p, s);
 }
 
 static cublasHandle_t hb;
@@ -188,6 +191,9 @@ int main(int argc, char **argv) {
         {"grp16_m1w8u4", run_m<1, 8, 4, 3, 0, 16>},
         {"grp8_xg", run_m<1, 8, 4, 3, 0, 8, true>},
         {"grp8_m2u2_xg_mb2", run_m<2, 8, 2, 3, 0, 8, true, 2>},
+        {"min_base", run_m<1, 8, 4, 3, 0, 0, false, 0, true>},
+        {"min_grp8", run_m<1, 8, 4, 3, 0, 8, false, 0, true>},
+        {"min_m2u2_xg_mb2", run_m<2, 8, 2, 3, 0, 8, true, 2, true>},
         {"cublas_bf16", run_cublas},
         {"probe_rows_u4", run_probe<4, 0>},
         {"probe_tile_u4", run_probe<4, 1>},
@@ -217,8 +223,11 @@ int main(int argc, char **argv) {
             float tcub = graph_ms(run_cublas, p, s);
             // baseline output as reference (the library's row, tested against the C reference)
             p.a.y = yref; g_call = 0; run_m<1, 8, 4, 3>(p, s); CK(cudaStreamSynchronize(s)); p.a.y = y;
-            std::vector<uint16_t> hr((size_t)M * sh[0]), hy((size_t)M * sh[0]);
+            std::vector<uint16_t> hr((size_t)M * sh[0]), hy((size_t)M * sh[0]), hrm((size_t)M * sh[0]);
             CK(cudaMemcpy(hr.data(), yref, hr.size() * 2, cudaMemcpyDeviceToHost));
+            /* the mins variants' reference: the row with mins */
+            p.a.y = yref; g_call = 0; run_m<1, 8, 4, 3, 0, 0, false, 0, true>(p, s); CK(cudaStreamSynchronize(s)); p.a.y = y;
+            CK(cudaMemcpy(hrm.data(), yref, hrm.size() * 2, cudaMemcpyDeviceToHost));
             for (const V &v : vs) {
                 double maxerr = 0, maxref = 0;
                 const bool probe = !strncmp(v.name, "probe", 5);
@@ -230,8 +239,9 @@ int main(int argc, char **argv) {
                     CK(cudaStreamSynchronize(s));
                     CK(cudaGetLastError());
                     CK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
+                    const std::vector<uint16_t> &rf = strncmp(v.name, "min_", 4) ? hr : hrm;
                     for (size_t i = 0; i < hy.size(); i++) {
-                        uint32_t b1 = (uint32_t)hy[i] << 16, b2 = (uint32_t)hr[i] << 16;
+                        uint32_t b1 = (uint32_t)hy[i] << 16, b2 = (uint32_t)rf[i] << 16;
                         float g, r; memcpy(&g, &b1, 4); memcpy(&r, &b2, 4);
                         double e = fabs((double)g - r);
                         if (!(e <= 1e30)) e = 1e30;
