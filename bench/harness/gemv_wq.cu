@@ -10,7 +10,9 @@
 // 1 / 8 / 16; the same bytes rearranged by tile_codes, so the outputs match
 // the row's; LG 8 is SF_QW_TILED).  *_xg: decode.cuh's XG (x from global
 // memory); grp8_m2u2_xg_mb2, two m16 tiles a warp 2 chunks ahead with XG and
-// registers capped for two blocks an SM, is the configuration 'streamxg'.  probe_*: the codes read in the row kernel's
+// registers capped for two blocks an SM, is the configuration 'streamxg'.
+// min_*: with mins (asymmetric codes; the scales serve as the mins), checked
+// against the row with mins.  probe_*: the codes read in the row kernel's
 // order without the math.
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc/cuda -Isrc -Isrc/core -Iinclude -Ibench --expt-relaxed-constexpr \
 //        -o gemv_wq bench/harness/gemv_wq.cu -lcublas
