@@ -176,14 +176,21 @@ def run_shape(n, k, ms, g):
 
 
 def main():
+    global GROUP
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="M = 1 and 4096 only")
     ap.add_argument("--ms", default=None, help="comma-separated rows of x (default 1,4,16,64,512,4096)")
+    ap.add_argument("--group", type=int, default=GROUP, choices=(32, 64, 128),
+                    help="group size of the codes (GGUF's blocks are 32; the recorded table uses 128)")
     ap.add_argument("--plot", nargs="?", const=PLOT, default=None, help=f"draw the decode speedups (default {PLOT})")
     ap.add_argument("--from-results", default=None, help="no GPU: take the run recorded in this RESULTS.md")
     a = ap.parse_args()
+    GROUP = a.group
+    if a.results and GROUP != 128:
+        print("gpu_gemm_wq.py: the recorded section is of group 128 (drop --results for other groups)", file=sys.stderr)
+        return 2
     if a.from_results:
         rows, head = from_results(a.from_results)
         plot(rows, title_of(head), a.plot or PLOT)

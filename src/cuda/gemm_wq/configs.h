@@ -35,13 +35,13 @@ enum { WQ_TILED = 0, WQ_STREAM = 1, WQ_SLAB = 2 };
 
 /* one row a line (tools/configs.py and tests/CMakeLists.txt read them) */
 static const wq_config wq_configs[] = {
-    {"stream", 1, 16, 128, 1, 8, 1, 0, 4, 0, "M <= 16, group a multiple of 128 int4 / 64 int8 codes: codes streamed into registers 4 chunks ahead, 128 rows of W a block (8 warps), K split over a cluster"},
+    {"stream", 1, 16, 128, 1, 8, 1, 0, 4, 0, "M <= 16 with groups of whole chunks (128 int4 / 64 int8 codes), M <= 2 / 4 with int4 groups of 32 / 64 and M <= 4 with int8 groups of 32 (GGUF's blocks): codes streamed into registers 4 chunks ahead, 128 rows of W a block (8 warps), K split over a cluster"},
     {"dec8", 0, 8, 16, 1, 1, 4, 512, 4, 0, "M <= 8: 16 rows of W x 8 rows of x per block, 4 warps split K, 4 stages of 512"},
     {"dec16", 0, 16, 32, 1, 1, 4, 512, 3, 0, "M <= 16: 32 rows of W x 16 rows of x, 4 warps split K, 3 stages of 512"},
     {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, 0, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
     {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, 0, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
     {"slab", 2, 17, 0, 0, 0, 0, 0, 0, 0, "M > 16, no bias: W dequantised to x's dtype in slabs of 16 MiB or 2048 rows, each slab a cuBLAS product; the weights are rounded to x's dtype"},
-    {"streamxg", 1, 16, 256, 2, 8, 1, 0, 2, 1, "SF_QW_TILED codes, M <= 16, whole chunks a group: the stream kernel with two m16 tiles a warp sharing x's fragments (256 rows of W a block), 2 chunks ahead, and x's fragments read from global memory (L1) in the loop instead of staged in shared memory first; for wide W (gate, gate+up), where it keeps enough warps"},
+    {"streamxg", 1, 16, 256, 2, 8, 1, 0, 2, 1, "SF_QW_TILED codes, the stream row's M and groups: the stream kernel with two m16 tiles a warp sharing x's fragments (256 rows of W a block), 2 chunks ahead, and x's fragments read from global memory (L1) in the loop instead of staged in shared memory first; for wide W (gate, gate+up), where it keeps enough warps"},
 };
 #define WQ_NCONFIGS ((int)(sizeof wq_configs / sizeof wq_configs[0]))
 
@@ -58,7 +58,10 @@ static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_b
     const wq_config *c = &wq_configs[cfg];
     if (c->kind == WQ_TILED) return 1;
     if (c->kind == WQ_SLAB) return M >= c->bm && !has_bias;
-    return M <= c->bm && group % (int4 ? 128 : 64) == 0 && (!c->xg || tiled);
+    /* groups smaller than a chunk (128 int4 / 64 int8 codes): decode.cuh's
+     * GP, M <= 8 / (groups a chunk) */
+    const int chunk = int4 ? 128 : 64, gp = group < chunk ? chunk / group : 1;
+    return M <= (gp > 1 ? 8 / gp : c->bm) && group % (gp > 1 ? group : chunk) == 0 && (!c->xg || tiled);
 }
 
 /* Rows of x from which the slab row beats the tiles (H200). */
