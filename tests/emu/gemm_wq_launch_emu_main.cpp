@@ -181,6 +181,7 @@ int main(int argc, char **argv) {
         {"i4_m2_g32_tl", 2, 300, 128, 4, 32, false, false, true, false},
         {"i4_m4_g64_min_tl", 4, 130, 256, 4, 64, true, false, true, false},
         {"i8_m4_g32", 4, 70, 192, 8, 32, false, true, false, false},
+        {"i4_m1_g32_k96", 1, 50, 96, 4, 32, true, false, false, false}, /* K not whole chunks: the tiles */
     };
     sf_ctx *ctx;
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) return 1;

@@ -54,14 +54,15 @@ static inline int wq_row(const char *name) {
 
 /* Whether row `cfg` serves M rows of x with these codes (tiled: the codes
  * are SF_QW_TILED); the tiled rows serve every shape, slowly past their M. */
-static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_bias, int tiled) {
+static inline int wq_supports(int cfg, int64_t M, int64_t K, int int4, int group, int has_bias, int tiled) {
     const wq_config *c = &wq_configs[cfg];
     if (c->kind == WQ_TILED) return 1;
     if (c->kind == WQ_SLAB) return M >= c->bm && !has_bias;
     /* groups smaller than a chunk (128 int4 / 64 int8 codes): decode.cuh's
-     * GP, M <= 8 / (groups a chunk) */
+     * GP, M <= 8 / (groups a chunk), K whole chunks (a chunk's codes and
+     * scales lie inside the rows) */
     const int chunk = int4 ? 128 : 64, gp = group < chunk ? chunk / group : 1;
-    return M <= (gp > 1 ? 8 / gp : c->bm) && group % (gp > 1 ? group : chunk) == 0 && (!c->xg || tiled);
+    return M <= (gp > 1 ? 8 / gp : c->bm) && (gp > 1 ? K % chunk == 0 : group % chunk == 0) && (!c->xg || tiled);
 }
 
 /* Rows of x from which the slab row beats the tiles (H200). */
@@ -73,14 +74,14 @@ static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_b
  * 6-32% off 'stream' at M 1-16 on the H100; on 4096 rows its 32 rows a warp
  * leave too few warps and 'stream' wins), the decode tiles while x fits one tile
  * of rows (the weights streamed once per 8 or 16 rows), then taller tiles. */
-static inline int wq_pick(int64_t M, int64_t N, int sms, int int4, int group, int has_bias, int tiled) {
+static inline int wq_pick(int64_t M, int64_t N, int64_t K, int sms, int int4, int group, int has_bias, int tiled) {
     const int xg = wq_row("streamxg"), st = wq_row("stream"), slab = wq_row("slab");
-    if (tiled && 4 * ((N + 127) / 128) >= 3 * (int64_t)sms && wq_supports(xg, M, int4, group, has_bias, tiled))
+    if (tiled && 4 * ((N + 127) / 128) >= 3 * (int64_t)sms && wq_supports(xg, M, K, int4, group, has_bias, tiled))
         return xg;
-    if (wq_supports(st, M, int4, group, has_bias, tiled)) return st;
+    if (wq_supports(st, M, K, int4, group, has_bias, tiled)) return st;
     if (M <= 8) return wq_row("dec8");
     if (M <= 16) return wq_row("dec16");
-    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, int4, group, has_bias, tiled)) return slab;
+    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, K, int4, group, has_bias, tiled)) return slab;
     if (M <= 256) return wq_row("mid64");
     return wq_row("pre128");
 }

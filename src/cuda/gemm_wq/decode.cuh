@@ -36,7 +36,8 @@
  *       without first staging its whole K range of x;
  *   MB  the launch bound's least blocks an SM (0: none), a register cap;
  *   GP  groups a chunk (2 or 4: int4 groups of 64 / 32, int8 groups of 32;
- *       GGUF's blocks are 32), one m16 tile of x rows (NT 1), M <= 8 / GP.
+ *       GGUF's blocks are 32), one m16 tile of x rows (NT 1), M <= 8 / GP,
+ *       K whole chunks.
  *       A lane's slab holds one group (int4 g32) or half of one, so an mma
  *       step adds products of GP groups; to keep each group's sum apart for
  *       its scale, column n of the mma's B is (x row n / GP, group n % GP),

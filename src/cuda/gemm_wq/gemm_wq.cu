@@ -573,7 +573,7 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
 
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
-    int cfg = wq_pick(pr->M, pr->N, sms, pr->int4, pr->group, pr->has_bias, a.tiled);
+    int cfg = wq_pick(pr->M, pr->N, pr->K, sms, pr->int4, pr->group, pr->has_bias, a.tiled);
     char fb[64];
     const bool forced = sf_autotune_forced_name("gemm_wq", fb, sizeof fb);
     if (forced) {
@@ -583,7 +583,7 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
         if (cfg < 0)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
                            op, fb);
-        if (!wq_supports(cfg, pr->M, pr->int4, pr->group, pr->has_bias, a.tiled)) {
+        if (!wq_supports(cfg, pr->M, pr->K, pr->int4, pr->group, pr->has_bias, a.tiled)) {
             if (wq_configs[cfg].xg && !a.tiled)
                 return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                                "%s: configuration '%s' serves SF_QW_TILED codes only (sf_tile_qweight)", op, fb);
@@ -592,8 +592,9 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
                                op, wq_configs[cfg].bm, (long long)pr->M, pr->has_bias ? " with one" : "");
             return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                            "%s: configuration '%s' serves M <= %d with groups of whole chunks (128 int4 / 64 int8 codes) "
-                           "and M <= 8 / (groups a chunk) with smaller groups, not M = %lld with int%d group_size %d",
-                           op, fb, wq_configs[cfg].bm, (long long)pr->M, pr->int4 ? 4 : 8, pr->group);
+                           "and M <= 8 / (groups a chunk) with smaller groups and K whole chunks, not M = %lld, K = %lld with int%d "
+                           "group_size %d",
+                           op, fb, wq_configs[cfg].bm, (long long)pr->M, (long long)pr->K, pr->int4 ? 4 : 8, pr->group);
         }
     }
     if (wq_configs[cfg].kind == WQ_SLAB)
