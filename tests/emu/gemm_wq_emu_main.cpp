@@ -21,10 +21,10 @@
 struct WqCase { const char *name; int M, N, K, bits, group; bool mins, f16, bias; };
 
 
-template <typename T, bool I4, bool MN, int NT, int LG, bool XG = false, int MT = 1, int U = 4>
+template <typename T, bool I4, bool MN, int NT, int GP, int LG, bool XG = false, int MT = 1, int U = 4>
 static void launch(const WqdArgs &a) {
     using Tl = WqdTile<T, I4, MN, MT, NT, 8, U, LG, XG>;
-    emu_launch(gemm_wq_decode_kernel<T, I4, MN, MT, NT, 8, U, LG, XG>,
+    emu_launch(gemm_wq_decode_kernel<T, I4, MN, MT, NT, 8, U, LG, XG, 0, GP>,
                dim3((unsigned)((a.N + Tl::BR - 1) / Tl::BR), 1u), dim3(Tl::NTHR), Tl::smem(a.cps), a);
 }
 /* modes: the tiles a group of the layout (0: row-major; 8: the library's
@@ -32,9 +32,17 @@ static void launch(const WqdArgs &a) {
  * (configuration 'streamxg') */
 struct Mode { const char *name; int lg; bool xg; };
 static const Mode modes[] = {{"row", 0, false}, {"LG1", 1, false}, {"LG8", 8, false}, {"LG8XG", 8, true}};
-template <typename T, bool I4, bool MN, int NT> static void launch_mode(const WqdArgs &a, const Mode &md) {
-    if (md.xg) launch<T, I4, MN, NT, 8, true, 2, 2>(a);
-    else md.lg == 0 ? launch<T, I4, MN, NT, 0>(a) : md.lg == 1 ? launch<T, I4, MN, NT, 1>(a) : launch<T, I4, MN, NT, 8>(a);
+template <typename T, bool I4, bool MN, int NT, int GP = 1> static void launch_mode(const WqdArgs &a, const Mode &md) {
+    if (md.xg) launch<T, I4, MN, NT, GP, 8, true, 2, 2>(a);
+    else md.lg == 0 ? launch<T, I4, MN, NT, GP, 0>(a) : md.lg == 1 ? launch<T, I4, MN, NT, GP, 1>(a)
+                                                               : launch<T, I4, MN, NT, GP, 8>(a);
+}
+/* groups smaller than a chunk: decode.cuh's GP (one tile of x rows) */
+template <typename T, bool I4, bool MN> static void launch_gp(const WqdArgs &a, const Mode &md, int gp) {
+    if (gp == 4) {
+        if constexpr (I4) launch_mode<T, I4, MN, 1, 4>(a, md);
+    } else if (gp == 2) launch_mode<T, I4, MN, 1, 2>(a, md);
+    else a.M <= 8 ? launch_mode<T, I4, MN, 1>(a, md) : launch_mode<T, I4, MN, 2>(a, md);
 }
 
 template <typename T> static int run_t(const WqCase &c) {
@@ -81,19 +89,14 @@ template <typename T> static int run_t(const WqCase &c) {
     a.bias = c.bias ? bias.data() : nullptr; a.bias_s = 1; a.bias_f32 = 0; a.y = y; a.y_rs = c.N;
     a.M = c.M; a.N = c.N; a.K = c.K; a.group = c.group;
     a.cps = (c.K + (c.bits == 4 ? 128 : 64) - 1) / (c.bits == 4 ? 128 : 64);
-    const bool n1 = c.M <= 8;
+    const int chunk = c.bits == 4 ? 128 : 64, gp = c.group < chunk ? chunk / c.group : 1;
     int bad = 0;
     for (const Mode &md : modes) {
         memset(y, 0xff, (size_t)c.M * c.N * 2);
         a.w = md.lg == 0 ? w : md.lg == 1 ? (uint8_t *)tb1.data() : (uint8_t *)tb8.data();
         a.w_ts = md.lg * nck * 1024;
-        if (c.bits == 4) {
-            if (c.mins) n1 ? launch_mode<T, true, true, 1>(a, md) : launch_mode<T, true, true, 2>(a, md);
-            else n1 ? launch_mode<T, true, false, 1>(a, md) : launch_mode<T, true, false, 2>(a, md);
-        } else {
-            if (c.mins) n1 ? launch_mode<T, false, true, 1>(a, md) : launch_mode<T, false, true, 2>(a, md);
-            else n1 ? launch_mode<T, false, false, 1>(a, md) : launch_mode<T, false, false, 2>(a, md);
-        }
+        if (c.bits == 4) c.mins ? launch_gp<T, true, true>(a, md, gp) : launch_gp<T, true, false>(a, md, gp);
+        else c.mins ? launch_gp<T, false, true>(a, md, gp) : launch_gp<T, false, false>(a, md, gp);
         double maxe = 0, maxr = 0;
         for (int m = 0; m < c.M; m++)
             for (int n = 0; n < c.N; n++) {
@@ -127,6 +130,10 @@ int main(int argc, char **argv) {
         {"i4_m16_f16", 16, 24, 256, 4, 128, false, true, false}, {"i4_m9_g256", 9, 17, 512, 4, 256, true, true, false},
         {"i8_m3", 3, 20, 256, 8, 64, false, false, true},     {"i8_m16_min", 16, 9, 256, 8, 128, true, true, false},
         {"i4_m12_n300", 12, 300, 256, 4, 128, false, false, true}, /* two blocks of 256 rows */
+        /* groups smaller than a chunk (GP 4 / 2), GGUF's 32 among them */
+        {"i4_m1_g32", 1, 40, 384, 4, 32, false, false, true},   {"i4_m2_g32_min", 2, 133, 256, 4, 32, true, true, false},
+        {"i4_m4_g64", 4, 20, 256, 4, 64, false, false, false},  {"i8_m3_g32_min", 3, 24, 192, 8, 32, true, false, true},
+        {"i8_m1_g32", 1, 300, 128, 8, 32, false, true, false},
     };
     int rc = 0, ran = 0;
     for (const WqCase &c : cases) {

@@ -6,7 +6,8 @@
 // Every row of configs.h is pinned in turn (SF_AUTOTUNE_FORCE), and the
 // untuned choice runs too; a row that cannot serve a case answers
 // SF_ERR_UNSUPPORTED and is counted as skipped.  Cases: int4 / int8,
-// symmetric and with mins, groups 32 / 64 / 128, bias, M 1 to 40, N past
+// symmetric and with mins, groups 32 / 64 / 128 (the stream rows' groups
+// smaller than a chunk at M <= 8 / groups a chunk), bias, M 1 to 40, N past
 // a block's rows, row-major and SF_QW_TILED codes, bf16 and f16.  The
 // emulated device is an sm_80 with 2 SMs (no clusters: one block along K;
 // the streamxg rule then holds from 129 rows).  cuBLAS is emulated
@@ -175,6 +176,12 @@ int main(int argc, char **argv) {
         {"i8_m2_min", 2, 33, 256, 8, 128, true, true, false, true},
         {"i4_m40_tl", 40, 130, 256, 4, 128, false, false, true, false},
         {"i8_m24_min_tl", 24, 20, 192, 8, 64, true, false, true, true},
+        /* groups smaller than a chunk: the stream rows at M <= 8 / (groups a chunk) */
+        {"i4_m1_g32_min", 1, 200, 256, 4, 32, true, true, false, true},
+        {"i4_m2_g32_tl", 2, 300, 128, 4, 32, false, false, true, false},
+        {"i4_m4_g64_min_tl", 4, 130, 256, 4, 64, true, false, true, false},
+        {"i8_m4_g32", 4, 70, 192, 8, 32, false, true, false, false},
+        {"i4_m1_g32_k96", 1, 50, 96, 4, 32, true, false, false, false}, /* K not whole chunks: the tiles */
     };
     sf_ctx *ctx;
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) return 1;

@@ -35,13 +35,13 @@ enum { WQ_TILED = 0, WQ_STREAM = 1, WQ_SLAB = 2 };
 
 /* one row a line (tools/configs.py and tests/CMakeLists.txt read them) */
 static const wq_config wq_configs[] = {
-    {"stream", 1, 16, 128, 1, 8, 1, 0, 4, 0, "M <= 16, group a multiple of 128 int4 / 64 int8 codes: codes streamed into registers 4 chunks ahead, 128 rows of W a block (8 warps), K split over a cluster"},
+    {"stream", 1, 16, 128, 1, 8, 1, 0, 4, 0, "M <= 16 with groups of whole chunks (128 int4 / 64 int8 codes), M <= 2 / 4 with int4 groups of 32 / 64 and M <= 4 with int8 groups of 32 (GGUF's blocks): codes streamed into registers 4 chunks ahead, 128 rows of W a block (8 warps), K split over a cluster"},
     {"dec8", 0, 8, 16, 1, 1, 4, 512, 4, 0, "M <= 8: 16 rows of W x 8 rows of x per block, 4 warps split K, 4 stages of 512"},
     {"dec16", 0, 16, 32, 1, 1, 4, 512, 3, 0, "M <= 16: 32 rows of W x 16 rows of x, 4 warps split K, 3 stages of 512"},
     {"mid64", 0, 64, 32, 2, 1, 2, 256, 4, 0, "M <= 256: 32 rows of W x 64 rows of x, 2 x 2 warps (M, K), 4 stages of 256"},
     {"pre128", 0, 128, 128, 4, 2, 1, 64, 4, 0, "larger M: 128 x 128 tiles, 4 x 2 warps, 4 stages of 64"},
     {"slab", 2, 17, 0, 0, 0, 0, 0, 0, 0, "M > 16, no bias: W dequantised to x's dtype in slabs of 16 MiB or 2048 rows, each slab a cuBLAS product; the weights are rounded to x's dtype"},
-    {"streamxg", 1, 16, 256, 2, 8, 1, 0, 2, 1, "SF_QW_TILED codes, M <= 16, whole chunks a group: the stream kernel with two m16 tiles a warp sharing x's fragments (256 rows of W a block), 2 chunks ahead, and x's fragments read from global memory (L1) in the loop instead of staged in shared memory first; for wide W (gate, gate+up), where it keeps enough warps"},
+    {"streamxg", 1, 16, 256, 2, 8, 1, 0, 2, 1, "SF_QW_TILED codes, the stream row's M and groups: the stream kernel with two m16 tiles a warp sharing x's fragments (256 rows of W a block), 2 chunks ahead, and x's fragments read from global memory (L1) in the loop instead of staged in shared memory first; for wide W (gate, gate+up), where it keeps enough warps"},
 };
 #define WQ_NCONFIGS ((int)(sizeof wq_configs / sizeof wq_configs[0]))
 
@@ -54,11 +54,15 @@ static inline int wq_row(const char *name) {
 
 /* Whether row `cfg` serves M rows of x with these codes (tiled: the codes
  * are SF_QW_TILED); the tiled rows serve every shape, slowly past their M. */
-static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_bias, int tiled) {
+static inline int wq_supports(int cfg, int64_t M, int64_t K, int int4, int group, int has_bias, int tiled) {
     const wq_config *c = &wq_configs[cfg];
     if (c->kind == WQ_TILED) return 1;
     if (c->kind == WQ_SLAB) return M >= c->bm && !has_bias;
-    return M <= c->bm && group % (int4 ? 128 : 64) == 0 && (!c->xg || tiled);
+    /* groups smaller than a chunk (128 int4 / 64 int8 codes): decode.cuh's
+     * GP, M <= 8 / (groups a chunk), K whole chunks (a chunk's codes and
+     * scales lie inside the rows) */
+    const int chunk = int4 ? 128 : 64, gp = group < chunk ? chunk / group : 1;
+    return M <= (gp > 1 ? 8 / gp : c->bm) && (gp > 1 ? K % chunk == 0 : group % chunk == 0) && (!c->xg || tiled);
 }
 
 /* Rows of x from which the slab row beats the tiles (H200). */
@@ -70,14 +74,14 @@ static inline int wq_supports(int cfg, int64_t M, int int4, int group, int has_b
  * 6-32% off 'stream' at M 1-16 on the H100; on 4096 rows its 32 rows a warp
  * leave too few warps and 'stream' wins), the decode tiles while x fits one tile
  * of rows (the weights streamed once per 8 or 16 rows), then taller tiles. */
-static inline int wq_pick(int64_t M, int64_t N, int sms, int int4, int group, int has_bias, int tiled) {
+static inline int wq_pick(int64_t M, int64_t N, int64_t K, int sms, int int4, int group, int has_bias, int tiled) {
     const int xg = wq_row("streamxg"), st = wq_row("stream"), slab = wq_row("slab");
-    if (tiled && 4 * ((N + 127) / 128) >= 3 * (int64_t)sms && wq_supports(xg, M, int4, group, has_bias, tiled))
+    if (tiled && 4 * ((N + 127) / 128) >= 3 * (int64_t)sms && wq_supports(xg, M, K, int4, group, has_bias, tiled))
         return xg;
-    if (wq_supports(st, M, int4, group, has_bias, tiled)) return st;
+    if (wq_supports(st, M, K, int4, group, has_bias, tiled)) return st;
     if (M <= 8) return wq_row("dec8");
     if (M <= 16) return wq_row("dec16");
-    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, int4, group, has_bias, tiled)) return slab;
+    if (M >= WQ_SLAB_FROM && wq_supports(slab, M, K, int4, group, has_bias, tiled)) return slab;
     if (M <= 256) return wq_row("mid64");
     return wq_row("pre128");
 }

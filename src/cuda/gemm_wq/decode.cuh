@@ -34,7 +34,17 @@
  *   XG  (tiled codes) x's B fragments read from global memory (L1 cached)
  *       in the loop, no x in shared memory: a block starts streaming codes
  *       without first staging its whole K range of x;
- *   MB  the launch bound's least blocks an SM (0: none), a register cap.
+ *   MB  the launch bound's least blocks an SM (0: none), a register cap;
+ *   GP  groups a chunk (2 or 4: int4 groups of 64 / 32, int8 groups of 32;
+ *       GGUF's blocks are 32), one m16 tile of x rows (NT 1), M <= 8 / GP,
+ *       K whole chunks.
+ *       A lane's slab holds one group (int4 g32) or half of one, so an mma
+ *       step adds products of GP groups; to keep each group's sum apart for
+ *       its scale, column n of the mma's B is (x row n / GP, group n % GP),
+ *       x's values only in the k rows of that group and zeros elsewhere:
+ *       C[r][n] is then row r's partial of that group and x row, scaled in
+ *       f32 like the chunk's in the row (the same mma count: at M = 1 the
+ *       columns were zero anyway).
  */
 #ifndef SF_GEMM_WQ_DECODE_CUH
 #define SF_GEMM_WQ_DECODE_CUH
@@ -99,11 +109,24 @@ struct WqdTile {
     }
 };
 
-template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool XG = false, int MB = 0>
+/* GP > 1: B slot (tile nt, lane ln) carries x row wqd_xrow, and only where
+ * wqd_xlive: its column's group is the one of the k rows it holds (those of
+ * lane ln & 3's slab). */
+template <int GP> static __device__ __forceinline__ int wqd_xrow(int nt, int ln) {
+    return GP > 1 ? (ln >> 2) / GP : nt * 8 + (ln >> 2);
+}
+template <int GP> static __device__ __forceinline__ bool wqd_xlive(int ln) {
+    return GP == 1 || (ln >> 2) % GP == (ln & 3) / (4 / GP);
+}
+
+template <typename T, bool INT4, bool MIN, int MT, int NT, int WARPS, int U, int LG = 0, bool XG = false, int MB = 0,
+          int GP = 1>
 __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const WqdArgs a) {
     using Tl = WqdTile<T, INT4, MIN, MT, NT, WARPS, U, LG, XG>;
     static_assert(!XG || LG > 0, "XG: tiled codes, x in its own order");
+    static_assert(GP == 1 || (NT == 1 && (GP == 2 || GP == 4)), "GP: 2 or 4 groups a chunk, one tile of x rows");
     constexpr int CS = LG ? LG * 1024 : 64; /* bytes from a row's chunk to its next */
+    constexpr int GS = GP > 1 ? 2 : 1;      /* scales a row a chunk a lane: its two columns' groups */
     constexpr int E = Tl::E, CK = Tl::CK, W8 = Tl::W8, BR = Tl::BR, NTHR = Tl::NTHR;
     extern __shared__ __align__(16) unsigned char smem[];
     uint4 *xf = (uint4 *)smem;
@@ -138,18 +161,22 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
             mrow[i][h] = MIN ? a.mins + n : a.scales;
         }
     const int gsh = a.group / CK == 2 ? 1 : 0; /* log2(chunks per group) */
+    const int g0 = (2 * c) % GP;               /* GP > 1: the group of this lane's first C column */
     uint4 wb[U][MT][2];
-    uint16_t sb[U][MT][2], mb[U][MT][2];
+    uint16_t sb[U][MT][2][GS], mb[U][MT][2][GS];
     auto issue = [&](int u, int ch) {
         ch = min(ch, nch - 1);
-        const int64_t jo = (int64_t)((kc0 + ch) >> gsh) * N;
+        const int64_t jo = GP > 1 ? ((int64_t)(kc0 + ch) * GP + g0) * N : (int64_t)((kc0 + ch) >> gsh) * N;
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 wb[u][i][h] = wqd_ld_stream(wrow[i][h] + (int64_t)ch * CS);
-                sb[u][i][h] = __ldg(srow[i][h] + jo);
-                if (MIN) mb[u][i][h] = __ldg(mrow[i][h] + jo);
+#pragma unroll
+                for (int j = 0; j < GS; j++) {
+                    sb[u][i][h][j] = __ldg(srow[i][h] + jo + j * N);
+                    if (MIN) mb[u][i][h][j] = __ldg(mrow[i][h] + jo + j * N);
+                }
             }
     };
     if (nch > 0)
@@ -163,9 +190,9 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
     const T *xg = (const T *)a.x;
     for (int e = tid; !XG && e < nch * W8 * NT * 32; e += NTHR) {
         const int ln = e % 32, nt = (e / 32) % NT, w = (e / (32 * NT)) % W8, ch = e / (32 * NT * W8);
-        const int m = nt * 8 + (ln >> 2);
+        const int m = wqd_xrow<GP>(nt, ln);
         const int64_t k = (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w;
-        const bool ok = m < M && k < K;
+        const bool ok = m < M && k < K && wqd_xlive<GP>(ln);
         sf_cp_async16_zfill(xf + e, ok ? xg + (int64_t)m * a.x_rs + k : xg, ok ? 16 : 0);
     }
     sf_cp_async_commit();
@@ -177,7 +204,9 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
 #pragma unroll
         for (int w = 0; w < W8; w++) {
             uint4 &q = xf[((ch * W8 + w) * NT + nt) * 32 + ln];
-            const uint4 v = XG ? wqd_x_word<T>(a, nt * 8 + (ln >> 2), (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w) : q;
+            const uint4 v = !XG                    ? q
+                            : wqd_xlive<GP>(ln) ? wqd_x_word<T>(a, wqd_xrow<GP>(nt, ln), (int64_t)(kc0 + ch) * CK + (ln & 3) * E + 8 * w)
+                                                : make_uint4(0, 0, 0, 0);
             if (MIN) {
                 const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -212,22 +241,26 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
             const int ch = ch0 + u;
             if (ch >= nch) break;
             const uint4(&cw)[MT][2] = wb[u]; /* refilled once this chunk is done */
-            float s[MT][2], mn[MT][2];
+            float s[MT][2][GS], mn[MT][2][GS]; /* GP > 1: [.][.][j] for C column 2c + j */
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    s[i][h] = wq_bits<T>::tof(sb[u][i][h]);
-                    mn[i][h] = MIN ? wq_bits<T>::tof(mb[u][i][h]) : 0.0f;
-                }
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int j = 0; j < GS; j++) {
+                        s[i][h][j] = wq_bits<T>::tof(sb[u][i][h][j]);
+                        mn[i][h][j] = MIN ? wq_bits<T>::tof(mb[u][i][h][j]) : 0.0f;
+                    }
 
             uint32_t bx[NT][E / 2];
 #pragma unroll
             for (int w = 0; w < W8; w++)
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const uint4 q = XG ? wqd_x_word<T>(a, t * 8 + (lane >> 2), (int64_t)(kc0 + ch) * CK + c * E + 8 * w)
-                                       : xf[((ch * W8 + w) * NT + t) * 32 + lane];
+                    const uint4 q = !XG ? xf[((ch * W8 + w) * NT + t) * 32 + lane]
+                                    : wqd_xlive<GP>(lane)
+                                        ? wqd_x_word<T>(a, wqd_xrow<GP>(t, lane), (int64_t)(kc0 + ch) * CK + c * E + 8 * w)
+                                        : make_uint4(0, 0, 0, 0);
                     bx[t][4 * w + 0] = q.x, bx[t][4 * w + 1] = q.y, bx[t][4 * w + 2] = q.z, bx[t][4 * w + 3] = q.w;
                 }
             float sx[NT][2];
@@ -268,18 +301,13 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
 #pragma unroll
                     for (int e = 0; e < 4; e++) tmp[t][e] += tm2[t][e];
 #pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    acc[i][t][0] = fmaf(s[i][0], tmp[t][0], acc[i][t][0]);
-                    acc[i][t][1] = fmaf(s[i][0], tmp[t][1], acc[i][t][1]);
-                    acc[i][t][2] = fmaf(s[i][1], tmp[t][2], acc[i][t][2]);
-                    acc[i][t][3] = fmaf(s[i][1], tmp[t][3], acc[i][t][3]);
-                    if (MIN) {
-                        acc[i][t][0] = fmaf(mn[i][0], sx[t][0], acc[i][t][0]);
-                        acc[i][t][1] = fmaf(mn[i][0], sx[t][1], acc[i][t][1]);
-                        acc[i][t][2] = fmaf(mn[i][1], sx[t][0], acc[i][t][2]);
-                        acc[i][t][3] = fmaf(mn[i][1], sx[t][1], acc[i][t][3]);
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) { /* C[row h][column 2c + j] */
+                        const int h = e >> 1, j = GS > 1 ? e & 1 : 0;
+                        acc[i][t][e] = fmaf(s[i][h][j], tmp[t][e], acc[i][t][e]);
+                        if (MIN) acc[i][t][e] = fmaf(mn[i][h][j], sx[t][e & 1], acc[i][t][e]);
                     }
-                }
             }
             issue(u, ch + U);
         }
@@ -292,10 +320,23 @@ __global__ void __launch_bounds__(WARPS * 32, MB) gemm_wq_decode_kernel(const Wq
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const int r = warp * MT * 16 + i * 16 + (lane >> 2), m = t * 8 + 2 * c;
-            part[m * BR + r] = acc[i][t][0];
-            part[(m + 1) * BR + r] = acc[i][t][1];
-            part[m * BR + r + 8] = acc[i][t][2];
-            part[(m + 1) * BR + r + 8] = acc[i][t][3];
+            if (GP == 1) {
+                part[m * BR + r] = acc[i][t][0];
+                part[(m + 1) * BR + r] = acc[i][t][1];
+                part[m * BR + r + 8] = acc[i][t][2];
+                part[(m + 1) * BR + r + 8] = acc[i][t][3];
+            } else { /* columns 2c, 2c + 1 are groups of x row 2c / GP: their sum, over the quad at GP 4 */
+                float v0 = acc[i][t][0] + acc[i][t][1], v1 = acc[i][t][2] + acc[i][t][3];
+                if (GP == 4) {
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+                }
+                if (GP == 2 || (c & 1) == 0) {
+                    const int mx = 2 * c / GP;
+                    part[mx * BR + r] = v0;
+                    part[mx * BR + r + 8] = v1;
+                }
+            }
         }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;

@@ -380,12 +380,12 @@ constexpr int WQD_CLUSTER = 8; /* portable cluster size: the K split's limit */
 /* SF_QW_TILED codes (TL) run decode.cuh's LG 8 (bench/harness/gemv_wq.cu,
  * H100, int4 M 1: gate+up 28.9 us against the rows' 32.1), with XG and two
  * tiles a warp in the row 'streamxg'. */
-template <typename T, bool INT4, bool MIN, int NT, bool TL, bool XG>
+template <typename T, bool INT4, bool MIN, int NT, bool TL, bool XG, int GP>
 sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int most_s, bool *fits) {
     static_assert(TL || !XG, "XG reads x in its own order: tiled codes only");
     constexpr int MT = XG ? WQX_MT : WQD_MT, U = XG ? WQX_U : WQD_U;
     using Tl = WqdTile<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG>;
-    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG, XG ? WQX_MINB : 0>;
+    auto kern = gemm_wq_decode_kernel<T, INT4, MIN, MT, NT, WQD_WARPS, U, TL ? 8 : 0, XG, XG ? WQX_MINB : 0, GP>;
     WqdArgs a = a0;
     const int nchk = (int)(((int64_t)a.K + Tl::CK - 1) / Tl::CK);
     const int64_t rb = ((int64_t)a.N + Tl::BR - 1) / Tl::BR;
@@ -422,6 +422,19 @@ sf_status stream_one(sf_ctx *ctx, const WqdArgs &a0, int sms, size_t optin, int 
     return SF_OK;
 }
 
+/* stream_one for the groups a chunk gp (decode.cuh's GP: one tile of x
+ * rows) or, gp 1, the x tiles M needs. */
+template <typename T, bool I4, bool MN, bool TL, bool XG>
+sf_status stream_gp(sf_ctx *ctx, const WqdArgs &a, int gp, int sms, size_t optin, int most_s, bool *fits) {
+    if (gp == 4) {
+        if constexpr (I4) return stream_one<T, I4, MN, 1, TL, XG, 4>(ctx, a, sms, optin, most_s, fits);
+        return sf_fail(ctx, SF_ERR_INTERNAL, "sf_gemm_wq: int8 codes with 4 groups a chunk");
+    }
+    if (gp == 2) return stream_one<T, I4, MN, 1, TL, XG, 2>(ctx, a, sms, optin, most_s, fits);
+    return a.M <= 8 ? stream_one<T, I4, MN, 1, TL, XG, 1>(ctx, a, sms, optin, most_s, fits)
+                    : stream_one<T, I4, MN, 2, TL, XG, 1>(ctx, a, sms, optin, most_s, fits);
+}
+
 /* The streaming decode kernel (xg: row 'streamxg', tiled codes only);
  * *fits false (nothing launched) when x's K range does not fit shared
  * memory even split 8 ways (1 before sm_90). */
@@ -437,9 +450,8 @@ sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, boo
     const size_t optin = st ? st->smem_optin : 227 * 1024;
     const int most_s = st && st->sm_major < 9 ? 1 : WQD_CLUSTER; /* clusters: sm_90 on */
     if (xg && !t.tiled) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_gemm_wq: configuration 'streamxg' given row-major codes");
-#define WQD_NT(I4, MN, TL, XG)                                                   \
-    (t.M <= 8 ? stream_one<T, I4, MN, 1, TL, XG>(ctx, a, sms, optin, most_s, fits) \
-              : stream_one<T, I4, MN, 2, TL, XG>(ctx, a, sms, optin, most_s, fits))
+    const int chunk = int4 ? 128 : 64, gp = t.group < chunk ? chunk / t.group : 1;
+#define WQD_NT(I4, MN, TL, XG) stream_gp<T, I4, MN, TL, XG>(ctx, a, gp, sms, optin, most_s, fits)
 #define WQD_GO(I4, MN) \
     return xg ? WQD_NT(I4, MN, true, true) : t.tiled ? WQD_NT(I4, MN, true, false) : WQD_NT(I4, MN, false, false)
     if (int4) {
@@ -561,7 +573,7 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
 
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int sms = st && st->sm_count > 0 ? st->sm_count : 132;
-    int cfg = wq_pick(pr->M, pr->N, sms, pr->int4, pr->group, pr->has_bias, a.tiled);
+    int cfg = wq_pick(pr->M, pr->N, pr->K, sms, pr->int4, pr->group, pr->has_bias, a.tiled);
     char fb[64];
     const bool forced = sf_autotune_forced_name("gemm_wq", fb, sizeof fb);
     if (forced) {
@@ -571,7 +583,7 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
         if (cfg < 0)
             return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
                            op, fb);
-        if (!wq_supports(cfg, pr->M, pr->int4, pr->group, pr->has_bias, a.tiled)) {
+        if (!wq_supports(cfg, pr->M, pr->K, pr->int4, pr->group, pr->has_bias, a.tiled)) {
             if (wq_configs[cfg].xg && !a.tiled)
                 return sf_fail(ctx, SF_ERR_UNSUPPORTED,
                                "%s: configuration '%s' serves SF_QW_TILED codes only (sf_tile_qweight)", op, fb);
@@ -579,9 +591,10 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
                 return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: configuration 'slab' serves M >= %d without a bias, not M = %lld%s",
                                op, wq_configs[cfg].bm, (long long)pr->M, pr->has_bias ? " with one" : "");
             return sf_fail(ctx, SF_ERR_UNSUPPORTED,
-                           "%s: configuration '%s' serves M <= %d with groups of whole chunks (128 int4 / 64 int8 codes), "
-                           "not M = %lld with group_size %d",
-                           op, fb, wq_configs[cfg].bm, (long long)pr->M, pr->group);
+                           "%s: configuration '%s' serves M <= %d with groups of whole chunks (128 int4 / 64 int8 codes) "
+                           "and M <= 8 / (groups a chunk) with smaller groups and K whole chunks, not M = %lld, K = %lld with int%d "
+                           "group_size %d",
+                           op, fb, wq_configs[cfg].bm, (long long)pr->M, (long long)pr->K, pr->int4 ? 4 : 8, pr->group);
         }
     }
     if (wq_configs[cfg].kind == WQ_SLAB)
