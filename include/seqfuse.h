@@ -762,7 +762,9 @@ typedef struct sf_qweight {
  * reads the weights once (bandwidth-bound on the bytes of `data`): int4
  * with group_size 128 and int8 with 64 or 128 through a streaming kernel
  * whose K split over a thread-block cluster is summed in a fixed order
- * (deterministic), other groups through decode tiles; larger M taller
+ * (deterministic), and so int4 groups of 32 / 64 and int8 groups of 32 at
+ * M <= 2 / 4 / 4 when K is a multiple of 128 (int4) / 64 (int8); other
+ * shapes through decode tiles; larger M taller
  * tensor-core tiles (src/cuda/gemm_wq/configs.h; SF_AUTOTUNE_FORCE=
  * gemm_wq:NAME pins one).  No synchronisation: graph capturable; no
  * workspace except on the slab path (cuBLAS's 8 MiB and the slab; its
