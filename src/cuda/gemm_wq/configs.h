@@ -52,6 +52,13 @@ static inline int wq_row(const char *name) {
     return -1;
 }
 
+/* Groups a chunk of the stream rows (128 int4 / 64 int8 codes): 1 for
+ * groups of whole chunks, else decode.cuh's GP (2 or 4). */
+static inline int wq_chunk_groups(int int4, int group) {
+    const int chunk = int4 ? 128 : 64;
+    return group < chunk ? chunk / group : 1;
+}
+
 /* Whether row `cfg` serves M rows of x with these codes (tiled: the codes
  * are SF_QW_TILED); the tiled rows serve every shape, slowly past their M. */
 static inline int wq_supports(int cfg, int64_t M, int64_t K, int int4, int group, int has_bias, int tiled) {
@@ -61,7 +68,7 @@ static inline int wq_supports(int cfg, int64_t M, int64_t K, int int4, int group
     /* groups smaller than a chunk (128 int4 / 64 int8 codes): decode.cuh's
      * GP, M <= 8 / (groups a chunk), K whole chunks (a chunk's codes and
      * scales lie inside the rows) */
-    const int chunk = int4 ? 128 : 64, gp = group < chunk ? chunk / group : 1;
+    const int chunk = int4 ? 128 : 64, gp = wq_chunk_groups(int4, group);
     return M <= (gp > 1 ? 8 / gp : c->bm) && (gp > 1 ? K % chunk == 0 : group % chunk == 0) && (!c->xg || tiled);
 }
 

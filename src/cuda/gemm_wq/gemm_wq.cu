@@ -450,7 +450,7 @@ sf_status launch_stream(sf_ctx *ctx, const WqArgs &t, int int4, int has_min, boo
     const size_t optin = st ? st->smem_optin : 227 * 1024;
     const int most_s = st && st->sm_major < 9 ? 1 : WQD_CLUSTER; /* clusters: sm_90 on */
     if (xg && !t.tiled) return sf_fail(ctx, SF_ERR_INTERNAL, "sf_gemm_wq: configuration 'streamxg' given row-major codes");
-    const int chunk = int4 ? 128 : 64, gp = t.group < chunk ? chunk / t.group : 1;
+    const int gp = wq_chunk_groups(int4, t.group);
 #define WQD_NT(I4, MN, TL, XG) stream_gp<T, I4, MN, TL, XG>(ctx, a, gp, sms, optin, most_s, fits)
 #define WQD_GO(I4, MN) \
     return xg ? WQD_NT(I4, MN, true, true) : t.tiled ? WQD_NT(I4, MN, true, false) : WQD_NT(I4, MN, false, false)
