@@ -207,6 +207,11 @@ const sfc_case sfc_cases[] = {
      * sequence split across many blocks */
     {PAGED("paged_decode_d256_ps8", 2, 8, 2, 256, 1, 8), .causal = 1, .klens = {500, 77}},
     {PAGED("paged_decode_long_b1", 1, 32, 8, 128, 1, 32), .causal = 1, .klens = {20011}},
+    /* head dims that are not whole 16-byte chunks (rows of 118 / 72 / 200
+     * bytes): the CUDA kernel's element loads */
+    {PAGED("paged_decode_d59", 3, 8, 2, 59, 1, 16), .causal = 1, .klens = {40, 0, 333}},
+    {PAGED("paged_lq4_d36_ps1_softcap", 2, 4, 1, 36, 4, 1), .causal = 1, .softcap = 2.f, .klens = {70, 9}},
+    {PAGED("paged_alibi_d100_split", 2, 8, 2, 100, 1, 16), .causal = 1, .alibi = 1, .klens = {1500, 31}},
     /* append: new tokens through the block table into poisoned pools; every
      * slot not written must stay poisoned.  Decode (1 token) crossing a page
      * boundary, page size 1, chunks that straddle pages, a chunk longer than

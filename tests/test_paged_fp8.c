@@ -203,6 +203,9 @@ static const fcase fcases[] = {
     {"decode_alibi_gqa8", 2, 16, 2, 128, 1, 16, {90, 513}, 0, 1, 1, 0.f},
     {"lq4_alibi_b_head", 3, 8, 2, 64, 4, 32, {40, 0, 77}, 1, 1, 2, 0.f},
     {"lq16_ps4_d256", 2, 4, 4, 256, 16, 4, {16, 45}, 0, 1, 0, 0.f},
+    /* head dims that are not whole 16-code chunks: element loads on the GPU */
+    {"decode_d72_gqa4", 2, 8, 2, 72, 1, 16, {300, 41}, 0, 1, 0, 0.f},
+    {"lq4_d33_head_ps2", 2, 4, 1, 33, 4, 2, {60, 7}, 1, 1, 0, 0.f},
 };
 
 /* Device (or host) copies of a host buffer on ctx. */

@@ -8,7 +8,7 @@ import numpy as np
 
 from ._core import Call, as_flag, as_int, fail, kind_of
 from ._lib import SF_ERR_INVALID_ARG, SF_ERR_NULL_POINTER, SF_ERR_SHAPE, SF_ERR_UNSUPPORTED
-from ._common import _shape
+from ._common import _array_shape, _shape, _stride
 from . import _attn_grad
 
 
@@ -232,6 +232,86 @@ def _kvcache_rope_q(call, q, qs, cs, rot, per_token, backend):
     return out.reshape(qs)
 
 
+def _i64(a):
+    """An integer array of any supported kind as int64 (no overflow in the
+    table arithmetic below)."""
+    if kind_of(a) == "torch":
+        import torch
+        return a.to(torch.int64)
+    return a.astype("int64")
+
+
+def _contig_pages(call, k_cache, v_cache, k_scale, v_scale, kcs, b, idx, leftpad):
+    """A contiguous cache (batch_cache, seqlen_cache, Hkv, d) as pages when
+    it is not one page a row: page size P the largest power of two (at most
+    256) dividing seqlen_cache (1 with leftpad), page j of cache row r at
+    r * m + j where m = the row stride / (P x the token stride), the same m
+    for both caches (and per-token scales).  Returns (pages, table, table of
+    the attention): pages = (P, the pool's page count), applied to the
+    descriptors by _as_pages; table row i = the pages of row idx[i] (or i),
+    -1 for a row outside the cache (the library reports it, SF_ERR_INDEX).
+    With leftpad, sequence i's keys start at token leftpad[i] of its row:
+    the attention's table starts there (-1 past the row or before it); the
+    append's stays the row's (positions absolute, as flash_attn's)."""
+    op = call.op
+    bc, lc = kcs[0], kcs[1]
+    P = 1
+    while leftpad is None and P < 256 and lc % (2 * P) == 0:
+        P *= 2
+    npr = lc // P
+    m = None
+    for t, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (k_scale, "k_scale"), (v_scale, "v_scale")):
+        if t is None or (name.endswith("scale") and len(_array_shape(call, t, name)) != 3):
+            continue
+        s0, s1 = _stride(t, 0), _stride(t, 1)
+        if s1 is None or bc == 1:  # C-contiguous __cuda_array_interface__, or one row
+            mt = npr
+        elif s1 == 0 or s0 % (P * s1) != 0:
+            mt = -1
+        else:
+            mt = s0 // (P * s1)
+        if mt < npr or (m is not None and mt != m):
+            fail(SF_ERR_UNSUPPORTED,
+                 "%s: without block_table, a cache of seqlen_cache %d is served in pages of %d "
+                 "tokens, which needs k_cache, v_cache (and per-token scales) laid out alike with "
+                 "whole pages between rows (e.g. contiguous); %s is not" % (op, lc, P, name))
+        m = mt
+    pages = (bc - 1) * m + npr
+    if pages > 2 ** 31 - 1:
+        fail(SF_ERR_TOO_LARGE, "%s: the cache makes %d pages of %d tokens, past the int32 block "
+                               "table; pass a paged cache with block_table" % (op, pages, P))
+    j = _i64(call.as_i32([list(range(npr))], "block_table"))
+    if idx is None:
+        row = _i64(call.as_i32([[i] for i in range(b)], "block_table"))
+        ok = 1
+    else:
+        row = _i64(idx).reshape(b, 1)
+        ok = ((row >= 0) & (row < bc)) * 1
+    base = row * ok * m
+    bt = (base + j) * ok + (ok - 1)
+    bt_attn = bt
+    if leftpad is not None:  # P = 1: key j of sequence i is token leftpad[i] + j of its row
+        col = _i64(leftpad).reshape(b, 1) + j
+        okc = ok * ((col >= 0) & (col < lc))
+        bt_attn = (base + col * okc) * okc + (okc - 1)
+    return (P, pages), call.as_i32(bt, "block_table"), call.as_i32(bt_attn, "block_table")
+
+
+def _as_pages(pages, p):
+    """The pools' (and per-token scales') descriptors of a contiguous cache
+    as (pages, P, ...) views (see _contig_pages)."""
+    if pages is None:
+        return
+    P, n = pages
+    pools = [p.k_cache, p.v_cache]
+    if p.k_scale.data and p.k_scale.rank == 3:  # per-token scales; per-head ones stay
+        pools += [p.k_scale, p.v_scale]
+    for t in pools:  # ctypes fields: views of p's memory
+        t.stride[0] = P * t.stride[1]
+        t.shape[0] = n
+        t.shape[1] = P
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
                             block_table=None, softmax_scale=None, causal=False,
@@ -243,8 +323,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     q (b, Lq, H, d).  With block_table (b, max_blocks) int: a paged cache,
     k_cache/v_cache (num_blocks, page_size, Hkv, d), page_size a power of two
     from 1 to 256.  Without it: k_cache/v_cache (b, seqlen_cache, Hkv, d),
-    served as one page per sequence, so seqlen_cache must be a power of two
-    up to 256 (else SF_ERR_UNSUPPORTED; use a block table for other sizes).
+    any seqlen_cache, served as pages of the largest power of two up to 256
+    that divides it (a whole row a page when seqlen_cache is such a power;
+    otherwise both caches laid out alike with whole pages between rows, as
+    contiguous ones are, else SF_ERR_UNSUPPORTED).
     cache_seqlens: int (every sequence) or (b,) int tensor of tokens already
     cached; None means full (max_blocks * page_size, or seqlen_cache).
     k, v (b, Lnew, Hkv, d), when given, are first written into the cache in
@@ -255,7 +337,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     accepted and ignored (the library chooses the split).  cache_batch_idx
     (b,) int, without block_table: sequence i uses row cache_batch_idx[i] of
     the cache (rows checked against it; duplicates with k/v given leave one
-    of the writes, as in flash_attn).  rotary_cos, rotary_sin (seqlen_ro,
+    of the writes, as in flash_attn).  cache_leftpad (b,) int, without
+    block_table: sequence i's keys are tokens cache_leftpad[i] ..
+    cache_seqlens[i] + Lnew - 1 of its row (the ones before it are not
+    attended; causal and window count from it; appends and rotary positions
+    stay those of the row, as flash_attn's); such a cache goes in pages of
+    one token.  rotary_cos, rotary_sin (seqlen_ro,
     rotary_dim / 2), both or neither, only with k and v (else
     SF_ERR_INVALID_ARG): k is rotated on its way into the cache at positions
     cache_seqlens + j (sf_kv_append's rope), and q, into a new array (the
@@ -272,16 +359,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     fixed scale per kv head); q, k and v stay in float16/bfloat16 (float32
     on the CPU), k and v quantised on their way in (x / scale, round to
     nearest even, saturating to +-448).  Scales with a 16-bit cache are
-    refused (SF_ERR_INVALID_ARG).  cache_leftpad is not supported
-    (SF_ERR_UNSUPPORTED unless None).  Returns out (b, Lq, H, d), or
+    refused (SF_ERR_INVALID_ARG).  Returns out (b, Lq, H, d), or
     (out, lse) with return_softmax_lse; lse (b, H, Lq) float32.  Arrays stay
     where they are: numpy on the CPU, torch tensors on their device.
     """
     op = "flash_attn_with_kvcache"
     call = Call(op, q, "q")
     qs = _shape(call, q, "q", 4, "(batch, seqlen_q, nheads, head_dim)")
-    if cache_leftpad is not None:
-        fail(SF_ERR_UNSUPPORTED, "%s: cache_leftpad is not supported (give None)" % op)
+    if cache_leftpad is not None and block_table is not None:
+        fail(SF_ERR_UNSUPPORTED, "%s: cache_leftpad is for a contiguous cache (as in flash_attn); "
+                                 "with block_table, give each sequence the pages from its first key" % op)
     if (k_scale is None) != (v_scale is None):
         fail(SF_ERR_NULL_POINTER, "%s: give both k_scale and v_scale, or neither" % op)
     as_int(op, "num_splits", num_splits, 0)
@@ -299,28 +386,36 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if block_table is not None and cache_batch_idx is not None:
         fail(SF_ERR_INVALID_ARG, "%s: cache_batch_idx selects rows of a contiguous cache; with "
                                  "block_table, give each sequence its pages instead" % op)
+    pool_pages = None
     if block_table is None:
         lc = kcs[1]
         if cache_batch_idx is None and kcs[0] != b:
             fail(SF_ERR_SHAPE, "%s: k_cache has batch %d but q has %d" % (op, kcs[0], b))
-        if lc < 1 or lc > 256 or lc & (lc - 1):
-            fail(SF_ERR_UNSUPPORTED,
-                 "%s: without block_table the cache is served as one page per sequence, so "
-                 "seqlen_cache (k_cache.shape[1] = %d) must be a power of two from 1 to 256; "
-                 "pass a paged cache with block_table for other sizes" % (op, lc))
-        if cache_batch_idx is None:
-            bt = call.as_i32([[i] for i in range(b)], "block_table")
-        else:
-            # row i of the cache serves sequence i's one page; the library
-            # checks every row index against the cache (SF_ERR_INDEX)
+        if lc < 1:
+            fail(SF_ERR_SHAPE, "%s: k_cache has seqlen_cache %d; it must be >= 1" % (op, lc))
+        idx = None
+        if cache_batch_idx is not None:
             idx = call.as_i32(cache_batch_idx, "cache_batch_idx")
             if tuple(idx.shape) != (b,):
                 fail(SF_ERR_SHAPE, "%s: cache_batch_idx has shape %s; it must be (batch,) = (%d,)" %
                      (op, tuple(idx.shape), b))
-            bt = idx.reshape(b, 1)
+        lp = None
+        if cache_leftpad is not None:
+            lp = call.as_i32(cache_leftpad, "cache_leftpad")
+            if tuple(lp.shape) != (b,):
+                fail(SF_ERR_SHAPE, "%s: cache_leftpad has shape %s; it must be (batch,) = (%d,)" %
+                     (op, tuple(lp.shape), b))
+        if lp is None and lc <= 256 and lc & (lc - 1) == 0:
+            # one page per sequence: row i of the cache (cache_batch_idx[i])
+            # is sequence i's page; the library checks every entry against
+            # the cache (SF_ERR_INDEX)
+            bt = call.as_i32([[i] for i in range(b)], "block_table") if idx is None else idx.reshape(b, 1)
+            bt_attn = bt
+        else:
+            pool_pages, bt, bt_attn = _contig_pages(call, k_cache, v_cache, k_scale, v_scale, kcs, b, idx, lp)
         cap = lc
     else:
-        bt = call.as_i32(block_table, "block_table")
+        bt = bt_attn = call.as_i32(block_table, "block_table")
         bts = _shape(call, bt, "block_table", 2, "(batch, max_blocks_per_seq)")
         cap = bts[1] * kcs[1]
     if cache_seqlens is None:
@@ -343,6 +438,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if k_scale is not None:
             a.k_scale = call.tensor(k_scale, "k_scale")
             a.v_scale = call.tensor(v_scale, "v_scale")
+        _as_pages(pool_pages, a)
         if rotary_cos is not None:
             rot = _kvcache_rope(call, rotary_cos, rotary_sin, interleaved)
             a.rope = ctypes.pointer(rot)
@@ -357,11 +453,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     p.q = call.tensor(q, "q")
     p.k_cache = call.tensor(k_cache, "k_cache")
     p.v_cache = call.tensor(v_cache, "v_cache")
-    p.block_table = call.tensor(bt, "block_table")
+    if cache_leftpad is not None:  # the keys from leftpad on
+        seqlens = call.as_i32(_i64(seqlens) - _i64(lp), "seqlens")
+    p.block_table = call.tensor(bt_attn, "block_table")
     p.seqlens = call.tensor(seqlens, "seqlens")
     if k_scale is not None:
         p.k_scale = call.tensor(k_scale, "k_scale")
         p.v_scale = call.tensor(v_scale, "v_scale")
+    _as_pages(pool_pages, p)
     _attn_common(call, p, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes)
     want_lse = as_flag(op, "return_softmax_lse", return_softmax_lse)
     out, lse = _attn_run(call, L.sf_attn_paged, p, backend, qs, q, (qs[0], qs[2], qs[1]) if want_lse else None)

@@ -3,7 +3,7 @@
 // double-precision attention over the same keys, dequantised for FP8.
 // Pages handed out in a shuffled order, page sizes 1 / 8 / 16 / 64, ragged
 // lengths with 0, GQA 4 and 8, one and four new tokens (causal, bottom-right),
-// d 64 / 128 and 96 (padded to 128), splits merged by the last block of a
+// d 64 / 128 and 96 (padded to 128), d 59 / 36 / 72 by element loads, splits merged by the last block of a
 // group (a counter), softcap; outputs and lse poisoned first, the counters
 // checked back at 0.  Built and run by run_paged_emu.sh; argument: a case
 // name (default: all).
@@ -113,8 +113,15 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
 
     typedef PagedTraits<D, FP8> Tr;
     const dim3 grid((unsigned)c.nsplit, (unsigned)(Hkv * mtiles), (unsigned)b);
-    if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP>, grid, dim3(128), Tr::SMEM, p);
-    else emu_launch(paged_attn<T, D, FP8, MOD_NONE>, grid, dim3(128), Tr::SMEM, p);
+    /* head dims that are not whole 16-byte chunks: the element-load instances */
+    if (d % (FP8 ? 16 : 8) != 0) {
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true>, grid, dim3(128), Tr::SMEM, p);
+    } else if (c.cap > 0.f) {
+        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false>, grid, dim3(128), Tr::SMEM, p);
+    } else {
+        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false>, grid, dim3(128), Tr::SMEM, p);
+    }
 
     // reference: row (token t, head h) of sequence i over keys [0, len - lq + t]
     double maxref = 0, maxerr = 0, lerr = 0;
@@ -181,6 +188,11 @@ int main(int argc, char **argv) {
         {"softcap_split2", 2, 8, 2, 64, 1, 16, 2, false, 2.f, {48, 64}},
         {"fp8_decode_split2", 2, 8, 2, 128, 1, 16, 2, true, 0.f, {60, 17}},
         {"fp8_ps8_d64", 2, 8, 1, 64, 4, 8, 3, true, 0.f, {50, 0}},
+        /* element loads: d 59 (rows of 118 bytes), d 36 with softcap and
+         * pages of 1, FP8 d 72 */
+        {"el_d59_split2", 3, 8, 2, 59, 1, 16, 2, false, 0.f, {40, 0, 75}},
+        {"el_d36_ps1_softcap", 2, 4, 1, 36, 1, 1, 3, false, 1.5f, {30, 57}},
+        {"el_fp8_d72_lq4_ps4", 2, 8, 2, 72, 4, 4, 2, true, 0.f, {50, 13}},
     };
     const std::string only = argc > 1 ? argv[1] : "";
     int fails = 0, ran = 0;

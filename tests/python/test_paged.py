@@ -136,6 +136,80 @@ def test_contiguous_cache_int_seqlens():
     assert rel_err(out, ro) < 1e-5
 
 
+@pytest.mark.parametrize("lc,gap", [(100, 0), (339, 0), (1000, 0), (100, 12), (768, 256)])
+def test_contiguous_cache_any_length(lc, gap):
+    """No block table, seqlen_cache not a power of two up to 256 (pages of
+    the largest power of two dividing it), rows contiguous or `gap` tokens
+    apart, with cache_batch_idx and an append: the same cache as pages of
+    one token through an explicit table."""
+    rng = np.random.default_rng(lc + gap)
+    b, hq, hkv, d, bc = 3, 8, 2, 24, 4
+    kb, vb = rnd(rng, (bc, lc + gap, hkv, d)), rnd(rng, (bc, lc + gap, hkv, d))
+    kc, vc = kb[:, :lc], vb[:, :lc]
+    gap_k, gap_v = kb[:, lc:].copy(), vb[:, lc:].copy()
+    q = rnd(rng, (b, 2, hq, d))
+    kn, vn = rnd(rng, (b, 2, hkv, d)), rnd(rng, (b, 2, hkv, d))
+    idx = np.array([3, 0, 2], np.int32)
+    lens = np.array([lc - 2, 7, 0], np.int32)
+    # the expected cache: the new rows at lens .. lens + 1 of rows idx
+    want_k, want_v = kc.copy(), vc.copy()
+    for i in range(b):
+        want_k[idx[i], lens[i]:lens[i] + 2] = kn[i]
+        want_v[idx[i], lens[i]:lens[i] + 2] = vn[i]
+    out, lse = seqfuse.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=lens,
+                                               cache_batch_idx=idx, causal=True, return_softmax_lse=True)
+    assert np.array_equal(kc, want_k) and np.array_equal(vc, want_v)
+    assert np.array_equal(kb[:, lc:], gap_k) and np.array_equal(vb[:, lc:], gap_v)  # not the cache's
+    bt = (idx[:, None].astype(np.int64) * lc + np.arange(lc)[None, :]).astype(np.int32)
+    ro, rl = ref_attn(q, want_k.reshape(bc * lc, 1, hkv, d), want_v.reshape(bc * lc, 1, hkv, d), bt,
+                      lens + 2, causal=True)
+    assert rel_err(out, ro) < 1e-5
+    assert np.allclose(lse, rl, atol=1e-5)
+    # a row outside the cache
+    _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc, cache_seqlens=lens,
+            cache_batch_idx=np.array([4, 0, -1], np.int32))
+
+
+@pytest.mark.parametrize("rotary", [False, True])
+def test_cache_leftpad(rotary):
+    """cache_leftpad: sequence i attends to tokens leftpad[i] .. cache_seqlens[i]
+    + Lnew - 1 of its row (causal from there), while the append and the
+    rotary positions stay the row's; against the float64 reference over
+    those tokens gathered.  A leftpad past the row is an error."""
+    rng = np.random.default_rng(11 + rotary)
+    b, hq, hkv, d, lc, bc, lq = 3, 4, 2, 32, 96, 4, 2
+    kc, vc = rnd(rng, (bc, lc, hkv, d)), rnd(rng, (bc, lc, hkv, d))
+    q, kn, vn = rnd(rng, (b, lq, hq, d)), rnd(rng, (b, lq, hkv, d)), rnd(rng, (b, lq, hkv, d))
+    idx = np.array([2, 0, 3], np.int32)
+    cs = np.array([40, 0, 93], np.int32)
+    lp = np.array([13, 0, 90], np.int32)
+    kw = {}
+    kpos = cs[:, None].astype(np.int64) + np.arange(lq)[None, :]
+    kin, qin = f64(kn), f64(q)
+    if rotary:
+        ang = rng.uniform(0.0, 2 * np.pi, (lc, 8))
+        cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+        kw = {"rotary_cos": cos, "rotary_sin": sin, "rotary_interleaved": False}
+        kin, qin = np_rotary(kn, cos, sin, kpos, False), np_rotary(q, cos, sin, kpos, False)
+    want_k, want_v = f64(kc), f64(vc)
+    for i in range(b):
+        want_k[idx[i], cs[i]:cs[i] + lq] = kin[i]
+        want_v[idx[i], cs[i]:cs[i] + lq] = vn[i]
+    out = seqfuse.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, cache_seqlens=cs, cache_batch_idx=idx,
+                                          cache_leftpad=lp, causal=True, **kw)
+    assert rel_err(kc, want_k) < 1e-6 and np.array_equal(vc, want_v.astype(np.float32))
+    bt = (idx[:, None].astype(np.int64) * lc + lp[:, None] + np.arange(lc)[None, :]).astype(np.int32)
+    ro, _ = ref_attn(qin, want_k.reshape(bc * lc, 1, hkv, d), want_v.reshape(bc * lc, 1, hkv, d),
+                     np.minimum(bt, bc * lc - 1), cs + lq - lp, causal=True)
+    assert rel_err(out, ro) < 1e-5
+    # keys from a leftpad past the row, or before it: SF_ERR_INDEX
+    for bad in ([13, 0, 97], [-1, 0, 90]):
+        _raises(seqfuse.SF_ERR_INDEX, seqfuse.flash_attn_with_kvcache, q, kc, vc, cache_seqlens=cs + lq,
+                cache_batch_idx=idx, cache_leftpad=np.array(bad, np.int32))
+    _raises(seqfuse.SF_ERR_SHAPE, seqfuse.flash_attn_with_kvcache, q, kc, vc, cache_seqlens=cs,
+            cache_leftpad=np.array([1, 2], np.int32))
+
+
 def test_cache_batch_idx():
     """Sequence i reads (and with k/v appends to) row cache_batch_idx[i] of a
     contiguous cache: the same as the rows gathered into a cache of its own."""
@@ -164,8 +238,12 @@ def test_cache_batch_idx():
 def test_errors():
     rng = np.random.default_rng(1)
     q = rnd(rng, (2, 1, 4, 16))
+    # seqlen_cache 100 goes in pages of 4: v_cache's rows 150 tokens apart
+    # are not whole pages apart
     kc = rnd(rng, (2, 100, 2, 16))
-    _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc, kc.copy())
+    e = _raises(seqfuse.SF_ERR_UNSUPPORTED, seqfuse.flash_attn_with_kvcache, q, kc,
+                rnd(rng, (2, 150, 2, 16))[:, :100])
+    assert "v_cache" in str(e)
     kc, vc, bt = paged_setup(rng, "float32", 2, 2, 16, 16, [3, 4], 0)
     _raises(seqfuse.SF_ERR_INVALID_ARG, seqfuse.flash_attn_with_kvcache, q, kc, vc,
             cache_seqlens=[3, 4], block_table=bt, cache_batch_idx=[0, 1])
@@ -296,6 +374,38 @@ def test_torch_cuda_rotary(dtype, interleaved, causal):
     assert rel_err(back(tkc), want_kc) < TOL[dtype]
     assert np.array_equal(back(tvc), want_vc)
     ro, _ = ref_attn(qrot, want_kc, want_vc, bt, cached + lq, causal=causal)
+    assert rel_err(back(out), ro) < 3 * TOL[dtype]
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs torch with CUDA and a CUDA build of seqfuse")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("lc,d", [(339, 59), (1000, 128), (64, 80)])
+def test_torch_cuda_contiguous(dtype, lc, d):
+    """A contiguous cache of any seqlen_cache and head dims that are not
+    whole 16-byte chunks (the CUDA kernel's element loads) on the GPU, with
+    cache_batch_idx and an append, against the float64 reference."""
+    rng = np.random.default_rng(lc + d)
+    b, hq, hkv, bc, lq = 3, 8, 2, 4, 1
+    kc, vc = rnd(rng, (bc, lc, hkv, d)), rnd(rng, (bc, lc, hkv, d))
+    q, kn, vn = rnd(rng, (b, lq, hq, d)), rnd(rng, (b, lq, hkv, d)), rnd(rng, (b, lq, hkv, d))
+    idx = np.array([3, 0, 2], np.int32)
+    lens = np.array([lc - 1, 9, 0], np.int32)
+    tdt = getattr(torch, dtype)
+    T = lambda a: torch.from_numpy(a).cuda().to(tdt)  # noqa: E731
+    tkc, tvc = T(kc), T(vc)
+    out = seqfuse.flash_attn_with_kvcache(T(q), tkc, tvc, k=T(kn), v=T(vn),
+                                          cache_seqlens=torch.from_numpy(lens).cuda(),
+                                          cache_batch_idx=torch.from_numpy(idx).cuda(), causal=True)
+    torch.cuda.synchronize()
+    back = lambda t: t.float().cpu().numpy()  # noqa: E731
+    want_k, want_v = back(T(kc)), back(T(vc))
+    for i in range(b):
+        want_k[idx[i], lens[i]] = back(T(kn))[i, 0]
+        want_v[idx[i], lens[i]] = back(T(vn))[i, 0]
+    assert np.array_equal(back(tkc), want_k) and np.array_equal(back(tvc), want_v)
+    bt = (idx[:, None].astype(np.int64) * lc + np.arange(lc)[None, :]).astype(np.int32)
+    ro, _ = ref_attn(back(T(q)), want_k.reshape(bc * lc, 1, hkv, d), want_v.reshape(bc * lc, 1, hkv, d), bt,
+                     lens + 1, causal=True)
     assert rel_err(back(out), ro) < 3 * TOL[dtype]
 
 

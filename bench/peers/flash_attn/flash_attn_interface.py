@@ -110,8 +110,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
                             return_softmax_lse=False):
     """The decode entry point: seqfuse.flash_attn_with_kvcache has this signature
-    (k/v appended in place first, paged through block_table); rotary, batch
-    indices, left padding and ALiBi are refused there.  Forward only."""
+    (k/v appended in place first, paged through block_table; rotary, batch
+    indices, left padding and ALiBi as flash_attn's).  Forward only."""
     return seqfuse.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
         cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,

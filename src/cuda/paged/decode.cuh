@@ -281,10 +281,27 @@ __device__ __forceinline__ bool split_setup(const PagedParams &p, int split, int
 }
 
 /* Q rows of the tile into sQ (16 x LDS, zeros past the group's rows and
- * past d), one cp.async group issued by every thread. */
-template <typename T, int D>
+ * past d), one cp.async group issued by every thread; EL: element loads
+ * (any head dim, rows of any alignment). */
+template <typename T, int D, bool EL>
 __device__ __forceinline__ void load_q(const PagedParams &p, T *sQ, int b, int kvh, const SplitWork &w, int tid) {
     constexpr int LDS = D + 8;
+    if constexpr (EL) {
+        const uint16_t *q = reinterpret_cast<const uint16_t *>(p.q);
+        uint16_t *sq = reinterpret_cast<uint16_t *>(sQ);
+        for (int i = tid; i < 16 * D; i += blockDim.x) {
+            const int r = i / D, c = i - (i / D) * D;
+            const int rr = w.r0 + r;
+            uint16_t v = 0;
+            if (rr < w.nrows && c < p.d) {
+                const int tok = rr / p.group, h = kvh * p.group + (rr - tok * p.group);
+                v = q[(int64_t)b * p.q_sb + (int64_t)tok * p.q_sr + (int64_t)h * p.q_sh + c];
+            }
+            sq[r * LDS + c] = v;
+        }
+        sf_cp_async_commit();
+        return;
+    }
     const int d8 = p.d >> 3;
     for (int i = tid; i < 16 * (D / 8); i += blockDim.x) {
         const int r = i / (D / 8), c = i - (i / (D / 8)) * (D / 8);
@@ -550,7 +567,11 @@ __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWo
     combine_group<T, D>(p, b, kvh, w.r0, w.nrows, w.ns, any_bad, scratch);
 }
 
-template <typename T, int D, bool FP8, int MOD>
+/* EL: the pools' and q's rows by element loads, for head dims that are not
+ * whole 16-byte chunks or rows that are not 16-byte aligned (the stage
+ * tiles are the same, zero past d, so everything after the loads is
+ * shared); the loads of a tile are then not asynchronous. */
+template <typename T, int D, bool FP8, int MOD, bool EL>
 __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
@@ -575,7 +596,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
     const int dch = FP8 ? p.d >> 4 : p.d >> 3; /* valid 16-byte chunks of a pool row */
 
     unsigned char *ring = reinterpret_cast<unsigned char *>(sKV) + (size_t)warp * ST * Tr::STAGE_BYTES;
-    load_q<T, D>(p, sQ, b, kvh, w, tid);
+    load_q<T, D, EL>(p, sQ, b, kvh, w, tid);
 
     const int my_tiles = w.t1 - w.t0 > warp ? (w.t1 - w.t0 - warp + NW - 1) / NW : 0;
     const int tfirst = w.t0 + warp, tstep = NW; /* this warp's tiles */
@@ -626,7 +647,34 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
     auto load = [&](int t, int st) {
         KV *sk = reinterpret_cast<KV *>(ring + st * Tr::STAGE_BYTES), *sv = sk + 16 * RS;
         const int key0 = t * 16;
-        if (tile_page) {
+        if constexpr (EL) {
+            /* lane r < 16 finds row r's page; the warp then moves the tile
+             * a row at a time (D a multiple of 32: r is the same for every
+             * lane of an iteration), each row's offset by a shuffle */
+            typedef typename std::conditional<FP8, uint8_t, uint16_t>::type RAW;
+            const RAW *kr = reinterpret_cast<const RAW *>(kc), *vr = reinterpret_cast<const RAW *>(vc);
+            RAW *skr = reinterpret_cast<RAW *>(sk), *svr = reinterpret_cast<RAW *>(sv);
+            const int key = key0 + (lane & 15);
+            int64_t ko = 0, vo = 0, so = 0;
+            if (key < len) {
+                const int64_t pg = page_at(key), row = key & pmask;
+                ko = pg * p.k_sp + row * p.k_sr;
+                vo = pg * p.v_sp + row * p.v_sr;
+                if constexpr (FP8) so = lane < 16 ? pg * p.ks_sp + row * p.ks_sr : pg * p.vs_sp + row * p.vs_sr;
+            }
+#pragma unroll 4
+            for (int i = lane; i < 16 * D; i += 32) {
+                const int r = i / D, c = i - (i / D) * D;
+                const int64_t kro = __shfl_sync(0xffffffffu, ko, r), vro = __shfl_sync(0xffffffffu, vo, r);
+                const bool v = c < p.d && key0 + r < len;
+                skr[r * RS + c] = v ? kr[kro + c] : RAW(0);
+                svr[r * RS + c] = v ? vr[vro + c] : RAW(0);
+            }
+            if constexpr (FP8) { /* the scales: lanes 0-15 K's, 16-31 V's, as below */
+                float *dst = reinterpret_cast<float *>(sv + 16 * RS) + lane;
+                sf_cp_async4_zfill(dst, (lane < 16 ? ksc : vsc) + so, key < len ? 4 : 0);
+            }
+        } else if (tile_page) {
             const int64_t pg = page_at(key0);
             const int64_t row0 = key0 & pmask;
             const KV *kt = kc + pg * p.k_sp + row0 * p.k_sr, *vt = vc + pg * p.v_sp + row0 * p.v_sr;

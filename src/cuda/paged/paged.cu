@@ -127,10 +127,10 @@ bool paged_nopdl() {
     return n && strcmp(n, "nopdl") == 0;
 }
 
-template <typename T, int D, bool FP8, int MOD>
+template <typename T, int D, bool FP8, int MOD, bool EL>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD>;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
     static std::atomic<int> per_sm_cache{0};
@@ -175,20 +175,27 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
 }
 
 /* score modifiers: ALiBi (softcap at run time in it), softcap, none */
-template <typename T, int D, bool FP8>
+template <typename T, int D, bool FP8, bool EL>
 sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     const PagedForce f = paged_force();
     p.min_split = f.min_split;
-    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI>(ctx, p, dpad, f.splits);
-    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP>(ctx, p, dpad, f.splits);
-    return launch_attn<T, D, FP8, sf_paged::MOD_NONE>(ctx, p, dpad, f.splits);
+    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI, EL>(ctx, p, dpad, f.splits);
+    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, EL>(ctx, p, dpad, f.splits);
+    return launch_attn<T, D, FP8, sf_paged::MOD_NONE, EL>(ctx, p, dpad, f.splits);
 }
 
+template <typename T, bool FP8, bool EL>
+sf_status attn_dispatch_el(sf_ctx *ctx, const PagedParams &p, int dpad) {
+    if (dpad == 64) return attn_dispatch_mod<T, 64, FP8, EL>(ctx, p, dpad);
+    if (dpad == 128) return attn_dispatch_mod<T, 128, FP8, EL>(ctx, p, dpad);
+    return attn_dispatch_mod<T, 256, FP8, EL>(ctx, p, dpad);
+}
+
+/* el: rows by element loads (head dims that are not whole 16-byte chunks,
+ * rows of q or the pools not 16-byte aligned) */
 template <typename T, bool FP8>
-sf_status attn_dispatch(sf_ctx *ctx, const PagedParams &p, int dpad) {
-    if (dpad == 64) return attn_dispatch_mod<T, 64, FP8>(ctx, p, dpad);
-    if (dpad == 128) return attn_dispatch_mod<T, 128, FP8>(ctx, p, dpad);
-    return attn_dispatch_mod<T, 256, FP8>(ctx, p, dpad);
+sf_status attn_dispatch(sf_ctx *ctx, const PagedParams &p, int dpad, bool el) {
+    return el ? attn_dispatch_el<T, FP8, true>(ctx, p, dpad) : attn_dispatch_el<T, FP8, false>(ctx, p, dpad);
 }
 
 template <bool FP8> size_t smem_of(int dpad) {
@@ -269,11 +276,10 @@ extern "C" sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr)
                        "by the CPU backend on host memory", op, sf_dtype_name(dt));
     const int64_t d = pr->headdim;
     const int pes = pr->fp8 ? 1 : 2; /* pool element bytes */
-    if (d % (pr->fp8 ? 16 : 8) != 0 || !rows16(&a->q, 2) || !rows16(&a->k_cache, pes) ||
-        !rows16(&a->v_cache, pes))
-        return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: the CUDA backend needs a head dim that is a multiple of %d "
-                       "(got %lld) and 16-byte aligned rows of q and of the pools (base and strides)", op,
-                       pr->fp8 ? 16 : 8, (long long)d);
+    /* whole 16-byte chunks in 16-byte aligned rows go by cp.async; any
+     * other head dim or alignment by element loads */
+    const bool el = d % (pr->fp8 ? 16 : 8) != 0 || !rows16(&a->q, 2) || !rows16(&a->k_cache, pes) ||
+                    !rows16(&a->v_cache, pes);
     if (pr->batch == 0 || pr->lq == 0 || pr->nheads == 0) return SF_OK;
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int dpad = d <= 64 ? 64 : d <= 128 ? 128 : 256;
@@ -322,6 +328,8 @@ extern "C" sf_status sf_cuda_attn_paged(sf_ctx *ctx, const sf_paged_problem *pr)
     p.alibi = pr->alibi, p.alibi_sb = pr->alibi_sb, p.alibi_sh = pr->alibi_sh;
 
     if (pr->fp8)
-        return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, true>(ctx, p, dpad) : attn_dispatch<__half, true>(ctx, p, dpad);
-    return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, false>(ctx, p, dpad) : attn_dispatch<__half, false>(ctx, p, dpad);
+        return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, true>(ctx, p, dpad, el)
+                             : attn_dispatch<__half, true>(ctx, p, dpad, el);
+    return dt == SF_BF16 ? attn_dispatch<__nv_bfloat16, false>(ctx, p, dpad, el)
+                         : attn_dispatch<__half, false>(ctx, p, dpad, el);
 }
