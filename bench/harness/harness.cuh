@@ -4,6 +4,7 @@
 #define SF_BENCH_HARNESS_CUH
 
 #include <cuda_bf16.h>
+#include <cstdint>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
