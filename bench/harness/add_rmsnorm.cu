@@ -52,6 +52,21 @@ template <int P> __device__ __forceinline__ void st(uint16_t *p, uint4 v) {
     else *q = v;
 }
 
+// U vectors of x and of r from vector v0 on (NT apart), then h = x + r
+template <int NT, int U, int LP>
+__device__ __forceinline__ void load_h(const uint16_t *xp, const uint16_t *rp, int v0, float (&h)[U][8]) {
+    uint4 xv[U], rv[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) xv[u] = ld<LP>(xp + (v0 + u * NT) * 8), rv[u] = ld<LP>(rp + (v0 + u * NT) * 8);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float xf[8], rf[8];
+        unpack8(xv[u], xf), unpack8(rv[u], rf);
+#pragma unroll
+        for (int e = 0; e < 8; e++) h[u][e] = xf[e] + rf[e];
+    }
+}
+
 template <int NT>
 __device__ __forceinline__ float block_sum(float s, float *red) {
 #pragma unroll
@@ -117,35 +132,26 @@ __global__ void __launch_bounds__(NT, MB) k_twopass(Args a) {
         uint16_t *rp = a.r + row * a.D;
         float ss = 0.f;
         for (int v0 = threadIdx.x; v0 < nv; v0 += NT * U) {
-            uint4 xv[U], rv[U];
+            float h[U][8];
+            load_h<NT, U, LP1>(xp, rp, v0, h);
 #pragma unroll
-            for (int u = 0; u < U; u++) xv[u] = ld<LP1>(xp + (v0 + u * NT) * 8), rv[u] = ld<LP1>(rp + (v0 + u * NT) * 8);
+            for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                float xf[8], rf[8];
-                unpack8(xv[u], xf), unpack8(rv[u], rf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float h = xf[e] + rf[e];
-                    ss = fmaf(h, h, ss);
-                }
-            }
+                for (int e = 0; e < 8; e++) ss = fmaf(h[u][e], h[u][e], ss);
         }
         ss = block_sum<NT>(ss, red[par]);
         par ^= 1;
         const float rs = rsqrtf(ss / a.D + a.eps);
         for (int v0 = threadIdx.x; v0 < nv; v0 += NT * U) {
-            uint4 xv[U], rv[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) xv[u] = ld<LP2>(xp + (v0 + u * NT) * 8), rv[u] = ld<LP2>(rp + (v0 + u * NT) * 8);
+            float h[U][8];
+            load_h<NT, U, LP2>(xp, rp, v0, h);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float xf[8], rf[8], wf[8], h[8], y[8];
-                unpack8(xv[u], xf), unpack8(rv[u], rf);
+                float wf[8], y[8];
                 unpack8(*reinterpret_cast<const uint4 *>(a.w + (v0 + u * NT) * 8), wf);
 #pragma unroll
-                for (int e = 0; e < 8; e++) h[e] = xf[e] + rf[e], y[e] = h[e] * rs * wf[e];
-                st<SP>(rp + (v0 + u * NT) * 8, pack8(h));
+                for (int e = 0; e < 8; e++) y[e] = h[u][e] * rs * wf[e];
+                st<SP>(rp + (v0 + u * NT) * 8, pack8(h[u]));
                 st<SP>(a.y + row * a.D + (v0 + u * NT) * 8, pack8(y));
             }
         }
@@ -166,19 +172,16 @@ __global__ void __launch_bounds__(NT, MB) k_smem(Args a) {
         uint16_t *rp = a.r + row * a.D;
         float ss = 0.f;
         for (int v0 = threadIdx.x; v0 < nv; v0 += NT * U) {
-            uint4 xv[U], rv[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) xv[u] = ld<LP>(xp + (v0 + u * NT) * 8), rv[u] = ld<LP>(rp + (v0 + u * NT) * 8);
+            float h[U][8];
+            load_h<NT, U, LP>(xp, rp, v0, h);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float xf[8], rf[8], h[8];
-                unpack8(xv[u], xf), unpack8(rv[u], rf);
 #pragma unroll
-                for (int e = 0; e < 8; e++) h[e] = xf[e] + rf[e], ss = fmaf(h[e], h[e], ss);
+                for (int e = 0; e < 8; e++) ss = fmaf(h[u][e], h[u][e], ss);
                 float4 *d = reinterpret_cast<float4 *>(hs + (v0 + u * NT) * 8);
-                d[0] = make_float4(h[0], h[1], h[2], h[3]);
-                d[1] = make_float4(h[4], h[5], h[6], h[7]);
-                st<SP>(rp + (v0 + u * NT) * 8, pack8(h));
+                d[0] = make_float4(h[u][0], h[u][1], h[u][2], h[u][3]);
+                d[1] = make_float4(h[u][4], h[u][5], h[u][6], h[u][7]);
+                st<SP>(rp + (v0 + u * NT) * 8, pack8(h[u]));
             }
         }
         ss = block_sum<NT>(ss, red[par]); // also: the stash is written (each thread reads its own back)
