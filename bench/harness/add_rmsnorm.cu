@@ -83,7 +83,7 @@ __device__ __forceinline__ float block_sum(float s, float *red) {
 
 // Row in registers: NT threads x NV vectors of 8, one row a block (the
 // library's shape at 8192: 512 x 2).  LP / SP: load / store policy.
-template <int NT, int NV, int LP, int SP, int MB = 1>
+template <int NT, int NV, int LP, int SP, int MB = 0>
 __global__ void __launch_bounds__(NT, MB) k_regs(Args a) {
     __shared__ float red[2][NT / 32];
     int par = 0;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(NT, MB) k_regs(Args a) {
 // Two passes over the row: the first reads x and r for the sum of squares
 // only, the second reads them again (L2 hits) and writes h and y, so a
 // thread holds U vectors at a time and many more blocks fit an SM.
-template <int NT, int U, int LP1, int LP2, int SP, int MB = 1>
+template <int NT, int U, int LP1, int LP2, int SP, int MB = 0>
 __global__ void __launch_bounds__(NT, MB) k_twopass(Args a) {
     __shared__ float red[2][NT / 32];
     int par = 0;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(NT, MB) k_twopass(Args a) {
 // h in shared memory (f32, the row's D floats): the loads of a row are
 // issued U vectors at a time, h stashed, then y from the stash, so the
 // registers stay few while the row stays on chip.
-template <int NT, int U, int LP, int SP, int MB = 1>
+template <int NT, int U, int LP, int SP, int MB = 0>
 __global__ void __launch_bounds__(NT, MB) k_smem(Args a) {
     extern __shared__ float hs[];
     __shared__ float red[2][NT / 32];
