@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """emu_prep.py - prepares CUDA sources for the host emulator (emu_rt.h):
-    emu_prep.py OUT DIR [LAUNCHER.cu NEW_NAME OLD_NAME]
+    emu_prep.py OUT DIR [LAUNCHER.cu NEW_NAME OLD_NAME [NEW_NAME OLD_NAME ...]]
 copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
   - extern __shared__ arrays pointed at the emulator's buffer (emu_smem) and
     static __shared__ arrays made static host arrays;
@@ -9,10 +9,10 @@ copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
     bf16x2 fma) by it, includes of cuda_bf16.h / cuda_fp16.h /
     cuda_fp8.h, cooperative_groups.h dropped (emu_rt.h has what they provide), any other by a call that aborts naming the
     file and line (so a kernel still compiles; it fails only if it runs it);
-and, given a launcher, writes OUT/launcher_emu.cpp: the same rewrites, its
-kern<<<grid, block, smem, stream>>>(args); launches turned into
-emu_launch(kern, grid, block, smem, args); and extern "C" OLD_NAME renamed
-NEW_NAME."""
+  - kern<<<grid, block, smem, stream>>>(args); launches turned into
+    emu_launch(kern, grid, block, smem, args);
+and, given a launcher, writes OUT/launcher_emu.cpp: the same rewrites, and each extern "C" OLD_NAME
+renamed NEW_NAME."""
 import glob, os, re, sys
 
 
@@ -157,14 +157,17 @@ def main():
     out, d = sys.argv[1], sys.argv[2]
     os.makedirs(os.path.join(out, d), exist_ok=True)
     for f in sorted(glob.glob("src/cuda/%s/*.h" % d) + glob.glob("src/cuda/%s/*.cuh" % d)):
-        s = rewrite_asm(rewrite_smem(drop_includes(open(f).read())), f)
+        s = rewrite_asm(rewrite_launches(rewrite_smem(drop_includes(open(f).read()))), f)
         open(os.path.join(out, d, os.path.basename(f)), "w").write(s)
     if len(sys.argv) > 3:
-        f, new, old = sys.argv[3:6]
+        f, names = sys.argv[3], sys.argv[4:]
+        if not names or len(names) % 2:
+            sys.exit("emu_prep: give NEW_NAME OLD_NAME pairs after the launcher")
         s = rewrite_asm(rewrite_launches(rewrite_smem(open(f).read())), f)
-        if ('extern "C" sf_status %s(' % old) not in s:
-            sys.exit("emu_prep: %s has no extern \"C\" %s" % (f, old))
-        s = s.replace('extern "C" sf_status %s(' % old, 'extern "C" sf_status %s(' % new)
+        for new, old in zip(names[::2], names[1::2]):
+            if ('extern "C" sf_status %s(' % old) not in s:
+                sys.exit("emu_prep: %s has no extern \"C\" %s" % (f, old))
+            s = s.replace('extern "C" sf_status %s(' % old, 'extern "C" sf_status %s(' % new)
         open(os.path.join(out, "launcher_emu.cpp"), "w").write(s)
 
 

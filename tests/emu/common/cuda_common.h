@@ -1,5 +1,5 @@
 // cuda_common.h (emulation) - what src/cuda/common/cuda_common.h gives the
-// launchers (SSD and attention backward), on the host: no-op CUDA calls, a
+// launchers (SSD, attention backward, gemm_wq, paged), on the host: no-op CUDA calls, a
 // two-SM sm_90 device with sm_90a code.
 #pragma once
 #include "emu_rt.h"
@@ -41,7 +41,21 @@ template <class K, class... A> inline int cudaLaunchKernelEx(const cudaLaunchCon
 static inline void sf_cuda_copy_strides(int64_t *d, const sf_tensor *t, int n) {
     for (int i = 0; i < n; i++) d[i] = t->data ? t->stride[i] : 0;
 }
-typedef struct sf_cuda_state { int sm_count; int sm_major, sm_minor; size_t smem_optin; size_t l2_bytes; } sf_cuda_state;
+typedef struct sf_cuda_state {
+    int sm_count;
+    int sm_major, sm_minor;
+    size_t smem_optin;
+    size_t l2_bytes;
+    unsigned int *tile_ctr;    // the paged decode's split counters (set by a test), or NULL
+    unsigned int *paged_err_d; // the paged kernels' error word (set by a test), or NULL
+} sf_cuda_state;
+// resident blocks an SM: as many as the shared memory allows, at most 3
+template <class K> inline int cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t smem) {
+    const size_t per = smem + 1024;
+    const int by_smem = (int)(233472 / (per ? per : 1));
+    *n = by_smem < 1 ? 1 : by_smem > 3 ? 3 : by_smem;
+    return 0;
+}
 // EMU_SMEM_OPTIN (bytes) shrinks the shared memory a CTA may have, to
 // exercise the paths that size themselves by it
 #include <cstdlib>
