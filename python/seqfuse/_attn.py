@@ -241,6 +241,21 @@ def _i64(a):
     return a.astype("int64")
 
 
+def _ramp(call, like, n):
+    """[[0, 1, .., n - 1]] int64 beside `like` (its kind and device)."""
+    k = kind_of(like)
+    if k == "torch":
+        import torch
+        return torch.arange(n, dtype=torch.int64, device=like.device).reshape(1, n)
+    if k == "cupy":
+        import cupy
+        with cupy.cuda.Device(call.device):
+            return cupy.arange(n, dtype="int64").reshape(1, n)
+    if k == "numpy":
+        return np.arange(n, dtype=np.int64).reshape(1, n)
+    return _i64(call.as_i32([list(range(n))], "block_table"))  # made on the call's device
+
+
 def _contig_pages(call, k_cache, v_cache, k_scale, v_scale, kcs, b, idx, leftpad):
     """A contiguous cache (batch_cache, seqlen_cache, Hkv, d) as pages when
     it is not one page a row: page size P the largest power of two (at most
@@ -280,13 +295,13 @@ def _contig_pages(call, k_cache, v_cache, k_scale, v_scale, kcs, b, idx, leftpad
     if pages > 2 ** 31 - 1:
         fail(SF_ERR_TOO_LARGE, "%s: the cache makes %d pages of %d tokens, past the int32 block "
                                "table; pass a paged cache with block_table" % (op, pages, P))
-    j = _i64(call.as_i32([list(range(npr))], "block_table"))
     if idx is None:
         row = _i64(call.as_i32([[i] for i in range(b)], "block_table"))
         ok = 1
     else:
         row = _i64(idx).reshape(b, 1)
         ok = ((row >= 0) & (row < bc)) * 1
+    j = _ramp(call, row, npr)
     base = row * ok * m
     bt = (base + j) * ok + (ok - 1)
     bt_attn = bt
