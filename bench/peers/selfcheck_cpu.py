@@ -10,6 +10,7 @@ attention_ref), plus the refusals.
 Needs torch and .peers/ (bench/peers/prepare.sh).  Exits 1 on any mismatch.
 """
 import importlib.util
+import math
 import os
 import sys
 
@@ -99,6 +100,87 @@ def attention(T):
                ad(mine, (q, k, v), g), ad(ref, (q, k, v), g))
 
 
+def kvcache(T):
+    """flash_attn_with_kvcache through the stand-in against the test module's attention_ref
+    over the cache the call should leave (new k rotated at cache_seqlens + j, v as given),
+    with its key padding mask, leftpad and ALiBi bias: contiguous caches of any length
+    (with cache_batch_idx, cache_leftpad), paged ones, rotary (NeoX, GPT-J, partial), causal,
+    a window, head dims not a multiple of 8."""
+    from flash_attn import flash_attn_with_kvcache
+    from flash_attn.layers.rotary import apply_rotary_emb
+    # sq, sk, d, Hk (of 6 heads), new tokens (0: none), page size (0: contiguous), batch idx,
+    # leftpad, rotary fraction, interleaved, causal, window, alibi
+    cases = [(1, 339, 59, 3, 1, 0, False, False, 0.0, False, True, None, False),
+             (3, 1024, 64, 1, 3, 0, True, False, 0.5, True, True, None, False),
+             (3, 799, 32, 6, 2, 0, False, True, 1.0, False, True, None, False),
+             (64, 800, 80, 3, 64, 0, False, True, 0.5, False, True, None, True),
+             (1, 128, 59, 6, 0, 0, True, True, 0.0, False, False, (20, 5), False),
+             (16, 200, 48, 3, 16, 64, False, False, 0.5, True, True, None, True),
+             (3, 799, 59, 1, 3, 256, False, False, 0.0, False, False, (30, 2), False)]
+    b = 2
+    for sq, sk, d, Hk, new, ps, has_idx, has_lp, rf, inter, causal, win, alibi in cases:
+        tag = (f"kvcache {sq}x{sk} d {d} Hk {Hk} new {new} {'paged ' + str(ps) if ps else 'contiguous'}"
+               f"{' idx' if has_idx else ''}{' leftpad' if has_lp else ''}{' rot %.1f' % rf if rf else ''}"
+               f"{' causal' if causal else ''}{' window' if win else ''}{' alibi' if alibi else ''} (grad: caches)")
+        bc = 2 * b if has_idx else b
+        rd = int(rf * d) // 16 * 16
+        q = torch.randn(b, sq, 6, d)
+        k, v = (torch.randn(b, new, Hk, d), torch.randn(b, new, Hk, d)) if new else (None, None)
+        kc, vc = torch.randn(bc, sk, Hk, d), torch.randn(bc, sk, Hk, d)
+        idx = torch.randperm(bc, dtype=torch.int32)[:b] if has_idx else None
+        cs = torch.randint(0 if new else 1, sk - (sq if (causal or win) and rd else new) + 1, (b,),
+                           dtype=torch.int32)
+        lp = torch.stack([torch.randint(0, int(c), (1,))[0] if c > 0 else torch.tensor(0)
+                          for c in cs]).to(torch.int32) if has_lp else None
+        ar = torch.arange(sk)[None, :]
+        mask = ar < cs[:, None] + new
+        if has_lp:
+            mask &= ar >= lp[:, None]
+        cos = sin = None
+        q_ro, k_ro = q, k
+        if rd:
+            ang = torch.rand(sk, rd // 2) * 2 * math.pi
+            cos, sin = torch.cos(ang), torch.sin(ang)
+            if causal or win:
+                q_ro = apply_rotary_emb(q, cos, sin, seqlen_offsets=cs, interleaved=inter)
+            else:  # every query token at cache_seqlens
+                q_ro = apply_rotary_emb(q.reshape(b, 1, sq * 6, d), cos, sin, seqlen_offsets=cs,
+                                        interleaved=inter).reshape(b, sq, 6, d)
+            k_ro = apply_rotary_emb(k, cos, sin, seqlen_offsets=cs, interleaved=inter)
+        want_k = (kc[idx.long()] if has_idx else kc).clone()
+        want_v = (vc[idx.long()] if has_idx else vc).clone()
+        if new:
+            upd = (cs[:, None] <= ar) & (ar < cs[:, None] + new)
+            want_k[upd] = k_ro.reshape(-1, Hk, d)
+            want_v[upd] = v.reshape(-1, Hk, d)
+        slopes = torch.rand(b, 6) * 0.3 if alibi else None
+        bias = T.attn_bias_from_alibi_slopes(slopes, sq, sk, None, mask, causal=causal, key_leftpad=lp) \
+            if alibi else None
+        if ps:  # the contiguous cache in shuffled pages of ps tokens
+            npg = -(-sk // ps)
+            table = torch.randperm(3 * b * npg, dtype=torch.int32)[:b * npg].reshape(b, npg)
+            kp, vp = torch.randn(3 * b * npg, ps, Hk, d), torch.randn(3 * b * npg, ps, Hk, d)
+            pad = npg * ps - sk
+            kp[table.flatten().long()] = torch.cat([kc, torch.zeros(b, pad, Hk, d)], 1).reshape(-1, ps, Hk, d)
+            vp[table.flatten().long()] = torch.cat([vc, torch.zeros(b, pad, Hk, d)], 1).reshape(-1, ps, Hk, d)
+            out = flash_attn_with_kvcache(q, kp, vp, k, v, cos, sin, cache_seqlens=cs, block_table=table,
+                                          causal=causal, window_size=win or (-1, -1),
+                                          rotary_interleaved=inter, alibi_slopes=slopes)
+            got_k = kp[table.flatten().long()].reshape(b, npg * ps, Hk, d)[:, :sk]
+            got_v = vp[table.flatten().long()].reshape(b, npg * ps, Hk, d)[:, :sk]
+        else:
+            out = flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, cache_seqlens=cs, cache_batch_idx=idx,
+                                          cache_leftpad=lp, causal=causal, window_size=win or (-1, -1),
+                                          rotary_interleaved=inter, alibi_slopes=slopes)
+            got_k = kc[idx.long()] if has_idx else kc
+            got_v = vc[idx.long()] if has_idx else vc
+        g = 6 // Hk
+        ref, _ = T.attention_ref(q_ro, repeat(want_k, "b s h d -> b s (h g) d", g=g),
+                                 repeat(want_v, "b s h d -> b s (h g) d", g=g), None, mask, bias, 0.0, None,
+                                 causal=causal, window_size=win or (-1, -1), key_leftpad=lp)
+        report(tag, out, ref, [got_k, got_v], [want_k, want_v])
+
+
 def mamba():
     b, H, P, N, G = 3, 8, 64, 16, 2
     for has_z in (False, True):
@@ -179,7 +261,9 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     print(f"seqfuse {seqfuse.version()} ({seqfuse.library_path}), torch {torch.__version__}, "
           f"peers' files in {os.path.dirname(peer_file('SOURCES.txt'))}")
-    attention(peer_test_module())
+    T = peer_test_module()
+    attention(T)
+    kvcache(T)
     mamba()
     rotary()
     refusals()
