@@ -59,11 +59,22 @@ static inline float from_f16(uint16_t h) {
 /* The start of a stand-alone GPU test: 0 with the generator seeded (from
  * SF_SEED, else the clock; the seed printed so a failure can be repeated),
  * or 77 (CTest's skip) after saying so when there is no CUDA device. */
+/* The device the test's context is made on: 0, or the host when the test
+ * is built into the kernel emulator (tests/emu, SF_TEST_EMU: the launcher
+ * and its kernels run on the CPU, on host memory). */
+#ifdef SF_TEST_EMU
+#define GPU_TEST_DEVICE SF_DEVICE_CPU
+#else
+#define GPU_TEST_DEVICE 0
+#endif
+
 static inline int gpu_test_start(const char *name) {
+#ifndef SF_TEST_EMU
     if (sf_cuda_device_count() < 1) {
         printf("SKIP %s: no CUDA device\n", name);
         return 77;
     }
+#endif
     const char *se = getenv("SF_SEED");
     const uint64_t seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
     rng = seed * 2654435761u + 0x9e3779b97f4a7c15ULL;

@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     const int start = gpu_test_start("test_dec_gemv");
     if (start) return start;
     sf_ctx *gpu;
-    CK(sf_ctx_create(&gpu, 0));
+    CK(sf_ctx_create(&gpu, GPU_TEST_DEVICE));
     const mode modes[] = {{SF_DEC_PLAIN, 0, 0, "plain"}, {SF_DEC_PLAIN, 1, 1, "plain+norm+bias"},
                           {SF_DEC_PLAIN, 0, 1, "plain+bias"}, {SF_DEC_RES, 0, 0, "res"},
                           {SF_DEC_SWIGLU, 1, 0, "swiglu+norm"}, {SF_DEC_SWIGLU, 0, 0, "swiglu"}};

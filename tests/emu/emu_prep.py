@@ -12,7 +12,7 @@ copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
   - kern<<<grid, block, smem, stream>>>(args); launches turned into
     emu_launch(kern, grid, block, smem, args);
 and, given a launcher, writes OUT/launcher_emu.cpp: the same rewrites, and each extern "C" OLD_NAME
-renamed NEW_NAME."""
+renamed NEW_NAME (with its uses there)."""
 import glob, os, re, sys
 
 
@@ -165,9 +165,9 @@ def main():
             sys.exit("emu_prep: give NEW_NAME OLD_NAME pairs after the launcher")
         s = rewrite_asm(rewrite_launches(rewrite_smem(open(f).read())), f)
         for new, old in zip(names[::2], names[1::2]):
-            if ('extern "C" sf_status %s(' % old) not in s:
+            if not re.search(r'extern "C" [\w\s\*]+\b%s\(' % old, s):
                 sys.exit("emu_prep: %s has no extern \"C\" %s" % (f, old))
-            s = s.replace('extern "C" sf_status %s(' % old, 'extern "C" sf_status %s(' % new)
+            s = re.sub(r"\b%s\b" % old, new, s)  # the definition and its uses
         open(os.path.join(out, "launcher_emu.cpp"), "w").write(s)
 
 

@@ -8,6 +8,7 @@ typedef void *cudaStream_t;
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 0 };
 inline int cudaGetLastError() { return 0; }
+inline int cudaGetDevice(int *d) { *d = 0; return 0; }
 inline const char *cudaGetErrorString(int) { return "emulated"; }
 template <class K> inline int cudaFuncSetAttribute(K, int, int) { return 0; }
 inline int cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
