@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
     const int start = gpu_test_start("test_dec_qkv");
     if (start) return start;
     sf_ctx *gpu;
-    CK(sf_ctx_create(&gpu, 0));
+    CK(sf_ctx_create(&gpu, GPU_TEST_DEVICE));
     /* H, Hkv, hd, R, K: Llama-3.2-1B, SmolLM2-135M, a partial rotary dim
      * (Bamba's half), a small odd one */
     const int shapes[][5] = {{32, 8, 64, 64, 2048}, {9, 3, 64, 64, 576}, {8, 2, 128, 64, 256}, {3, 1, 16, 16, 40}};
