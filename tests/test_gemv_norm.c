@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     const int start = gpu_test_start("test_gemv_norm");
     if (start) return start;
     sf_ctx *gpu;
-    CK(sf_ctx_create(&gpu, 0));
+    CK(sf_ctx_create(&gpu, GPU_TEST_DEVICE));
     const int shapes[][2] = {{2048, 2048}, {2048, 8192}, {576, 576}, {576, 1536}, {37, 64}, {1, 16}, {1000, 40}};
     const int rows[] = {1, 2, 3, 5, 8};
     const sf_dtype dts[] = {SF_BF16, SF_F16, SF_F32};

@@ -6,7 +6,7 @@ copies src/cuda/DIR/*.h, *.cuh to OUT/DIR/ with
     static __shared__ arrays made static host arrays;
   - inline asm statements replaced: the ones with a host meaning (rcp, ex2,
     tanh approximations, 16-byte global loads with cache hints, lop3, f16x2 /
-    bf16x2 fma) by it, includes of cuda_bf16.h / cuda_fp16.h /
+    bf16x2 fma, gpu-scope fences, a release atomic add) by it, includes of cuda_bf16.h / cuda_fp16.h /
     cuda_fp8.h, cooperative_groups.h dropped (emu_rt.h has what they provide), any other by a call that aborts naming the
     file and line (so a kernel still compiles; it fails only if it runs it);
   - kern<<<grid, block, smem, stream>>>(args); launches turned into
@@ -117,6 +117,15 @@ def rewrite_asm(s, fname):
                     i.group(1), " ".join("%s = emu_p_[%d];" % (v, j) for j, v in enumerate(o)))
         if op.startswith("setmaxnreg."):  # a register budget: nothing on the host
             repl = ";"
+        if op.rstrip(";") in ("fence.acq_rel.gpu", "fence.sc.gpu"):  # CTAs run one after another here
+            repl = "__threadfence();"
+        if op == "atom.add.release.gpu.global.u32" and len(parts) >= 3:
+            # old = atomicAdd(p, immediate)
+            o = re.findall(r'"=r"\s*\(([^()]+)\)', parts[1])
+            i = re.search(r'"l"\s*\((.*)\)\s*$', parts[2].strip(), flags=re.S)
+            imm = re.search(r"\],\s*(\d+)\s*;", strs)
+            if len(o) == 1 and i and imm:
+                repl = "%s = atomicAdd((unsigned *)(%s), %su);" % (o[0], i.group(1), imm.group(1))
         if op == "ld.shared.v4.b32" and len(parts) >= 3:
             o = re.findall(r'"=r"\s*\(([^()]+)\)', parts[1])
             i = re.search(r'"r"\s*\((.*)\)\s*$', parts[2].strip(), flags=re.S)
