@@ -14,6 +14,7 @@
 // (tests/emu/cublas_v2.h).  Outputs poisoned first.
 // Built and run by run_gemm_wq_launch_emu.sh; argument: a case name.
 #include "common/cuda_common.h"
+#include "emu_bits.h"
 #include "gemm_wq.h"
 #include "gemm_wq/configs.h"
 #include <cmath>
@@ -43,34 +44,6 @@ static sf_tensor t2(void *data, sf_dtype dt, int64_t r, int64_t c) {
     return sf_tensor_contiguous(data, dt, SF_DEVICE_CPU, 2, shape);
 }
 
-static uint16_t to16(float v, bool f16) {
-    uint16_t u;
-    if (f16) {
-        const __half h = __float2half_rn(v);
-        memcpy(&u, &h, 2);
-    } else {
-        const __nv_bfloat16 b = __float2bfloat16_rn(v);
-        memcpy(&u, &b, 2);
-    }
-    return u;
-}
-static float from16(uint16_t u, bool f16) {
-    if (f16) {
-        __half h;
-        memcpy(&h, &u, 2);
-        return __half2float(h);
-    }
-    __nv_bfloat16 b;
-    memcpy(&b, &u, 2);
-    return __bfloat162float(b);
-}
-
-// 16-byte aligned, zeroed host storage of n bytes
-struct Mem {
-    std::vector<uint8_t> v;
-    uint8_t *p;
-    explicit Mem(size_t n) : v(n + 16, 0) { p = v.data() + (16 - (uintptr_t)v.data() % 16) % 16; }
-};
 
 // runs case c under every configuration; returns the failures
 static int run(const Case &c, sf_ctx *ctx) {

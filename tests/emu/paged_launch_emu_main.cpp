@@ -15,6 +15,7 @@
 // an sm_90 with 2 SMs.  Built and run by run_paged_launch_emu.sh; argument:
 // a case name (default: all).
 #include "common/cuda_common.h"
+#include "emu_bits.h"
 #include "paged/counters.h"
 #include <cmath>
 #include <cstdio>
@@ -37,34 +38,6 @@ struct Case {
     int bad_seq;    // -1, or the sequence whose first table entry is made out of range
 };
 
-static uint16_t to16(float v, bool f16) {
-    uint16_t u;
-    if (f16) {
-        const __half h = __float2half_rn(v);
-        memcpy(&u, &h, 2);
-    } else {
-        const __nv_bfloat16 b = __float2bfloat16_rn(v);
-        memcpy(&u, &b, 2);
-    }
-    return u;
-}
-static float from16(uint16_t u, bool f16) {
-    if (f16) {
-        __half h;
-        memcpy(&h, &u, 2);
-        return __half2float(h);
-    }
-    __nv_bfloat16 b;
-    memcpy(&b, &u, 2);
-    return __bfloat162float(b);
-}
-
-// 16-byte aligned, zeroed host storage
-struct Mem {
-    std::vector<uint8_t> v;
-    uint8_t *p;
-    explicit Mem(size_t n) : v(n + 16, 0) { p = v.data() + (16 - (uintptr_t)v.data() % 16) % 16; }
-};
 
 static sf_tensor tn(void *p, sf_dtype dt, int rank, const int64_t *shape, const int64_t *stride) {
     sf_tensor t = sf_tensor_contiguous(p, dt, SF_DEVICE_CPU, rank, shape);
