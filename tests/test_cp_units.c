@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "test_cp.h"
+#include "worst.h"
 
 void check_merge_units(sf_backend be) {
     sf_ctx *ctx = mk_ctx(be);
@@ -66,7 +67,7 @@ void check_combine_units(sf_backend be) {
                 for (int kk = qq + 1; kk < r; kk++) e += ld[kk * 6 + bh];
                 want += exp(e) * s[qq * NS + i];
             }
-            worst = fmax(worst, fabs(hin[i] - want));
+            worst = worst_of(worst, abs_diff(hin[i], want));
         }
         CHECK(worst < 1e-5, "combine rank %d: max abs err %g", r, worst);
     }

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "expect.h"
+#include "split_test.h"
+#include "worst.h"
 
 static int failures, checks;
 
@@ -331,7 +333,7 @@ static void test_rope(sf_ctx *ctx) {
 /* max |a - b| over n floats */
 static double max_diff(const float *a, const float *b, int n) {
     double m = 0;
-    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    for (int i = 0; i < n; i++) m = worst_of(m, abs_diff(a[i], b[i]));
     return m;
 }
 
@@ -396,25 +398,28 @@ static void test_cuda(sf_ctx *ctx) {
     sf_ctx_destroy(cctx);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     sf_ctx *ctx = NULL;
-    if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
-        printf("FAIL cannot create a CPU context\n");
-        return 1;
-    }
-    test_norms(ctx);
-    test_swiglu(ctx);
-    test_rope(ctx);
-    sf_ctx_destroy(ctx);
-
-    /* the CUDA backend: the same small calls on a GPU context (in-place h,
-     * the three layouts' CONCAT, in-place RoPE with theta) agree with the
-     * CPU backend to f32 rounding; the case table (test_ops) has the rest */
-    if (sf_cuda_device_count() > 0 && sf_ctx_create(&ctx, 0) == SF_OK) {
+    if (cuda) {
+        /* the CUDA backend: the same small calls on a GPU context (in-place
+         * h, the three layouts' CONCAT, in-place RoPE with theta) agree with
+         * the CPU backend to f32 rounding; the case table (test_ops) has the
+         * rest */
+        const int code = split_gpu_ctx(&ctx, "test_fused");
+        if (code) return code;
         test_cuda(ctx);
         sf_ctx_destroy(ctx);
     } else {
-        printf("no CUDA device: the CUDA backend is not exercised here\n");
+        if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
+            printf("FAIL cannot create a CPU context\n");
+            return 1;
+        }
+        test_norms(ctx);
+        test_swiglu(ctx);
+        test_rope(ctx);
+        sf_ctx_destroy(ctx);
     }
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

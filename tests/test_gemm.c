@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "expect.h"
+#include "split_test.h"
 
 static int checks = 0, failures = 0;
 static sf_ctx *ctx = NULL, *gctx = NULL; /* gctx: CUDA device 0, when there is one */
@@ -170,13 +171,9 @@ static void test_random(void) {
     run_case(SF_BACKEND_CPU, SF_F32, SF_F32, 9, 33, 20, 1, 1, -0.5f);
 }
 
-/* The CUDA backend (cuBLAS): x and w of one dtype, the same cases; skipped
- * without a device. */
+/* The CUDA backend (cuBLAS): x and w of one dtype, the same cases, on the
+ * context gctx. */
 static void test_cuda(void) {
-    if (sf_cuda_device_count() < 1 || sf_ctx_create(&gctx, 0) != SF_OK) {
-        printf("test_gemm: no CUDA device: the CUDA backend is not tested\n");
-        return;
-    }
     const int64_t shapes[][3] = {{1, 1, 1}, {1, 7, 33}, {3, 5, 17}, {5, 257, 40}, {17, 300, 64}, {64, 96, 129},
                                  {2, 513, 576}, {130, 1024, 576}};
     const sf_dtype dts[3] = {SF_F32, SF_F16, SF_BF16};
@@ -185,8 +182,6 @@ static void test_cuda(void) {
             run_case(SF_BACKEND_CUDA, dts[di], dts[di], shapes[s][0], shapes[s][1], shapes[s][2], (int)(s & 1) * 3, 0, 0.0f);
             run_case(SF_BACKEND_CUDA, dts[di], dts[di], shapes[s][0], shapes[s][1], shapes[s][2], 2, 1, 1.0f);
         }
-    sf_ctx_destroy(gctx);
-    gctx = NULL;
 }
 
 static void test_hand_and_errors(void) {
@@ -234,12 +229,23 @@ static void test_hand_and_errors(void) {
     EXPECT(sf_gemm(ctx, &q) != SF_OK, "the CUDA backend on a CPU context must fail");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) return 1;
     printf("test_gemm: seed %llu\n", (unsigned long long)rng_state);
-    test_hand_and_errors();
-    test_random();
-    test_cuda();
+    if (cuda) {
+        const int rc = split_gpu_ctx(&gctx, "test_gemm");
+        if (rc) {
+            sf_ctx_destroy(ctx);
+            return rc;
+        }
+        test_cuda();
+        sf_ctx_destroy(gctx);
+    } else {
+        test_hand_and_errors();
+        test_random();
+    }
     sf_ctx_destroy(ctx);
     printf("test_gemm: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

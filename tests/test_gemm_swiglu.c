@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "expect.h"
+#include "split_test.h"
 
 static int checks = 0, failures = 0;
 static sf_ctx *ctx = NULL;
@@ -378,22 +379,28 @@ static void test_cuda(sf_ctx *gpu) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     printf("seed %#llx\n", (unsigned long long)rng_state);
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
         printf("FAIL cannot create a CPU context\n");
         return 1;
     }
     setenv("SF_AUTOTUNE_CACHE", "", 1);
-    test_hand();
-    test_cpu();
-    test_errors();
-    sf_ctx *gpu = NULL;
-    if (sf_cuda_device_count() > 0 && sf_ctx_create(&gpu, 0) == SF_OK) {
+    if (cuda) {
+        sf_ctx *gpu = NULL;
+        const int rc = split_gpu_ctx(&gpu, "test_gemm_swiglu");
+        if (rc) {
+            sf_ctx_destroy(ctx);
+            return rc;
+        }
         test_cuda(gpu);
         sf_ctx_destroy(gpu);
     } else {
-        printf("no CUDA device: the CUDA backend is not exercised here (skipped)\n");
+        test_hand();
+        test_cpu();
+        test_errors();
     }
     sf_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", checks, failures);

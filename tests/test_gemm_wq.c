@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "expect.h"
+#include "split_test.h"
 
 static int checks = 0, failures = 0;
 static sf_ctx *ctx = NULL;
@@ -368,47 +369,6 @@ static void test_errors(void) {
     BREAK(p.backend = SF_BACKEND_CUDA, SF_ERR_UNSUPPORTED, "the cuda backend needs a CUDA context");
     BREAK(p.backend = (sf_backend)7, SF_ERR_INVALID_ARG, "unknown backend 7");
     BREAK(p.w.data.data = vd + 1, SF_OK, NULL); /* bytes: any address on the host */
-    /* on a CUDA context, when there is one: the conversions are host-only,
-     * and the CUDA backend's own requirements */
-    if (sf_cuda_device_count() > 0) {
-        sf_ctx *g = NULL;
-        if (sf_ctx_create(&g, 0) == SF_OK) {
-            valid(&p);
-            sf_tensor w = t2(vx, SF_F16, N_, K_);
-            EXPECT(sf_quantize_weights(g, &w, &p.w) == SF_ERR_UNSUPPORTED, "quantize on a CUDA context");
-            EXPECT(strstr(sf_ctx_last_error(g), "runs on the host") != NULL, "detail: %s", sf_ctx_last_error(g));
-            void *dev = NULL;
-            if (sf_malloc(g, &dev, 1 << 16) == SF_OK) {
-                sf_ctx *keep = ctx;
-                ctx = g; /* EXPECT_STATUS reads ctx's detail */
-                unsigned char *b = (unsigned char *)dev;
-                sf_gemm_wq_params d;
-#define DEV(stmt, want, needle)                                                         \
-    do {                                                                                \
-        valid(&d);                                                                      \
-        d.w.data.data = b, d.w.scales.data = b + 4096, d.w.mins.data = b + 8192;        \
-        d.x.data = b + 12288, d.y.data = b + 20480, d.bias.data = b + 24576;            \
-        d.w.data.device = d.w.scales.device = d.w.mins.device = d.x.device = 0;         \
-        d.y.device = d.bias.device = 0;                                                 \
-        stmt;                                                                           \
-        EXPECT_STATUS(sf_gemm_wq(g, &d), want, needle);                                 \
-    } while (0)
-                DEV((void)0, SF_OK, NULL);
-                DEV((d.x.dtype = d.y.dtype = d.bias.dtype = d.w.scales.dtype = d.w.mins.dtype = SF_F32),
-                    SF_ERR_UNSUPPORTED, "takes f16 or bf16 x, not f32");
-                DEV((d.w.scales.dtype = d.w.mins.dtype = SF_BF16), SF_ERR_UNSUPPORTED, "w.scales (and w.mins) in x's dtype f16");
-                DEV(d.w.data.data = b + 1, SF_ERR_ALIGNMENT, "w.data 16-byte aligned");
-                DEV((d.x.stride[0] = 132, d.x.shape[0] = d.y.shape[0] = 2), SF_ERR_UNSUPPORTED, "row stride a multiple of 8");
-                DEV((d.x.data = b + 12290, d.x.shape[0] = 1, d.y.shape[0] = 1), SF_ERR_UNSUPPORTED, "16-byte aligned");
-                DEV(d.backend = SF_BACKEND_CPU, SF_ERR_UNSUPPORTED, "works on host memory");
-#undef DEV
-                EXPECT(sf_ctx_synchronize(g) == SF_OK, "the launches completed: %s", sf_ctx_last_error(g));
-                ctx = keep;
-                sf_free(g, dev);
-            }
-            sf_ctx_destroy(g);
-        }
-    }
     /* dequantise: the output's checks */
     valid(&p);
     sf_tensor w = t2(vx, SF_BF16, N_, K_);
@@ -522,16 +482,70 @@ static void test_tiled(void) {
     }
 }
 
-int main(void) {
+/* On a CUDA context g: the conversions are host-only, and the CUDA
+ * backend's own requirements. */
+static void test_cuda_errors(sf_ctx *g) {
+    for (int i = 0; i < 4 * N_; i++) vs[i] = 0x3c00, vm[i] = 0; /* 1.0, 0 */
+    sf_gemm_wq_params p;
+    valid(&p);
+    sf_tensor w = t2(vx, SF_F16, N_, K_);
+    EXPECT(sf_quantize_weights(g, &w, &p.w) == SF_ERR_UNSUPPORTED, "quantize on a CUDA context");
+    EXPECT(strstr(sf_ctx_last_error(g), "runs on the host") != NULL, "detail: %s", sf_ctx_last_error(g));
+    void *dev = NULL;
+    EXPECT(sf_malloc(g, &dev, 1 << 16) == SF_OK, "device allocation: %s", sf_ctx_last_error(g));
+    if (dev) {
+        sf_ctx *keep = ctx;
+        ctx = g; /* EXPECT_STATUS reads ctx's detail */
+        unsigned char *b = (unsigned char *)dev;
+        sf_gemm_wq_params d;
+#define DEV(stmt, want, needle)                                                  \
+    do {                                                                         \
+        valid(&d);                                                               \
+        d.w.data.data = b, d.w.scales.data = b + 4096, d.w.mins.data = b + 8192; \
+        d.x.data = b + 12288, d.y.data = b + 20480, d.bias.data = b + 24576;     \
+        d.w.data.device = d.w.scales.device = d.w.mins.device = d.x.device = 0;  \
+        d.y.device = d.bias.device = 0;                                          \
+        stmt;                                                                    \
+        EXPECT_STATUS(sf_gemm_wq(g, &d), want, needle);                          \
+    } while (0)
+        DEV((void)0, SF_OK, NULL);
+        DEV((d.x.dtype = d.y.dtype = d.bias.dtype = d.w.scales.dtype = d.w.mins.dtype = SF_F32),
+            SF_ERR_UNSUPPORTED, "takes f16 or bf16 x, not f32");
+        DEV((d.w.scales.dtype = d.w.mins.dtype = SF_BF16), SF_ERR_UNSUPPORTED, "w.scales (and w.mins) in x's dtype f16");
+        DEV(d.w.data.data = b + 1, SF_ERR_ALIGNMENT, "w.data 16-byte aligned");
+        DEV((d.x.stride[0] = 132, d.x.shape[0] = d.y.shape[0] = 2), SF_ERR_UNSUPPORTED, "row stride a multiple of 8");
+        DEV((d.x.data = b + 12290, d.x.shape[0] = 1, d.y.shape[0] = 1), SF_ERR_UNSUPPORTED, "16-byte aligned");
+        DEV(d.backend = SF_BACKEND_CPU, SF_ERR_UNSUPPORTED, "works on host memory");
+#undef DEV
+        EXPECT(sf_ctx_synchronize(g) == SF_OK, "the launches completed: %s", sf_ctx_last_error(g));
+        ctx = keep;
+        sf_free(g, dev);
+    }
+}
+
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
         printf("FAIL cannot create a CPU context\n");
         return 1;
     }
-    test_hand();
-    test_quantize();
-    test_repack();
-    test_errors();
-    test_tiled();
+    if (cuda) {
+        sf_ctx *g = NULL;
+        const int rc = split_gpu_ctx(&g, "test_gemm_wq");
+        if (rc) {
+            sf_ctx_destroy(ctx);
+            return rc;
+        }
+        test_cuda_errors(g);
+        sf_ctx_destroy(g);
+    } else {
+        test_hand();
+        test_quantize();
+        test_repack();
+        test_errors();
+        test_tiled();
+    }
     sf_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "expect.h"
+#include "worst.h"
 
 static int failures = 0, checks = 0;
 
@@ -232,8 +233,8 @@ static void test_decode_loop(sf_ctx *ctx, int fp8) {
                             Kq[b][t][h][e] = (float)(e4m3_value(((const uint8_t *)kc.data)[r * D + e]) * sk);
                             Vq[b][t][h][e] = (float)(e4m3_value(((const uint8_t *)vc.data)[r * D + e]) * sv);
                             /* e4m3 keeps 3 mantissa bits: within amax / 16 of the value */
-                            qerr = fmax(qerr, fabs(Kq[b][t][h][e] - K[b][t][h][e]) / ak);
-                            qerr = fmax(qerr, fabs(Vq[b][t][h][e] - V[b][t][h][e]) / av);
+                            qerr = worst_of(qerr, abs_diff(Kq[b][t][h][e], K[b][t][h][e]) / (ak > 0 ? ak : 1));
+                            qerr = worst_of(qerr, abs_diff(Vq[b][t][h][e], V[b][t][h][e]) / (av > 0 ? av : 1));
                         }
                     }
         }

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "expect.h"
+#include "split_test.h"
+#include "worst.h"
 
 static int failures = 0, checks = 0;
 
@@ -284,7 +286,7 @@ static void test_rope_by_hand(sf_ctx *ctx) {
             /* position 2: page tab[0] = 1, row 2 */
             const float *got = kpool + (1 * 4 + 2) * 4, *gv = vpool + (1 * 4 + 2) * 4;
             double err = 0;
-            for (int c = 0; c < 4; c++) err = fmax(err, fabs(got[c] - want[c]));
+            for (int c = 0; c < 4; c++) err = worst_of(err, abs_diff(got[c], want[c]));
             EXPECT(err < 1e-6, "rope by hand, %s style %d: k_cache row (%g %g %g %g), want (%g %g %g %g)",
                    be ? "cpu" : "ref", style, got[0], got[1], got[2], got[3], want[0], want[1],
                    want[2], want[3]);
@@ -301,14 +303,9 @@ static void test_rope_by_hand(sf_ctx *ctx) {
  * tables is found by the kernel, its row (K and V) left unwritten and the
  * sequence recorded (SF_ERR_INDEX at the next synchronize).  Tables of 3
  * rows, cos 1 and sin 0 (K copied exactly), a sequence of 2 cached tokens
- * appending 2: position 2 is written, position 3 is not.  Skipped without
- * a GPU. */
-static void test_rope_cuda_bad_row(void) {
-    sf_ctx *ctx = NULL;
-    if (sf_ctx_create(&ctx, 0) != SF_OK) {
-        printf("skip rope on the GPU: no CUDA device\n");
-        return;
-    }
+ * appending 2: position 2 is written, position 3 is not.  On the CUDA
+ * context ctx. */
+static void test_rope_cuda_bad_row(sf_ctx *ctx) {
     enum { PD = 8, NPOS = 3 };
     uint16_t hk[2 * PD], hv[2 * PD], pool[2 * 4 * PD];
     float hc[NPOS * PD / 2], hs[NPOS * PD / 2];
@@ -359,7 +356,6 @@ static void test_rope_cuda_bad_row(void) {
     void *bufs[] = {dk, dv, dkc, dvc, dc, ds, dt, dl};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) sf_free(ctx, bufs[i]);
-    sf_ctx_destroy(ctx);
 }
 
 /* ------------------------------------------------------------------ */
@@ -538,7 +534,7 @@ static void test_equivalence(sf_ctx *ctx, sf_dtype dt) {
             for (int h = 0; h < H; h++)
                 for (int i = 0; i < LN; i++) {
                     const double x = l1[(b * H + h) * LN + i], y = l2[h * B * LN + b * LN + i];
-                    lerr = fmax(lerr, fabs(x - y));
+                    lerr = worst_of(lerr, abs_diff(x, y));
                 }
         const double err = den > 0 ? sqrt(num / den) : sqrt(num);
         const double tol = dt == SF_F32 ? 1e-5 : 2e-3;
@@ -550,8 +546,18 @@ out:
     free(l1), free(l2);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     sf_ctx *ctx = NULL;
+    if (cuda) {
+        const int rc = split_gpu_ctx(&ctx, "test_paged");
+        if (rc) return rc;
+        test_rope_cuda_bad_row(ctx);
+        sf_ctx_destroy(ctx);
+        printf("%d checks, %d failures\n", checks, failures);
+        return failures ? 1 : 0;
+    }
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
         printf("FAIL cannot create a CPU context\n");
         return 1;
@@ -559,7 +565,6 @@ int main(void) {
     test_attn_errors(ctx);
     test_append_errors(ctx);
     test_rope_by_hand(ctx);
-    test_rope_cuda_bad_row();
     test_empty(ctx);
     test_equivalence(ctx, SF_F32);
     test_equivalence(ctx, SF_F16);

@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "expect.h"
+#include "split_test.h"
+#include "worst.h"
 
 static int failures = 0, checks = 0;
 
@@ -542,6 +544,7 @@ static void test_rope_fp8(sf_ctx *ctx) {
     for (int i = 0; i < RB * RL * RH * RD; i++) k[i] = (float)(4.0 * unif() - 2.0), v[i] = (float)(2.0 * unif() - 1.0);
     for (int be = 0; be < 2; be++) {
         memset(kp[be], 0xff, sizeof kp[be]), memset(vp[be], 0xff, sizeof vp[be]);
+        memset(ks[be], 0xff, sizeof ks[be]), memset(vs[be], 0xff, sizeof vs[be]); /* NaN scales */
         sf_rope_params r;
         sf_rope_params_init(&r);
         r.rotary_dim = 32;
@@ -561,9 +564,11 @@ static void test_rope_fp8(sf_ctx *ctx) {
     }
     double worst = 0;
     int vsame = memcmp(vp[0], vp[1], sizeof vp[0]) == 0 && memcmp(vs[0], vs[1], sizeof vs[0]) == 0;
-    int kpoison = 1;
+    int kpoison = 1, nwritten = 0, vscaled = 1;
     for (int row = 0; row < RP * RPS * RH; row++) {
         const int written = kp[0][row * RD] != 0xff || kp[0][row * RD + 1] != 0xff;
+        nwritten += written;
+        if (written) vscaled &= isfinite(vs[0][row]) && isfinite(vs[1][row]);
         for (int e = 0; e < RD; e++) {
             if (!written) {
                 kpoison &= kp[0][row * RD + e] == 0xff && kp[1][row * RD + e] == 0xff;
@@ -572,35 +577,43 @@ static void test_rope_fp8(sf_ctx *ctx) {
             const double a = e4m3_value(kp[0][row * RD + e]) * ks[0][row];
             const double b = e4m3_value(kp[1][row * RD + e]) * ks[1][row];
             const double amax = ks[0][row] * 448.0;
-            worst = fmax(worst, fabs(a - b) / amax);
+            /* a NaN code (0xff, never a quantised value) or scale is an infinite error */
+            worst = worst_of(worst, abs_diff(a, b) / amax);
         }
     }
-    EXPECT(vsame && kpoison && worst <= 1.0 / 16,
+    EXPECT(vsame && kpoison && vscaled && nwritten == RB * RL * RH && worst <= 1.0 / 16,
            "rope into FP8 pools: ref and cpu K within %.3g of the row's amax (want <= 1/16), V equal %d, "
-           "unwritten rows untouched %d", worst, vsame, kpoison);
+           "unwritten rows untouched %d, V scales written %d, %d rows written (want %d)", worst, vsame, kpoison,
+           vscaled, nwritten, RB * RL * RH);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     sf_ctx *ctx = NULL;
     if (sf_ctx_create(&ctx, SF_DEVICE_CPU) != SF_OK) {
         printf("FAIL cannot create a CPU context\n");
         return 1;
     }
-    test_errors(ctx);
-    test_encoder_values(ctx);
-    test_rope_fp8(ctx);
     const int nc = (int)(sizeof fcases / sizeof fcases[0]);
-    for (int i = 0; i < nc; i++) {
-        run_fcase(ctx, SF_BACKEND_REF, &fcases[i], SF_F32);
-        run_fcase(ctx, SF_BACKEND_CPU, &fcases[i], SF_F32);
-        run_fcase(ctx, SF_BACKEND_CPU, &fcases[i], SF_BF16);
-    }
-    sf_ctx *gpu = NULL;
-    if (sf_ctx_create(&gpu, 0) == SF_OK) {
+    if (cuda) {
+        sf_ctx *gpu = NULL;
+        const int rc = split_gpu_ctx(&gpu, "test_paged_fp8");
+        if (rc) {
+            sf_ctx_destroy(ctx);
+            return rc;
+        }
         for (int i = 0; i < nc; i++) run_fcase(gpu, SF_BACKEND_CUDA, &fcases[i], SF_BF16);
         sf_ctx_destroy(gpu);
     } else {
-        printf("skip the CUDA backend: no CUDA device\n");
+        test_errors(ctx);
+        test_encoder_values(ctx);
+        test_rope_fp8(ctx);
+        for (int i = 0; i < nc; i++) {
+            run_fcase(ctx, SF_BACKEND_REF, &fcases[i], SF_F32);
+            run_fcase(ctx, SF_BACKEND_CPU, &fcases[i], SF_F32);
+            run_fcase(ctx, SF_BACKEND_CPU, &fcases[i], SF_BF16);
+        }
     }
     sf_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", checks, failures);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "expect.h"
+#include "split_test.h"
 
 static int failures, checks;
 static uint64_t rs = 1;
@@ -563,7 +564,9 @@ static void sample_errors(sf_ctx *ctx) {
     EXPECT_STATUS(sf_sample(ctx, &L0, &s, NULL, NULL, &R, &T0), SF_OK, NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int cuda = split_cuda_part(argc, argv);
+    if (cuda < 0) return 2;
     const char *e = getenv("SF_TEST_SEED");
     const uint64_t seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL);
     printf("test_sample: seed %llu (SF_TEST_SEED to repeat)\n", (unsigned long long)seed);
@@ -573,24 +576,27 @@ int main(void) {
         printf("FAIL no CPU context\n");
         return 1;
     }
-    embed_errors(ctx);
-    embed_case(ctx, NULL, SF_BACKEND_REF, 37, 19, 11);
-    embed_case(ctx, NULL, SF_BACKEND_CPU, 37, 19, 11);
-    embed_case(ctx, NULL, SF_BACKEND_CPU, 50, 64, 9);
-    sample_errors(ctx);
-    rules(ctx);
-    chi_square(ctx);
     const int quick = getenv("SF_SAMPLE_QUICK") != NULL;
-    agree_all(ctx, NULL, quick);
-
-    sf_ctx *gpu = NULL;
-    if (sf_cuda_device_count() > 0 && sf_ctx_create(&gpu, 0) == SF_OK) {
+    if (cuda) { /* the CUDA backend against the reference */
+        sf_ctx *gpu = NULL;
+        const int rc = split_gpu_ctx(&gpu, "test_sample");
+        if (rc) {
+            sf_ctx_destroy(ctx);
+            return rc;
+        }
         embed_case(ctx, gpu, SF_BACKEND_CUDA, 37, 19, 11);
         embed_case(ctx, gpu, SF_BACKEND_CUDA, 50, 64, 9);
         agree_all(ctx, gpu, quick);
         sf_ctx_destroy(gpu);
     } else {
-        printf("SKIP the CUDA backend of sf_embed and sf_sample: no CUDA device\n");
+        embed_errors(ctx);
+        embed_case(ctx, NULL, SF_BACKEND_REF, 37, 19, 11);
+        embed_case(ctx, NULL, SF_BACKEND_CPU, 37, 19, 11);
+        embed_case(ctx, NULL, SF_BACKEND_CPU, 50, 64, 9);
+        sample_errors(ctx);
+        rules(ctx);
+        chi_square(ctx);
+        agree_all(ctx, NULL, quick);
     }
     sf_ctx_destroy(ctx);
     printf("%s: %d checks, %d failures\n", failures ? "FAIL" : "PASS", checks, failures);

@@ -177,6 +177,7 @@ static int run(const Case &c, sf_ctx *ctx) {
                     const float lg = ((float *)lse.p)[((size_t)i * H + h) * lq + t];
                     const float lr = ((float *)lref.p)[((size_t)i * H + h) * lq + t];
                     if (std::isinf(lr)) bad += !(std::isinf(lg) && lg < 0);
+                    else if (!std::isfinite(lg)) bad++; /* std::max would drop a NaN (unwritten) lse */
                     else lerr = std::max(lerr, (double)std::fabs(lg - lr) / std::max(1.0, (double)std::fabs(lr)));
                 }
         unsigned int left = 0;

@@ -581,7 +581,7 @@ extern "C" sf_status sf_cuda_gemm_wq(sf_ctx *ctx, const sf_gemm_wq_problem *pr) 
         for (int i = 0; i < WQ_NCONFIGS; i++)
             if (!strcmp(fb, wq_configs[i].name)) cfg = i;
         if (cfg < 0)
-            return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
+            return sf_fail(ctx, SF_ERR_INVALID_ARG, "%s: SF_AUTOTUNE_FORCE names gemm_wq configuration '%s', which does not exist",
                            op, fb);
         if (!wq_supports(cfg, pr->M, pr->K, pr->int4, pr->group, pr->has_bias, a.tiled)) {
             if (wq_configs[cfg].xg && !a.tiled)

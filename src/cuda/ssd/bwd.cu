@@ -251,7 +251,9 @@ extern "C" sf_status sf_cuda_ssd_bwd(sf_ctx *ctx, const sf_ssd_bwd_problem *bp) 
                            c.name, why, a.P, a.N);
         if (!why) cfg = &c;
     }
-    if (!cfg) return sf_fail(ctx, SF_ERR_UNSUPPORTED, "%s: no CUDA configuration named %s", op, fname ? fname : "?");
+    if (!cfg)
+        return sf_fail(ctx, fname ? SF_ERR_INVALID_ARG : SF_ERR_UNSUPPORTED, "%s: SF_AUTOTUNE_FORCE names configuration %s, which does not exist",
+                       op, fname ? fname : "?");
     if (cfg->path == SsdBwdPath::tc) return tc_run(ctx, bp, a, cs);
     const bool cpars = cfg->path == SsdBwdPath::cpars;
     const bool cpar = cfg->path == SsdBwdPath::cpar || cpars;
