@@ -31,12 +31,16 @@
 
 static bool lo_aligned(const void *p, int64_t bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
 
+/* 16-bit inputs take the L2 prefetch of each run's first rows (PF): H100,
+ * 8 x 4096 x 5376 W 4 SiLU, bf16 2.62 -> 2.87 TB/s (the copy's rate); f32
+ * 2.84 -> 2.81, so not there (bench/harness/conv1d.cu). */
 template <typename T, int W>
 static sf_status conv_fwd_launch_w(sf_ctx *ctx, const conv_fwd_args &a, bool vec, int64_t blocks) {
     const dim3 block(32, 4);
     cudaStream_t st = sf_cuda_stream(ctx);
-    if (vec && a.silu) conv1d_fwd_kernel<T, W, CONV_V, true><<<(unsigned)blocks, block, 0, st>>>(a);
-    else if (vec) conv1d_fwd_kernel<T, W, CONV_V, false><<<(unsigned)blocks, block, 0, st>>>(a);
+    constexpr bool PF = sizeof(T) == 2;
+    if (vec && a.silu) conv1d_fwd_kernel<T, W, CONV_V, true, PF><<<(unsigned)blocks, block, 0, st>>>(a);
+    else if (vec) conv1d_fwd_kernel<T, W, CONV_V, false, PF><<<(unsigned)blocks, block, 0, st>>>(a);
     else if (a.silu) conv1d_fwd_kernel<T, W, 1, true><<<(unsigned)blocks, block, 0, st>>>(a);
     else conv1d_fwd_kernel<T, W, 1, false><<<(unsigned)blocks, block, 0, st>>>(a);
     SF_CUDA_CHECK_LAUNCH(ctx);
