@@ -6,9 +6,10 @@
 # cpar, seq, cpars on the f32/bf16 cases; the tc* rows (ldmatrix and
 # mma.sync emulated by common/ptx.cuh) on the tc_* cases (tc_big, the
 # 2.7B tiling, and tc_wide, P 128, take minutes: run only when named).
-#   tests/emu/run_ssd_bwd_emu.sh [build-cpu folder] [case] [tc]
+#   tests/emu/run_ssd_bwd_emu.sh [build-cpu folder] [case] [tc | plain]
 # With tc, only the tc rows (on the case, or on the tc_* cases but tc_big and
-# tc_wide): what CTest runs.  Run from the repository root; the CPU build
+# tc_wide); with plain, only the other rows (cpar, cpar4, seq, cpars): what
+# CTest runs, as two entries.  Run from the repository root; the CPU build
 # must be current.
 set -eu
 BC=${1:-build-cpu}
@@ -20,14 +21,14 @@ g++ -std=c++20 -O1 -pthread ${EMU_CXXFLAGS:-} -I"$W" -Itests/emu -Isrc/cuda -Isr
   tests/emu/ssd_bwd_emu_main.cpp "$W/launcher_emu.cpp" -x none \
   "$BC"/CMakeFiles/seqfuse_obj.dir/src/{core,ref,cpu}/*.o ${BLAS} -lm -fopenmp -o "$W/emu"
 rc=0
-ONLY_TC=${3:-}
-if [ -z "$ONLY_TC" ]; then
-  for cfg in cpar seq; do SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" ${2:-} || rc=1; done
+ONLY=${3:-}
+if [ "$ONLY" != tc ]; then
+  for cfg in cpar cpar4 seq; do SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" ${2:-} || rc=1; done
 fi
 # the tensor-core configurations on their 16-bit cases (ldmatrix and mma
 # emulated: common/ptx.cuh)
 # (the rows src/cuda/ssd/bwd_configs.h has)
-for cfg in $(grep -o '{"tc[a-z]*"' src/cuda/ssd/bwd_configs.h | tr -d '{"'); do
+for cfg in $([ "$ONLY" = plain ] || grep -o '{"tc[a-z]*"' src/cuda/ssd/bwd_configs.h | tr -d '{"'); do
   for c in ${2:-tc_g2 tc_g1 tc_geqh tc_hk tc_nofin tc_onlyB tc_onlyC tc_onlyx tc_shift}; do
     case $c in tc_*) ;; *) continue ;; esac
     SF_AUTOTUNE_FORCE=ssd_bwd:$cfg "$W/emu" $c || rc=1
@@ -35,7 +36,7 @@ for cfg in $(grep -o '{"tc[a-z]*"' src/cuda/ssd/bwd_configs.h | tr -d '{"'); do
 done
 # cpars with room for 4 states of the P 8, N 16 cases beside the adjoint
 # (sub-blocks of 3 tokens; 10 at N 8); the odd case's adjoint would not fit
-[ -n "$ONLY_TC" ] && exit $rc
+[ "$ONLY" = tc ] && exit $rc
 for c in ${2:-all_opts seq_idx cu_seqlens emptyL emptyb all_bf16}; do
   case $c in tc_*) continue ;; esac
   EMU_SMEM_OPTIN=3872 SF_AUTOTUNE_FORCE=ssd_bwd:cpars "$W/emu" $c || rc=1
