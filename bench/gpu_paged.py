@@ -190,11 +190,14 @@ def main():
                     help=f"write the plot (to {PLOT} unless a path is given)")
     ap.add_argument("--from-csv", default="", metavar="CSV",
                     help="no GPU: draw --plot from an earlier run's --csv (title from --title)")
+    ap.add_argument("--head-dim", type=int, default=D, help=f"the head dim (default {D})")
     ap.add_argument("--title", default="paged decode, H 32 / Hkv 8, d 128, bf16")
     ap.add_argument("--split-sweep", default="", metavar="N,N,...",
                     help="seqfuse alone at each point with its split count pinned to each N (0: its own "
                          "choice), bf16 and fp8 TB/s and the best N of each (checks split_count's aim)")
     a = ap.parse_args()
+    global D
+    D = a.head_dim
     if a.from_csv:
         if a.plot:
             plot(read_csv(a.from_csv), a.plot, a.title)

@@ -189,6 +189,10 @@ int main(int argc, char **argv) {
         {"softcap_split2", 2, 8, 2, 64, 1, 16, 2, false, 2.f, {48, 64}},
         {"fp8_decode_split2", 2, 8, 2, 128, 1, 16, 2, true, 0.f, {60, 17}},
         {"fp8_ps8_d64", 2, 8, 1, 64, 4, 8, 3, true, 0.f, {50, 0}},
+        /* many tiles a warp: every stage of the ring reused several times */
+        {"long_ring_ps16", 1, 8, 2, 128, 1, 16, 1, false, 0.f, {613}},
+        {"fp8_long_ring_ps16", 1, 8, 2, 128, 1, 16, 1, true, 0.f, {613}},
+        {"fp8_long_split2_ps32", 2, 4, 1, 64, 1, 32, 2, true, 0.f, {517, 300}},
         /* element loads: d 59 (rows of 118 bytes), d 36 with softcap and
          * pages of 1, FP8 d 72 */
         {"el_d59_split2", 3, 8, 2, 59, 1, 16, 2, false, 0.f, {40, 0, 75}},

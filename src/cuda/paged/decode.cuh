@@ -33,8 +33,11 @@
  * codes go from the ring into registers by ldmatrix and are converted there
  * (exact: every e4m3 value is an f16 and a bf16) into the B fragments of
  * S = Q K^T, with Q's fragments in the matching k order (load_qf); V, which
- * P V needs transposed, is converted into an f16 tile of the warp's own
- * first, and P V runs in f16 whatever T is.
+ * P V needs transposed, is then converted to f16 in place, over the stage's
+ * K and V codes (16 rows of D + 8 f16 fit in 32 rows of D + 16 codes), and
+ * P V runs in f16 whatever T is.  With no conversion tile of their own the
+ * FP8 warps keep three stages at three blocks an SM: two tiles in flight a
+ * warp, as many bytes as the 16-bit kernel's one.
  * The scales go on the scores (s * k_scale of the key's column) and on P
  * (p * v_scale) rather than on the 16 x d codes (H100, b 32 with 4k keys:
  * 2.39 TB/s of FP8 bytes, 2.26 with K converted through shared memory).
@@ -139,18 +142,20 @@ template <int D, bool FP8 = false> struct PagedTraits {
     static constexpr int MINB = D <= 128 ? 3 : 1;
     /* cp.async stages per warp: two (70 KB at d 128) fit three blocks on an
      * SM where three stages fit two; the twelve warps beat the deeper ring
-     * (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 keeps two (59 KB at d
-     * 128 with its conversion tiles: three blocks an SM as well). */
-    static constexpr int ST = 2;
+     * (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 tiles are half the bytes:
+     * three stages (61 KB at d 128) still fit three blocks an SM; at d 256
+     * two keep two blocks an SM (79 KB, where three take 114). */
+    static constexpr int ST = FP8 && D <= 128 ? 3 : 2;
     static constexpr int LDS = D + 8;     /* padded row (elements)             */
     static constexpr int TILE = 16;       /* keys a tile                       */
     static constexpr int STAGE_ELEMS = 2 * TILE * LDS;                 /* K and V */
     /* FP8 stage: K and V codes (rows of D + 16 bytes), then 16 K and 16 V
-     * scales; a warp's conversion tile (16 x LDS of T) after the rings */
+     * scales; V's f16 tile (16 x LDS) is written over the codes */
     static constexpr int LDB = D + 16;
     static constexpr int STAGE_BYTES = FP8 ? 2 * TILE * LDB + 2 * TILE * 4 : STAGE_ELEMS * 2;
+    static_assert(!FP8 || TILE * LDS * 2 <= 2 * TILE * LDB, "V's f16 tile fits over the codes");
     static constexpr size_t SMEM_RING = (size_t)NW * ST * STAGE_BYTES;
-    static constexpr size_t SMEM_KV = SMEM_RING + (FP8 ? (size_t)NW * TILE * LDS * 2 : 0);
+    static constexpr size_t SMEM_KV = SMEM_RING;
     static constexpr size_t SMEM = (size_t)TILE * LDS * 2 + SMEM_KV;
     /* the warps' merge scratch (m, l, O in f32) reuses the K/V ring */
     static constexpr int OLD = D + 4;
@@ -330,28 +335,35 @@ __device__ __forceinline__ void alibi_rows(const PagedParams &p, int b, int kvh,
     }
 }
 
-/* FP8: the codes of a 16 x D stage tile (rows of D + 16 bytes) into the
- * warp's T tile (16 x D + 8) */
+/* FP8: V's codes (stage rows 16-31, D + 16 bytes each) into a 16 x D + 8
+ * tile of T at the stage's start, over the K and V codes; call it after
+ * S = Q K^T has read K.  In 512 / D-row steps, one 16-byte chunk a lane
+ * each: a step's rows land below the codes of the steps after it
+ * ((k + 1) x 512 / D rows of 2D + 16 bytes end at or before 16 + (k + 1) x
+ * 512 / D rows of D + 16), but may cover its own, so every lane reads its
+ * chunk before any writes. */
 template <typename T, int D>
-__device__ __forceinline__ void convert_tile(const uint8_t *src, T *sconv, int lane) {
-    constexpr int CH = D / 16, LOADS = (16 * CH + 31) / 32, LDB = D + 16, LDS = D + 8;
+__device__ __forceinline__ void convert_v_in_place(unsigned char *stage, int lane) {
+    constexpr int CH = D / 16, PR = 512 / D, LDB = D + 16, LDS = D + 8;
+    static_assert(PR * CH == 32 && 16 % PR == 0, "one chunk a lane a step");
+    const int r = lane / CH, c = lane - (lane / CH) * CH;
+    T *dst = reinterpret_cast<T *>(stage) + r * LDS + c * 16;
+    const unsigned char *src = stage + (16 + r) * LDB + c * 16;
+    __syncwarp(); /* K read by every lane */
 #pragma unroll
-    for (int it = 0; it < LOADS; it++) {
-        const int i = lane + it * 32;
-        if ((16 * CH) % 32 == 0 || i < 16 * CH) {
-            const int r = i / CH, c = i - (i / CH) * CH;
-            const uint4 in = *reinterpret_cast<const uint4 *>(src + r * LDB + c * 16);
-            const uint32_t w[4] = {in.x, in.y, in.z, in.w};
-            uint32_t o[8];
+    for (int r0 = 0; r0 < 16; r0 += PR) {
+        const uint4 in = *reinterpret_cast<const uint4 *>(src + r0 * LDB);
+        __syncwarp(); /* this step's codes read by every lane */
+        const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+        uint32_t o[8];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                o[2 * k] = fp8x2_to<T>(w[k] & 0xffffu);
-                o[2 * k + 1] = fp8x2_to<T>(w[k] >> 16);
-            }
-            uint4 *dst = reinterpret_cast<uint4 *>(sconv + r * LDS + c * 16);
-            dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-            dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+        for (int k = 0; k < 4; k++) {
+            o[2 * k] = fp8x2_to<T>(w[k] & 0xffffu);
+            o[2 * k + 1] = fp8x2_to<T>(w[k] >> 16);
         }
+        uint4 *d4 = reinterpret_cast<uint4 *>(dst + r0 * LDS);
+        d4[0] = make_uint4(o[0], o[1], o[2], o[3]);
+        d4[1] = make_uint4(o[4], o[5], o[6], o[7]);
     }
 }
 
@@ -383,9 +395,9 @@ __device__ __forceinline__ void load_qf(const T *sQ, uint32_t (&qf)[D / 16][4], 
  * by every lane.  FP8: ldmatrix of 8 keys x 16 codes hands a lane 4 codes
  * of one key (columns 4t .. 4t+3 of the chunk), converted in registers into
  * the B fragment of one product (load_qf's k order); V, which P V needs
- * transposed, is converted into the warp's tile sconv (f16) first. */
+ * transposed, is then converted to f16 over the stage's codes. */
 template <typename T, int D, bool FP8, int MOD>
-__device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned char *stage, T *sconv,
+__device__ __forceinline__ void tile_step(const PagedParams &p, unsigned char *stage,
                                           const uint32_t (&qf)[D / 16][4], float (&o)[D / 8][4], float (&mrow)[2],
                                           float (&lrow)[2], int key0, const int (&rlo)[2], const int (&rhi)[2],
                                           int lane, const float (&slope2)[2], const int (&rpos)[2],
@@ -401,19 +413,10 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned c
 #pragma unroll
     for (int i = 0; i < 2; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
     const T *sv;
-    float vsf[2][2]; /* FP8: V scales of this lane's key columns */
+    /* FP8: the tile's K and V scales (after the codes; the conversion of V
+     * leaves them), read where they are used */
+    const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
     if constexpr (FP8) {
-        const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
-        float ksf[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                ksf[i][e] = ssc[i * 8 + 2 * tq + e];
-                vsf[i][e] = ssc[16 + i * 8 + 2 * tq + e];
-            }
-        convert_tile<VT, D>(stage + 16 * LDB, reinterpret_cast<VT *>(sconv), lane);
-        sv = sconv;
         /* matrix lane / 8 of the x4: keys 0-7 / 8-15 (bit 0) of chunk kk / kk+1 (bit 1) */
         const uint8_t *kr = stage + ((lane >> 3 & 1) * 8 + (lane & 7)) * LDB + (lane >> 4) * 16;
 #pragma unroll
@@ -427,7 +430,9 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned c
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] *= ksf[i][e & 1];
+            for (int e = 0; e < 4; e++) s[i][e] *= ssc[i * 8 + 2 * tq + (e & 1)];
+        convert_v_in_place<VT, D>(stage, lane);
+        sv = reinterpret_cast<const T *>(stage);
     } else {
         const T *sk = reinterpret_cast<const T *>(stage);
         sv = sk + 16 * LDS;
@@ -458,7 +463,7 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, const unsigned c
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] *= vsf[i][e & 1];
+            for (int e = 0; e < 4; e++) s[i][e] *= ssc[16 + i * 8 + 2 * tq + (e & 1)];
         __syncwarp(); /* V is in the tile */
     }
     uint32_t pa[4];
@@ -608,8 +613,6 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
     if constexpr (MOD == MOD_ALIBI) alibi_rows(p, b, kvh, w, lane, slope2, rpos);
 
     typedef typename std::conditional<FP8, uint8_t, T>::type KV;
-    /* FP8: this warp's conversion tile (K, then V, of the current key tile) */
-    T *sconv = reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + Tr::SMEM_RING) + warp * 16 * LDS;
     const KV *kc = reinterpret_cast<const KV *>(p.kc) + (int64_t)kvh * p.k_sh;
     const KV *vc = reinterpret_cast<const KV *>(p.vc) + (int64_t)kvh * p.v_sh;
     const float *ksc = FP8 ? p.ks + (int64_t)kvh * p.ks_sh : nullptr;
@@ -748,7 +751,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, sconv, qf, o, mrow, lrow,
+        tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, o, mrow, lrow,
                                   (tfirst + n * tstep) * 16, w.rlo, w.rhi, lane, slope2, rpos, mod);
         __syncwarp(); /* the stage is reloaded next iteration */
     }
