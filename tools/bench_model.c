@@ -15,9 +15,11 @@ int cmd_bench_model(int argc, char **argv);
 static void bm_usage(FILE *f) {
     fprintf(f, "usage: seqfuse bench-model --model PATH [--batch 1,8,32] [--prompt-len 128,512]\n"
                "                           [--new-tokens N] [--seed S] [--dtype f32|bf16|f16] [--dequantize]\n"
-               "                           [--threads N] [--json] [--cpu | --device N] [--no-graphs]\n"
+               "                           [--threads N] [--json] [--cpu | --device N] [--no-graphs] [--ragged]\n"
                "Defaults: batch 1, prompt length 128, 32 new tokens; the GPU (bf16) when there is one,\n"
-               "each decode step a CUDA graph replay (--no-graphs: every op launched).\n");
+               "each decode step a CUDA graph replay (--no-graphs: every op launched).  --ragged: the\n"
+               "prompts of a batch of b at length L have L - i L / 2b tokens (i = 0 .. b - 1), several\n"
+               "lengths in one prefill.\n");
 }
 
 /* "1,8,32" -> up to cap positive ints; the count, or -1 for a bad list. */
@@ -42,7 +44,7 @@ static int bm_max(const int *v, int n) {
 int cmd_bench_model(int argc, char **argv) {
     const char *model = NULL;
     int batches[16] = {1}, lens[16] = {128}, nb = 1, nl = 1, newt = 32, json = 0, want_cpu = 0, device = -2,
-        dtype_set = 0;
+        dtype_set = 0, ragged = 0;
     unsigned long long seed = 1;
     sf_engine_options eo;
     sf_engine_options_init(&eo);
@@ -69,6 +71,7 @@ int cmd_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--dequantize")) eo.dequantize = 1;
         else if (!strcmp(a, "--no-graphs")) eo.use_graphs = 0;
+        else if (!strcmp(a, "--ragged")) ragged = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bm_usage(stdout);
             return 0;
@@ -143,7 +146,8 @@ int cmd_bench_model(int argc, char **argv) {
         for (int li = 0; li < nl && !rc; li++) {
             const int b = batches[bi], L = lens[li];
             for (int i = 0; i < b; i++) {
-                g[i].prompt = ids + (int64_t)i * maxl, g[i].prompt_len = L;
+                g[i].prompt = ids + (int64_t)i * maxl;
+                g[i].prompt_len = ragged ? L - (int)((int64_t)i * L / (2 * b)) : L;
                 g[i].tokens = out + (int64_t)i * newt;
             }
             sf_engine_stats stx;
@@ -158,9 +162,9 @@ int cmd_bench_model(int argc, char **argv) {
             const double dec = stx.decode_ms > 0 ? 1e3 * (double)(stx.generated_tokens - b) / stx.decode_ms : 0.0;
             const double step = stx.decode_steps > 0 ? stx.decode_ms / (double)stx.decode_steps : 0.0;
             if (json)
-                printf("%s{\"batch\": %d, \"prompt_len\": %d, \"new_tokens\": %d, \"prefill_tok_s\": %.2f, "
-                       "\"decode_tok_s\": %.2f, \"ms_per_step\": %.4f}",
-                       first ? "" : ", ", b, L, newt, pre, dec, step);
+                printf("%s{\"batch\": %d, \"prompt_len\": %d, \"ragged\": %s, \"new_tokens\": %d, "
+                       "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"ms_per_step\": %.4f}",
+                       first ? "" : ", ", b, L, ragged ? "true" : "false", newt, pre, dec, step);
             else
                 printf("%6d %8d %8d %14.1f %14.1f %12.3f\n", b, L, newt, pre, dec, step);
             first = 0;

@@ -22,6 +22,7 @@
 #include "layer/dec_gemv.h"
 #include "layer/gemv_norm.h"
 #include "fused_ops.h"
+#include "autotune.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -889,6 +890,33 @@ static void dec_qkv_args(const sfm_model *m, const sfm_layer *ly, int l, int n, 
 }
 #endif
 
+/* How a prefill's causal attention is called: the GPU's warp-specialised
+ * kernels take dense batches only, varlen ones run the slower cp.async
+ * kernel (H100, one 4096-token prompt at d 64: 373 us a layer against ~180
+ * at the dense kernels' rate).  Prompts of one length (a single prompt
+ * among them) go as one dense batch; prompts of several lengths one dense
+ * call each when every one fills the GPU alone (its 128-row query tiles
+ * times the heads: at least PREFILL_FULL_TILES blocks, about one wave on
+ * 132 SMs); else one varlen call.  SF_AUTOTUNE_FORCE=engine_prefill:varlen
+ * or :perseq pins the last two (a measuring aid). */
+enum { PREFILL_DENSE, PREFILL_PER_SEQ, PREFILL_VARLEN };
+#define PREFILL_FULL_TILES 128
+static int prefill_attn_layout(const int32_t *cu, int n, int heads) {
+    const int64_t L0 = cu[1] - cu[0];
+    int same = L0 > 0, full = 1;
+    for (int i = 0; i < n; i++) {
+        const int64_t L = cu[i + 1] - cu[i];
+        same = same && L == L0;
+        full = full && L > 0 && (L + 127) / 128 * heads >= PREFILL_FULL_TILES;
+    }
+    if (same) return PREFILL_DENSE;
+    char buf[16];
+    const char *f = sf_autotune_forced_name("engine_prefill", buf, sizeof buf);
+    if (f && !strcmp(f, "varlen")) return PREFILL_VARLEN;
+    if (f && !strcmp(f, "perseq")) return PREFILL_PER_SEQ;
+    return full ? PREFILL_PER_SEQ : PREFILL_VARLEN;
+}
+
 /* The layers over T rows of n sequences (m->tmp holds the embeddings), up
  * to the final norm's output in m->h; the index tensors are in ix (device),
  * cu and slots on the host too (a prefill's per-sequence calls).  Nothing
@@ -1000,25 +1028,29 @@ sf_status sfm_model_layers(sfm_model *m, int n, int64_t T, int decode, const sfm
             sf_attn_fwd_params fp;
             sf_attn_fwd_params_init(&fp);
             fp.causal = 1;
-            /* prompts of one length (a single prompt among them) as a dense
-             * batch: the GPU's warp-specialised kernels take dense batches
-             * only, varlen ones run the slower cp.async kernel (H100, one
-             * 4096-token prompt at d 64: 373 us a layer) */
-            const int64_t L0 = cu[1] - cu[0];
-            int same = L0 > 0;
-            for (int i = 1; i < n && same; i++) same = cu[i + 1] - cu[i] == L0;
-            if (same) {
-                const int64_t b = n, ws = vin.stride[0];
-                fp.q = sf_tensor_contiguous(m->q, m->act, dev, 4, (int64_t[]){b, L0, H, hd});
-                fp.k = sf_tensor_contiguous(m->k, m->act, dev, 4, (int64_t[]){b, L0, Hkv, hd});
-                fp.v = strided(vin.data, m->act, dev, 4, (int64_t[]){b, L0, Hkv, hd},
-                               (int64_t[]){L0 * ws, ws, vin.stride[1], vin.stride[2]});
-                fp.out = sf_tensor_contiguous(m->att, m->act, dev, 4, (int64_t[]){b, L0, H, hd});
-            } else {
+            const int layout = prefill_attn_layout(cu, n, H);
+            if (layout == PREFILL_VARLEN) {
                 fp.q = qt, fp.k = kt, fp.v = vin, fp.out = at;
                 fp.cu_seqlens_q = cu_t, fp.cu_seqlens_k = cu_t;
+                STEP(sf_attn_fwd(m->ctx, &fp));
+            } else {
+                /* a dense batch of b prompts of L0 tokens from token t0: all
+                 * of them at once, or one a call */
+                const size_t es = sf_dtype_size(m->act);
+                const int64_t ws = vin.stride[0];
+                for (int i = 0; i < n; i += layout == PREFILL_DENSE ? n : 1) {
+                    const int64_t b = layout == PREFILL_DENSE ? n : 1, L0 = cu[i + 1] - cu[i], t0 = cu[i];
+                    fp.q = sf_tensor_contiguous((char *)m->q + (size_t)(t0 * H * hd) * es, m->act, dev, 4,
+                                                (int64_t[]){b, L0, H, hd});
+                    fp.k = sf_tensor_contiguous((char *)m->k + (size_t)(t0 * Hkv * hd) * es, m->act, dev, 4,
+                                                (int64_t[]){b, L0, Hkv, hd});
+                    fp.v = strided((char *)vin.data + (size_t)(t0 * ws) * es, m->act, dev, 4,
+                                   (int64_t[]){b, L0, Hkv, hd}, (int64_t[]){L0 * ws, ws, vin.stride[1], vin.stride[2]});
+                    fp.out = sf_tensor_contiguous((char *)m->att + (size_t)(t0 * H * hd) * es, m->act, dev, 4,
+                                                  (int64_t[]){b, L0, H, hd});
+                    STEP(sf_attn_fwd(m->ctx, &fp));
+                }
             }
-            STEP(sf_attn_fwd(m->ctx, &fp));
         }
 #ifdef SF_WITH_CUDA
     attn_out:; /* the fused q/k/v product above did the rotation and the append */

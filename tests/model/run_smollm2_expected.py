@@ -52,16 +52,19 @@ def main():
             if not ok:
                 print(f"  got  {d['tokens']}\n  want {want}")
                 bad += 1
-    # `seqfuse bench-model`: a small sweep, every point timed
-    r = subprocess.run([exe, "bench-model", "--model", gguf, "--cpu", "--batch", "1,2", "--prompt-len", "8,16",
-                        "--new-tokens", "4", "--json"], capture_output=True, text=True, timeout=600)
-    try:
-        pts = json.loads(r.stdout)["points"] if r.returncode == 0 else []
-    except ValueError:
-        pts = []
-    ok = len(pts) == 4 and all(p["prefill_tok_s"] > 0 and p["decode_tok_s"] > 0 and p["ms_per_step"] > 0 for p in pts)
-    print(f"{'ok  ' if ok else 'FAIL'} bench-model: {r.stdout.strip()[-400:] or r.stderr.strip()[-300:]}")
-    bad += 0 if ok else 1
+    # `seqfuse bench-model`: a small sweep, every point timed; --ragged: prompts of several lengths
+    for extra in ([], ["--ragged"]):
+        r = subprocess.run([exe, "bench-model", "--model", gguf, "--cpu", "--batch", "1,2", "--prompt-len", "8,16",
+                            "--new-tokens", "4", "--json"] + extra, capture_output=True, text=True, timeout=600)
+        try:
+            pts = json.loads(r.stdout)["points"] if r.returncode == 0 else []
+        except ValueError:
+            pts = []
+        ok = len(pts) == 4 and all(p["prefill_tok_s"] > 0 and p["decode_tok_s"] > 0 and p["ms_per_step"] > 0
+                                   and p["ragged"] == bool(extra) for p in pts)
+        print(f"{'ok  ' if ok else 'FAIL'} bench-model {' '.join(extra)}: "
+              f"{r.stdout.strip()[-400:] or r.stderr.strip()[-300:]}")
+        bad += 0 if ok else 1
     return 1 if bad else 0
 
 

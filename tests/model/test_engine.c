@@ -113,6 +113,23 @@ static void test_model(const char *path, const char *what) {
             }
         EXPECT(worst <= 1e-4, "%s: prompt %d: logits in a batch differ from alone by %.3g", what, i, worst);
     }
+    /* the same with the prefill's attention a dense call a prompt (model.c:
+     * the layout long prompts of several lengths take) instead of varlen */
+    setenv("SF_AUTOTUNE_FORCE", "engine_prefill:perseq", 1);
+    st = run(e, 0, NP, &s, &both, out, g);
+    unsetenv("SF_AUTOTUNE_FORCE");
+    EXPECT(st == SF_OK, "%s: batch, prefill a call a prompt: %s", what, sf_engine_last_error(e));
+    for (int i = 0; i < NP; i++) {
+        EXPECT(!memcmp(out[i], out_alone[i][0], sizeof out[i]), "%s: prompt %d: tokens of a call a prompt differ from alone",
+               what, i);
+        double worst = 0;
+        for (int j = 0; j < NEW; j++)
+            for (int v = 0; v < TM_VOCAB; v++) {
+                const double d = fabs(both.logits[i][j][v] - alone[i].logits[0][j][v]);
+                worst = d > worst || d != d ? d : worst;
+            }
+        EXPECT(worst <= 1e-4, "%s: prompt %d: logits of a call a prompt differ from alone by %.3g", what, i, worst);
+    }
     /* the callback ends prompt 0 after 2 tokens; the others are unchanged */
     memset(&r2, 0, sizeof r2);
     r2.stop_seq = 0, r2.stop_after = 2;
