@@ -179,6 +179,7 @@ def split_sweep(points, counts, fp8, ring=""):
 
 
 def main():
+    global D
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
@@ -199,7 +200,6 @@ def main():
                     help="seqfuse alone at each point with its split count pinned to each N (0: its own "
                          "choice), bf16 and fp8 TB/s and the best N of each (checks split_count's aim)")
     a = ap.parse_args()
-    global D
     D = a.head_dim
     if a.from_csv:
         if a.plot:
