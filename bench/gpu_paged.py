@@ -155,8 +155,8 @@ def read_csv(path):
         return [dict(zip(keys, line.strip().split(","))) for line in f if line.strip()]
 
 
-def split_sweep(points, counts, fp8, ring=""):
-    """Each point with SF_AUTOTUNE_FORCE=attn_paged:<ring>s<N> for each N (0: unpinned); TB/s per N."""
+def split_sweep(points, counts, fp8):
+    """Each point with SF_AUTOTUNE_FORCE=attn_paged:s<N> for each N (0: unpinned); TB/s per N."""
     import os
     base = os.environ.get("SF_AUTOTUNE_FORCE", "")
     print("b ctx lq page | " + " ".join(f"{'own' if n == 0 else 's' + str(n):>11s}" for n in counts)
@@ -164,8 +164,7 @@ def split_sweep(points, counts, fp8, ring=""):
     for b, ctx, lq, ps in points:
         got = []
         for n in counts:
-            pin = ring + (f"s{n}" if n else "")
-            os.environ["SF_AUTOTUNE_FORCE"] = ",".join(v for v in (base, f"attn_paged:{pin}" if pin else "") if v)
+            os.environ["SF_AUTOTUNE_FORCE"] = ",".join(v for v in (base, f"attn_paged:s{n}" if n else "") if v)
             r, by, _ = run_point(b, ctx, lq, ps, False, fp8)
             got.append((by / (r["ours"] * 1e-3) / 1e12,
                         r["fp8_bytes"] / (r["fp8"] * 1e-3) / 1e12 if r["fp8"] == r["fp8"] else float("nan")))
@@ -193,8 +192,6 @@ def main():
     ap.add_argument("--from-csv", default="", metavar="CSV",
                     help="no GPU: draw --plot from an earlier run's --csv (title from --title)")
     ap.add_argument("--head-dim", type=int, default=D, help=f"the head dim (default {D})")
-    ap.add_argument("--ring", default="auto", choices=["auto", "deep", "shallow"],
-                    help="--split-sweep: pin the kernel's ring (decode.cuh) as well")
     ap.add_argument("--title", default="paged decode, H 32 / Hkv 8, d 128, bf16")
     ap.add_argument("--split-sweep", default="", metavar="N,N,...",
                     help="seqfuse alone at each point with its split count pinned to each N (0: its own "
@@ -217,8 +214,7 @@ def main():
           f"ours/best peer  err vs peer")
     points = [tuple(int(v) for v in pt.split(":")) for pt in a.points.split(",")] if a.points else POINTS
     if a.split_sweep:
-        return split_sweep(points, [int(v) for v in a.split_sweep.split(",")], not a.no_fp8,
-                           "" if a.ring == "auto" else a.ring)
+        return split_sweep(points, [int(v) for v in a.split_sweep.split(",")], not a.no_fp8)
     for b, ctx, lq, ps in points:
         r, by, err = run_point(b, ctx, lq, ps, not a.no_peers, not a.no_fp8)
         fp8_bytes, fp8_err = r.pop("fp8_bytes"), r.pop("fp8_err")

@@ -94,12 +94,10 @@ int64_t split_count(const PagedParams &p, int64_t sms, int aim, int occ, bool ha
  * b 1-16 with 4k-32k keys; bench/gpu_paged.py --split-sweep). */
 constexpr int SPLIT_BLOCKS_SM_16 = 1, SPLIT_BLOCKS_SM_FP8 = 2;
 
-/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count
- * and the ring: "s<N>" runs N splits at most (1..MAX_SPLITS) where the
- * counters allow more than one, "m<K>s<N>" also splits of K keys at least
- * (MIN_SPLIT_KEYS otherwise); a leading "deep" or "shallow" pins the ring
- * (launch_attn) where both serve ("deep", "deeps2", "shallowm32s4").
- * Unset or unknown: the defaults. */
+/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count:
+ * "s<N>" runs N splits at most (1..MAX_SPLITS) where the counters allow
+ * more than one, "m<K>s<N>" also splits of K keys at least
+ * (MIN_SPLIT_KEYS otherwise).  Unset or unknown: the defaults. */
 enum { RING_AUTO = 0, RING_DEEP = 1, RING_SHALLOW = 2 };
 struct PagedForce {
     int splits;    /* 0: by the occupancy */
@@ -111,8 +109,10 @@ PagedForce paged_force() {
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
     if (!n) return f;
-    if (strncmp(n, "deep", 4) == 0) f.ring = RING_DEEP, n += 4;
-    else if (strncmp(n, "shallow", 7) == 0) f.ring = RING_SHALLOW, n += 7;
+    if (strcmp(n, "deep") == 0 || strcmp(n, "shallow") == 0) {
+        f.ring = n[0] == 'd' ? RING_DEEP : RING_SHALLOW;
+        return f;
+    }
     if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
         const int v = atoi(n + 1);
         if (v >= 16 && v % 16 == 0) f.min_split = v;
