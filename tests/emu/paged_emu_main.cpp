@@ -38,7 +38,7 @@ static uint8_t to_e4m3(float x) { // nearest e4m3 code (ties: either; the refere
     return best;
 }
 
-template <typename T, int D, bool FP8, bool DEEP> static int run_t(const PCase &c) {
+template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd;
     const int b = c.b, H = c.H, Hkv = c.Hkv, d = c.d, lq = c.lq, ps = c.ps, group = H / Hkv;
@@ -111,16 +111,16 @@ template <typename T, int D, bool FP8, bool DEEP> static int run_t(const PCase &
     p.err = &err;
     if (FP8) p.ks = ksc.data(), p.vs = vsc.data(), p.ks_sp = p.vs_sp = (int64_t)ps * Hkv, p.ks_sr = p.vs_sr = Hkv, p.ks_sh = p.vs_sh = 1;
 
-    typedef PagedTraits<D, FP8, DEEP> Tr;
+    typedef PagedTraits<D, FP8> Tr;
     const dim3 grid((unsigned)c.nsplit, (unsigned)(Hkv * mtiles), (unsigned)b);
     /* head dims that are not whole 16-byte chunks: the element-load instances */
     if (d % (FP8 ? 16 : 8) != 0) {
         if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true>, grid, dim3(128), Tr::SMEM, p);
         else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true>, grid, dim3(128), Tr::SMEM, p);
     } else if (c.cap > 0.f) {
-        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, DEEP>, grid, dim3(128), Tr::SMEM, p);
+        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false>, grid, dim3(128), Tr::SMEM, p);
     } else {
-        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, DEEP>, grid, dim3(128), Tr::SMEM, p);
+        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false>, grid, dim3(128), Tr::SMEM, p);
     }
 
     // reference: row (token t, head h) of sequence i over keys [0, len - lq + t]
@@ -167,25 +167,16 @@ template <typename T, int D, bool FP8, bool DEEP> static int run_t(const PCase &
     const double tol = sizeof(T) == 2 && std::is_same<T, __nv_bfloat16>::value ? 2e-2 : 5e-3;
     const double rel = maxerr / std::max(maxref, 1e-30);
     const bool ok = bad == 0 && rel <= tol && lerr <= 1e-4;
-    printf("%s %-24s %s%s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
-           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", DEEP ? " deep" : "     ", d, rel,
-           tol, lerr,
+    printf("%s %-24s %s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
+           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", d, rel, tol, lerr,
            bad ? " (non-finite outputs, a bad lse, a counter left set or an error recorded)" : "");
     return ok ? 0 : 1;
 }
 
-/* every case on the shallow instance; those of whole 16-byte chunks on the
- * deep one too (decode.cuh: the ring of launches of one block an SM) */
-template <typename T, bool FP8> static int run_f(const PCase &c) {
-    const int dp = c.d <= 64 ? 64 : 128;
-    const bool el = c.d % (FP8 ? 16 : 8) != 0;
-    int f = dp == 64 ? run_t<T, 64, FP8, false>(c) : run_t<T, 128, FP8, false>(c);
-    if (!el) f += dp == 64 ? run_t<T, 64, FP8, true>(c) : run_t<T, 128, FP8, true>(c);
-    return f;
-}
-
 template <typename T> static int run_d(const PCase &c) {
-    return c.fp8 ? run_f<T, true>(c) : run_f<T, false>(c);
+    const int dp = c.d <= 64 ? 64 : 128;
+    if (c.fp8) return dp == 64 ? run_t<T, 64, true>(c) : run_t<T, 128, true>(c);
+    return dp == 64 ? run_t<T, 64, false>(c) : run_t<T, 128, false>(c);
 }
 
 int main(int argc, char **argv) {

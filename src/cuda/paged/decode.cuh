@@ -135,12 +135,17 @@ __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns
 
 __device__ __forceinline__ void record_error(unsigned int *err, int b) { sf_record_row_error(err, b); }
 
-/* DEEP: the instance for launches of one block an SM (few sequences, long
- * contexts: b 1 with 32k keys runs 16 splits of 8 heads on 132 SMs), where
- * shared memory is free for a deeper ring; every warp then keeps ST - 1
- * tiles in flight instead of one. */
-template <int D, bool FP8 = false, bool DEEP = false> struct PagedTraits {
+template <int D, bool FP8 = false> struct PagedTraits {
     static constexpr int NW = 4;          /* warps, each on every 4th key tile */
+    /* blocks an SM the register budget must allow: three fit in shared
+     * memory at d <= 128 (the FP8 instances took 213 registers without it) */
+    static constexpr int MINB = D <= 128 ? 3 : 1;
+    /* cp.async stages per warp: two (70 KB at d 128) fit three blocks on an
+     * SM where three stages fit two; the twelve warps beat the deeper ring
+     * (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 tiles are half the bytes:
+     * three stages (61 KB at d 128) still fit three blocks an SM; at d 256
+     * two keep two blocks an SM (79 KB, where three take 114). */
+    static constexpr int ST = FP8 && D <= 128 ? 3 : 2;
     static constexpr int LDS = D + 8;     /* padded row (elements)             */
     static constexpr int TILE = 16;       /* keys a tile                       */
     static constexpr int STAGE_ELEMS = 2 * TILE * LDS;                 /* K and V */
@@ -149,21 +154,9 @@ template <int D, bool FP8 = false, bool DEEP = false> struct PagedTraits {
     static constexpr int LDB = D + 16;
     static constexpr int STAGE_BYTES = FP8 ? 2 * TILE * LDB + 2 * TILE * 4 : STAGE_ELEMS * 2;
     static_assert(!FP8 || TILE * LDS * 2 <= 2 * TILE * LDB, "V's f16 tile fits over the codes");
-    static constexpr int Q_BYTES = TILE * LDS * 2;
-    /* cp.async stages per warp.  Shallow: two (70 KB at d 128) fit three
-     * blocks on an SM where three stages fit two; the twelve warps beat the
-     * deeper ring (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 tiles are
-     * half the bytes: three stages (61 KB at d 128) still fit three blocks
-     * an SM; at d 256 two keep two blocks an SM (79 KB, where three take
-     * 114).  Deep: as many as fit 192 KB, 2 to 8. */
-    static constexpr int ST_FIT = (196608 - Q_BYTES) / (NW * STAGE_BYTES);
-    static constexpr int ST = DEEP ? (ST_FIT > 8 ? 8 : ST_FIT < 2 ? 2 : ST_FIT) : FP8 && D <= 128 ? 3 : 2;
-    /* blocks an SM the register budget must allow: three fit in shared
-     * memory at d <= 128 (the FP8 instances took 213 registers without it) */
-    static constexpr int MINB = DEEP ? 1 : D <= 128 ? 3 : 1;
     static constexpr size_t SMEM_RING = (size_t)NW * ST * STAGE_BYTES;
     static constexpr size_t SMEM_KV = SMEM_RING;
-    static constexpr size_t SMEM = (size_t)Q_BYTES + SMEM_KV;
+    static constexpr size_t SMEM = (size_t)TILE * LDS * 2 + SMEM_KV;
     /* the warps' merge scratch (m, l, O in f32) reuses the K/V ring */
     static constexpr int OLD = D + 4;
     static_assert((size_t)NW * 16 * (2 + OLD) * 4 <= SMEM_KV, "merge scratch fits the ring");
@@ -583,9 +576,9 @@ __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWo
  * whole 16-byte chunks or rows that are not 16-byte aligned (the stage
  * tiles are the same, zero past d, so everything after the loads is
  * shared); the loads of a tile are then not asynchronous. */
-template <typename T, int D, bool FP8, int MOD, bool EL, bool DEEP = false>
-__global__ void __launch_bounds__(128, PagedTraits<D, FP8, DEEP>::MINB) paged_attn(const PagedParams p) {
-    typedef PagedTraits<D, FP8, DEEP> Tr;
+template <typename T, int D, bool FP8, int MOD, bool EL>
+__global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
+    typedef PagedTraits<D, FP8> Tr;
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;

@@ -98,21 +98,15 @@ constexpr int SPLIT_BLOCKS_SM_16 = 1, SPLIT_BLOCKS_SM_FP8 = 2;
  * "s<N>" runs N splits at most (1..MAX_SPLITS) where the counters allow
  * more than one, "m<K>s<N>" also splits of K keys at least
  * (MIN_SPLIT_KEYS otherwise).  Unset or unknown: the defaults. */
-enum { RING_AUTO = 0, RING_DEEP = 1, RING_SHALLOW = 2 };
 struct PagedForce {
     int splits;    /* 0: by the occupancy */
     int min_split; /* keys a split takes at least */
-    int ring;      /* RING_*: "deep" / "shallow" pin the instance where both serve */
 };
 PagedForce paged_force() {
-    PagedForce f = {0, sf_paged::MIN_SPLIT_KEYS, RING_AUTO};
+    PagedForce f = {0, sf_paged::MIN_SPLIT_KEYS};
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
     if (!n) return f;
-    if (strcmp(n, "deep") == 0 || strcmp(n, "shallow") == 0) {
-        f.ring = n[0] == 'd' ? RING_DEEP : RING_SHALLOW;
-        return f;
-    }
     if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
         const int v = atoi(n + 1);
         if (v >= 16 && v % 16 == 0) f.min_split = v;
@@ -133,47 +127,28 @@ bool paged_nopdl() {
     return n && strcmp(n, "nopdl") == 0;
 }
 
-/* Resident blocks an SM of an instance (its shared memory allowed first),
- * asked once; contexts on other threads may ask at the same time and get
- * the same answer. */
-template <typename T, int D, bool FP8, int MOD, bool EL, bool DEEP>
-sf_status resident_per_sm(sf_ctx *ctx, int *out) {
-    typedef sf_paged::PagedTraits<D, FP8, DEEP> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL, DEEP>;
-    static std::atomic<int> cache{0};
-    int n = cache.load(std::memory_order_relaxed);
-    if (n == 0) {
+template <typename T, int D, bool FP8, int MOD, bool EL>
+sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
+    typedef sf_paged::PagedTraits<D, FP8> Tr;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL>;
+    /* resident blocks per SM of this instance, asked once */
+    /* (contexts on other threads may ask at the same time: the same answer) */
+    static std::atomic<int> per_sm_cache{0};
+    int per_sm = per_sm_cache.load(std::memory_order_relaxed);
+    if (per_sm == 0) {
         SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)Tr::SMEM));
+        int n = 0;
         SF_CUDA_CHECK(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 128, Tr::SMEM));
-        n = n > 0 ? n : 1;
-        cache.store(n, std::memory_order_relaxed);
+        per_sm = n > 0 ? n : 1;
+        per_sm_cache.store(per_sm, std::memory_order_relaxed);
     }
-    *out = n;
-    return SF_OK;
-}
-
-template <typename T, int D, bool FP8, int MOD, bool EL, bool DEEP>
-sf_status launch_kernel(sf_ctx *ctx, const PagedParams &p, dim3 grid, bool pdl) {
-    typedef sf_paged::PagedTraits<D, FP8, DEEP> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL, DEEP>;
-    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)Tr::SMEM));
-    SF_CUDA_CHECK(ctx, sf_launch_ex(kern, grid, dim3(128), Tr::SMEM, sf_cuda_stream(ctx), pdl, 1u, p));
-    return SF_OK;
-}
-
-template <typename T, int D, bool FP8, int MOD, bool EL>
-sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, const PagedForce &f) {
-    int per_sm = 1;
-    const sf_status rs = resident_per_sm<T, D, FP8, MOD, EL, false>(ctx, &per_sm);
-    if (rs != SF_OK) return rs;
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t sms = st && st->sm_count > 0 ? st->sm_count : 132;
     const int64_t gy = (int64_t)p.nkv * p.mtiles;
     const int aim = FP8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
-    int64_t nsm = split_count(p, sms, per_sm < aim ? per_sm : aim, per_sm, st && st->tile_ctr);
-    if (f.splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = f.splits;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim, per_sm,
+                              st && st->tile_ctr);
+    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
 
@@ -187,23 +162,16 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, const PagedForce &f)
         p.o_part = (float *)(ws + n_lse);
     }
 
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)Tr::SMEM));
     /* one launch: the table checks and the merge of the splits are in it;
      * on sm_90 a programmatic dependent of the kernel ahead (it waits for
      * that kernel before reading anything, decode.cuh), so its launch
      * overlaps that kernel's end */
     const bool pdl = st && st->sm_major >= 9 && !paged_nopdl();
-    const dim3 grid((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch);
-    /* the deep ring where the launch is one block an SM at most (the
-     * shallow instance's occupancy then buys nothing) and its shared memory
-     * is allowed; element loads keep the shallow one, as do head dims whose
-     * deep ring is no deeper (16-bit d 256) */
-    if constexpr (!EL && sf_paged::PagedTraits<D, FP8, true>::ST > sf_paged::PagedTraits<D, FP8, false>::ST) {
-        const bool fits = st && sf_paged::PagedTraits<D, FP8, true>::SMEM <= st->smem_optin;
-        const bool one_wave = (int64_t)p.batch * gy * nsm <= sms;
-        if (fits && (f.ring == RING_DEEP || (f.ring == RING_AUTO && one_wave)))
-            return launch_kernel<T, D, FP8, MOD, EL, true>(ctx, p, grid, pdl);
-    }
-    return launch_kernel<T, D, FP8, MOD, EL, false>(ctx, p, grid, pdl);
+    SF_CUDA_CHECK(ctx, sf_launch_ex(kern, dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), dim3(128),
+                                    Tr::SMEM, sf_cuda_stream(ctx), pdl, 1u, p));
+    return SF_OK;
 }
 
 /* score modifiers: ALiBi (softcap at run time in it), softcap, none */
@@ -211,9 +179,9 @@ template <typename T, int D, bool FP8, bool EL>
 sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     const PagedForce f = paged_force();
     p.min_split = f.min_split;
-    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI, EL>(ctx, p, dpad, f);
-    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, EL>(ctx, p, dpad, f);
-    return launch_attn<T, D, FP8, sf_paged::MOD_NONE, EL>(ctx, p, dpad, f);
+    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI, EL>(ctx, p, dpad, f.splits);
+    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, EL>(ctx, p, dpad, f.splits);
+    return launch_attn<T, D, FP8, sf_paged::MOD_NONE, EL>(ctx, p, dpad, f.splits);
 }
 
 template <typename T, bool FP8, bool EL>
