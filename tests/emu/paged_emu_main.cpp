@@ -23,6 +23,7 @@ struct PCase {
     bool fp8;
     float cap;
     int lens[4];
+    int qspread; /* q of head h times 2^(qspread ((h mod 3) - 1)), at most 2^12 in f16: rows far from 1 in size */
 };
 
 static float e4m3(uint8_t c) { return __half2float(__ushort_as_half(emu_e4m3_to_half(c))); }
@@ -79,7 +80,13 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
     const size_t qn = (size_t)b * lq * H * d;
     std::vector<uint4> qb(qn * 2 / 16 + 1), ob(qb.size());
     std::vector<float> qval(qn);
-    for (size_t i = 0; i < qn; i++) ((uint16_t *)qb.data())[i] = bits<T>(nd(rng)), qval[i] = val<T>(((uint16_t *)qb.data())[i]);
+    /* f16 q holds at most 2^16 */
+    const int spread = std::is_same<T, __half>::value ? std::min(c.qspread, 12) : c.qspread;
+    for (size_t i = 0; i < qn; i++) {
+        const int h = (int)(i / d % H);
+        const float x = std::ldexp(nd(rng), spread * (h % 3 - 1));
+        ((uint16_t *)qb.data())[i] = bits<T>(x), qval[i] = val<T>(((uint16_t *)qb.data())[i]);
+    }
     memset(ob.data(), 0xff, ob.size() * 16); // poison
     std::vector<float> lse((size_t)b * H * lq, NAN);
     const int mtiles = (group * lq + 15) / 16;
@@ -189,6 +196,9 @@ int main(int argc, char **argv) {
         {"softcap_split2", 2, 8, 2, 64, 1, 16, 2, false, 2.f, {48, 64}},
         {"fp8_decode_split2", 2, 8, 2, 128, 1, 16, 2, true, 0.f, {60, 17}},
         {"fp8_ps8_d64", 2, 8, 1, 64, 4, 8, 3, true, 0.f, {50, 0}},
+        /* q rows of 2^-20, 1 and 2^20 (FP8: S in f16 on rows scaled apart) */
+        {"fp8_qspread_d128", 2, 12, 3, 128, 1, 16, 2, true, 0.f, {70, 33}, 20},
+        {"fp8_qspread_d64_lq4", 1, 6, 3, 64, 4, 16, 1, true, 0.f, {45}, 12},
         /* many tiles a warp: every stage of the ring reused several times */
         {"long_ring_ps16", 1, 8, 2, 128, 1, 16, 1, false, 0.f, {613}},
         {"fp8_long_ring_ps16", 1, 8, 2, 128, 1, 16, 1, true, 0.f, {613}},

@@ -391,6 +391,48 @@ __device__ __forceinline__ void load_qf(const T *sQ, uint32_t (&qf)[D / 16][4], 
     }
 }
 
+/* FP8 pools: S = Q K^T runs in f16, whatever T is (an e4m3 pair becomes an
+ * f16 pair in one instruction, a bf16 pair in four).  bf16 queries are
+ * scaled by a power of two a row so that the row's largest |q| lies in
+ * [2^14, 2^15): every bf16 value down to 2^-24 of its row's largest is then
+ * exact in f16, and qinv (1 / the scale of rows lane / 4 and lane / 4 + 8)
+ * goes back onto the scores.  The fragments' rows: [0] and [2] row lane / 4,
+ * [1] and [3] that + 8 (load_qf). */
+template <typename T, int D>
+__device__ __forceinline__ void qf_to_f16(uint32_t (&qf)[D / 16][4], float (&qinv)[2]) {
+    qinv[0] = qinv[1] = 1.f;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        float mx[2] = {0.f, 0.f};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&qf[kk][j]));
+                mx[j & 1] = fmaxf(mx[j & 1], fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+        float sc[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            /* the row's four lanes (a quad) hold all its columns */
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            int e = 15; /* a row with inf or NaN: left as it is */
+            if (isfinite(mx[r])) frexpf(mx[r], &e);
+            const int k = 15 - e > 126 ? 126 : 15 - e;
+            sc[r] = ldexpf(1.f, k);
+            qinv[r] = ldexpf(1.f, -k);
+        }
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&qf[kk][j]));
+                const __half2 h = __floats2half2_rn(f.x * sc[j & 1], f.y * sc[j & 1]);
+                qf[kk][j] = *reinterpret_cast<const uint32_t *>(&h);
+            }
+    }
+}
+
 /* One 16-key tile of a warp: S = Q K^T, the online softmax, O += P V.
  * stage: the tile's K then V rows (16-bit: rows of D + 8 elements; FP8:
  * rows of D + 16 codes, then 16 K and 16 V f32 scales), complete and seen
@@ -400,7 +442,8 @@ __device__ __forceinline__ void load_qf(const T *sQ, uint32_t (&qf)[D / 16][4], 
  * transposed, is then converted to f16 over the stage's codes. */
 template <typename T, int D, bool FP8, int MOD>
 __device__ __forceinline__ void tile_step(const PagedParams &p, unsigned char *stage,
-                                          const uint32_t (&qf)[D / 16][4], float (&o)[D / 8][4], float (&mrow)[2],
+                                          const uint32_t (&qf)[D / 16][4], const float (&qinv)[2],
+                                          float (&o)[D / 8][4], float (&mrow)[2],
                                           float (&lrow)[2], int key0, const int (&rlo)[2], const int (&rhi)[2],
                                           int lane, const float (&slope2)[2], const int (&rpos)[2],
                                           const ScoreMod &mod) {
@@ -427,12 +470,13 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, unsigned char *s
             sf_ldsm_x4(c[0], c[1], c[2], c[3], kr + kk * 16);
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                sf_mma16<T>::run(s[j & 1], qf[kk + (j >> 1)], fp8x2_to<T>(c[j] & 0xffffu), fp8x2_to<T>(c[j] >> 16));
+                sf_mma16<__half>::run(s[j & 1], qf[kk + (j >> 1)], fp8x2_to<__half>(c[j] & 0xffffu),
+                                      fp8x2_to<__half>(c[j] >> 16));
         }
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[i][e] *= ssc[i * 8 + 2 * tq + (e & 1)];
+            for (int e = 0; e < 4; e++) s[i][e] *= ssc[i * 8 + 2 * tq + (e & 1)] * qinv[e >> 1];
         convert_v_in_place<VT, D>(stage, lane);
         sv = reinterpret_cast<const T *>(stage);
     } else {
@@ -739,6 +783,8 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
     __syncthreads();
     uint32_t qf[KD][4];
     load_qf<T, D, FP8>(sQ, qf, lane);
+    float qinv[2] = {1.f, 1.f};
+    if constexpr (FP8) qf_to_f16<T, D>(qf, qinv);
     /* no lane needs this (Q is in registers); it fences the compiler, and
      * the loop below was timed with the schedule it gives */
     __syncwarp();
@@ -753,7 +799,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, o, mrow, lrow,
+        tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
                                   (tfirst + n * tstep) * 16, w.rlo, w.rhi, lane, slope2, rpos, mod);
         __syncwarp(); /* the stage is reloaded next iteration */
     }
