@@ -31,8 +31,9 @@
  * of a 16-bit tile) and each key tile's 16 K and 16 V scales (cp.async
  * like the codes; per-head scales are the same address for every key).  K's
  * codes go from the ring into registers by ldmatrix and are converted there
- * (exact: every e4m3 value is an f16 and a bf16) into the B fragments of
- * S = Q K^T, with Q's fragments in the matching k order (load_qf); V, which
+ * (exact: every e4m3 value is an f16) into the f16 B fragments of S = Q K^T,
+ * with Q's fragments in f16 too (qf_to_f16) and in the matching k order
+ * (load_qf); V, which
  * P V needs transposed, is then converted to f16 in place, over the stage's
  * K and V codes (16 rows of D + 8 f16 fit in 32 rows of D + 16 codes), and
  * P V runs in f16 whatever T is.  With no conversion tile of their own the
