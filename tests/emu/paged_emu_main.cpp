@@ -39,7 +39,7 @@ static uint8_t to_e4m3(float x) { // nearest e4m3 code (ties: either; the refere
     return best;
 }
 
-template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
+template <typename T, int D, bool FP8> static int run_t(const PCase &c, bool nar) {
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd;
     const int b = c.b, H = c.H, Hkv = c.Hkv, d = c.d, lq = c.lq, ps = c.ps, group = H / Hkv;
@@ -122,12 +122,15 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
     const dim3 grid((unsigned)c.nsplit, (unsigned)(Hkv * mtiles), (unsigned)b);
     /* head dims that are not whole 16-byte chunks: the element-load instances */
     if (d % (FP8 ? 16 : 8) != 0) {
-        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true>, grid, dim3(128), Tr::SMEM, p);
-        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true>, grid, dim3(128), Tr::SMEM, p);
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true, false>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true, false>, grid, dim3(128), Tr::SMEM, p);
+    } else if (nar) { /* narrow tiles: at most 8 query rows a kv head */
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, true>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, true>, grid, dim3(128), Tr::SMEM, p);
     } else if (c.cap > 0.f) {
-        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false>, grid, dim3(128), Tr::SMEM, p);
+        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, false>, grid, dim3(128), Tr::SMEM, p);
     } else {
-        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false>, grid, dim3(128), Tr::SMEM, p);
+        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, false>, grid, dim3(128), Tr::SMEM, p);
     }
 
     // reference: row (token t, head h) of sequence i over keys [0, len - lq + t]
@@ -174,16 +177,16 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c) {
     const double tol = sizeof(T) == 2 && std::is_same<T, __nv_bfloat16>::value ? 2e-2 : 5e-3;
     const double rel = maxerr / std::max(maxref, 1e-30);
     const bool ok = bad == 0 && rel <= tol && lerr <= 1e-4;
-    printf("%s %-24s %s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
-           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", d, rel, tol, lerr,
+    printf("%s %-24s %s%s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
+           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar ? " narrow" : "       ", d, rel, tol, lerr,
            bad ? " (non-finite outputs, a bad lse, a counter left set or an error recorded)" : "");
     return ok ? 0 : 1;
 }
 
-template <typename T> static int run_d(const PCase &c) {
+template <typename T> static int run_d(const PCase &c, bool nar) {
     const int dp = c.d <= 64 ? 64 : 128;
-    if (c.fp8) return dp == 64 ? run_t<T, 64, true>(c) : run_t<T, 128, true>(c);
-    return dp == 64 ? run_t<T, 64, false>(c) : run_t<T, 128, false>(c);
+    if (c.fp8) return dp == 64 ? run_t<T, 64, true>(c, nar) : run_t<T, 128, true>(c, nar);
+    return dp == 64 ? run_t<T, 64, false>(c, nar) : run_t<T, 128, false>(c, nar);
 }
 
 int main(int argc, char **argv) {
@@ -194,6 +197,9 @@ int main(int argc, char **argv) {
         {"decode_ps1_d96", 2, 4, 1, 96, 1, 1, 2, false, 0.f, {23, 40}},
         {"lq4_ps64_gqa4", 2, 4, 1, 64, 4, 64, 2, false, 0.f, {70, 3}},
         {"softcap_split2", 2, 8, 2, 64, 1, 16, 2, false, 2.f, {48, 64}},
+        /* 6 query rows a kv head (group 3, two new tokens): narrow tiles with padding rows and causal rows */
+        {"g3_lq2_split2", 2, 6, 2, 64, 2, 16, 2, false, 0.f, {40, 77}},
+        {"fp8_g3_lq2_softcap", 2, 6, 2, 128, 2, 8, 3, true, 1.5f, {90, 2}},
         {"fp8_decode_split2", 2, 8, 2, 128, 1, 16, 2, true, 0.f, {60, 17}},
         {"fp8_ps8_d64", 2, 8, 1, 64, 4, 8, 3, true, 0.f, {50, 0}},
         /* q rows of 2^-20, 1 and 2^20 (FP8: S in f16 on rows scaled apart) */
@@ -214,8 +220,13 @@ int main(int argc, char **argv) {
     for (const PCase &c : cases) {
         if (!only.empty() && only != c.name) continue;
         ran++;
-        fails += run_d<__nv_bfloat16>(c);
-        fails += run_d<__half>(c);
+        fails += run_d<__nv_bfloat16>(c, false);
+        fails += run_d<__half>(c, false);
+        /* where the library takes narrow tiles (paged.cu): those too */
+        if ((c.H / c.Hkv) * c.lq <= 8 && c.d % (c.fp8 ? 16 : 8) == 0) {
+            fails += run_d<__nv_bfloat16>(c, true);
+            fails += run_d<__half>(c, true);
+        }
     }
     if (!ran) { printf("no case named %s\n", only.c_str()); return 1; }
     printf("%d case(s), %d failure(s)\n", ran, fails);

@@ -1,5 +1,5 @@
 /* ptx.cuh - the sm_80+ PTX primitives every kernel shares: shared-memory
- * addresses, ldmatrix, cp.async, mma.sync m16n8k16 / m16n8k8 (TF32), the
+ * addresses, ldmatrix, movmatrix, cp.async, mma.sync m16n8k16 / m16n8k8 (TF32), the
  * SFU's 2^x and tanh, the TF32 rounding.  The Hopper-only primitives (wgmma,
  * mbarriers, TMA, named barriers) are in wgmma.cuh.
  */
@@ -32,6 +32,14 @@ static __device__ __forceinline__ void sf_ldsm_x4(uint32_t r[4], const void *p) 
 }
 static __device__ __forceinline__ void sf_ldsm_x4_t(uint32_t r[4], const void *p) {
     sf_ldsm_x4_t(r[0], r[1], r[2], r[3], p);
+}
+
+/* movmatrix .trans: the 8 x 8 b16 matrix whose fragment a lane holds (lane l:
+ * row l / 4, columns 2 (l % 4) and + 1) transposed, in the same layout. */
+static __device__ __forceinline__ uint32_t sf_movm_t(uint32_t a) {
+    uint32_t d;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
 }
 
 /* cp.async: 16-byte global -> shared copies that complete asynchronously; a

@@ -528,21 +528,178 @@ __device__ __forceinline__ void tile_step(const PagedParams &p, unsigned char *s
     }
 }
 
+/* Narrow tiles (NAR): where a kv head has at most 8 query rows (decode with
+ * a GQA group of up to 8), rows 8-15 of the 16-row tile above would be
+ * padding, so the products run transposed: S^T = K Q^T (16 keys x 8 rows,
+ * K the A operand) and O^T += V^T P^T (16 dims x 8 rows a product, V^T by
+ * ldmatrix.trans), P^T's B fragments made from S^T's accumulators by
+ * movmatrix.  Half the mma, the exponentials and the O registers of the
+ * wide tile.  A lane holds keys g and g + 8 (g = lane / 4) of rows 2 t and
+ * 2 t + 1 (t = lane % 4), and O^T's dims j x 16 + g (+ 8) of the same two
+ * rows; a row's max and sum run over the 8 lanes of its t. */
+
+/* Q's B fragments (rows lane / 4 of sQ): 16-bit pools in the usual k order,
+ * FP8 pools in tile_step's (k-slots 2t, 2t+1, 2t+8, 2t+9 of a 16-wide chunk
+ * are its columns 4t .. 4t+3). */
+template <typename T, int D, bool FP8>
+__device__ __forceinline__ void load_qf_n(const T *sQ, uint32_t (&qf)[D / 16][2], int lane) {
+    constexpr int LDS = D + 8;
+    const T *q = sQ + (lane >> 2) * LDS + (FP8 ? 4 : 2) * (lane & 3);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        qf[kk][0] = *reinterpret_cast<const uint32_t *>(q + kk * 16);
+        qf[kk][1] = *reinterpret_cast<const uint32_t *>(q + kk * 16 + (FP8 ? 2 : 8));
+    }
+}
+
+/* FP8 pools: Q's fragments in f16 (qf_to_f16's scaling, one row a lane
+ * quad); qinv[c] is then the inverse scale of row 2 t + c, the rows of this
+ * lane's scores. */
+template <typename T, int D>
+__device__ __forceinline__ void qf_to_f16_n(uint32_t (&qf)[D / 16][2], float (&qinv)[2], int lane) {
+    qinv[0] = qinv[1] = 1.f;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        float mx = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&qf[kk][j]));
+                mx = fmaxf(mx, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        int e = 15; /* a row with inf or NaN: left as it is */
+        if (isfinite(mx)) frexpf(mx, &e);
+        const int k = 15 - e > 126 ? 126 : 15 - e;
+        const float sc = ldexpf(1.f, k), inv = ldexpf(1.f, -k);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&qf[kk][j]));
+                const __half2 h = __floats2half2_rn(f.x * sc, f.y * sc);
+                qf[kk][j] = *reinterpret_cast<const uint32_t *>(&h);
+            }
+        const int t = lane & 3;
+        qinv[0] = __shfl_sync(0xffffffffu, inv, 8 * t);
+        qinv[1] = __shfl_sync(0xffffffffu, inv, 8 * t + 4);
+    }
+}
+
+/* One 16-key tile of a warp on narrow tiles (tile_step's contract; clo /
+ * chi: the keys rows 2 t and 2 t + 1 see; m, l: those rows' running max and
+ * this lane's part of their sums). */
+template <typename T, int D, bool FP8, bool CAP>
+__device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char *stage,
+                                            const uint32_t (&qf)[D / 16][2], const float (&qinv)[2],
+                                            float (&o)[D / 16][4], float (&m)[2], float (&l)[2], int key0,
+                                            const int (&clo)[2], const int (&chi)[2], int lane,
+                                            const ScoreMod &mod) {
+    constexpr int LDS = D + 8, LDB = D + 16, KD = D / 16;
+    typedef typename std::conditional<FP8, __half, T>::type VT;
+    const int g = lane >> 2;
+    /* s[e]: key g + (e >> 1) x 8, row 2 t + (e & 1) */
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    const T *sv;
+    const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
+    if constexpr (FP8) {
+        /* matrix lane / 8 of the x4: keys 0-7 / 8-15 (bit 0) of chunk kk / kk+1 (bit 1); a lane gets
+         * codes 4t .. 4t+3 of key g (+ 8): A's k-slots 2t, 2t+1 (low pair) and 2t+8, 2t+9 (high) */
+        const uint8_t *kr = stage + ((lane >> 3 & 1) * 8 + (lane & 7)) * LDB + (lane >> 4) * 16;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk += 2) {
+            uint32_t c[4];
+            sf_ldsm_x4(c[0], c[1], c[2], c[3], kr + kk * 16);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t a[4] = {fp8x2_to<__half>(c[2 * h] & 0xffffu), fp8x2_to<__half>(c[2 * h + 1] & 0xffffu),
+                                       fp8x2_to<__half>(c[2 * h] >> 16), fp8x2_to<__half>(c[2 * h + 1] >> 16)};
+                sf_mma16<__half>::run(s, a, qf[kk + h][0], qf[kk + h][1]);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[e] *= ssc[g + (e >> 1) * 8] * qinv[e & 1];
+        convert_v_in_place<VT, D>(stage, lane);
+        sv = reinterpret_cast<const T *>(stage);
+    } else {
+        const T *sk = reinterpret_cast<const T *>(stage);
+        sv = sk + 16 * LDS;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t a[4];
+            sf_ldsm_x4(a[0], a[1], a[2], a[3], sk + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+            sf_mma16<T>::run(s, a, qf[kk][0], qf[kk][1]);
+        }
+    }
+    /* scale (log2 units), softcap, the rows' key ranges */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float x = s[e] * p.scale_log2;
+        if constexpr (CAP) x = mod.apply(x, 0, 0);
+        const int j = key0 + g + (e >> 1) * 8;
+        s[e] = j < clo[e & 1] || j >= chi[e & 1] ? -INFINITY : x;
+    }
+    float alpha[2];
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        float mx = fmaxf(m[c], fmaxf(s[c], s[2 + c]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        /* base 0 while the row has seen nothing: exps stay 0, no NaN */
+        const float base = mx == -INFINITY ? 0.f : mx;
+        alpha[c] = sf_ex2(m[c] - base);
+        m[c] = mx;
+        s[c] = sf_ex2(s[c] - base);
+        s[2 + c] = sf_ex2(s[2 + c] - base);
+        l[c] = l[c] * alpha[c] + s[c] + s[2 + c];
+    }
+#pragma unroll
+    for (int j = 0; j < KD; j++) {
+        o[j][0] *= alpha[0], o[j][1] *= alpha[1];
+        o[j][2] *= alpha[0], o[j][3] *= alpha[1];
+    }
+    if constexpr (FP8) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[e] *= ssc[16 + g + (e >> 1) * 8];
+        __syncwarp(); /* V is in the tile */
+    }
+    /* P^T's B fragment: keys 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of row g */
+    const uint32_t pb0 = sf_movm_t(sf_mma16<VT>::pack(s[0], s[1]));
+    const uint32_t pb1 = sf_movm_t(sf_mma16<VT>::pack(s[2], s[3]));
+    /* V^T's A fragments by ldmatrix.trans: matrices keys 0-7 / 8-15 (bit 1) x dims 0-7 / 8-15 (bit 0) */
+    const T *vr = sv + ((lane & 7) + ((lane >> 4) << 3)) * LDS + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int j = 0; j < KD; j++) {
+        uint32_t a[4];
+        sf_ldsm_x4_t(a[0], a[1], a[2], a[3], vr + j * 16);
+        sf_mma16<VT>::run(o[j], a, pb0, pb1);
+    }
+}
+
 /* After a split's key loop (every load waited for): the rest of its table
  * checks, the merge of the CTA's NW warps (m, l, O) in shared scratch (the
  * ring, free by now: NW x 16 x (D + 6) floats), then the output (one split)
  * or the split's partials, and with several splits the counter and, by the
  * last split of the group, the merge of them all. */
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, bool NAR>
 __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWork &w, int split, int b, int kvh,
-                                             float (&o)[D / 8][4], const float (&mrow)[2], float (&lrow)[2],
-                                             float *scratch) {
-    constexpr int NO = D / 8, OLD = D + 4;
+                                             float (&o)[NAR ? D / 16 : D / 8][4], const float (&mrow)[2],
+                                             float (&lrow)[2], float *scratch) {
+    constexpr int NO = NAR ? D / 16 : D / 8, OLD = D + 4;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    /* the row sums over the lanes that hold parts of them */
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
-        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
-        lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
+        if constexpr (NAR) {
+            lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 4);
+            lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 8);
+            lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 16);
+        } else {
+            lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 1);
+            lrow[rr] += __shfl_xor_sync(0xffffffffu, lrow[rr], 2);
+        }
     }
     /* the rest of the split's table entries (past the first a thread took) */
     const int32_t *btb = p.bt + (int64_t)b * p.bt_sb;
@@ -557,15 +714,28 @@ __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWo
     float *ms = scratch;
     float *ls = ms + NW * 16;
     float *os = ls + NW * 16;
-    if (tq == 0) {
-        ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
-        ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
-    }
+    if constexpr (NAR) { /* rows 2 t, 2 t + 1; rows 8-15 of the scratch unused */
+        if (g == 0) {
+            ms[warp * 16 + 2 * tq] = mrow[0], ms[warp * 16 + 2 * tq + 1] = mrow[1];
+            ls[warp * 16 + 2 * tq] = lrow[0], ls[warp * 16 + 2 * tq + 1] = lrow[1];
+        }
 #pragma unroll
-    for (int i = 0; i < NO; i++) {
-        float *o0 = os + (warp * 16 + g) * OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * OLD;
-        o0[0] = o[i][0], o0[1] = o[i][1];
-        o1[0] = o[i][2], o1[1] = o[i][3];
+        for (int j = 0; j < NO; j++) {
+            float *o0 = os + (warp * 16 + 2 * tq) * OLD + j * 16 + g, *o1 = o0 + OLD;
+            o0[0] = o[j][0], o1[0] = o[j][1];
+            o0[8] = o[j][2], o1[8] = o[j][3];
+        }
+    } else {
+        if (tq == 0) {
+            ms[warp * 16 + g] = mrow[0], ms[warp * 16 + g + 8] = mrow[1];
+            ls[warp * 16 + g] = lrow[0], ls[warp * 16 + g + 8] = lrow[1];
+        }
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+            float *o0 = os + (warp * 16 + g) * OLD + i * 8 + 2 * tq, *o1 = o0 + 8 * OLD;
+            o0[0] = o[i][0], o0[1] = o[i][1];
+            o1[0] = o[i][2], o1[1] = o[i][3];
+        }
     }
     bad = __syncthreads_or(bad) != 0; /* also: the scratch is written */
     for (int idx = tid; idx < 16 * D; idx += blockDim.x) {
@@ -624,10 +794,11 @@ __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWo
  * whole 16-byte chunks or rows that are not 16-byte aligned (the stage
  * tiles are the same, zero past d, so everything after the loads is
  * shared); the loads of a tile are then not asynchronous. */
-template <typename T, int D, bool FP8, int MOD, bool EL>
+template <typename T, int D, bool FP8, int MOD, bool EL, bool NAR>
 __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
-    constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = D / 8;
+    static_assert(!NAR || (!EL && MOD != MOD_ALIBI), "narrow tiles: cp.async loads, no ALiBi");
+    constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = NAR ? D / 16 : D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;
     constexpr int LOADS = (16 * CH + 31) / 32; /* 16-byte chunks a lane moves per tile and tensor */
@@ -783,10 +954,26 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
     /* Q (the first group, issued by every thread) is in */
     sf_cp_async_wait<ST - 1>();
     __syncthreads();
-    uint32_t qf[KD][4];
-    load_qf<T, D, FP8>(sQ, qf, lane);
+    uint32_t qf[KD][NAR ? 2 : 4];
     float qinv[2] = {1.f, 1.f};
-    if constexpr (FP8) qf_to_f16<T, D>(qf, qinv);
+    /* narrow tiles: the keys rows 2 t and 2 t + 1 see */
+    int clo[2] = {0, 0}, chi[2] = {0, 0};
+    if constexpr (NAR) {
+        load_qf_n<T, D, FP8>(sQ, qf, lane);
+        if constexpr (FP8) qf_to_f16_n<T, D>(qf, qinv, lane);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int r = 2 * (lane & 3) + c;
+            if (r < w.nrows) {
+                key_range(r / p.group, p.lq, len, p.wl, p.wr, clo[c], chi[c]);
+                clo[c] = max(clo[c], w.ks);
+                chi[c] = min(chi[c], w.ke);
+            }
+        }
+    } else {
+        load_qf<T, D, FP8>(sQ, qf, lane);
+        if constexpr (FP8) qf_to_f16<T, D>(qf, qinv);
+    }
     /* no lane needs this (Q is in registers); it fences the compiler, and
      * the loop below was timed with the schedule it gives */
     __syncwarp();
@@ -801,12 +988,16 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
         sf_cp_async_commit();
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
-        tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
-                                  (tfirst + n * tstep) * 16, w.rlo, w.rhi, lane, slope2, rpos, mod);
+        if constexpr (NAR)
+            tile_step_n<T, D, FP8, MOD == MOD_CAP>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
+                                                   (tfirst + n * tstep) * 16, clo, chi, lane, mod);
+        else
+            tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
+                                      (tfirst + n * tstep) * 16, w.rlo, w.rhi, lane, slope2, rpos, mod);
         __syncwarp(); /* the stage is reloaded next iteration */
     }
     sf_cp_async_wait<0>();
-    finish_split<T, D, NW>(p, w, split, b, kvh, o, mrow, lrow, reinterpret_cast<float *>(sKV));
+    finish_split<T, D, NW, NAR>(p, w, split, b, kvh, o, mrow, lrow, reinterpret_cast<float *>(sKV));
 }
 
 } /* namespace sf_paged */

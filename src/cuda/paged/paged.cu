@@ -120,17 +120,19 @@ PagedForce paged_force() {
     return f;
 }
 
-/* SF_AUTOTUNE_FORCE=attn_paged:nopdl: a plain launch (for comparison) */
-bool paged_nopdl() {
+/* SF_AUTOTUNE_FORCE=attn_paged:nopdl: a plain launch; attn_paged:wide: the
+ * 16-row tiles where narrow ones would serve (both for comparison) */
+bool paged_forced(const char *what) {
     char buf[32];
     const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
-    return n && strcmp(n, "nopdl") == 0;
+    return n && strcmp(n, what) == 0;
 }
+bool paged_nopdl() { return paged_forced("nopdl"); }
 
-template <typename T, int D, bool FP8, int MOD, bool EL>
+template <typename T, int D, bool FP8, int MOD, bool EL, bool NAR>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL>;
+    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL, NAR>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
     static std::atomic<int> per_sm_cache{0};
@@ -175,13 +177,22 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
 }
 
 /* score modifiers: ALiBi (softcap at run time in it), softcap, none */
+/* Narrow tiles (decode.cuh) where a kv head has at most 8 query rows:
+ * decode (one new token) with GQA groups up to 8, the engines' case; the
+ * element-load and ALiBi instances keep 16-row tiles. */
 template <typename T, int D, bool FP8, bool EL>
 sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     const PagedForce f = paged_force();
     p.min_split = f.min_split;
-    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI, EL>(ctx, p, dpad, f.splits);
-    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, EL>(ctx, p, dpad, f.splits);
-    return launch_attn<T, D, FP8, sf_paged::MOD_NONE, EL>(ctx, p, dpad, f.splits);
+    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI, EL, false>(ctx, p, dpad, f.splits);
+    if constexpr (!EL) {
+        if (p.group * p.lq <= 8 && !paged_forced("wide")) {
+            if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, false, true>(ctx, p, dpad, f.splits);
+            return launch_attn<T, D, FP8, sf_paged::MOD_NONE, false, true>(ctx, p, dpad, f.splits);
+        }
+    }
+    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, EL, false>(ctx, p, dpad, f.splits);
+    return launch_attn<T, D, FP8, sf_paged::MOD_NONE, EL, false>(ctx, p, dpad, f.splits);
 }
 
 template <typename T, bool FP8, bool EL>

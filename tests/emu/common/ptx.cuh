@@ -1,6 +1,6 @@
 // ptx.cuh (emulation) - what src/cuda/common/ptx.cuh gives the kernels
 // (sf_smem_u32 is emu_rt.h's), on the host: ldmatrix (.x4,
-// .trans) and mma.sync m16n8k16 (bf16, f16; f32 accumulation) as
+// .trans), movmatrix (.trans) and mma.sync m16n8k16 (bf16, f16; f32 accumulation) as
 // warp-collective operations through a per-warp exchange buffer and the
 // warp barrier of emu_rt.h, with the PTX ISA's fragment layouts:
 //   ldmatrix x4: lanes 8 i .. 8 i + 7 give the row addresses of 8 x 8
@@ -58,6 +58,22 @@ static inline void sf_ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32
     uint32_t r[4];
     emu_ldsm(r, p, true);
     r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+
+// movmatrix .trans: lane l gets {M[2 (l % 4)][l / 4], M[2 (l % 4) + 1][l / 4]}
+// of the matrix M whose element M[r][c] lane 4 r + c / 2 holds (half c % 2)
+static inline uint32_t sf_movm_t(uint32_t a) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    const unsigned ph = emu_wph++ & 1;
+    emu_wreg[ph][w][l][0] = a;
+    emu_warp_bar[w]->wait();
+    const int g = l / 4, t = l % 4;
+    uint32_t out = 0;
+    for (int u = 0; u < 2; u++) {
+        const uint32_t src = emu_wreg[ph][w][4 * (2 * t + u) + g / 2][0];
+        out |= ((src >> (16 * (g % 2))) & 0xffffu) << (16 * u);
+    }
+    return out;
 }
 
 static inline void emu_mma16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1, bool bf) {
