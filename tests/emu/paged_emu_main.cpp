@@ -39,7 +39,7 @@ static uint8_t to_e4m3(float x) { // nearest e4m3 code (ties: either; the refere
     return best;
 }
 
-template <typename T, int D, bool FP8> static int run_t(const PCase &c, bool nar) {
+template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar) {
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd;
     const int b = c.b, H = c.H, Hkv = c.Hkv, d = c.d, lq = c.lq, ps = c.ps, group = H / Hkv;
@@ -122,15 +122,18 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, bool nar
     const dim3 grid((unsigned)c.nsplit, (unsigned)(Hkv * mtiles), (unsigned)b);
     /* head dims that are not whole 16-byte chunks: the element-load instances */
     if (d % (FP8 ? 16 : 8) != 0) {
-        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true, false>, grid, dim3(128), Tr::SMEM, p);
-        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true, false>, grid, dim3(128), Tr::SMEM, p);
-    } else if (nar) { /* narrow tiles: at most 8 query rows a kv head */
-        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, true>, grid, dim3(128), Tr::SMEM, p);
-        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, true>, grid, dim3(128), Tr::SMEM, p);
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
+    } else if (nar == NAR_VREG) { /* narrow tiles: at most 8 query rows a kv head */
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_VREG>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_VREG>, grid, dim3(128), Tr::SMEM, p);
+    } else if (nar == NAR_SMEM) {
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_SMEM>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_SMEM>, grid, dim3(128), Tr::SMEM, p);
     } else if (c.cap > 0.f) {
-        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, false>, grid, dim3(128), Tr::SMEM, p);
+        emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
     } else {
-        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, false>, grid, dim3(128), Tr::SMEM, p);
+        emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
     }
 
     // reference: row (token t, head h) of sequence i over keys [0, len - lq + t]
@@ -178,12 +181,12 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, bool nar
     const double rel = maxerr / std::max(maxref, 1e-30);
     const bool ok = bad == 0 && rel <= tol && lerr <= 1e-4;
     printf("%s %-24s %s%s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
-           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar ? " narrow" : "       ", d, rel, tol, lerr,
+           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar == NAR_VREG ? " vreg  " : nar ? " narrow" : "       ", d, rel, tol, lerr,
            bad ? " (non-finite outputs, a bad lse, a counter left set or an error recorded)" : "");
     return ok ? 0 : 1;
 }
 
-template <typename T> static int run_d(const PCase &c, bool nar) {
+template <typename T> static int run_d(const PCase &c, int nar) {
     const int dp = c.d <= 64 ? 64 : 128;
     if (c.fp8) return dp == 64 ? run_t<T, 64, true>(c, nar) : run_t<T, 128, true>(c, nar);
     return dp == 64 ? run_t<T, 64, false>(c, nar) : run_t<T, 128, false>(c, nar);
@@ -220,12 +223,16 @@ int main(int argc, char **argv) {
     for (const PCase &c : cases) {
         if (!only.empty() && only != c.name) continue;
         ran++;
-        fails += run_d<__nv_bfloat16>(c, false);
-        fails += run_d<__half>(c, false);
+        fails += run_d<__nv_bfloat16>(c, NAR_WIDE);
+        fails += run_d<__half>(c, NAR_WIDE);
         /* where the library takes narrow tiles (paged.cu): those too */
         if ((c.H / c.Hkv) * c.lq <= 8 && c.d % (c.fp8 ? 16 : 8) == 0) {
-            fails += run_d<__nv_bfloat16>(c, true);
-            fails += run_d<__half>(c, true);
+            fails += run_d<__nv_bfloat16>(c, NAR_SMEM);
+            fails += run_d<__half>(c, NAR_SMEM);
+            if (c.fp8) {
+                fails += run_d<__nv_bfloat16>(c, NAR_VREG);
+                fails += run_d<__half>(c, NAR_VREG);
+            }
         }
     }
     if (!ran) { printf("no case named %s\n", only.c_str()); return 1; }

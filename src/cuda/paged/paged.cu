@@ -129,7 +129,7 @@ bool paged_forced(const char *what) {
 }
 bool paged_nopdl() { return paged_forced("nopdl"); }
 
-template <typename T, int D, bool FP8, int MOD, bool EL, bool NAR>
+template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     typedef sf_paged::PagedTraits<D, FP8> Tr;
     void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL, NAR>;
@@ -184,15 +184,20 @@ template <typename T, int D, bool FP8, bool EL>
 sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     const PagedForce f = paged_force();
     p.min_split = f.min_split;
-    if (p.alibi) return launch_attn<T, D, FP8, sf_paged::MOD_ALIBI, EL, false>(ctx, p, dpad, f.splits);
+    using namespace sf_paged;
+    if (p.alibi) return launch_attn<T, D, FP8, MOD_ALIBI, EL, NAR_WIDE>(ctx, p, dpad, f.splits);
     if constexpr (!EL) {
         if (p.group * p.lq <= 8 && !paged_forced("wide")) {
-            if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, false, true>(ctx, p, dpad, f.splits);
-            return launch_attn<T, D, FP8, sf_paged::MOD_NONE, false, true>(ctx, p, dpad, f.splits);
+            if (FP8 && !paged_forced("vsmem")) {
+                if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, false, NAR_VREG>(ctx, p, dpad, f.splits);
+                return launch_attn<T, D, FP8, MOD_NONE, false, NAR_VREG>(ctx, p, dpad, f.splits);
+            }
+            if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, false, NAR_SMEM>(ctx, p, dpad, f.splits);
+            return launch_attn<T, D, FP8, MOD_NONE, false, NAR_SMEM>(ctx, p, dpad, f.splits);
         }
     }
-    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, sf_paged::MOD_CAP, EL, false>(ctx, p, dpad, f.splits);
-    return launch_attn<T, D, FP8, sf_paged::MOD_NONE, EL, false>(ctx, p, dpad, f.splits);
+    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, EL, NAR_WIDE>(ctx, p, dpad, f.splits);
+    return launch_attn<T, D, FP8, MOD_NONE, EL, NAR_WIDE>(ctx, p, dpad, f.splits);
 }
 
 template <typename T, bool FP8, bool EL>
