@@ -12,6 +12,11 @@
  * shared memory at the end.  Keys are found through the block table row by
  * row, so any page size works, tiles may straddle pages.
  *
+ * Narrow tiles: where a kv head has at most 8 query rows (decode with GQA
+ * groups up to 8) the products run transposed with the keys as mma rows
+ * (tile_step_n): half the mma work of a 16-row tile, whose rows past 8
+ * would be padding.
+ *
  * Split-KV: the number of splits of a sequence is a function of its length
  * alone (nsplit_of), evaluated on the device, so a captured graph stays
  * right when lengths change; the grid holds the most any length can use.
@@ -830,6 +835,7 @@ template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
 __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     static_assert(!NAR || (!EL && MOD != MOD_ALIBI), "narrow tiles: cp.async loads, no ALiBi");
+    static_assert(NAR != NAR_VREG || FP8, "V's codes in registers: FP8 pools");
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = NAR ? D / 16 : D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;

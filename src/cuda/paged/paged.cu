@@ -188,9 +188,11 @@ sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     if (p.alibi) return launch_attn<T, D, FP8, MOD_ALIBI, EL, NAR_WIDE>(ctx, p, dpad, f.splits);
     if constexpr (!EL) {
         if (p.group * p.lq <= 8 && !paged_forced("wide")) {
-            if (FP8 && !paged_forced("vsmem")) {
-                if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, false, NAR_VREG>(ctx, p, dpad, f.splits);
-                return launch_attn<T, D, FP8, MOD_NONE, false, NAR_VREG>(ctx, p, dpad, f.splits);
+            if constexpr (FP8) {
+                if (!paged_forced("vsmem")) {
+                    if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, false, NAR_VREG>(ctx, p, dpad, f.splits);
+                    return launch_attn<T, D, FP8, MOD_NONE, false, NAR_VREG>(ctx, p, dpad, f.splits);
+                }
             }
             if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, false, NAR_SMEM>(ctx, p, dpad, f.splits);
             return launch_attn<T, D, FP8, MOD_NONE, false, NAR_SMEM>(ctx, p, dpad, f.splits);
