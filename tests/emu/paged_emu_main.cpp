@@ -124,12 +124,9 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar)
     if (d % (FP8 ? 16 : 8) != 0) {
         if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
         else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
-    } else if (nar == NAR_VREG) { /* narrow tiles: at most 8 query rows a kv head */
-        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_VREG>, grid, dim3(128), Tr::SMEM, p);
-        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_VREG>, grid, dim3(128), Tr::SMEM, p);
-    } else if (nar == NAR_SMEM) {
-        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_SMEM>, grid, dim3(128), Tr::SMEM, p);
-        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_SMEM>, grid, dim3(128), Tr::SMEM, p);
+    } else if (nar == NAR_NARROW) { /* narrow tiles: at most 8 query rows a kv head */
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_NARROW>, grid, dim3(128), Tr::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW>, grid, dim3(128), Tr::SMEM, p);
     } else if (c.cap > 0.f) {
         emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
     } else {
@@ -181,7 +178,7 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar)
     const double rel = maxerr / std::max(maxref, 1e-30);
     const bool ok = bad == 0 && rel <= tol && lerr <= 1e-4;
     printf("%s %-24s %s%s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
-           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar == NAR_VREG ? " vreg  " : nar ? " narrow" : "       ", d, rel, tol, lerr,
+           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar ? " narrow" : "       ", d, rel, tol, lerr,
            bad ? " (non-finite outputs, a bad lse, a counter left set or an error recorded)" : "");
     return ok ? 0 : 1;
 }
@@ -227,12 +224,8 @@ int main(int argc, char **argv) {
         fails += run_d<__half>(c, NAR_WIDE);
         /* where the library takes narrow tiles (paged.cu): those too */
         if ((c.H / c.Hkv) * c.lq <= 8 && c.d % (c.fp8 ? 16 : 8) == 0) {
-            fails += run_d<__nv_bfloat16>(c, NAR_SMEM);
-            fails += run_d<__half>(c, NAR_SMEM);
-            if (c.fp8) {
-                fails += run_d<__nv_bfloat16>(c, NAR_VREG);
-                fails += run_d<__half>(c, NAR_VREG);
-            }
+            fails += run_d<__nv_bfloat16>(c, NAR_NARROW);
+            fails += run_d<__half>(c, NAR_NARROW);
         }
     }
     if (!ran) { printf("no case named %s\n", only.c_str()); return 1; }

@@ -105,10 +105,9 @@ struct PagedParams {
  * run time). */
 enum { MOD_NONE = 0, MOD_CAP = 1, MOD_ALIBI = 2 };
 
-/* Tiles of an instance (NAR): 16 query rows (wide), 8 (narrow, decode.cuh's
- * tile_step_n), or 8 with FP8 V's codes converted in registers rather than
- * in shared memory (NAR_VREG, FP8 pools only). */
-enum { NAR_WIDE = 0, NAR_SMEM = 1, NAR_VREG = 2 };
+/* Tiles of an instance (NAR): 16 query rows (wide) or 8 (narrow,
+ * tile_step_n). */
+enum { NAR_WIDE = 0, NAR_NARROW = 1 };
 
 
 /* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
@@ -600,7 +599,7 @@ __device__ __forceinline__ void qf_to_f16_n(uint32_t (&qf)[D / 16][2], float (&q
 /* One 16-key tile of a warp on narrow tiles (tile_step's contract; clo /
  * chi: the keys rows 2 t and 2 t + 1 see; m, l: those rows' running max and
  * this lane's part of their sums). */
-template <typename T, int D, bool FP8, bool CAP, bool VREG>
+template <typename T, int D, bool FP8, bool CAP>
 __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char *stage,
                                             const uint32_t (&qf)[D / 16][2], const float (&qinv)[2],
                                             float (&o)[D / 16][4], float (&m)[2], float (&l)[2], int key0,
@@ -630,7 +629,6 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) s[e] *= ssc[g + (e >> 1) * 8] * qinv[e & 1];
-        if constexpr (!VREG) convert_v_in_place<VT, D>(stage, lane);
         sv = reinterpret_cast<const T *>(stage);
     } else {
         const T *sk = reinterpret_cast<const T *>(stage);
@@ -673,13 +671,13 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
     if constexpr (FP8) {
 #pragma unroll
         for (int e = 0; e < 4; e++) s[e] *= ssc[16 + g + (e >> 1) * 8];
-        if constexpr (!VREG) __syncwarp(); /* V is in the tile */
     }
     /* P^T's B fragment: keys 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of row g */
     const uint32_t pb0 = sf_movm_t(sf_mma16<VT>::pack(s[0], s[1]));
     const uint32_t pb1 = sf_movm_t(sf_mma16<VT>::pack(s[2], s[3]));
-    if constexpr (FP8 && VREG) {
-        /* V's codes straight into A fragments: ldmatrix of 8 keys x 16 codes hands a lane codes 4t .. 4t+3
+    if constexpr (FP8) {
+        /* V's codes straight into A fragments (H100, b 32 with 4k keys: 2.35 TB/s of FP8 bytes, 2.28 with V
+         * converted in shared memory as the wide tiles do): ldmatrix of 8 keys x 16 codes hands a lane codes 4t .. 4t+3
          * of key g; movmatrix turns that into codes 2g, 2g+1 of keys 2t and 2t+1, and a byte permute
          * pairs them by dim, one pair a cvt.  O^T's rows g / g + 8 of product j are then dims 16 j + 2g
          * and + 1 (finish_split writes them so). */
@@ -714,7 +712,7 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
  * ring, free by now: NW x 16 x (D + 6) floats), then the output (one split)
  * or the split's partials, and with several splits the counter and, by the
  * last split of the group, the merge of them all. */
-template <typename T, int D, int NW, int NAR>
+template <typename T, int D, int NW, int NAR, bool FP8>
 __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWork &w, int split, int b, int kvh,
                                              float (&o)[NAR ? D / 16 : D / 8][4], const float (&mrow)[2],
                                              float (&lrow)[2], float *scratch) {
@@ -752,7 +750,7 @@ __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWo
         }
 #pragma unroll
         for (int j = 0; j < NO; j++) {
-            if constexpr (NAR == NAR_VREG) { /* rows g / g + 8 of product j: dims 16 j + 2g, + 1 */
+            if constexpr (FP8) { /* rows g / g + 8 of product j: dims 16 j + 2g, + 1 (tile_step_n) */
                 float *o0 = os + (warp * 16 + 2 * tq) * OLD + j * 16 + 2 * g, *o1 = o0 + OLD;
                 o0[0] = o[j][0], o1[0] = o[j][1];
                 o0[1] = o[j][2], o1[1] = o[j][3];
@@ -835,7 +833,6 @@ template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
 __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
     typedef PagedTraits<D, FP8> Tr;
     static_assert(!NAR || (!EL && MOD != MOD_ALIBI), "narrow tiles: cp.async loads, no ALiBi");
-    static_assert(NAR != NAR_VREG || FP8, "V's codes in registers: FP8 pools");
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = NAR ? D / 16 : D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
     constexpr int CH = FP8 ? D / 16 : D / 8;
@@ -1027,7 +1024,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
         if constexpr (NAR)
-            tile_step_n<T, D, FP8, MOD == MOD_CAP, NAR == NAR_VREG>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
+            tile_step_n<T, D, FP8, MOD == MOD_CAP>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
                                                    (tfirst + n * tstep) * 16, clo, chi, lane, mod);
         else
             tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
@@ -1035,7 +1032,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
         __syncwarp(); /* the stage is reloaded next iteration */
     }
     sf_cp_async_wait<0>();
-    finish_split<T, D, NW, NAR>(p, w, split, b, kvh, o, mrow, lrow, reinterpret_cast<float *>(sKV));
+    finish_split<T, D, NW, NAR, FP8>(p, w, split, b, kvh, o, mrow, lrow, reinterpret_cast<float *>(sKV));
 }
 
 } /* namespace sf_paged */
