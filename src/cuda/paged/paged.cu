@@ -177,8 +177,8 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     return SF_OK;
 }
 
-/* score modifiers: ALiBi (softcap at run time in it), softcap, none */
-/* Narrow tiles (decode.cuh) where a kv head has at most 8 query rows:
+/* Score modifiers: ALiBi (softcap at run time in it), softcap, none.
+ * Narrow tiles (decode.cuh) where a kv head has at most 8 query rows:
  * decode (one new token) with GQA groups up to 8, the engines' case (H100,
  * b 32 with 4k keys: bf16 2.83 TB/s against 2.79 wide, FP8 2.35 against
  * 2.28); the element-load and ALiBi instances keep 16-row tiles. */
