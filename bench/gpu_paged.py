@@ -42,6 +42,7 @@ def bench(fn):
 
 
 GRAPH_CALLS = 20
+LAYOUT = "nhd"  # the pools' layout (--layout)
 
 
 def run_point(b, ctx, lq, ps, peers=True, fp8=True):
@@ -54,8 +55,12 @@ def run_point(b, ctx, lq, ps, peers=True, fp8=True):
     npg = ctx // ps
     perm = torch.randperm(b * npg, device=dev, generator=g)
     table = perm.view(b, npg).to(torch.int32)
-    kp = torch.empty(b * npg, ps, HKV, D, device=dev, dtype=torch.bfloat16)
-    vp = torch.empty_like(kp)
+    if LAYOUT == "hnd":  # a page's rows of one kv head together: (pages, Hkv, page, d) viewed as NHD
+        kp = torch.empty(b * npg, HKV, ps, D, device=dev, dtype=torch.bfloat16).permute(0, 2, 1, 3)
+        vp = torch.empty(b * npg, HKV, ps, D, device=dev, dtype=torch.bfloat16).permute(0, 2, 1, 3)
+    else:
+        kp = torch.empty(b * npg, ps, HKV, D, device=dev, dtype=torch.bfloat16)
+        vp = torch.empty_like(kp)
     kp[perm] = kc.view(b * npg, ps, HKV, D)
     vp[perm] = vc.view(b * npg, ps, HKV, D)
     lens = torch.full((b,), ctx, device=dev, dtype=torch.int32)
@@ -155,6 +160,19 @@ def read_csv(path):
         return [dict(zip(keys, line.strip().split(","))) for line in f if line.strip()]
 
 
+def with_splits(force, n):
+    """SF_AUTOTUNE_FORCE with attn_paged's split count pinned to n (0: as it was); joined to an
+    attn_paged name already there by '+' (the library reads the first attn_paged entry only)."""
+    if not n:
+        return force
+    parts = [v for v in force.split(",") if v]
+    for i, v in enumerate(parts):
+        if v.startswith("attn_paged:"):
+            parts[i] = f"{v}+s{n}"
+            return ",".join(parts)
+    return ",".join(parts + [f"attn_paged:s{n}"])
+
+
 def split_sweep(points, counts, fp8):
     """Each point with SF_AUTOTUNE_FORCE=attn_paged:s<N> for each N (0: unpinned); TB/s per N."""
     import os
@@ -164,7 +182,7 @@ def split_sweep(points, counts, fp8):
     for b, ctx, lq, ps in points:
         got = []
         for n in counts:
-            os.environ["SF_AUTOTUNE_FORCE"] = ",".join(v for v in (base, f"attn_paged:s{n}" if n else "") if v)
+            os.environ["SF_AUTOTUNE_FORCE"] = with_splits(base, n)
             r, by, _ = run_point(b, ctx, lq, ps, False, fp8)
             got.append((by / (r["ours"] * 1e-3) / 1e12,
                         r["fp8_bytes"] / (r["fp8"] * 1e-3) / 1e12 if r["fp8"] == r["fp8"] else float("nan")))
@@ -178,7 +196,7 @@ def split_sweep(points, counts, fp8):
 
 
 def main():
-    global D
+    global D, LAYOUT
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=None)
     ap.add_argument("--csv", default=None)
@@ -196,8 +214,11 @@ def main():
     ap.add_argument("--split-sweep", default="", metavar="N,N,...",
                     help="seqfuse alone at each point with its split count pinned to each N (0: its own "
                          "choice), bf16 and fp8 TB/s and the best N of each (checks split_count's aim)")
+    ap.add_argument("--layout", choices=("nhd", "hnd"), default="nhd",
+                    help="the pools' layout: (pages, page, Hkv, d), the default, or (pages, Hkv, page, d) "
+                         "passed as its strided view")
     a = ap.parse_args()
-    D = a.head_dim
+    D, LAYOUT = a.head_dim, a.layout
     if a.from_csv:
         if a.plot:
             plot(read_csv(a.from_csv), a.plot, a.title)

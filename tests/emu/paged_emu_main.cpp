@@ -10,12 +10,15 @@
 #include "common/cuda_common.h"
 #include "emu_bits.h"
 #include "paged/decode.cuh"
+#include "paged/decode_tma.cuh"
+#include "common/tmap.h"
 #include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
 using namespace sf_paged;
+constexpr int NAR_TMA_RUN = 64; /* run_t: the TMA kernel */
 
 struct PCase {
     const char *name;
@@ -77,6 +80,15 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar)
             }
         }
     }
+    /* rows past each sequence in its last page: NaN (what a pool may hold there; the kernels must not use them) */
+    for (int i = 0; i < b; i++)
+        for (int j = c.lens[i]; j % ps != 0; j++) {
+            const size_t r0 = (((size_t)table[(size_t)i * max_pages + j / ps] * ps + j % ps) * Hkv) * d;
+            for (size_t e = r0; e < r0 + (size_t)Hkv * d; e++) {
+                if (FP8) ((uint8_t *)kb.data())[e] = 0x7f, ((uint8_t *)vb.data())[e] = 0x7f;
+                else ((uint16_t *)kb.data())[e] = 0x7fff, ((uint16_t *)vb.data())[e] = 0x7fff;
+            }
+        }
     const size_t qn = (size_t)b * lq * H * d;
     std::vector<uint4> qb(qn * 2 / 16 + 1), ob(qb.size());
     std::vector<float> qval(qn);
@@ -118,12 +130,38 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar)
     p.err = &err;
     if (FP8) p.ks = ksc.data(), p.vs = vsc.data(), p.ks_sp = p.vs_sp = (int64_t)ps * Hkv, p.ks_sr = p.vs_sr = Hkv, p.ks_sh = p.vs_sh = 1;
 
-    typedef PagedTraits<D, FP8> Tr;
+    typedef PagedTraits<D, FP8, NAR_WIDE> Tr;
+    typedef PagedTraits<D, FP8, NAR_NARROW | NAR_FOUR> Tr4;
     const dim3 grid((unsigned)c.nsplit, (unsigned)(Hkv * mtiles), (unsigned)b);
     /* head dims that are not whole 16-byte chunks: the element-load instances */
     if (d % (FP8 ? 16 : 8) != 0) {
         if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, true, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
         else emu_launch(paged_attn<T, D, FP8, MOD_NONE, true, NAR_WIDE>, grid, dim3(128), Tr::SMEM, p);
+    } else if (nar == (NAR_NARROW | NAR_FOUR | NAR_ACC2)) {
+        if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_NARROW | NAR_FOUR | NAR_ACC2>, grid, dim3(128), Tr4::SMEM, p);
+        else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW | NAR_FOUR | NAR_ACC2>, grid, dim3(128), Tr4::SMEM, p);
+    } else if (nar == NAR_TMA_RUN) { /* decode_tma.cuh: 16-bit pools, pages of 16 keys or more */
+        CUtensorMap tmk, tmv;
+        if (!make_tmap(&tmk, true, p.kc, d, ps, Hkv, num_pages, p.k_sr, p.k_sh, p.k_sp, 16) ||
+            !make_tmap(&tmv, true, p.vc, d, ps, Hkv, num_pages, p.v_sr, p.v_sh, p.v_sp, 16)) {
+            printf("FAIL %s: tensor maps refused\n", c.name);
+            return 1;
+        }
+        if constexpr (!FP8) {
+            if (c.cap > 0.f) emu_launch(paged_attn_tma<T, D, true>, grid, dim3(TmaTraits<D>::NT), TmaTraits<D>::SMEM, p, tmk, tmv);
+            else emu_launch(paged_attn_tma<T, D, false>, grid, dim3(TmaTraits<D>::NT), TmaTraits<D>::SMEM, p, tmk, tmv);
+        }
+    } else if (nar == NAR_TMA_RUN + 1 || nar == NAR_TMA_RUN + 2) { /* the other shapes (attn_paged:tma3 / tma1) */
+        CUtensorMap tmk, tmv;
+        if (!make_tmap(&tmk, true, p.kc, d, ps, Hkv, num_pages, p.k_sr, p.k_sh, p.k_sp, 16) ||
+            !make_tmap(&tmv, true, p.vc, d, ps, Hkv, num_pages, p.v_sr, p.v_sh, p.v_sp, 16)) {
+            printf("FAIL %s: tensor maps refused\n", c.name);
+            return 1;
+        }
+        if constexpr (!FP8) {
+            if (nar == NAR_TMA_RUN + 1) emu_launch(paged_attn_tma<T, D, false, 1>, grid, dim3(TmaTraits<D, 1>::NT), TmaTraits<D, 1>::SMEM, p, tmk, tmv);
+            else emu_launch(paged_attn_tma<T, D, false, 2>, grid, dim3(TmaTraits<D, 2>::NT), TmaTraits<D, 2>::SMEM, p, tmk, tmv);
+        }
     } else if (nar == NAR_NARROW) { /* narrow tiles: at most 8 query rows a kv head */
         if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_NARROW>, grid, dim3(128), Tr::SMEM, p);
         else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW>, grid, dim3(128), Tr::SMEM, p);
@@ -178,7 +216,7 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar)
     const double rel = maxerr / std::max(maxref, 1e-30);
     const bool ok = bad == 0 && rel <= tol && lerr <= 1e-4;
     printf("%s %-24s %s%s%s d %3d: max|o - ref| / max|ref| = %.2e (tol %.0e), lse %.1e%s\n", ok ? "ok  " : "FAIL", c.name,
-           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar ? " narrow" : "       ", d, rel, tol, lerr,
+           std::is_same<T, __nv_bfloat16>::value ? "bf16" : "f16 ", FP8 ? " fp8" : "    ", nar == NAR_TMA_RUN ? " tma    " : nar > NAR_TMA_RUN ? " tma-cfg" : nar > NAR_NARROW ? " narrow+" : nar ? " narrow " : "        ", d, rel, tol, lerr,
            bad ? " (non-finite outputs, a bad lse, a counter left set or an error recorded)" : "");
     return ok ? 0 : 1;
 }
@@ -207,6 +245,8 @@ int main(int argc, char **argv) {
         {"fp8_qspread_d64_lq4", 1, 6, 3, 64, 4, 16, 1, true, 0.f, {45}, 12},
         /* many tiles a warp: every stage of the ring reused several times */
         {"long_ring_ps16", 1, 8, 2, 128, 1, 16, 1, false, 0.f, {613}},
+        /* pages of 64, splits, ragged tails: the TMA kernel's boxes at rows 16 / 32 / 48 of a page */
+        {"ps64_split3_gqa8", 2, 16, 2, 128, 1, 64, 3, false, 0.f, {517, 300}},
         {"fp8_long_ring_ps16", 1, 8, 2, 128, 1, 16, 1, true, 0.f, {613}},
         {"fp8_long_split2_ps32", 2, 4, 1, 64, 1, 32, 2, true, 0.f, {517, 300}},
         /* element loads: d 59 (rows of 118 bytes), d 36 with softcap and
@@ -226,6 +266,17 @@ int main(int argc, char **argv) {
         if ((c.H / c.Hkv) * c.lq <= 8 && c.d % (c.fp8 ? 16 : 8) == 0) {
             fails += run_d<__nv_bfloat16>(c, NAR_NARROW);
             fails += run_d<__half>(c, NAR_NARROW);
+            if (!c.fp8 && c.ps >= 16) { /* the TMA kernel (attn_paged:tma) */
+                fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN);
+                fails += run_d<__half>(c, NAR_TMA_RUN);
+                if (c.cap == 0.f) {
+                    fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN + 1);
+                    fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN + 2);
+                }
+            }
+            /* the measuring variants (attn_paged:nar4+acc2): four blocks an SM (FP8), two S accumulators */
+            fails += run_d<__nv_bfloat16>(c, NAR_NARROW | NAR_FOUR | NAR_ACC2);
+            fails += run_d<__half>(c, NAR_NARROW | NAR_FOUR | NAR_ACC2);
         }
     }
     if (!ran) { printf("no case named %s\n", only.c_str()); return 1; }

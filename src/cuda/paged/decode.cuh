@@ -106,8 +106,10 @@ struct PagedParams {
 enum { MOD_NONE = 0, MOD_CAP = 1, MOD_ALIBI = 2 };
 
 /* Tiles of an instance (NAR): 16 query rows (wide) or 8 (narrow,
- * tile_step_n). */
-enum { NAR_WIDE = 0, NAR_NARROW = 1 };
+ * tile_step_n); variants of narrow (flags): NAR_FOUR four blocks an SM (two
+ * stages, at most 128 registers) for FP8 pools at d <= 128, NAR_L2 the
+ * K/V copies with the L2::256B hint, NAR_ACC2 S^T in two accumulators. */
+enum { NAR_WIDE = 0, NAR_NARROW = 1, NAR_FOUR = 2, NAR_L2 = 4, NAR_ACC2 = 8 };
 
 
 /* Two e4m3 codes (low byte first) as two T packed in 32 bits; exact. */
@@ -145,11 +147,12 @@ __device__ __forceinline__ int split_chunk(int len, int ns) { return (((len + ns
 
 __device__ __forceinline__ void record_error(unsigned int *err, int b) { sf_record_row_error(err, b); }
 
-template <int D, bool FP8 = false> struct PagedTraits {
+template <int D, bool FP8 = false, int NAR = NAR_WIDE> struct PagedTraits {
     static constexpr int NW = 4;          /* warps, each on every 4th key tile */
+    static constexpr bool FOUR = FP8 && (NAR & NAR_FOUR) && D <= 128;
     /* blocks an SM the register budget must allow: three fit in shared
      * memory at d <= 128 (the FP8 instances took 213 registers without it) */
-    static constexpr int MINB = D <= 128 ? 3 : 1;
+    static constexpr int MINB = FOUR ? 4 : D <= 128 ? 3 : 1;
     /* cp.async stages per warp: two (70 KB at d 128) fit three blocks on an
      * SM where three stages fit two; the twelve warps beat the deeper ring
      * (b 8, 8k keys: 3.10 TB/s against 2.72).  FP8 tiles are half the bytes:
@@ -157,7 +160,7 @@ template <int D, bool FP8 = false> struct PagedTraits {
      * with 4k keys: 2.21 TB/s of FP8 bytes against 2.07 with two stages and
      * a conversion tile); at d 256 two keep two blocks an SM (79 KB, where
      * three take 114). */
-    static constexpr int ST = FP8 && D <= 128 ? 3 : 2;
+    static constexpr int ST = FP8 && D <= 128 && !FOUR ? 3 : 2;
     static constexpr int LDS = D + 8;     /* padded row (elements)             */
     static constexpr int TILE = 16;       /* keys a tile                       */
     static constexpr int STAGE_ELEMS = 2 * TILE * LDS;                 /* K and V */
@@ -599,7 +602,15 @@ __device__ __forceinline__ void qf_to_f16_n(uint32_t (&qf)[D / 16][2], float (&q
 /* One 16-key tile of a warp on narrow tiles (tile_step's contract; clo /
  * chi: the keys rows 2 t and 2 t + 1 see; m, l: those rows' running max and
  * this lane's part of their sums). */
-template <typename T, int D, bool FP8, bool CAP>
+/* Byte offset of (row r, column c, a multiple of 8) of a 16-row tile of
+ * 16-bit elements laid out as TMA's 128-byte swizzle writes D / 64 boxes of
+ * 64 columns (decode_tma.cuh): box c / 64 at 2 KB steps, row r at 128 r,
+ * its 16-byte chunk c / 8 % 8 at position (c / 8 % 8) ^ (r % 8). */
+__device__ __forceinline__ int sw_off(int r, int c) {
+    return (c >> 6) * 2048 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4);
+}
+
+template <typename T, int D, bool FP8, bool CAP, bool ACC2 = false, bool SW = false>
 __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char *stage,
                                             const uint32_t (&qf)[D / 16][2], const float (&qinv)[2],
                                             float (&o)[D / 16][4], float (&m)[2], float (&l)[2], int key0,
@@ -609,8 +620,7 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
     typedef typename std::conditional<FP8, __half, T>::type VT;
     const int g = lane >> 2;
     /* s[e]: key g + (e >> 1) x 8, row 2 t + (e & 1) */
-    float s[4] = {0.f, 0.f, 0.f, 0.f};
-    const T *sv;
+    float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
     const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
     if constexpr (FP8) {
         /* matrix lane / 8 of the x4: keys 0-7 / 8-15 (bit 0) of chunk kk / kk+1 (bit 1); a lane gets
@@ -624,20 +634,25 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
             for (int h = 0; h < 2; h++) {
                 const uint32_t a[4] = {fp8x2_to<__half>(c[2 * h] & 0xffffu), fp8x2_to<__half>(c[2 * h + 1] & 0xffffu),
                                        fp8x2_to<__half>(c[2 * h] >> 16), fp8x2_to<__half>(c[2 * h + 1] >> 16)};
-                sf_mma16<__half>::run(s, a, qf[kk + h][0], qf[kk + h][1]);
+                sf_mma16<__half>::run(ACC2 && h ? s2 : s, a, qf[kk + h][0], qf[kk + h][1]);
             }
         }
 #pragma unroll
-        for (int e = 0; e < 4; e++) s[e] *= ssc[g + (e >> 1) * 8] * qinv[e & 1];
-        sv = reinterpret_cast<const T *>(stage);
+        for (int e = 0; e < 4; e++) s[e] = (ACC2 ? s[e] + s2[e] : s[e]) * ssc[g + (e >> 1) * 8] * qinv[e & 1];
     } else {
         const T *sk = reinterpret_cast<const T *>(stage);
-        sv = sk + 16 * LDS;
 #pragma unroll
         for (int kk = 0; kk < KD; kk++) {
             uint32_t a[4];
-            sf_ldsm_x4(a[0], a[1], a[2], a[3], sk + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
-            sf_mma16<T>::run(s, a, qf[kk][0], qf[kk][1]);
+            if constexpr (SW)
+                sf_ldsm_x4(a[0], a[1], a[2], a[3], stage + sw_off(lane & 15, kk * 16 + (lane >> 4) * 8));
+            else
+                sf_ldsm_x4(a[0], a[1], a[2], a[3], sk + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8);
+            sf_mma16<T>::run(ACC2 && (kk & 1) ? s2 : s, a, qf[kk][0], qf[kk][1]);
+        }
+        if constexpr (ACC2) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[e] += s2[e];
         }
     }
     /* scale (log2 units), softcap, the rows' key ranges */
@@ -698,11 +713,15 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
         return;
     }
     /* V^T's A fragments by ldmatrix.trans: matrices keys 0-7 / 8-15 (bit 1) x dims 0-7 / 8-15 (bit 0) */
-    const T *vr = sv + ((lane & 7) + ((lane >> 4) << 3)) * LDS + ((lane >> 3) & 1) * 8;
+    const T *vr = reinterpret_cast<const T *>(stage) + 16 * LDS + ((lane & 7) + ((lane >> 4) << 3)) * LDS + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int j = 0; j < KD; j++) {
         uint32_t a[4];
-        sf_ldsm_x4_t(a[0], a[1], a[2], a[3], vr + j * 16);
+        if constexpr (SW)
+            sf_ldsm_x4_t(a[0], a[1], a[2], a[3],
+                         stage + 16 * D * 2 + sw_off((lane & 7) + ((lane >> 4) << 3), j * 16 + ((lane >> 3) & 1) * 8));
+        else
+            sf_ldsm_x4_t(a[0], a[1], a[2], a[3], vr + j * 16);
         sf_mma16<VT>::run(o[j], a, pb0, pb1);
     }
 }
@@ -830,8 +849,8 @@ __device__ __forceinline__ void finish_split(const PagedParams &p, const SplitWo
  * tiles are the same, zero past d, so everything after the loads is
  * shared); the loads of a tile are then not asynchronous. */
 template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
-__global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(const PagedParams p) {
-    typedef PagedTraits<D, FP8> Tr;
+__global__ void __launch_bounds__(128, PagedTraits<D, FP8, NAR>::MINB) paged_attn(const PagedParams p) {
+    typedef PagedTraits<D, FP8, NAR> Tr;
     static_assert(!NAR || (!EL && MOD != MOD_ALIBI), "narrow tiles: cp.async loads, no ALiBi");
     constexpr int NW = Tr::NW, ST = Tr::ST, LDS = Tr::LDS, KD = D / 16, NO = NAR ? D / 16 : D / 8;
     /* 16-byte chunks of a row: 8 elements of T, or 16 FP8 codes */
@@ -940,8 +959,15 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
                 const bool v = lval[it] && key0 + crow[it] < len;
                 const KV *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
                 const KV *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
+                if constexpr ((NAR & NAR_L2) != 0) {
+                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(sk + soff[it])),
+                             "l"(v ? ksrc : kc), "r"(v ? 16 : 0));
+                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(sv + soff[it])),
+                             "l"(v ? vsrc : vc), "r"(v ? 16 : 0));
+                } else {
                 sf_cp_async16_zfill(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
                 sf_cp_async16_zfill(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
+                }
             }
             if constexpr (FP8) {
                 const int r = lane & 15, key = key0 + r;
@@ -1024,7 +1050,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8>::MINB) paged_attn(con
         sf_cp_async_wait<ST - 1>();
         __syncwarp();
         if constexpr (NAR)
-            tile_step_n<T, D, FP8, MOD == MOD_CAP>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
+            tile_step_n<T, D, FP8, MOD == MOD_CAP, (NAR & NAR_ACC2) != 0>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,
                                                    (tfirst + n * tstep) * 16, clo, chi, lane, mod);
         else
             tile_step<T, D, FP8, MOD>(p, ring + (n % ST) * Tr::STAGE_BYTES, qf, qinv, o, mrow, lrow,

@@ -11,6 +11,8 @@
 #include "paged/append.cuh"
 #include "paged/counters.h"
 #include "paged/decode.cuh"
+#include "paged/decode_tma.cuh"
+#include "common/tmap.h"
 
 #include <atomic>
 #include <stdint.h>
@@ -95,44 +97,58 @@ int64_t split_count(const PagedParams &p, int64_t sms, int aim, int occ, bool ha
  * b 1-16 with 4k-32k keys; bench/gpu_paged.py --split-sweep). */
 constexpr int SPLIT_BLOCKS_SM_16 = 1, SPLIT_BLOCKS_SM_FP8 = 2;
 
-/* SF_AUTOTUNE_FORCE=attn_paged:NAME, a measuring aid for the split count:
- * "s<N>" runs N splits at most (1..MAX_SPLITS) where the counters allow
- * more than one, "m<K>s<N>" also splits of K keys at least
- * (MIN_SPLIT_KEYS otherwise).  Unset or unknown: the defaults. */
+/* SF_AUTOTUNE_FORCE=attn_paged:NAME[+NAME...], measuring aids: "s<N>" runs
+ * N splits at most (1..MAX_SPLITS) where the counters allow more than one,
+ * "m<K>s<N>" also splits of K keys at least (MIN_SPLIT_KEYS otherwise);
+ * "nopdl" a plain launch; "wide" the 16-row tiles where narrow ones would
+ * serve; "nar4" FP8 narrow tiles at four blocks an SM.  Unset or unknown:
+ * the defaults. */
 struct PagedForce {
     int splits;    /* 0: by the occupancy */
     int min_split; /* keys a split takes at least */
 };
+/* calls f on each '+'-separated name of the forced list */
+template <typename F> void paged_names(F f) {
+    char buf[64];
+    const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
+    while (n && *n) {
+        char one[32];
+        size_t k = 0;
+        while (n[k] && n[k] != '+') k++;
+        const size_t m = k < sizeof one ? k : sizeof one - 1;
+        memcpy(one, n, m);
+        one[m] = 0;
+        f(one);
+        n += k + (n[k] == '+');
+    }
+}
 PagedForce paged_force() {
     PagedForce f = {0, sf_paged::MIN_SPLIT_KEYS};
-    char buf[32];
-    const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
-    if (!n) return f;
-    if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
-        const int v = atoi(n + 1);
-        if (v >= 16 && v % 16 == 0) f.min_split = v;
-        n++;
-        while (*n >= '0' && *n <= '9') n++;
-    }
-    if (n[0] == 's') {
-        const int v = atoi(n + 1);
-        if (v >= 1 && v <= sf_paged::MAX_SPLITS) f.splits = v;
-    }
+    paged_names([&](const char *n) {
+        if (n[0] == 'm') { /* m<K>: splits of K keys at least (a multiple of 16) */
+            const int v = atoi(n + 1);
+            if (v >= 16 && v % 16 == 0) f.min_split = v;
+            n++;
+            while (*n >= '0' && *n <= '9') n++;
+        }
+        if (n[0] == 's') {
+            const int v = atoi(n + 1);
+            if (v >= 1 && v <= sf_paged::MAX_SPLITS) f.splits = v;
+        }
+    });
     return f;
 }
 
-/* SF_AUTOTUNE_FORCE=attn_paged:nopdl: a plain launch; attn_paged:wide: the
- * 16-row tiles where narrow ones would serve (both for comparison) */
 bool paged_forced(const char *what) {
-    char buf[32];
-    const char *n = sf_autotune_forced_name("attn_paged", buf, sizeof buf);
-    return n && strcmp(n, what) == 0;
+    bool hit = false;
+    paged_names([&](const char *n) { hit = hit || strcmp(n, what) == 0; });
+    return hit;
 }
 bool paged_nopdl() { return paged_forced("nopdl"); }
 
 template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
 sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
-    typedef sf_paged::PagedTraits<D, FP8> Tr;
+    typedef sf_paged::PagedTraits<D, FP8, NAR> Tr;
     void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL, NAR>;
     /* resident blocks per SM of this instance, asked once */
     /* (contexts on other threads may ask at the same time: the same answer) */
@@ -177,6 +193,54 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
     return SF_OK;
 }
 
+/* The TMA kernel (decode_tma.cuh): tensor maps of the two pools as
+ * (d, page row, kv head, page) with 64 x 16 boxes; SF_ERR_UNSUPPORTED when
+ * the driver refuses them (the caller then takes the cp.async kernel). */
+template <typename T, int D, bool CAP, int CFG = 0>
+sf_status launch_attn_tma(sf_ctx *ctx, PagedParams p, int dpad, int force_splits, bool *took) {
+    typedef sf_paged::TmaTraits<D, CFG> Tr;
+    *took = false;
+    const int64_t ps = (int64_t)1 << p.page_shift;
+    CUtensorMap tmk, tmv;
+    const bool bf = std::is_same<T, __nv_bfloat16>::value;
+    if (!make_tmap(&tmk, bf, p.kc, p.d, ps, p.nkv, p.num_pages, p.k_sr, p.k_sh, p.k_sp, 16) ||
+        !make_tmap(&tmv, bf, p.vc, p.d, ps, p.nkv, p.num_pages, p.v_sr, p.v_sh, p.v_sp, 16))
+        return SF_OK;
+    *took = true;
+    void (*kern)(const PagedParams, const CUtensorMap, const CUtensorMap) = sf_paged::paged_attn_tma<T, D, CAP, CFG>;
+    static std::atomic<int> per_sm_cache{0};
+    int per_sm = per_sm_cache.load(std::memory_order_relaxed);
+    if (per_sm == 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)Tr::SMEM));
+        int n = 0;
+        SF_CUDA_CHECK(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, Tr::NT, Tr::SMEM));
+        per_sm = n > 0 ? n : 1;
+        per_sm_cache.store(per_sm, std::memory_order_relaxed);
+    }
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    const int64_t gy = (int64_t)p.nkv * p.mtiles;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < SPLIT_BLOCKS_SM_16 ? per_sm : SPLIT_BLOCKS_SM_16,
+                              per_sm, st && st->tile_ctr);
+    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
+    p.nsplit_max = (int)nsm;
+    p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
+    if (nsm > 1) {
+        const size_t n_lse = ((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255;
+        const size_t n_o = (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float);
+        unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_lse + n_o);
+        if (!ws) return SF_ERR_OUT_OF_MEMORY;
+        p.lse_part = (float *)ws;
+        p.o_part = (float *)(ws + n_lse);
+    }
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)Tr::SMEM));
+    const bool pdl = st && st->sm_major >= 9 && !paged_nopdl();
+    SF_CUDA_CHECK(ctx, sf_launch_ex(kern, dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), dim3(Tr::NT),
+                                    Tr::SMEM, sf_cuda_stream(ctx), pdl, 1u, p, tmk, tmv));
+    return SF_OK;
+}
+
 /* Score modifiers: ALiBi (softcap at run time in it), softcap, none.
  * Narrow tiles (decode.cuh) where a kv head has at most 8 query rows:
  * decode (one new token) with GQA groups up to 8, the engines' case (H100,
@@ -190,6 +254,33 @@ sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     if (p.alibi) return launch_attn<T, D, FP8, MOD_ALIBI, EL, NAR_WIDE>(ctx, p, dpad, f.splits);
     if constexpr (!EL) {
         if (p.group * p.lq <= 8 && !paged_forced("wide")) {
+            if constexpr (!FP8 && (D == 64 || D == 128)) {
+                const sf_cuda_state *st = sf_cuda_st(ctx);
+                const int cfg = paged_forced("tma") ? 0 : paged_forced("tma3") ? 1 : paged_forced("tma1") ? 2 : -1;
+                if (cfg >= 0 && p.page_shift >= 4 && st && st->sm_major >= 9) {
+                    bool took = false;
+                    sf_status r = SF_OK;
+                    if (p.cap2 > 0.f) r = launch_attn_tma<T, D, true>(ctx, p, dpad, f.splits, &took);
+                    else if (cfg == 1 && D == 128) r = launch_attn_tma<T, D, false, 1>(ctx, p, dpad, f.splits, &took);
+                    else if (cfg == 2 && D == 128) r = launch_attn_tma<T, D, false, 2>(ctx, p, dpad, f.splits, &took);
+                    else r = launch_attn_tma<T, D, false>(ctx, p, dpad, f.splits, &took);
+                    if (took || r != SF_OK) return r;
+                }
+            }
+            if constexpr (D == 128) { /* measuring aids: variants of the narrow tiles */
+                const int v = (FP8 && paged_forced("nar4") ? NAR_FOUR : 0) | (paged_forced("l2") ? NAR_L2 : 0) |
+                              (paged_forced("acc2") ? NAR_ACC2 : 0);
+                if (v && p.cap2 == 0.f) {
+                    switch (v) {
+                    case NAR_FOUR: return launch_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW | NAR_FOUR>(ctx, p, dpad, f.splits);
+                    case NAR_FOUR | NAR_ACC2:
+                        return launch_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW | NAR_FOUR | NAR_ACC2>(ctx, p, dpad, f.splits);
+                    case NAR_ACC2: return launch_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW | NAR_ACC2>(ctx, p, dpad, f.splits);
+                    case NAR_L2: return launch_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW | NAR_L2>(ctx, p, dpad, f.splits);
+                    default: break;
+                    }
+                }
+            }
             if (p.cap2 > 0.f) return launch_attn<T, D, FP8, MOD_CAP, false, NAR_NARROW>(ctx, p, dpad, f.splits);
             return launch_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW>(ctx, p, dpad, f.splits);
         }
