@@ -140,27 +140,24 @@ template <typename T, int D, bool FP8> static int run_t(const PCase &c, int nar)
     } else if (nar == (NAR_NARROW | NAR_FOUR | NAR_ACC2)) {
         if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_NARROW | NAR_FOUR | NAR_ACC2>, grid, dim3(128), Tr4::SMEM, p);
         else emu_launch(paged_attn<T, D, FP8, MOD_NONE, false, NAR_NARROW | NAR_FOUR | NAR_ACC2>, grid, dim3(128), Tr4::SMEM, p);
-    } else if (nar == NAR_TMA_RUN) { /* decode_tma.cuh: 16-bit pools, pages of 16 keys or more */
+    } else if (nar >= NAR_TMA_RUN) { /* decode_tma.cuh: pages of 16 keys or more; shapes 0, 1 (16-bit), 2 */
         CUtensorMap tmk, tmv;
-        if (!make_tmap(&tmk, true, p.kc, d, ps, Hkv, num_pages, p.k_sr, p.k_sh, p.k_sp, 16) ||
-            !make_tmap(&tmv, true, p.vc, d, ps, Hkv, num_pages, p.v_sr, p.v_sh, p.v_sp, 16)) {
+        const bool maps = FP8 ? make_tmap_u8(&tmk, p.kc, d, ps, Hkv, num_pages, p.k_sr, p.k_sh, p.k_sp, 16) &&
+                                    make_tmap_u8(&tmv, p.vc, d, ps, Hkv, num_pages, p.v_sr, p.v_sh, p.v_sp, 16)
+                              : make_tmap(&tmk, true, p.kc, d, ps, Hkv, num_pages, p.k_sr, p.k_sh, p.k_sp, 16) &&
+                                    make_tmap(&tmv, true, p.vc, d, ps, Hkv, num_pages, p.v_sr, p.v_sh, p.v_sp, 16);
+        if (!maps) {
             printf("FAIL %s: tensor maps refused\n", c.name);
             return 1;
         }
-        if constexpr (!FP8) {
-            if (c.cap > 0.f) emu_launch(paged_attn_tma<T, D, true>, grid, dim3(TmaTraits<D>::NT), TmaTraits<D>::SMEM, p, tmk, tmv);
-            else emu_launch(paged_attn_tma<T, D, false>, grid, dim3(TmaTraits<D>::NT), TmaTraits<D>::SMEM, p, tmk, tmv);
-        }
-    } else if (nar == NAR_TMA_RUN + 1 || nar == NAR_TMA_RUN + 2) { /* the other shapes (attn_paged:tma3 / tma1) */
-        CUtensorMap tmk, tmv;
-        if (!make_tmap(&tmk, true, p.kc, d, ps, Hkv, num_pages, p.k_sr, p.k_sh, p.k_sp, 16) ||
-            !make_tmap(&tmv, true, p.vc, d, ps, Hkv, num_pages, p.v_sr, p.v_sh, p.v_sp, 16)) {
-            printf("FAIL %s: tensor maps refused\n", c.name);
-            return 1;
-        }
-        if constexpr (!FP8) {
-            if (nar == NAR_TMA_RUN + 1) emu_launch(paged_attn_tma<T, D, false, 1>, grid, dim3(TmaTraits<D, 1>::NT), TmaTraits<D, 1>::SMEM, p, tmk, tmv);
-            else emu_launch(paged_attn_tma<T, D, false, 2>, grid, dim3(TmaTraits<D, 2>::NT), TmaTraits<D, 2>::SMEM, p, tmk, tmv);
+        if constexpr (D == 128 || !FP8) {
+            typedef TmaTraits<D, 0, FP8> T0;
+            typedef TmaTraits<D, 2, FP8> T2;
+            if (nar == NAR_TMA_RUN && c.cap > 0.f) emu_launch(paged_attn_tma<T, D, FP8, true>, grid, dim3(T0::NT), T0::SMEM, p, tmk, tmv);
+            else if (nar == NAR_TMA_RUN) emu_launch(paged_attn_tma<T, D, FP8, false>, grid, dim3(T0::NT), T0::SMEM, p, tmk, tmv);
+            else if (nar == NAR_TMA_RUN + 2) emu_launch(paged_attn_tma<T, D, FP8, false, 2>, grid, dim3(T2::NT), T2::SMEM, p, tmk, tmv);
+            else if constexpr (!FP8)
+                emu_launch(paged_attn_tma<T, D, false, false, 1>, grid, dim3(TmaTraits<D, 1>::NT), TmaTraits<D, 1>::SMEM, p, tmk, tmv);
         }
     } else if (nar == NAR_NARROW) { /* narrow tiles: at most 8 query rows a kv head */
         if (c.cap > 0.f) emu_launch(paged_attn<T, D, FP8, MOD_CAP, false, NAR_NARROW>, grid, dim3(128), Tr::SMEM, p);
@@ -266,12 +263,12 @@ int main(int argc, char **argv) {
         if ((c.H / c.Hkv) * c.lq <= 8 && c.d % (c.fp8 ? 16 : 8) == 0) {
             fails += run_d<__nv_bfloat16>(c, NAR_NARROW);
             fails += run_d<__half>(c, NAR_NARROW);
-            if (!c.fp8 && c.ps >= 16) { /* the TMA kernel (attn_paged:tma) */
+            if (c.ps >= 16 && (!c.fp8 || c.d > 64)) { /* the TMA kernel (attn_paged:tma, tma3, tma1) */
                 fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN);
                 fails += run_d<__half>(c, NAR_TMA_RUN);
                 if (c.cap == 0.f) {
-                    fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN + 1);
-                    fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN + 2);
+                    if (!c.fp8) fails += run_d<__nv_bfloat16>(c, NAR_TMA_RUN + 1);
+                    fails += run_d<__half>(c, NAR_TMA_RUN + 2);
                 }
             }
             /* the measuring variants (attn_paged:nar4+acc2): four blocks an SM (FP8), two S accumulators */

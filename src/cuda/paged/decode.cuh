@@ -615,21 +615,27 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
                                             const uint32_t (&qf)[D / 16][2], const float (&qinv)[2],
                                             float (&o)[D / 16][4], float (&m)[2], float (&l)[2], int key0,
                                             const int (&clo)[2], const int (&chi)[2], int lane,
-                                            const ScoreMod &mod) {
+                                            const ScoreMod &mod, const float *ssc_sw = nullptr) {
     constexpr int LDS = D + 8, LDB = D + 16, KD = D / 16;
     typedef typename std::conditional<FP8, __half, T>::type VT;
     const int g = lane >> 2;
     /* s[e]: key g + (e >> 1) x 8, row 2 t + (e & 1) */
     float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
-    const float *ssc = reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
+    /* FP8: the tile's 16 K then 16 V scales (SW: in an array of their own) */
+    const float *ssc = SW ? ssc_sw : reinterpret_cast<const float *>(stage + 2 * 16 * LDB);
+    /* FP8 codes: row of matrix lane / 8 of an x4 (keys 0-7 / 8-15 by bit 0) */
+    const int cr = (lane >> 3 & 1) * 8 + (lane & 7);
     if constexpr (FP8) {
         /* matrix lane / 8 of the x4: keys 0-7 / 8-15 (bit 0) of chunk kk / kk+1 (bit 1); a lane gets
          * codes 4t .. 4t+3 of key g (+ 8): A's k-slots 2t, 2t+1 (low pair) and 2t+8, 2t+9 (high) */
-        const uint8_t *kr = stage + ((lane >> 3 & 1) * 8 + (lane & 7)) * LDB + (lane >> 4) * 16;
+        const uint8_t *kr = stage + cr * LDB + (lane >> 4) * 16;
 #pragma unroll
         for (int kk = 0; kk < KD; kk += 2) {
             uint32_t c[4];
-            sf_ldsm_x4(c[0], c[1], c[2], c[3], kr + kk * 16);
+            if constexpr (SW)
+                sf_ldsm_x4(c[0], c[1], c[2], c[3], stage + sw_off(cr, 8 * (kk + (lane >> 4))));
+            else
+                sf_ldsm_x4(c[0], c[1], c[2], c[3], kr + kk * 16);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint32_t a[4] = {fp8x2_to<__half>(c[2 * h] & 0xffffu), fp8x2_to<__half>(c[2 * h + 1] & 0xffffu),
@@ -696,11 +702,14 @@ __device__ __forceinline__ void tile_step_n(const PagedParams &p, unsigned char 
          * of key g; movmatrix turns that into codes 2g, 2g+1 of keys 2t and 2t+1, and a byte permute
          * pairs them by dim, one pair a cvt.  O^T's rows g / g + 8 of product j are then dims 16 j + 2g
          * and + 1 (finish_split writes them so). */
-        const uint8_t *vr = stage + (16 + (lane >> 3 & 1) * 8 + (lane & 7)) * LDB + (lane >> 4) * 16;
+        const uint8_t *vr = stage + (16 + cr) * LDB + (lane >> 4) * 16;
 #pragma unroll
         for (int j = 0; j < KD; j += 2) {
             uint32_t c[4];
-            sf_ldsm_x4(c[0], c[1], c[2], c[3], vr + j * 16);
+            if constexpr (SW)
+                sf_ldsm_x4(c[0], c[1], c[2], c[3], stage + 16 * D + sw_off(cr, 8 * (j + (lane >> 4))));
+            else
+                sf_ldsm_x4(c[0], c[1], c[2], c[3], vr + j * 16);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint32_t u0 = __byte_perm(sf_movm_t(c[2 * h]), 0u, 0x3120u);

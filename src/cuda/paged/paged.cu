@@ -196,18 +196,21 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
 /* The TMA kernel (decode_tma.cuh): tensor maps of the two pools as
  * (d, page row, kv head, page) with 64 x 16 boxes; SF_ERR_UNSUPPORTED when
  * the driver refuses them (the caller then takes the cp.async kernel). */
-template <typename T, int D, bool CAP, int CFG = 0>
+template <typename T, int D, bool FP8, bool CAP, int CFG = 0>
 sf_status launch_attn_tma(sf_ctx *ctx, PagedParams p, int dpad, int force_splits, bool *took) {
-    typedef sf_paged::TmaTraits<D, CFG> Tr;
+    typedef sf_paged::TmaTraits<D, CFG, FP8> Tr;
     *took = false;
     const int64_t ps = (int64_t)1 << p.page_shift;
     CUtensorMap tmk, tmv;
     const bool bf = std::is_same<T, __nv_bfloat16>::value;
-    if (!make_tmap(&tmk, bf, p.kc, p.d, ps, p.nkv, p.num_pages, p.k_sr, p.k_sh, p.k_sp, 16) ||
-        !make_tmap(&tmv, bf, p.vc, p.d, ps, p.nkv, p.num_pages, p.v_sr, p.v_sh, p.v_sp, 16))
-        return SF_OK;
+    const bool maps =
+        FP8 ? make_tmap_u8(&tmk, p.kc, p.d, ps, p.nkv, p.num_pages, p.k_sr, p.k_sh, p.k_sp, 16) &&
+                  make_tmap_u8(&tmv, p.vc, p.d, ps, p.nkv, p.num_pages, p.v_sr, p.v_sh, p.v_sp, 16)
+            : make_tmap(&tmk, bf, p.kc, p.d, ps, p.nkv, p.num_pages, p.k_sr, p.k_sh, p.k_sp, 16) &&
+                  make_tmap(&tmv, bf, p.vc, p.d, ps, p.nkv, p.num_pages, p.v_sr, p.v_sh, p.v_sp, 16);
+    if (!maps) return SF_OK;
     *took = true;
-    void (*kern)(const PagedParams, const CUtensorMap, const CUtensorMap) = sf_paged::paged_attn_tma<T, D, CAP, CFG>;
+    void (*kern)(const PagedParams, const CUtensorMap, const CUtensorMap) = sf_paged::paged_attn_tma<T, D, FP8, CAP, CFG>;
     static std::atomic<int> per_sm_cache{0};
     int per_sm = per_sm_cache.load(std::memory_order_relaxed);
     if (per_sm == 0) {
@@ -220,8 +223,9 @@ sf_status launch_attn_tma(sf_ctx *ctx, PagedParams p, int dpad, int force_splits
     }
     const sf_cuda_state *st = sf_cuda_st(ctx);
     const int64_t gy = (int64_t)p.nkv * p.mtiles;
-    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < SPLIT_BLOCKS_SM_16 ? per_sm : SPLIT_BLOCKS_SM_16,
-                              per_sm, st && st->tile_ctr);
+    const int aim = FP8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
+    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim, per_sm,
+                              st && st->tile_ctr);
     if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
@@ -254,16 +258,16 @@ sf_status attn_dispatch_mod(sf_ctx *ctx, PagedParams p, int dpad) {
     if (p.alibi) return launch_attn<T, D, FP8, MOD_ALIBI, EL, NAR_WIDE>(ctx, p, dpad, f.splits);
     if constexpr (!EL) {
         if (p.group * p.lq <= 8 && !paged_forced("wide")) {
-            if constexpr (!FP8 && (D == 64 || D == 128)) {
+            if constexpr (D == 128 || (D == 64 && !FP8)) {
                 const sf_cuda_state *st = sf_cuda_st(ctx);
                 const int cfg = paged_forced("tma") ? 0 : paged_forced("tma3") ? 1 : paged_forced("tma1") ? 2 : -1;
                 if (cfg >= 0 && p.page_shift >= 4 && st && st->sm_major >= 9) {
                     bool took = false;
                     sf_status r = SF_OK;
-                    if (p.cap2 > 0.f) r = launch_attn_tma<T, D, true>(ctx, p, dpad, f.splits, &took);
-                    else if (cfg == 1 && D == 128) r = launch_attn_tma<T, D, false, 1>(ctx, p, dpad, f.splits, &took);
-                    else if (cfg == 2 && D == 128) r = launch_attn_tma<T, D, false, 2>(ctx, p, dpad, f.splits, &took);
-                    else r = launch_attn_tma<T, D, false>(ctx, p, dpad, f.splits, &took);
+                    if (p.cap2 > 0.f) r = launch_attn_tma<T, D, FP8, true>(ctx, p, dpad, f.splits, &took);
+                    else if (cfg == 1 && D == 128 && !FP8) r = launch_attn_tma<T, 128, false, false, 1>(ctx, p, dpad, f.splits, &took);
+                    else if (cfg == 2 && D == 128) r = launch_attn_tma<T, 128, FP8, false, 2>(ctx, p, dpad, f.splits, &took);
+                    else r = launch_attn_tma<T, D, FP8, false>(ctx, p, dpad, f.splits, &took);
                     if (took || r != SF_OK) return r;
                 }
             }

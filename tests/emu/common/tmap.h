@@ -13,6 +13,7 @@ struct EmuTmap {
     int64_t dims[4];    /* elements: columns, rows, heads, batch */
     int64_t strides[3]; /* bytes: rows, heads, batch */
     int box[2];         /* columns, rows */
+    int es;             /* element bytes: 2, or 1 (make_tmap_u8) */
 };
 static_assert(sizeof(EmuTmap) <= sizeof(CUtensorMap), "an EmuTmap fits a CUtensorMap");
 
@@ -24,7 +25,21 @@ static inline bool make_tmap(CUtensorMap *m, bool, const void *ptr, int64_t d, i
     for (int i = 0; i < 3; i++)
         if (st[i] <= 0 || st[i] % 16 != 0 || st[i] >= (1LL << 40)) return false;
     if (((uintptr_t)ptr & 15) || box_rows == 0 || box_rows > 256) return false;
-    EmuTmap t = {ptr, {d, rows, heads, batch}, {st[0], st[1], st[2]}, {64, (int)box_rows}};
+    EmuTmap t = {ptr, {d, rows, heads, batch}, {st[0], st[1], st[2]}, {64, (int)box_rows}, 2};
+    memset(m, 0, sizeof *m);
+    memcpy(m, &t, sizeof t);
+    return true;
+}
+
+static inline bool make_tmap_u8(CUtensorMap *m, const void *ptr, int64_t d, int64_t rows, int64_t heads,
+                                int64_t batch, int64_t sr, int64_t sh, int64_t sb, unsigned box_rows) {
+    if (heads == 1) sh = sr * rows;
+    if (batch == 1) sb = (heads == 1 ? sr * rows : sh * heads);
+    const int64_t st[3] = {sr, sh, sb};
+    for (int i = 0; i < 3; i++)
+        if (st[i] <= 0 || st[i] % 16 != 0 || st[i] >= (1LL << 40)) return false;
+    if (((uintptr_t)ptr & 15) || box_rows == 0 || box_rows > 256) return false;
+    EmuTmap t = {ptr, {d, rows, heads, batch}, {st[0], st[1], st[2]}, {128, (int)box_rows}, 1};
     memset(m, 0, sizeof *m);
     memcpy(m, &t, sizeof t);
     return true;

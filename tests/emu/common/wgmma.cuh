@@ -102,6 +102,17 @@ inline void mbar_arrive(uint32_t bar) {
     std::lock_guard<std::mutex> lk(emu_mbar_mu);
     emu_mbar_step(emu_mbar(bar, "mbarrier.arrive"), 1, 0, bar);
 }
+// cp.async.mbarrier.arrive.noinc: the thread's cp.async copies so far land,
+// then one arrival (the count includes it: noinc)
+inline void cp_async_mbar_arrive_noinc(uint32_t bar) {
+    auto &S = emu_cps;
+    for (auto &g : S.groups)
+        for (const EmuCopy &c : g) emu_copy_now(c);
+    for (const EmuCopy &c : S.open) emu_copy_now(c);
+    S.groups.clear();
+    S.open.clear();
+    mbar_arrive(bar);
+}
 inline void mbar_wait(uint32_t bar, uint32_t parity) {
     std::unique_lock<std::mutex> lk(emu_mbar_mu);
     EmuMbar &m = emu_mbar(bar, "mbarrier.try_wait");
@@ -178,14 +189,14 @@ template <bool LOAD> inline void emu_tma_box(const void *map, uint32_t sm, int c
         for (int c = 0; c < t.box[0]; c++) {
             const int64_t gc = (int64_t)c0 + c, gr = (int64_t)c1 + r;
             const bool in = hb && gc >= 0 && gc < t.dims[0] && gr >= 0 && gr < t.dims[1];
-            unsigned char *g = in ? (unsigned char *)t.ptr + c3 * t.strides[2] + c2 * t.strides[1] + gr * t.strides[0] + gc * 2
+            unsigned char *g = in ? (unsigned char *)t.ptr + c3 * t.strides[2] + c2 * t.strides[1] + gr * t.strides[0] + gc * t.es
                                   : nullptr;
-            unsigned char *s = emu_sptr(emu_sw128(sm + (uint32_t)(r * 128 + c * 2)));
+            unsigned char *s = emu_sptr(emu_sw128(sm + (uint32_t)(r * 128 + c * t.es)));
             if (LOAD) {
-                if (in) memcpy(s, g, 2);
-                else memset(s, 0, 2);
+                if (in) memcpy(s, g, t.es);
+                else memset(s, 0, t.es);
             } else if (in) {
-                memcpy(g, s, 2);
+                memcpy(g, s, t.es);
             }
         }
 }
@@ -193,7 +204,7 @@ inline void emu_tma_load4(uint32_t dst, uint64_t map, int c0, int c1, int c2, in
     const EmuTmap &t = *reinterpret_cast<const EmuTmap *>(map);
     emu_tma_box<true>(reinterpret_cast<const void *>(map), dst, c0, c1, c2, c3);
     std::lock_guard<std::mutex> lk(emu_mbar_mu);
-    emu_mbar_step(emu_mbar(bar, "cp.async.bulk.tensor (complete_tx)"), 0, -(long long)t.box[0] * t.box[1] * 2, bar);
+    emu_mbar_step(emu_mbar(bar, "cp.async.bulk.tensor (complete_tx)"), 0, -(long long)t.box[0] * t.box[1] * t.es, bar);
 }
 inline void tma_store4(const void *map, uint32_t src, int c0, int c1, int c2, int c3) {
     emu_tma_box<false>(map, src, c0, c1, c2, c3);
