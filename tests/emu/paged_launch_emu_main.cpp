@@ -5,7 +5,7 @@
 // error word) run by the host emulator against the reference backend
 // (sf_attn_paged, SF_BACKEND_REF) on the same inputs.  Each case runs with
 // the untuned split count and pinned ones (SF_AUTOTUNE_FORCE=attn_paged:
-// s1 / s3 / m16s8); outputs and lse poisoned first; afterwards every split
+// s1 / s3 / m16s8, and tma / tma+s3 for the TMA kernel); outputs and lse poisoned first; afterwards every split
 // counter must be back at 0 and the error word clear, except in the case
 // with a bad block-table entry, whose sequence must get 0 / -inf and be
 // the one recorded.  Cases: bf16 / f16, 16-bit and FP8 pools (per token
@@ -148,7 +148,8 @@ static int run(const Case &c, sf_ctx *ctx) {
     emu_cs.tile_ctr = ctr.data();
     emu_cs.paged_err_d = &err;
     int fails = 0;
-    const char *forces[] = {nullptr, "s1", "s3", "m16s8"};
+    /* tma / tma+s3: the TMA kernel (decode_tma.cuh) where it serves (narrow tiles, pages of 16 or more) */
+    const char *forces[] = {nullptr, "s1", "s3", "m16s8", "tma", "tma+s3"};
     for (const char *f : forces) {
         if (f) setenv("SF_AUTOTUNE_FORCE", (std::string("attn_paged:") + f).c_str(), 1);
         else unsetenv("SF_AUTOTUNE_FORCE");
