@@ -146,32 +146,32 @@ bool paged_forced(const char *what) {
 }
 bool paged_nopdl() { return paged_forced("nopdl"); }
 
-template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
-sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
-    typedef sf_paged::PagedTraits<D, FP8, NAR> Tr;
-    void (*kern)(const PagedParams) = sf_paged::paged_attn<T, D, FP8, MOD, EL, NAR>;
-    /* resident blocks per SM of this instance, asked once */
-    /* (contexts on other threads may ask at the same time: the same answer) */
-    static std::atomic<int> per_sm_cache{0};
-    int per_sm = per_sm_cache.load(std::memory_order_relaxed);
-    if (per_sm == 0) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)Tr::SMEM));
-        int n = 0;
-        SF_CUDA_CHECK(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 128, Tr::SMEM));
-        per_sm = n > 0 ? n : 1;
-        per_sm_cache.store(per_sm, std::memory_order_relaxed);
+/* Resident blocks an SM of kernel K (threads, shared bytes), asked once;
+ * contexts on other threads may ask at the same time: the same answer. */
+template <auto K> sf_status blocks_per_sm(sf_ctx *ctx, int threads, size_t smem, int *per_sm) {
+    static std::atomic<int> cache{0};
+    int n = cache.load(std::memory_order_relaxed);
+    if (n == 0) {
+        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        SF_CUDA_CHECK(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, K, threads, smem));
+        n = n > 0 ? n : 1;
+        cache.store(n, std::memory_order_relaxed);
     }
+    *per_sm = n;
+    return SF_OK;
+}
+
+/* The split plan of a launch (split_count, or the pinned count) and its
+ * workspace: the split partials, lse then O (none with one split). */
+sf_status plan_splits(sf_ctx *ctx, PagedParams &p, int dpad, int per_sm, bool fp8, int force_splits) {
     const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t gy = (int64_t)p.nkv * p.mtiles;
-    const int aim = FP8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
+    const int aim = fp8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
     int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim, per_sm,
                               st && st->tile_ctr);
-    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
+    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * p.nkv * p.mtiles <= SF_PAGED_CTRS)
+        nsm = force_splits;
     p.nsplit_max = (int)nsm;
     p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
-
-    /* workspace: the split partials, lse then O (none with one split) */
     if (nsm > 1) {
         const size_t n_lse = ((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255;
         const size_t n_o = (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float);
@@ -180,22 +180,38 @@ sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
         p.lse_part = (float *)ws;
         p.o_part = (float *)(ws + n_lse);
     }
-
-    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)Tr::SMEM));
-    /* one launch: the table checks and the merge of the splits are in it;
-     * on sm_90 a programmatic dependent of the kernel ahead (it waits for
-     * that kernel before reading anything, decode.cuh), so its launch
-     * overlaps that kernel's end */
-    const bool pdl = st && st->sm_major >= 9 && !paged_nopdl();
-    SF_CUDA_CHECK(ctx, sf_launch_ex(kern, dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), dim3(128),
-                                    Tr::SMEM, sf_cuda_stream(ctx), pdl, 1u, p));
     return SF_OK;
 }
 
+/* One launch of a paged kernel over (splits, kv heads x row tiles,
+ * sequences): the table checks and the merge of the splits are in it; on
+ * sm_90 a programmatic dependent of the kernel ahead (it waits for that
+ * kernel before reading anything, decode.cuh), so its launch overlaps that
+ * kernel's end. */
+template <auto K, typename... A>
+sf_status launch_paged(sf_ctx *ctx, const PagedParams &p, int threads, size_t smem, const A &...maps) {
+    const sf_cuda_state *st = sf_cuda_st(ctx);
+    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const bool pdl = st && st->sm_major >= 9 && !paged_nopdl();
+    SF_CUDA_CHECK(ctx, sf_launch_ex(K, dim3((unsigned)p.nsplit_max, (unsigned)(p.nkv * p.mtiles), (unsigned)p.batch),
+                                    dim3(threads), smem, sf_cuda_stream(ctx), pdl, 1u, p, maps...));
+    return SF_OK;
+}
+
+template <typename T, int D, bool FP8, int MOD, bool EL, int NAR>
+sf_status launch_attn(sf_ctx *ctx, PagedParams p, int dpad, int force_splits) {
+    typedef sf_paged::PagedTraits<D, FP8, NAR> Tr;
+    constexpr auto kern = sf_paged::paged_attn<T, D, FP8, MOD, EL, NAR>;
+    int per_sm = 0;
+    sf_status r = blocks_per_sm<kern>(ctx, 128, Tr::SMEM, &per_sm);
+    if (r == SF_OK) r = plan_splits(ctx, p, dpad, per_sm, FP8, force_splits);
+    return r == SF_OK ? launch_paged<kern>(ctx, p, 128, Tr::SMEM) : r;
+}
+
 /* The TMA kernel (decode_tma.cuh): tensor maps of the two pools as
- * (d, page row, kv head, page) with 64 x 16 boxes; SF_ERR_UNSUPPORTED when
- * the driver refuses them (the caller then takes the cp.async kernel). */
+ * (d, page row, kv head, page) with boxes of 16 rows; *took false (and
+ * nothing launched) when the driver refuses them, so the caller takes the
+ * cp.async kernel. */
 template <typename T, int D, bool FP8, bool CAP, int CFG = 0>
 sf_status launch_attn_tma(sf_ctx *ctx, PagedParams p, int dpad, int force_splits, bool *took) {
     typedef sf_paged::TmaTraits<D, CFG, FP8> Tr;
@@ -210,39 +226,11 @@ sf_status launch_attn_tma(sf_ctx *ctx, PagedParams p, int dpad, int force_splits
                   make_tmap(&tmv, bf, p.vc, p.d, ps, p.nkv, p.num_pages, p.v_sr, p.v_sh, p.v_sp, 16);
     if (!maps) return SF_OK;
     *took = true;
-    void (*kern)(const PagedParams, const CUtensorMap, const CUtensorMap) = sf_paged::paged_attn_tma<T, D, FP8, CAP, CFG>;
-    static std::atomic<int> per_sm_cache{0};
-    int per_sm = per_sm_cache.load(std::memory_order_relaxed);
-    if (per_sm == 0) {
-        SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)Tr::SMEM));
-        int n = 0;
-        SF_CUDA_CHECK(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, Tr::NT, Tr::SMEM));
-        per_sm = n > 0 ? n : 1;
-        per_sm_cache.store(per_sm, std::memory_order_relaxed);
-    }
-    const sf_cuda_state *st = sf_cuda_st(ctx);
-    const int64_t gy = (int64_t)p.nkv * p.mtiles;
-    const int aim = FP8 ? SPLIT_BLOCKS_SM_FP8 : SPLIT_BLOCKS_SM_16;
-    int64_t nsm = split_count(p, st && st->sm_count > 0 ? st->sm_count : 132, per_sm < aim ? per_sm : aim, per_sm,
-                              st && st->tile_ctr);
-    if (force_splits > 0 && st && st->tile_ctr && (int64_t)p.batch * gy <= SF_PAGED_CTRS) nsm = force_splits;
-    p.nsplit_max = (int)nsm;
-    p.ctr = nsm > 1 ? st->tile_ctr + 2 : nullptr;
-    if (nsm > 1) {
-        const size_t n_lse = ((size_t)nsm * p.batch * p.nheads * p.lq * sizeof(float) + 255) & ~(size_t)255;
-        const size_t n_o = (size_t)nsm * p.batch * p.lq * p.nheads * dpad * sizeof(float);
-        unsigned char *ws = (unsigned char *)sf_ws_get(ctx, n_lse + n_o);
-        if (!ws) return SF_ERR_OUT_OF_MEMORY;
-        p.lse_part = (float *)ws;
-        p.o_part = (float *)(ws + n_lse);
-    }
-    SF_CUDA_CHECK(ctx, cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)Tr::SMEM));
-    const bool pdl = st && st->sm_major >= 9 && !paged_nopdl();
-    SF_CUDA_CHECK(ctx, sf_launch_ex(kern, dim3((unsigned)p.nsplit_max, (unsigned)gy, (unsigned)p.batch), dim3(Tr::NT),
-                                    Tr::SMEM, sf_cuda_stream(ctx), pdl, 1u, p, tmk, tmv));
-    return SF_OK;
+    constexpr auto kern = sf_paged::paged_attn_tma<T, D, FP8, CAP, CFG>;
+    int per_sm = 0;
+    sf_status r = blocks_per_sm<kern>(ctx, Tr::NT, Tr::SMEM, &per_sm);
+    if (r == SF_OK) r = plan_splits(ctx, p, dpad, per_sm, FP8, force_splits);
+    return r == SF_OK ? launch_paged<kern>(ctx, p, Tr::NT, Tr::SMEM, tmk, tmv) : r;
 }
 
 /* Score modifiers: ALiBi (softcap at run time in it), softcap, none.
