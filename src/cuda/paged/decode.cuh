@@ -599,6 +599,26 @@ __device__ __forceinline__ void qf_to_f16_n(uint32_t (&qf)[D / 16][2], float (&q
     }
 }
 
+/* A warp's start on narrow tiles: Q's B fragments (FP8 pools: in f16,
+ * qinv the rows' inverse scales) and the keys rows 2 t and 2 t + 1 see
+ * within the split (clo / chi). */
+template <typename T, int D, bool FP8>
+__device__ __forceinline__ void narrow_rows(const PagedParams &p, const SplitWork &w, const T *sQ,
+                                            uint32_t (&qf)[D / 16][2], float (&qinv)[2], int (&clo)[2],
+                                            int (&chi)[2], int lane) {
+    load_qf_n<T, D, FP8>(sQ, qf, lane);
+    if constexpr (FP8) qf_to_f16_n<T, D>(qf, qinv, lane);
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int r = 2 * (lane & 3) + c;
+        if (r < w.nrows) {
+            key_range(r / p.group, p.lq, w.len, p.wl, p.wr, clo[c], chi[c]);
+            clo[c] = max(clo[c], w.ks);
+            chi[c] = min(chi[c], w.ke);
+        }
+    }
+}
+
 /* One 16-key tile of a warp on narrow tiles (tile_step's contract; clo /
  * chi: the keys rows 2 t and 2 t + 1 see; m, l: those rows' running max and
  * this lane's part of their sums). */
@@ -1029,17 +1049,7 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8, NAR>::MINB) paged_att
     /* narrow tiles: the keys rows 2 t and 2 t + 1 see */
     int clo[2] = {0, 0}, chi[2] = {0, 0};
     if constexpr (NAR) {
-        load_qf_n<T, D, FP8>(sQ, qf, lane);
-        if constexpr (FP8) qf_to_f16_n<T, D>(qf, qinv, lane);
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int r = 2 * (lane & 3) + c;
-            if (r < w.nrows) {
-                key_range(r / p.group, p.lq, len, p.wl, p.wr, clo[c], chi[c]);
-                clo[c] = max(clo[c], w.ks);
-                chi[c] = min(chi[c], w.ke);
-            }
-        }
+        narrow_rows<T, D, FP8>(p, w, sQ, qf, qinv, clo, chi, lane);
     } else {
         load_qf<T, D, FP8>(sQ, qf, lane);
         if constexpr (FP8) qf_to_f16<T, D>(qf, qinv);

@@ -135,17 +135,7 @@ __global__ void __launch_bounds__(TmaTraits<D, CFG, FP8>::NT, TmaTraits<D, CFG, 
         uint32_t qf[KD][2];
         float qinv[2] = {1.f, 1.f};
         int clo[2] = {0, 0}, chi[2] = {0, 0};
-        load_qf_n<T, D, FP8>(sQ, qf, lane);
-        if constexpr (FP8) qf_to_f16_n<T, D>(qf, qinv, lane);
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int r = 2 * (lane & 3) + c;
-            if (r < w.nrows) {
-                key_range(r / p.group, p.lq, len, p.wl, p.wr, clo[c], chi[c]);
-                clo[c] = max(clo[c], w.ks);
-                chi[c] = min(chi[c], w.ke);
-            }
-        }
+        narrow_rows<T, D, FP8>(p, w, sQ, qf, qinv, clo, chi, lane);
         ScoreMod mod = ScoreMod();
         mod.cap2 = p.cap2;
         for (int i = warp; i < ntiles; i += NW) {
