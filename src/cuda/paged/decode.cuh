@@ -622,6 +622,15 @@ __device__ __forceinline__ void narrow_rows(const PagedParams &p, const SplitWor
 /* One 16-key tile of a warp on narrow tiles (tile_step's contract; clo /
  * chi: the keys rows 2 t and 2 t + 1 see; m, l: those rows' running max and
  * this lane's part of their sums). */
+/* A 16-byte cp.async of a K/V row chunk; L2: with the L2::256B prefetch
+ * hint (NAR_L2). */
+template <bool L2> __device__ __forceinline__ void cp16(void *s, const void *g, int bytes) {
+    if constexpr (L2)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(s)), "l"(g), "r"(bytes));
+    else
+        sf_cp_async16_zfill(s, g, bytes);
+}
+
 /* Byte offset of (row r, column c, a multiple of 8) of a 16-row tile of
  * 16-bit elements laid out as TMA's 128-byte swizzle writes D / 64 boxes of
  * 64 columns (decode_tma.cuh): box c / 64 at 2 KB steps, row r at 128 r,
@@ -988,15 +997,8 @@ __global__ void __launch_bounds__(128, PagedTraits<D, FP8, NAR>::MINB) paged_att
                 const bool v = lval[it] && key0 + crow[it] < len;
                 const KV *ksrc = kt + (int64_t)crow[it] * p.k_sr + lcol[it];
                 const KV *vsrc = vt + (int64_t)crow[it] * p.v_sr + lcol[it];
-                if constexpr ((NAR & NAR_L2) != 0) {
-                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(sk + soff[it])),
-                             "l"(v ? ksrc : kc), "r"(v ? 16 : 0));
-                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(sf_smem_u32(sv + soff[it])),
-                             "l"(v ? vsrc : vc), "r"(v ? 16 : 0));
-                } else {
-                sf_cp_async16_zfill(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
-                sf_cp_async16_zfill(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
-                }
+                cp16<(NAR & NAR_L2) != 0>(sk + soff[it], v ? ksrc : kc, v ? 16 : 0);
+                cp16<(NAR & NAR_L2) != 0>(sv + soff[it], v ? vsrc : vc, v ? 16 : 0);
             }
             if constexpr (FP8) {
                 const int r = lane & 15, key = key0 + r;
